@@ -1,0 +1,19 @@
+# moe_embed_files(TARGET NAME FILES f1 f2 ...): compiles the files into a static
+# library as byte arrays. Looked up at run time with embedded_file(name) from
+# "embedded_files.h" (name = file name without directories). A small host tool
+# writes the arrays, so building never needs xxd or Node.
+if(NOT TARGET moe_embed_tool)
+  add_executable(moe_embed_tool ${CMAKE_CURRENT_LIST_DIR}/embed_tool.cpp)
+endif()
+
+function(moe_embed_files target)
+  cmake_parse_arguments(ARG "" "" "FILES" ${ARGN})
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/${target}_embedded.cpp)
+  add_custom_command(
+    OUTPUT ${out}
+    COMMAND moe_embed_tool ${out} ${ARG_FILES}
+    DEPENDS moe_embed_tool ${ARG_FILES}
+    COMMENT "Embedding ${target}")
+  add_library(${target} STATIC ${out})
+  target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR}/cmake)
+endfunction()

@@ -1,0 +1,38 @@
+// Public CPU kernels: free functions over raw pointers, no ownership, no
+// model knowledge. Weights are bf16 row-major (n, k) as in the checkpoint;
+// activations fp32; accumulation fp32. Each entry point dispatches to the ISA
+// chosen once at start-up (isa.h); every ISA path is checked against the
+// scalar path in tests.
+#pragma once
+#include "cpu_kernels/bf16.h"
+#include "cpu_kernels/isa.h"
+#include "cpu_kernels/thread_pool.h"
+
+// y (m, n) = x (m, k) @ W (n, k)^T. Threads split the n output rows, so each
+// streams its own slice of W once for all m tokens.
+void matmul_bf16(float* y, const float* x, const bf16* w, int m, int n, int k, ThreadPool& pool);
+
+// out (n,) = x * rsqrt(mean(x^2) + eps) * weight. out may alias x.
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
+
+// Rotate-half RoPE (Hugging Face layout, not interleaved) on n_heads vectors of
+// head_dim at position pos: pairs (i, i + head_dim/2) rotate by
+// pos * theta^(-2i/head_dim).
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta);
+
+// x (n,) <- softmax(x), numerically stable.
+void softmax(float* x, int n);
+
+// a (n,) <- silu(a) * b.
+void silu_mul(float* a, const float* b, int n);
+
+// Causal attention of one query against the first n_pos cached positions of
+// its sequence. q (n_heads, head_dim); k, v (n_pos, kv_stride) where kv head j
+// starts at column j * head_dim; GQA maps query head h to kv head
+// h / (n_heads / n_kv_heads). out (n_heads, head_dim). scratch: n_pos floats.
+void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
+                   int n_kv_heads, int head_dim, int kv_stride, float* scratch);
+
+// Indices of the k largest values of x (n,), largest first; ties go to the
+// lower index. k <= n.
+void top_k(int* idx, const float* x, int n, int k);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing moe-server need.
+# Idempotent: packages already present are not fetched again. Run as root
+# (or with sudo available) on a fresh Debian machine.
+set -euo pipefail
+
+PACKAGES=(
+  cmake g++ make pkg-config
+  libcpp-httplib-dev nlohmann-json3-dev
+  libsentencepiece-dev sentencepiece
+  libdnnl-dev catch2 libsimde-dev
+  curl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all build packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

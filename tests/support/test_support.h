@@ -1,0 +1,22 @@
+// Helpers shared by the tests: where the shared data lives, synthetic models
+// generated on demand (once per build tree), temporary folders.
+#pragma once
+#include <filesystem>
+#include <string>
+
+// ../shared/data beside the checkout (MOE_SHARED_DATA overrides).
+std::filesystem::path shared_data_dir();
+
+// A synthetic model of this preset and seed, written with synth_model_write
+// into <build>/test-models/ the first time it is asked for. Safe when several
+// test processes ask at once (written to a temporary name, then renamed).
+std::filesystem::path test_model_dir(const std::string& preset, unsigned seed = 1);
+
+// A fresh empty folder under <build>/test-tmp/, named after `tag`.
+std::filesystem::path test_temp_dir(const std::string& tag);
+
+// The built moe-server executable.
+std::filesystem::path moe_server_binary();
+
+// Reads a whole file; throws std::runtime_error when it cannot.
+std::string read_file(const std::filesystem::path& path);
