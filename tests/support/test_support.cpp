@@ -9,30 +9,12 @@
 #include <stdexcept>
 #include <unistd.h>
 
-#include "engine/synth_model.h"
 
 namespace fs = std::filesystem;
 
 fs::path shared_data_dir() {
     if (const char* env = std::getenv("MOE_SHARED_DATA")) return env;
     return MOE_SHARED_DATA_DIR;
-}
-
-fs::path test_model_dir(const std::string& preset, unsigned seed) {
-    fs::path dir = fs::path(MOE_TEST_BUILD_DIR) / "test-models" / (preset + "-seed" + std::to_string(seed));
-    if (fs::exists(dir / "config.json")) return dir;
-    fs::create_directories(dir.parent_path());
-    fs::path tmp = dir.string() + ".tmp" + std::to_string(getpid());
-    fs::remove_all(tmp);
-    SynthOptions options;
-    options.preset = preset;
-    options.out = tmp;
-    options.seed = seed;
-    synth_model_write(options);
-    std::error_code ec;
-    fs::rename(tmp, dir, ec);  // another process may have won the race
-    fs::remove_all(tmp);
-    return dir;
 }
 
 fs::path test_temp_dir(const std::string& tag) {

@@ -1,0 +1,101 @@
+// Engine: the library entry point the CLI and the server use. It owns a
+// loaded model (weights, tokenizer, chat template), the KV cache, the forward
+// state, the expert executor and the thread pool, and runs one generation at
+// a time on the calling thread. It knows nothing of HTTP or JSON.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/chat_template.h"
+#include "engine/model_config.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+struct EngineOptions {
+    std::filesystem::path model_dir;
+    int threads = 0;   // 0 = physical cores
+    int ctx = 4096;    // KV-cache positions per sequence (capped by max_position_embeddings)
+    int max_batch = 512;  // prefill chunk size (tokens per forward pass)
+};
+
+struct GenerateRequest {
+    std::vector<int> prompt;            // BOS included when wanted
+    SamplingParams sampling;
+    int max_tokens = 256;               // generated tokens at most
+    std::vector<std::string> stop;      // stop strings, matched across token boundaries
+    bool ignore_eos = false;
+    int top_logprobs = -1;              // -1 = no logprobs; 0..20 = chosen token + that many alternatives
+    bool reuse_prefix = true;           // reuse the KV cache of the previous request's common prefix
+};
+
+struct TokenEvent {
+    int token = -1;
+    std::string text;                   // text that may be shown now (may be empty: held back)
+    float logprob = 0.0f;               // of the chosen token, when logprobs were asked
+    std::vector<std::pair<int, float>> top_logprobs;
+};
+
+enum class FinishReason { STOP, LENGTH, CANCELLED };
+const char* finish_reason_name(FinishReason reason);
+
+struct GenerateResult {
+    FinishReason finish_reason = FinishReason::STOP;
+    std::vector<int> tokens;            // generated ids (the stop string's tokens included, EOS excluded)
+    std::string text;                   // generated text, stop string removed
+    int n_prompt = 0;
+    int n_cached = 0;                   // prompt tokens whose KV was reused
+    int n_generated = 0;
+    double prefill_ms = 0;              // prompt processing (uncached part)
+    double ttft_ms = 0;                 // from the call to the first token's event
+    double decode_ms = 0;               // after the first token
+    double prefill_tok_s() const { return prefill_ms > 0 ? (n_prompt - n_cached) * 1000.0 / prefill_ms : 0; }
+    double decode_tok_s() const { return decode_ms > 0 ? (n_generated - 1) * 1000.0 / decode_ms : 0; }
+};
+
+// Counts of tokens routed to each (layer, expert), since start and for the last request.
+struct RoutingCounts {
+    int n_layers = 0, n_experts = 0;
+    std::vector<uint64_t> total;        // (n_layers, n_experts)
+    std::vector<uint64_t> last;         // (n_layers, n_experts)
+};
+
+class Engine {
+public:
+    // Loads everything; throws MoeError with a one-line reason.
+    explicit Engine(const EngineOptions& options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    const ModelConfig& config() const;
+    const Tokenizer& tokenizer() const;
+    const ChatTemplate& chat_template() const;
+    std::string model_id() const;       // the model folder's name
+    int ctx() const;                    // usable positions per sequence
+    int threads() const;
+
+    // Runs one request on the calling thread. on_token is called for every
+    // generated token; returning false cancels (finish CANCELLED) before the
+    // next forward pass. Throws MoeError when the prompt is empty or does not
+    // fit in the context.
+    GenerateResult generate(const GenerateRequest& request, const std::function<bool(const TokenEvent&)>& on_token);
+
+    // Log-likelihood scoring for `perplexity`: returns the sum of -log p over
+    // tokens[1..] given their prefixes, processed in windows of ctx tokens.
+    struct Score {
+        double nll_sum = 0;
+        long n_scored = 0;
+    };
+    Score score(const std::vector<int>& tokens, int window);
+
+    RoutingCounts routing_counts() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
