@@ -96,3 +96,13 @@ void top_k(int* idx, const float* x, int n, int k) {
         if (filled < k) filled++;
     }
 }
+
+void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
+                     int hidden, float* scratch, ThreadPool& pool) {
+    float* h1 = scratch;
+    float* h3 = scratch + long(m) * hidden;
+    matmul_bf16(h1, x, w1, m, hidden, dim, pool);
+    matmul_bf16(h3, x, w3, m, hidden, dim, pool);
+    silu_mul(h1, h3, m * hidden);
+    matmul_bf16(y, h1, w2, m, dim, hidden, pool);
+}

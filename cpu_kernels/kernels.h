@@ -36,3 +36,9 @@ void attention_one(float* out, const float* q, const float* k, const float* v, i
 // Indices of the k largest values of x (n,), largest first; ties go to the
 // lower index. k <= n.
 void top_k(int* idx, const float* x, int n, int k);
+
+// One SwiGLU expert over m tokens: y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T
+// with x (m, dim), W1/W3 (hidden, dim), W2 (dim, hidden), all weights bf16
+// read in place (from the memory map). scratch: 2 * m * hidden floats.
+void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
+                     int hidden, float* scratch, ThreadPool& pool);
