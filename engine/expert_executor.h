@@ -1,0 +1,45 @@
+// ExpertExecutor: the seam between the MoE layer and where experts run. The
+// forward pass hands over, per layer, the list of routed experts with their
+// gathered token rows; an executor computes each expert's SwiGLU output. The
+// CPU executor runs them on the thread pool; placement-aware executors (an
+// emulated device for tests, CUDA) implement the same interface, so the
+// forward pass never changes when experts move.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "cpu_kernels/thread_pool.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+struct ExpertTask {
+    int expert = 0;
+    int n_tokens = 0;
+    const float* x = nullptr;  // (n_tokens, dim) gathered inputs
+    float* y = nullptr;        // (n_tokens, dim) outputs, written by the executor
+};
+
+class ExpertExecutor {
+public:
+    virtual ~ExpertExecutor() = default;
+    // Computes every task of one layer; returns when all outputs are written.
+    virtual void run_layer(int layer, std::span<const ExpertTask> tasks) = 0;
+    virtual const char* name() const = 0;
+};
+
+// Runs every expert on the CPU, one after another, each spread over the pool
+// (weights streamed straight from the memory map).
+class CpuExpertExecutor final : public ExpertExecutor {
+public:
+    // max_tokens: the most tokens one expert may receive in one call.
+    CpuExpertExecutor(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int max_tokens);
+    void run_layer(int layer, std::span<const ExpertTask> tasks) override;
+    const char* name() const override { return "cpu"; }
+
+private:
+    const ModelConfig& config_;
+    const ModelWeights& weights_;
+    ThreadPool& pool_;
+    int max_tokens_;
+    std::vector<float> scratch_;  // 2 * max_tokens * hidden_dim
+};
