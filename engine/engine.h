@@ -78,6 +78,8 @@ public:
     std::string model_id() const;       // the model folder's name
     int ctx() const;                    // usable positions per sequence
     int threads() const;
+    // Non-fatal notes from loading (e.g. "no chat_template: using Mistral's"); empty when none.
+    const std::string& load_warning() const;
 
     // Runs one request on the calling thread. on_token is called for every
     // generated token; returning false cancels (finish CANCELLED) before the

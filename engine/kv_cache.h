@@ -2,6 +2,7 @@
 // fp32, contiguous per (layer, slot) so attention streams one sequence's
 // positions in order. Allocated once; never grows.
 #pragma once
+#include <cstddef>
 #include <vector>
 
 class KvCache {

@@ -10,21 +10,27 @@
 Args::Args(std::vector<std::string> args) : words_(std::move(args)), used_(words_.size(), false) {}
 
 std::optional<std::string> Args::get(const std::string& name) {
-    std::optional<std::string> value;
+    std::vector<std::string> all = get_all(name);
+    if (all.empty()) return std::nullopt;
+    return all.back();
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) {
+    std::vector<std::string> values;
     for (size_t i = 0; i < words_.size(); i++) {
         if (used_[i]) continue;
         const std::string& w = words_[i];
         if (w == name) {
             if (i + 1 >= words_.size()) throw MoeError(name + ": missing value");
             used_[i] = used_[i + 1] = true;
-            value = words_[i + 1];
+            values.push_back(words_[i + 1]);
             i++;
         } else if (w.size() > name.size() && w.compare(0, name.size(), name) == 0 && w[name.size()] == '=') {
             used_[i] = true;
-            value = w.substr(name.size() + 1);
+            values.push_back(w.substr(name.size() + 1));
         }
     }
-    return value;
+    return values;
 }
 
 std::string Args::get(const std::string& name, const std::string& fallback) {

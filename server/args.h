@@ -14,6 +14,8 @@ public:
 
     std::optional<std::string> get(const std::string& name);
     std::string get(const std::string& name, const std::string& fallback);
+    // Every value of a flag that may repeat (--stop a --stop b), in order.
+    std::vector<std::string> get_all(const std::string& name);
     long get_int(const std::string& name, long fallback, long min, long max);
     double get_double(const std::string& name, double fallback, double min, double max);
     bool flag(const std::string& name);  // a switch without a value

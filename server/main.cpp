@@ -1,13 +1,66 @@
-// moe-server entry point: subcommand dispatch. Every MoeError ends here as one
-// line on stderr and exit code 2.
+// moe-server entry point: subcommand dispatch. Every MoeError ends here (or in
+// the server's own handler) as one line on stderr and exit code 2.
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <string>
+#include <vector>
+
+#include "engine/errors.h"
+#include "server/cli.h"
+
+namespace {
+
+const char* USAGE =
+    "usage: moe-server <subcommand> [flags]\n"
+    "\n"
+    "  serve        OpenAI-compatible HTTP server + web UI (demo model when no --model)\n"
+    "  generate     --model DIR (--prompt TEXT | --user TEXT | --chat FILE.json) [--max-tokens N]\n"
+    "               [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+    "               [--presence-penalty X] [--frequency-penalty X] [--seed N] [--greedy]\n"
+    "               [--stop STR]... [--ignore-eos] [--threads N] [--ctx N] [--cpu-isa ISA]\n"
+    "  tokenize     --model DIR (--text TEXT | --chat FILE.json) [--no-bos]\n"
+    "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
+    "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
+    "               [--shard-mb N]\n"
+    "  bench        ceiling | kernels | decode --model DIR | prefill --model DIR [--tokens N]\n"
+    "\n"
+    "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
+
+struct Subcommand {
+    const char* name;
+    int (*run)(const std::vector<std::string>&);
+};
+
+const Subcommand SUBCOMMANDS[] = {
+    {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
+    {"synth-model", cli_synth_model}, {"bench", cli_bench},
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::fprintf(stderr, "usage: moe-server <subcommand> ...\n");
-        return 2;
+    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+        std::fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
     }
-    std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n", argv[1]);
-    return 2;
+    std::string name = argv[1];
+    std::vector<std::string> words(argv + 2, argv + argc);
+    for (const std::string& w : words)
+        if (w == "--help" || w == "-h") {
+            std::fputs(USAGE, stdout);
+            return 0;
+        }
+    try {
+        for (const Subcommand& s : SUBCOMMANDS)
+            if (name == s.name) return s.run(words);
+        std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n\n%s", name.c_str(), USAGE);
+        return 2;
+    } catch (const MoeError& e) {
+        std::fprintf(stderr, "moe-server: error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "moe-server: internal error: %s\n", e.what());
+        return 1;
+    }
 }

@@ -1,0 +1,266 @@
+// Engine: loads a model folder and runs generation and scoring requests on
+// the calling thread (see engine.h). The prompt's KV-cache prefix shared with
+// the previous request is reused, so a multi-turn chat only prefills what is
+// new.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+
+#include "cpu_kernels/kernels.h"
+#include "engine/errors.h"
+#include "engine/expert_executor.h"
+#include "engine/forward.h"
+#include "engine/kv_cache.h"
+#include "engine/weights.h"
+#include "profiles/routing_stats.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason reason) {
+    switch (reason) {
+    case FinishReason::STOP: return "stop";
+    case FinishReason::LENGTH: return "length";
+    case FinishReason::CANCELLED: return "cancelled";
+    }
+    return "?";
+}
+
+struct Engine::Impl {
+    std::filesystem::path dir;
+    ModelConfig config;
+    ModelWeights weights;
+    Tokenizer tokenizer;
+    ChatTemplate chat_template;
+    std::string template_warning;
+    int ctx;
+    ThreadPool pool;
+    KvCache cache;
+    CpuExpertExecutor executor;
+    ForwardPass forward;
+    Batch batch;
+    std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
+    mutable std::mutex stats_mutex;
+    RoutingStats stats_total, stats_last, stats_step;
+
+    Impl(const EngineOptions& o, ModelConfig cfg, int n_threads)
+        : dir(o.model_dir), config(std::move(cfg)), weights(weights_load(config, o.model_dir)),
+          tokenizer(Tokenizer::load(o.model_dir / "tokenizer.model")),
+          chat_template(ChatTemplate::from_model_dir(o.model_dir, &template_warning)),
+          ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
+          pool(n_threads), cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim),
+          executor(config, weights, pool, o.max_batch),
+          forward(config, weights, cache, executor, pool, o.max_batch, o.max_batch),
+          stats_total(config.n_layers, std::max(1, config.n_experts)),
+          stats_last(config.n_layers, std::max(1, config.n_experts)),
+          stats_step(config.n_layers, std::max(1, config.n_experts)) {
+        if (tokenizer.vocab_size() > config.vocab_size)
+            throw MoeError((o.model_dir / "tokenizer.model").string() + ": vocabulary of " +
+                           std::to_string(tokenizer.vocab_size()) + " pieces exceeds the model's vocab_size " +
+                           std::to_string(config.vocab_size));
+        batch.reserve(o.max_batch);
+    }
+
+    // Runs tokens[from..) at positions from.. in chunks; returns the logits of
+    // the last token (or of every token when all_logits, via on_logits).
+    template <class OnLogits>
+    void prefill(const std::vector<int>& tokens, int from, bool all_logits, OnLogits&& on_logits) {
+        int n = int(tokens.size());
+        for (int b = from; b < n; b += forward.max_batch()) {
+            int e = std::min(n, b + forward.max_batch());
+            batch.clear();
+            for (int i = b; i < e; i++) batch.add(tokens[i], i, 0, all_logits || i == n - 1);
+            stats_step.clear();
+            const float* logits = forward.run(batch, &stats_step);
+            record_stats();
+            on_logits(b, e, logits);
+        }
+    }
+
+    void record_stats() {
+        std::lock_guard lock(stats_mutex);
+        stats_total.merge(stats_step);
+        stats_last.merge(stats_step);
+    }
+};
+
+Engine::Engine(const EngineOptions& options) {
+    if (options.ctx < 16) throw MoeError("--ctx: must be at least 16, got " + std::to_string(options.ctx));
+    if (options.max_batch < 1) throw MoeError("max_batch must be at least 1");
+    ModelConfig config = model_config_load(options.model_dir);
+    int threads = options.threads > 0 ? options.threads : physical_core_count();
+    impl_ = std::make_unique<Impl>(options, std::move(config), threads);
+}
+
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::config() const { return impl_->config; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+const ChatTemplate& Engine::chat_template() const { return impl_->chat_template; }
+const std::string& Engine::load_warning() const { return impl_->template_warning; }
+int Engine::ctx() const { return impl_->ctx; }
+int Engine::threads() const { return impl_->pool.size(); }
+
+std::string Engine::model_id() const {
+    std::filesystem::path p = impl_->dir;
+    if (p.filename().empty()) p = p.parent_path();
+    return p.filename().string();
+}
+
+RoutingCounts Engine::routing_counts() const {
+    std::lock_guard lock(impl_->stats_mutex);
+    RoutingCounts r;
+    r.n_layers = impl_->stats_total.n_layers();
+    r.n_experts = impl_->stats_total.n_experts();
+    r.total = impl_->stats_total.counts();
+    r.last = impl_->stats_last.counts();
+    return r;
+}
+
+GenerateResult Engine::generate(const GenerateRequest& request,
+                                const std::function<bool(const TokenEvent&)>& on_token) {
+    Impl& m = *impl_;
+    const auto t_start = Clock::now();
+    const int n_prompt = int(request.prompt.size());
+    if (n_prompt == 0) throw MoeError("prompt is empty");
+    if (n_prompt >= m.ctx)
+        throw MoeError("prompt of " + std::to_string(n_prompt) + " tokens does not fit in the context of " +
+                       std::to_string(m.ctx) + " tokens");
+    if (request.max_tokens < 1) throw MoeError("max_tokens must be at least 1");
+    for (int t : request.prompt)
+        if (t < 0 || t >= m.config.vocab_size) throw MoeError("prompt token " + std::to_string(t) + " is out of range");
+
+    GenerateResult result;
+    result.n_prompt = n_prompt;
+    {
+        std::lock_guard lock(m.stats_mutex);
+        m.stats_last.clear();
+    }
+
+    // Longest common prefix with what the cache holds; at least the last
+    // prompt token is run again so its logits exist.
+    int common = 0;
+    if (request.reuse_prefix) {
+        int limit = std::min<int>(int(m.cached.size()), n_prompt - 1);
+        while (common < limit && m.cached[common] == request.prompt[common]) common++;
+    }
+    result.n_cached = common;
+    m.cached.assign(request.prompt.begin(), request.prompt.begin() + common);
+
+    const float* logits = nullptr;
+    m.prefill(request.prompt, common, false, [&](int, int, const float* l) { logits = l; });
+    m.cached = request.prompt;
+    result.prefill_ms = ms_since(t_start);
+
+    const int vocab = m.config.vocab_size;
+    Sampler sampler(request.sampling, vocab);
+    Detokenizer detok(m.tokenizer, true);
+    StopMatcher stops(request.stop);
+    std::vector<int> history = request.prompt;
+    history.reserve(n_prompt + request.max_tokens);
+    std::vector<float> work(vocab);
+    Clock::time_point t_first{};
+    TokenEvent event;
+
+    for (;;) {
+        std::copy_n(logits, vocab, work.data());
+        int token = sampler.sample(work.data(), history);
+        bool eos = !request.ignore_eos && std::find(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end(),
+                                                    token) != m.config.eos_token_ids.end();
+        event.token = token;
+        event.text.clear();
+        event.top_logprobs.clear();
+        if (request.top_logprobs >= 0) {
+            event.logprob = sampler.last_logprob(token);
+            std::vector<int> ids(vocab);
+            for (int i = 0; i < vocab; i++) ids[i] = i;
+            int k = std::min(request.top_logprobs, vocab);
+            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
+                return sampler.last_logprob(a) > sampler.last_logprob(b);
+            });
+            for (int i = 0; i < k; i++) event.top_logprobs.push_back({ids[i], sampler.last_logprob(ids[i])});
+        }
+        bool stopped = false;
+        if (eos) {
+            auto r = stops.push(detok.flush());
+            event.text = r.emit + (r.stopped ? "" : stops.flush());
+            result.finish_reason = FinishReason::STOP;
+            stopped = true;
+        } else {
+            result.tokens.push_back(token);
+            history.push_back(token);
+            auto r = stops.push(detok.push(token));
+            event.text = r.emit;
+            if (r.stopped) {
+                result.finish_reason = FinishReason::STOP;
+                stopped = true;
+            }
+        }
+        result.n_generated++;
+        bool at_limit = !stopped && (result.n_generated >= request.max_tokens || int(m.cached.size()) >= m.ctx);
+        if (at_limit) {
+            auto r = stops.push(detok.flush());
+            event.text += r.emit;
+            if (!r.stopped) event.text += stops.flush();
+            result.finish_reason = r.stopped ? FinishReason::STOP : FinishReason::LENGTH;
+            stopped = true;
+        }
+        result.text += event.text;
+        if (result.n_generated == 1) {
+            t_first = Clock::now();
+            result.ttft_ms = ms_since(t_start);
+        }
+        bool keep_going = on_token(event);
+        if (stopped) break;
+        if (!keep_going) {
+            result.finish_reason = FinishReason::CANCELLED;
+            break;
+        }
+        // Decode step: the new token at the next position.
+        m.batch.clear();
+        m.batch.add(token, int(m.cached.size()), 0, true);
+        m.stats_step.clear();
+        logits = m.forward.run(m.batch, &m.stats_step);
+        m.record_stats();
+        m.cached.push_back(token);
+    }
+    if (result.n_generated > 0) result.decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_first).count();
+    return result;
+}
+
+Engine::Score Engine::score(const std::vector<int>& tokens, int window) {
+    Impl& m = *impl_;
+    if (tokens.size() < 2) throw MoeError("need at least 2 tokens to score");
+    window = std::min(window, m.ctx);
+    if (window < 2) throw MoeError("--ctx: the scoring window must be at least 2 tokens");
+    const int vocab = m.config.vocab_size;
+    Score s;
+    m.cached.clear();  // the cache is overwritten window by window
+    // Windows overlap by one token, so every token after the first is scored
+    // exactly once, each window starting from an empty cache.
+    for (size_t start = 0; start + 1 < tokens.size(); start += window - 1) {
+        size_t end = std::min(tokens.size(), start + window);
+        std::vector<int> win(tokens.begin() + start, tokens.begin() + end);
+        m.prefill(win, 0, true, [&](int b, int e, const float* logits) {
+            for (int i = b; i < e && i + 1 < int(win.size()); i++) {
+                const float* l = logits + size_t(i - b) * vocab;
+                float mx = *std::max_element(l, l + vocab);
+                double sum = 0;
+                for (int v = 0; v < vocab; v++) sum += std::exp(double(l[v] - mx));
+                s.nll_sum += std::log(sum) + mx - l[win[i + 1]];
+                s.n_scored++;
+            }
+        });
+    }
+    return s;
+}

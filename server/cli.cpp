@@ -1,0 +1,218 @@
+// CLI subcommands over the engine library (see cli.h).
+#include "server/cli.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cpu_kernels/isa.h"
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/synth_model.h"
+#include "engine/tokenizer.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw MoeError(path + ": cannot read file");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// --cpu-isa overrides the detected path for this process.
+void apply_isa_flag(Args& args) {
+    auto name = args.get("--cpu-isa");
+    if (!name) return;
+    auto isa = isa_parse(*name);
+    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
+    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
+}
+
+std::string require(Args& args, const std::string& flag) {
+    auto v = args.get(flag);
+    if (!v) throw MoeError(flag + " is required");
+    return *v;
+}
+
+}  // namespace
+
+SamplingParams parse_sampling_flags(Args& args) {
+    SamplingParams p;
+    p.temperature = float(args.get_double("--temperature", p.temperature, 0.0, 100.0));
+    p.top_k = int(args.get_int("--top-k", p.top_k, 0, 1 << 30));
+    p.top_p = float(args.get_double("--top-p", p.top_p, 0.0, 1.0));
+    p.min_p = float(args.get_double("--min-p", p.min_p, 0.0, 1.0));
+    p.repetition_penalty = float(args.get_double("--repeat-penalty", p.repetition_penalty, 0.01, 100.0));
+    p.presence_penalty = float(args.get_double("--presence-penalty", p.presence_penalty, -2.0, 2.0));
+    p.frequency_penalty = float(args.get_double("--frequency-penalty", p.frequency_penalty, -2.0, 2.0));
+    p.seed = uint64_t(args.get_int("--seed", 0, 0, (1L << 62)));
+    if (args.flag("--greedy")) p.temperature = 0.0f;
+    return p;
+}
+
+std::vector<ChatMessage> read_chat_file(const std::string& path) {
+    json j;
+    try {
+        j = json::parse(read_text_file(path));
+    } catch (const json::exception& e) {
+        throw MoeError(path + ": not valid JSON: " + e.what());
+    }
+    const json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
+    if (!list.is_array() || list.empty()) throw MoeError(path + ": expected a non-empty \"messages\" array");
+    std::vector<ChatMessage> messages;
+    for (size_t i = 0; i < list.size(); i++) {
+        const json& m = list[i];
+        std::string where = path + ": messages[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            throw MoeError(where + ": needs a string \"role\"");
+        ChatMessage msg{m["role"].get<std::string>(), ""};
+        const json& c = m.value("content", json());
+        if (c.is_string()) {
+            msg.content = c.get<std::string>();
+        } else if (c.is_array()) {
+            for (const json& part : c) {
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+                    !part["text"].is_string())
+                    throw MoeError(where + ": content parts must be {\"type\":\"text\",\"text\":...}");
+                msg.content += part["text"].get<std::string>();
+            }
+        } else {
+            throw MoeError(where + ": \"content\" must be a string or an array of text parts");
+        }
+        messages.push_back(std::move(msg));
+    }
+    return messages;
+}
+
+int cli_generate(const std::vector<std::string>& words) {
+    Args args(words);
+    EngineOptions options;
+    options.model_dir = require(args, "--model");
+    options.threads = int(args.get_int("--threads", 0, 0, 1024));
+    options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
+    auto prompt = args.get("--prompt");
+    auto user = args.get("--user");
+    auto chat = args.get("--chat");
+    if (int(bool(prompt)) + int(bool(user)) + int(bool(chat)) != 1)
+        throw MoeError("give exactly one of --prompt TEXT, --user TEXT or --chat FILE.json");
+    GenerateRequest request;
+    request.max_tokens = int(args.get_int("--max-tokens", 128, 1, 1 << 20));
+    request.sampling = parse_sampling_flags(args);
+    request.stop = args.get_all("--stop");
+    request.ignore_eos = args.flag("--ignore-eos");
+    apply_isa_flag(args);
+    std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
+    args.finish();
+
+    Engine engine(options);
+    if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
+    if (prompt) {
+        request.prompt = engine.tokenizer().encode(*prompt);
+        request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
+    } else {
+        if (user) messages = {{"user", *user}};
+        request.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
+    }
+    if (prompt) std::fputs(prompt->c_str(), stdout);
+    GenerateResult r = engine.generate(request, [](const TokenEvent& e) {
+        std::fputs(e.text.c_str(), stdout);
+        std::fflush(stdout);
+        return true;
+    });
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "prompt %d tokens (%d cached), prefill %.1f tok/s | generated %d tokens, decode %.2f tok/s | "
+                 "ttft %.0f ms | finish %s | %d threads, %s\n",
+                 r.n_prompt, r.n_cached, r.prefill_tok_s(), r.n_generated, r.decode_tok_s(), r.ttft_ms,
+                 finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
+    return 0;
+}
+
+int cli_tokenize(const std::vector<std::string>& words) {
+    Args args(words);
+    fs::path dir = require(args, "--model");
+    auto text = args.get("--text");
+    auto chat = args.get("--chat");
+    bool no_bos = args.flag("--no-bos");
+    if (bool(text) == bool(chat)) throw MoeError("give exactly one of --text TEXT or --chat FILE.json");
+    std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
+    args.finish();
+    ModelConfig config = model_config_load(dir);
+    Tokenizer tokenizer = Tokenizer::load(dir / "tokenizer.model");
+    std::vector<int> tokens;
+    if (text) {
+        tokens = tokenizer.encode(*text);
+        if (!no_bos) tokens.insert(tokens.begin(), config.bos_token_id);
+    } else {
+        std::string warning;
+        ChatTemplate tmpl = ChatTemplate::from_model_dir(dir, &warning);
+        if (!warning.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", warning.c_str());
+        tokens = tmpl.encode(tokenizer, messages);
+        if (no_bos && !tokens.empty() && tokens[0] == config.bos_token_id) tokens.erase(tokens.begin());
+    }
+    std::printf("%s\n", json{{"tokens", tokens}}.dump().c_str());
+    return 0;
+}
+
+int cli_perplexity(const std::vector<std::string>& words) {
+    Args args(words);
+    EngineOptions options;
+    options.model_dir = require(args, "--model");
+    std::string text_path = require(args, "--text");
+    long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
+    options.threads = int(args.get_int("--threads", 0, 0, 1024));
+    bool as_json = args.flag("--json");
+    apply_isa_flag(args);
+    args.finish();
+
+    std::string text = read_text_file(text_path);
+    ModelConfig config = model_config_load(options.model_dir);
+    Tokenizer tokenizer = Tokenizer::load(options.model_dir / "tokenizer.model");
+    std::vector<int> tokens = tokenizer.encode(text);
+    tokens.insert(tokens.begin(), config.bos_token_id);
+    if (tokens.size() < 2) throw MoeError(text_path + ": too short to score (needs at least one token)");
+    // Default window: the whole file when it fits in the model's positions.
+    long max_pos = config.max_position_embeddings > 0 ? config.max_position_embeddings : long(tokens.size());
+    int window = int(ctx > 0 ? ctx : std::min<long>(long(tokens.size()), max_pos));
+    if (window < 2) throw MoeError("--ctx: must be at least 2");
+    options.ctx = std::max(16, window);
+    Engine engine(options);
+    auto t0 = std::chrono::steady_clock::now();
+    Engine::Score s = engine.score(tokens, window);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double mean = s.nll_sum / double(s.n_scored);
+    if (as_json) {
+        std::printf("%s\n", json{{"tokens", s.n_scored}, {"mean_nll", mean}, {"ppl", std::exp(mean)}}.dump().c_str());
+    } else {
+        std::printf("%ld tokens scored in windows of %d: mean NLL %.6f, perplexity %.4f (%.1f tok/s)\n", s.n_scored,
+                    window, mean, std::exp(mean), double(tokens.size()) / secs);
+    }
+    return 0;
+}
+
+int cli_synth_model(const std::vector<std::string>& words) {
+    Args args(words);
+    SynthOptions o;
+    o.preset = require(args, "--preset");
+    o.out = require(args, "--out");
+    o.seed = uint64_t(args.get_int("--seed", 0, 0, 1L << 62));
+    o.tokenizer = args.get("--tokenizer", "");
+    o.max_shard_bytes = size_t(args.get_int("--shard-mb", long(o.max_shard_bytes >> 20), 1, 1 << 30)) << 20;
+    args.finish();
+    synth_preset(o.preset);  // unknown preset: error before touching the disk
+    auto t0 = std::chrono::steady_clock::now();
+    synth_model_write(o);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "wrote %s model to %s in %.1f s (random weights: its text is gibberish)\n", o.preset.c_str(),
+                 o.out.c_str(), secs);
+    return 0;
+}

@@ -1,0 +1,22 @@
+// The command-line subcommands that run the engine directly (generate,
+// tokenize, perplexity, synth-model, bench). Each takes the words after its
+// name and returns the process exit code; MoeError propagates to main().
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/chat_template.h"
+#include "engine/sampler.h"
+#include "server/args.h"
+
+int cli_generate(const std::vector<std::string>& words);
+int cli_tokenize(const std::vector<std::string>& words);
+int cli_perplexity(const std::vector<std::string>& words);
+int cli_synth_model(const std::vector<std::string>& words);
+int cli_bench(const std::vector<std::string>& words);
+
+// Sampling flags shared by the subcommands that generate.
+SamplingParams parse_sampling_flags(Args& args);
+// A chat file: {"messages": [...]} or a bare array of {role, content}; content
+// is a string or an array of {"type":"text","text":...} parts.
+std::vector<ChatMessage> read_chat_file(const std::string& path);
