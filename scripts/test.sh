@@ -4,12 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-
-bash scripts/setup.sh
-[ -x scripts/setup_test_tools.sh ] && bash scripts/setup_test_tools.sh
-
-build="${MOE_BUILD_DIR:-build}"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" -j "$(nproc)"
-cd "$build"
+bash scripts/build.sh
+if [ -f scripts/setup_test_tools.sh ]; then bash scripts/setup_test_tools.sh; fi
+cd "${MOE_BUILD_DIR:-build}"
 ctest --output-on-failure "$@"

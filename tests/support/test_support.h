@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <vector>
 
 // ../shared/data beside the checkout (MOE_SHARED_DATA overrides).
 std::filesystem::path shared_data_dir();
@@ -20,3 +21,12 @@ std::filesystem::path moe_server_binary();
 
 // Reads a whole file; throws std::runtime_error when it cannot.
 std::string read_file(const std::filesystem::path& path);
+
+struct CommandResult {
+    int exit_code = -1;
+    std::string out;  // stdout
+    std::string err;  // stderr
+};
+
+// Runs a program with arguments (no shell), capturing stdout and stderr.
+CommandResult run_command(const std::vector<std::string>& argv);

@@ -1,0 +1,278 @@
+// The engine's forward pass and generation loop against the independent
+// double-precision reference (tests/support/reference_model.h) on synthetic
+// checkpoints, plus batching, KV-cache and generation-loop properties.
+//
+// Tolerance: the engine computes in fp32 from the same bf16 weights, so its
+// logits differ from the double reference only by fp32 rounding. We require
+// max |engine - reference| <= 1e-3 * (1 + max |reference|) per position.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu_kernels/kernels.h"
+#include "engine/engine.h"
+#include "engine/expert_executor.h"
+#include "engine/forward.h"
+#include "engine/kv_cache.h"
+#include "engine/weights.h"
+#include "reference_model.h"
+#include "test_support.h"
+
+namespace {
+
+constexpr double LOGIT_TOLERANCE = 1e-3;
+
+// A loaded model with its own forward pass (several KV slots).
+struct Loaded {
+    ModelConfig config;
+    ModelWeights weights;
+    ThreadPool pool{2};
+    KvCache cache;
+    CpuExpertExecutor executor;
+    ForwardPass forward;
+    explicit Loaded(const std::filesystem::path& dir, int slots = 2, int ctx = 256)
+        : config(model_config_load(dir)), weights(weights_load(config, dir)),
+          cache(config.n_layers, slots, ctx, config.n_kv_heads * config.head_dim),
+          executor(config, weights, pool, 64), forward(config, weights, cache, executor, pool, 64, 64) {}
+};
+
+std::vector<int> prompt_tokens(int n, int salt) {
+    std::vector<int> t{1};
+    for (int i = 1; i < n; i++) t.push_back(100 + (i * 7919 + salt * 104729) % 31000);
+    return t;
+}
+
+double max_abs(const std::vector<double>& v) {
+    double m = 0;
+    for (double x : v) m = std::max(m, std::fabs(x));
+    return m;
+}
+
+void check_close(const float* got, const std::vector<double>& want, int vocab) {
+    double tol = LOGIT_TOLERANCE * (1.0 + max_abs(want));
+    double worst = 0;
+    for (int v = 0; v < vocab; v++) worst = std::max(worst, std::fabs(double(got[v]) - want[v]));
+    INFO("max |engine - reference| = " << worst << ", tolerance " << tol);
+    REQUIRE(worst <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("forward pass matches the plain reference on tiny and small models", "[forward]") {
+    for (const char* preset : {"tiny", "small"}) {
+        SECTION(preset) {
+            std::filesystem::path dir = test_model_dir(preset);
+            Loaded m(dir);
+            ReferenceModel ref = ReferenceModel::load(dir);
+            std::vector<int> tokens = prompt_tokens(12, 3);
+            auto want = ref.forward(tokens);
+
+            // The whole prompt as one batch.
+            Batch batch;
+            for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
+            const float* logits = m.forward.run(batch);
+            for (size_t i = 0; i < tokens.size(); i++)
+                check_close(logits + i * m.config.vocab_size, want[i], m.config.vocab_size);
+
+            // Logits must not be flat: the reference check means something.
+            double spread = *std::max_element(want.back().begin(), want.back().end()) -
+                            *std::min_element(want.back().begin(), want.back().end());
+            REQUIRE(spread > 1.0);
+        }
+    }
+}
+
+TEST_CASE("token-by-token decode through the KV cache equals one prefill batch", "[forward]") {
+    Loaded m(test_model_dir("tiny"));
+    std::vector<int> tokens = prompt_tokens(10, 5);
+    const int vocab = m.config.vocab_size;
+    Batch batch;
+    for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
+    const float* prefill = m.forward.run(batch);
+    std::vector<float> all(prefill, prefill + tokens.size() * vocab);
+    for (int i = 0; i < int(tokens.size()); i++) {
+        batch.clear();
+        batch.add(tokens[i], i, 1, true);
+        const float* l = m.forward.run(batch);
+        float worst = 0;
+        for (int v = 0; v < vocab; v++) {
+            float want = all[size_t(i) * vocab + v];
+            worst = std::max(worst, std::fabs(l[v] - want) / (1 + std::fabs(want)));
+        }
+        REQUIRE(worst <= 1e-4f);
+    }
+}
+
+TEST_CASE("two sequences in one batch give the same logits as each alone", "[forward]") {
+    std::filesystem::path dir = test_model_dir("small");
+    Loaded m(dir);
+    ReferenceModel ref = ReferenceModel::load(dir);
+    std::vector<int> a = prompt_tokens(7, 1), b = prompt_tokens(5, 2);
+    Batch batch;
+    // Interleaved entries of two sequences, each in position order.
+    for (int i = 0; i < 7; i++) {
+        batch.add(a[i], i, 0, i == 6);
+        if (i < 5) batch.add(b[i], i, 1, i == 4);
+    }
+    const float* logits = m.forward.run(batch);
+    const int vocab = m.config.vocab_size;
+    // Entries with logits, in batch order: b's last (i=4) comes before a's last (i=6).
+    check_close(logits, ref.forward(b).back(), vocab);
+    check_close(logits + vocab, ref.forward(a).back(), vocab);
+}
+
+TEST_CASE("greedy generation equals the reference's greedy continuation for 16 tokens", "[forward]") {
+    for (const char* preset : {"tiny", "small"}) {
+        SECTION(preset) {
+            std::filesystem::path dir = test_model_dir(preset);
+            ReferenceModel ref = ReferenceModel::load(dir);
+            EngineOptions o;
+            o.model_dir = dir;
+            o.threads = 2;
+            o.ctx = 256;
+            Engine engine(o);
+            GenerateRequest req;
+            req.prompt = prompt_tokens(6, 9);
+            req.sampling.temperature = 0;
+            req.max_tokens = 16;
+            req.ignore_eos = true;
+            GenerateResult r = engine.generate(req, [](const TokenEvent&) { return true; });
+            std::vector<int> want = ref.greedy(req.prompt, 16);
+            REQUIRE(r.tokens == want);
+            REQUIRE(r.finish_reason == FinishReason::LENGTH);
+            REQUIRE(r.n_generated == 16);
+        }
+    }
+}
+
+TEST_CASE("scoring agrees with the reference's negative log-likelihood", "[forward]") {
+    std::filesystem::path dir = test_model_dir("tiny");
+    ReferenceModel ref = ReferenceModel::load(dir);
+    std::vector<int> tokens = prompt_tokens(20, 4);
+    auto logits = ref.forward(tokens);
+    double want = 0;
+    for (size_t i = 0; i + 1 < tokens.size(); i++) {
+        double mx = *std::max_element(logits[i].begin(), logits[i].end());
+        double sum = 0;
+        for (double l : logits[i]) sum += std::exp(l - mx);
+        want += std::log(sum) + mx - logits[i][tokens[i + 1]];
+    }
+    EngineOptions o;
+    o.model_dir = dir;
+    o.threads = 2;
+    o.ctx = 64;
+    Engine engine(o);
+    Engine::Score s = engine.score(tokens, 64);
+    REQUIRE(s.n_scored == long(tokens.size()) - 1);
+    REQUIRE(s.nll_sum == Approx(want).epsilon(1e-4));
+
+    // Windows of 8 overlapping by one token still score every token once.
+    Engine::Score w = engine.score(tokens, 8);
+    REQUIRE(w.n_scored == long(tokens.size()) - 1);
+}
+
+TEST_CASE("generation: prefix reuse, seeds, stop strings and cancellation", "[forward]") {
+    EngineOptions o;
+    o.model_dir = test_model_dir("tiny");
+    o.threads = 2;
+    o.ctx = 256;
+    Engine engine(o);
+    auto run = [&](GenerateRequest req) { return engine.generate(req, [](const TokenEvent&) { return true; }); };
+
+    GenerateRequest req;
+    req.prompt = prompt_tokens(30, 7);
+    req.sampling.temperature = 0.9f;
+    req.sampling.seed = 42;
+    req.max_tokens = 24;
+    req.ignore_eos = true;
+    GenerateResult first = run(req);
+    REQUIRE(first.n_cached == 0);
+
+    SECTION("same request again reuses the prompt and reproduces the output") {
+        GenerateResult again = run(req);
+        REQUIRE(again.n_cached == 29);
+        REQUIRE(again.tokens == first.tokens);
+        req.reuse_prefix = false;
+        GenerateResult fresh = run(req);
+        REQUIRE(fresh.n_cached == 0);
+        REQUIRE(fresh.tokens == first.tokens);
+    }
+    SECTION("a follow-up turn reuses the history, a different prompt does not") {
+        GenerateRequest next = req;
+        next.prompt.insert(next.prompt.end(), first.tokens.begin(), first.tokens.end());
+        next.prompt.push_back(2);
+        next.prompt.push_back(733);
+        GenerateResult turn2 = run(next);
+        // Every prompt token and every generated token but the last was run.
+        REQUIRE(turn2.n_cached == 30 + 24 - 1);
+        GenerateRequest other = req;
+        other.prompt = prompt_tokens(30, 8);
+        REQUIRE(run(other).n_cached == 1);  // shares only BOS
+    }
+    SECTION("different seeds give different text") {
+        req.sampling.seed = 43;
+        REQUIRE(run(req).tokens != first.tokens);
+    }
+    SECTION("a stop string ends the text just before it") {
+        REQUIRE(first.text.size() > 12);
+        std::string stop = first.text.substr(first.text.size() / 2, 3);
+        size_t cut = first.text.find(stop);
+        req.stop = {stop};
+        req.reuse_prefix = false;
+        std::string streamed;
+        GenerateResult r = engine.generate(req, [&](const TokenEvent& e) {
+            streamed += e.text;
+            return true;
+        });
+        REQUIRE(r.finish_reason == FinishReason::STOP);
+        REQUIRE(r.text == first.text.substr(0, cut));
+        REQUIRE(streamed == r.text);
+    }
+    SECTION("returning false from on_token cancels after that token") {
+        int calls = 0;
+        GenerateResult r = engine.generate(req, [&](const TokenEvent&) { return ++calls < 3; });
+        REQUIRE(calls == 3);
+        REQUIRE(r.n_generated == 3);
+        REQUIRE(r.finish_reason == FinishReason::CANCELLED);
+    }
+    SECTION("the streamed pieces add up to the text") {
+        std::string streamed;
+        GenerateResult r = engine.generate(req, [&](const TokenEvent& e) {
+            streamed += e.text;
+            return true;
+        });
+        REQUIRE(streamed == r.text);
+        REQUIRE(r.text == first.text);
+    }
+    SECTION("prompts that do not fit are refused") {
+        req.prompt = prompt_tokens(256, 1);
+        REQUIRE_THROWS_AS(run(req), MoeError);
+        req.prompt.clear();
+        REQUIRE_THROWS_AS(run(req), MoeError);
+    }
+}
+
+TEST_CASE("routing counts add up to tokens x top-k per layer", "[forward]") {
+    EngineOptions o;
+    o.model_dir = test_model_dir("tiny");
+    o.threads = 2;
+    o.ctx = 128;
+    Engine engine(o);
+    GenerateRequest req;
+    req.prompt = prompt_tokens(9, 2);
+    req.sampling.temperature = 0;
+    req.max_tokens = 5;
+    req.ignore_eos = true;
+    engine.generate(req, [](const TokenEvent&) { return true; });
+    RoutingCounts rc = engine.routing_counts();
+    const ModelConfig& c = engine.config();
+    REQUIRE(rc.n_layers == c.n_layers);
+    REQUIRE(rc.n_experts == c.n_experts);
+    // 9 prompt tokens + 4 decode steps (the 5th token is never run).
+    for (int l = 0; l < c.n_layers; l++) {
+        uint64_t sum = 0;
+        for (int e = 0; e < c.n_experts; e++) sum += rc.last[size_t(l) * c.n_experts + e];
+        REQUIRE(sum == uint64_t(13 * c.n_experts_active));
+    }
+}
