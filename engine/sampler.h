@@ -1,10 +1,13 @@
 // Sampling: penalties, then temperature / top-k / top-p / min-p truncation,
 // then a seeded draw. Greedy when temperature is 0. Buffers are allocated
-// once per vocabulary size: sample() never allocates.
+// once per vocabulary size: sample() never allocates. Also owns stop-string
+// matching over streamed text. Knows nothing about models or tokenizers.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 struct SamplingParams {
@@ -21,14 +24,20 @@ struct SamplingParams {
 
 class Sampler {
 public:
+    // Throws MoeError for a vocab_size < 1 or a parameter out of range
+    // (NaN temperature, top_k < 0, top_p or min_p outside [0, 1],
+    // repetition_penalty <= 0, penalty_last_n < -1).
     Sampler(const SamplingParams& params, int vocab_size);
 
-    // Picks the next token. logits (vocab_size,) are modified in place;
-    // history is every token of the sequence so far (prompt included).
+    // Picks the next token. logits (vocab_size,) are modified in place
+    // (penalties applied, NaN turned into -inf); history is every token of
+    // the sequence so far (prompt included). Throws MoeError for a history
+    // token outside the vocabulary or when every logit is -inf / NaN.
     int sample(float* logits, std::span<const int> history);
 
-    // Log-probabilities (after penalties and temperature, before truncation)
-    // of the last sample() call, for logprobs in the API.
+    // Log-probabilities (after penalties and temperature, before truncation;
+    // temperature 1 when greedy) of the last sample() call, for logprobs in
+    // the API. Throws MoeError before the first sample() or for a bad token.
     float last_logprob(int token) const;
 
     const SamplingParams& params() const { return params_; }
@@ -39,13 +48,22 @@ private:
     std::mt19937_64 rng_;
     std::vector<int> candidates_;     // token ids, vocab_size
     std::vector<float> probs_;        // vocab_size
-    std::vector<int> counts_;         // occurrences per token in the penalty window
+    std::vector<int> counts_;         // occurrences per token in the penalty window, all 0 between calls
+    std::vector<int> touched_;        // tokens with counts_ > 0 (capacity vocab_size)
     std::vector<float> logprobs_;     // vocab_size
+    bool has_logprobs_ = false;
+
+    void apply_penalties(float* logits, std::span<const int> history);
+    int draw(int n_keep);
 };
 
 // Finds stop strings across token boundaries. push() takes newly decoded text
 // and returns what may be emitted now: text that could still be the start of
-// a stop string is held back until it is certain either way.
+// a stop string is held back until it is certain either way, and so is an
+// incomplete UTF-8 sequence at the end (never emitted half a character).
+// Matching is bytewise, so a stop split inside a character still matches.
+// Empty stop strings are ignored; when several stops match, the earliest
+// start wins. After a stop, push() emits nothing and reports stopped.
 class StopMatcher {
 public:
     explicit StopMatcher(std::vector<std::string> stops);
@@ -54,10 +72,12 @@ public:
         bool stopped = false;
     };
     Result push(std::string_view text);
-    // Held-back text at the end of generation (no stop matched).
+    // Held-back text at the end of generation (no stop matched); empty after a stop.
     std::string flush();
+    bool stopped() const { return stopped_; }
 
 private:
     std::vector<std::string> stops_;
     std::string held_;
+    bool stopped_ = false;
 };
