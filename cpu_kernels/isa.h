@@ -23,13 +23,59 @@ Isa isa_active();
 
 // Per-ISA inner kernels. Each ISA translation unit fills one table; the
 // public functions in kernels.h split work across threads and call these.
+// Weights W are bf16 (n, k) row-major; y (m, n) = x (m, k) @ W^T.
 struct KernelTable {
-    // y[i, r] = x[i, :] . W[r, :] for i < m and rows r in [r0, r1); y is (m, n).
-    void (*matmul_bf16_rows)(float* y, const float* x, const bf16* w, int m, int n, int k, int r0, int r1);
+    Isa isa;
+
+    // Activations in the form matmul_rows reads (and matmul_packed when
+    // packed_x_prepared): elements of x_elem_bytes, rows x_stride(k) apart.
+    // prepare_x converts columns [c0, c1) of all m rows; c0 is a multiple of
+    // 64 and c1 is a multiple of 64 or k, so threads may convert their own
+    // slices. Null: the kernels read fp32 x as it is.
+    int x_elem_bytes;
+    int (*x_stride)(int k);
+    void (*prepare_x)(void* xp, const float* x, int m, int k, int c0, int c1);
+
+    // Small m: y[i, r] for all i < m and rows r in [r0, r1). Each W row is
+    // read once from memory; its dot products with all m tokens share it.
+    void (*matmul_rows)(float* y, const void* xp, const bf16* w, int m, int n, int k, int r0, int r1);
+
+    // Large m: y[i, c] for all i < m and columns c in [c0, c1), c0 a multiple
+    // of 64. W is converted block by block into a per-thread packed buffer
+    // and reused by a register-blocked micro-kernel over all m tokens.
+    bool packed_x_prepared;
+    int packed_min_m;  // m from which matmul_packed beats matmul_rows
+    void (*matmul_packed)(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1);
+
+    // fp32 vector helpers.
     float (*dot_f32)(const float* a, const float* b, int n);
-    // y (n,) += a * x
-    void (*axpy_f32)(float* y, float a, const float* x, int n);
+    void (*axpy_f32)(float* y, float a, const float* x, int n);  // y += a * x
+    void (*scale_f32)(float* x, float a, int n);                 // x *= a
+    float (*max_f32)(const float* x, int n);
+    float (*exp_sum_f32)(float* x, int n, float shift);  // x = exp(x - shift); returns the sum
+    void (*rmsnorm)(float* out, const float* x, const float* weight, int n, float eps);
+    void (*silu_mul)(float* a, const float* b, int n);  // a = silu(a) * b
+    // Rotate-half RoPE of n_heads vectors (head_dim) with cos/sin (head_dim/2,).
+    void (*rope)(float* x, int n_heads, int head_dim, const float* cos, const float* sin);
+
+    // Attention pieces over one kv head. s[g * s_stride + p] = scale *
+    // q_g . k_p for g < n_q, p < n_pos (q rows q_stride apart, k rows
+    // k_stride apart).
+    void (*attn_scores)(float* s, long s_stride, const float* q, long q_stride, int n_q, const float* k,
+                        long k_stride, int n_pos, int head_dim, float scale);
+    // out[g * out_stride + :] += sum_p s[g * s_stride + p] * v_p.
+    void (*attn_accum)(float* out, long out_stride, const float* s, long s_stride, int n_q, const float* v,
+                       long v_stride, int n_pos, int head_dim);
+
+    // Benchmark ceilings: a streaming read of bytes (returns a value that
+    // depends on every byte), and an FMA loop that returns its FLOP count.
+    float (*read_stream)(const void* p, long bytes);
+    double (*fma_peak)(long iterations, float* sink);
 };
 
-const KernelTable& kernel_table(Isa isa);  // only for paths built into this binary
+// Only for paths built into this binary (all four are always built).
+const KernelTable& kernel_table(Isa isa);
 const KernelTable& kernel_table_scalar();
+const KernelTable& kernel_table_avx2();
+const KernelTable& kernel_table_avx512();
+const KernelTable& kernel_table_avx512bf16();

@@ -1,90 +1,255 @@
-// Public kernel entry points: threading and dispatch to the active ISA table.
-// Element-wise ops that are not on the bandwidth-critical path stay scalar.
+// Public kernel entry points: the dispatcher. Picks the table of the active
+// ISA, chooses the rows or packed matmul path by token count, prepares
+// activations once per call and splits work over the pool. Holds no SIMD code
+// itself (compiled for baseline x86-64) and knows nothing about models.
 #include "cpu_kernels/kernels.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <vector>
 
 const KernelTable& kernel_table(Isa isa) {
     switch (isa) {
-    case Isa::SCALAR:
-    case Isa::AVX2:
-    case Isa::AVX512:
-    case Isa::AVX512BF16: break;
+    case Isa::SCALAR: return kernel_table_scalar();
+    case Isa::AVX2: return kernel_table_avx2();
+    case Isa::AVX512: return kernel_table_avx512();
+    case Isa::AVX512BF16: return kernel_table_avx512bf16();
     }
     return kernel_table_scalar();
 }
 
-static const KernelTable& active_table() { return kernel_table(isa_active()); }
+namespace {
+
+const KernelTable& active_table() { return kernel_table(isa_active()); }
+
+// Grow-only aligned buffers of the calling thread: prepared activations and
+// attention scratch. After the first calls of a given size nothing allocates.
+struct Workspace {
+    struct Free {
+        void operator()(void* p) const { std::free(p); }
+    };
+    std::unique_ptr<void, Free> p;
+    size_t bytes = 0;
+    void* get(size_t n) {
+        if (n > bytes) {
+            bytes = (n + 4095) / 4096 * 4096;
+            p.reset(std::aligned_alloc(64, bytes));
+        }
+        return p.get();
+    }
+};
+
+enum WorkspaceSlot { WS_X, WS_H, WS_ATTN, WS_COUNT };
+
+void* workspace(WorkspaceSlot slot, size_t bytes) {
+    static thread_local Workspace ws[WS_COUNT];
+    return ws[slot].get(bytes);
+}
+
+// Activations in the form the chosen path reads; x itself when it needs none.
+const void* prepared(const KernelTable& t, bool packed, WorkspaceSlot slot, const float* x, int m, int k) {
+    if (!t.prepare_x || (packed && !t.packed_x_prepared)) return x;
+    void* xp = workspace(slot, size_t(m) * t.x_stride(k) * t.x_elem_bytes);
+    t.prepare_x(xp, x, m, k, 0, k);
+    return xp;
+}
+
+// Threads split output rows / columns in multiples of 64: whole cache lines
+// of y, whole SIMD blocks for prepare_x, whole packed-path panels.
+constexpr long SPLIT_ALIGN = 64;
+
+}  // namespace
+
+void matmul_bf16(const KernelTable& t, float* y, const float* x, const bf16* w, int m, int n, int k,
+                 ThreadPool& pool) {
+    assert(m > 0 && n > 0 && k > 0);
+    bool packed = m >= t.packed_min_m;
+    const void* xa = prepared(t, packed, WS_X, x, m, k);
+    auto kernel = packed ? t.matmul_packed : t.matmul_rows;
+    pool.parallel_for(n, SPLIT_ALIGN, [&](long r0, long r1) { kernel(y, xa, w, m, n, k, int(r0), int(r1)); });
+}
 
 void matmul_bf16(float* y, const float* x, const bf16* w, int m, int n, int k, ThreadPool& pool) {
-    assert(m > 0 && n > 0 && k > 0);
-    const KernelTable& t = active_table();
-    // Rows aligned to 16 so no two threads write the same cache line of y.
-    pool.parallel_for(n, 16, [&](long r0, long r1) { t.matmul_bf16_rows(y, x, w, m, n, k, int(r0), int(r1)); });
+    matmul_bf16(active_table(), y, x, w, m, n, k, pool);
+}
+
+void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
+                     const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool) {
+    assert(m > 0 && dim > 0 && hidden > 0);
+    float* h1 = scratch;
+    float* h3 = scratch + long(m) * hidden;
+    bool packed = m >= t.packed_min_m;
+    const void* xa = prepared(t, packed, WS_X, x, m, dim);
+    auto kernel = packed ? t.matmul_packed : t.matmul_rows;
+    // The hidden activations go straight into the form the w2 pass reads:
+    // each thread prepares its own columns, so there is no extra pass.
+    bool prepare_h = t.prepare_x && (!packed || t.packed_x_prepared);
+    void* hp = prepare_h ? workspace(WS_H, size_t(m) * t.x_stride(hidden) * t.x_elem_bytes) : h1;
+    // Pass 1: w1 and w3 over the same rows, 64 rows of each in turn, then
+    // silu(h1) * h3 on this thread's columns. Pass 2: w2.
+    pool.parallel_for(hidden, SPLIT_ALIGN, [&](long r0, long r1) {
+        for (long r = r0; r < r1; r += SPLIT_ALIGN) {
+            int re = int(std::min(r1, r + SPLIT_ALIGN));
+            kernel(h1, xa, w1, m, hidden, dim, int(r), re);
+            kernel(h3, xa, w3, m, hidden, dim, int(r), re);
+        }
+        for (int i = 0; i < m; i++) t.silu_mul(h1 + long(i) * hidden + r0, h3 + long(i) * hidden + r0, int(r1 - r0));
+        if (prepare_h) t.prepare_x(hp, h1, m, hidden, int(r0), int(r1));
+    });
+    pool.parallel_for(dim, SPLIT_ALIGN, [&](long r0, long r1) { kernel(y, hp, w2, m, dim, hidden, int(r0), int(r1)); });
+}
+
+void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
+                     int hidden, float* scratch, ThreadPool& pool) {
+    expert_ffn_bf16(active_table(), y, x, w1, w3, w2, m, dim, hidden, scratch, pool);
 }
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
     assert(n > 0);
-    float ss = active_table().dot_f32(x, x, n);
-    float scale = 1.0f / std::sqrt(ss / float(n) + eps);
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+    active_table().rmsnorm(out, x, weight, n, eps);
 }
 
 void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta) {
-    assert(head_dim % 2 == 0);
+    assert(head_dim % 2 == 0 && head_dim <= 1024);
     int half = head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        // Frequencies in double: pos * freq reaches 1e5 rad at long contexts.
-        double freq = std::pow(double(theta), -2.0 * i / head_dim);
-        double angle = double(pos) * freq;
-        float c = float(std::cos(angle)), s = float(std::sin(angle));
-        for (int h = 0; h < n_heads; h++) {
-            float* v = x + long(h) * head_dim;
-            float a = v[i], b = v[i + half];
-            v[i] = a * c - b * s;
-            v[i + half] = b * c + a * s;
-        }
+    // Frequencies in double, cached per (theta, head_dim): pos * freq reaches
+    // 1e5 rad at long contexts, where fp32 angles would be off by radians.
+    static thread_local std::vector<double> freq;
+    static thread_local float freq_theta = 0.0f;
+    if (int(freq.size()) != half || freq_theta != theta) {
+        freq.resize(half);
+        for (int i = 0; i < half; i++) freq[i] = std::pow(double(theta), -2.0 * i / head_dim);
+        freq_theta = theta;
     }
+    float cs[512], sn[512];
+    for (int i = 0; i < half; i++) {
+        double angle = double(pos) * freq[i];
+        cs[i] = float(std::cos(angle));
+        sn[i] = float(std::sin(angle));
+    }
+    active_table().rope(x, n_heads, head_dim, cs, sn);
 }
 
 void softmax(float* x, int n) {
     assert(n > 0);
-    float mx = *std::max_element(x, x + n);
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        x[i] = std::exp(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = 1.0f / sum;
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    const KernelTable& t = active_table();
+    float sum = t.exp_sum_f32(x, n, t.max_f32(x, n));
+    t.scale_f32(x, 1.0f / sum, n);
 }
 
-void silu_mul(float* a, const float* b, int n) {
-    for (int i = 0; i < n; i++) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+void silu_mul(float* a, const float* b, int n) { active_table().silu_mul(a, b, n); }
+
+namespace {
+
+// Softmax-weighted sum of V for n_q query heads of one kv head over n_pos
+// positions. s: n_q x n_pos scores (overwritten).
+void attend_group(const KernelTable& t, float* out, const float* q, const float* k, const float* v, int n_pos,
+                  int n_q, int head_dim, int kv_stride, float* s) {
+    float scale = 1.0f / std::sqrt(float(head_dim));
+    t.attn_scores(s, n_pos, q, head_dim, n_q, k, kv_stride, n_pos, head_dim, scale);
+    for (int g = 0; g < n_q; g++) {
+        float* sg = s + long(g) * n_pos;
+        float sum = t.exp_sum_f32(sg, n_pos, t.max_f32(sg, n_pos));
+        t.scale_f32(sg, 1.0f / sum, n_pos);
+    }
+    std::fill(out, out + long(n_q) * head_dim, 0.0f);
+    t.attn_accum(out, head_dim, s, n_pos, n_q, v, kv_stride, n_pos, head_dim);
 }
+
+}  // namespace
 
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
                    int n_kv_heads, int head_dim, int kv_stride, float* scratch) {
-    assert(n_pos > 0 && n_heads % n_kv_heads == 0);
+    assert(n_pos > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     const KernelTable& t = active_table();
     int group = n_heads / n_kv_heads;
-    float scale = 1.0f / std::sqrt(float(head_dim));
     for (int h = 0; h < n_heads; h++) {
-        const float* qh = q + long(h) * head_dim;
         long kv_off = long(h / group) * head_dim;
-        for (int p = 0; p < n_pos; p++) scratch[p] = t.dot_f32(qh, k + long(p) * kv_stride + kv_off, head_dim) * scale;
-        softmax(scratch, n_pos);
-        float* oh = out + long(h) * head_dim;
-        std::fill(oh, oh + head_dim, 0.0f);
-        for (int p = 0; p < n_pos; p++) t.axpy_f32(oh, scratch[p], v + long(p) * kv_stride + kv_off, head_dim);
+        attend_group(t, out + long(h) * head_dim, q + long(h) * head_dim, k + kv_off, v + kv_off, n_pos, 1, head_dim,
+                     kv_stride, scratch);
     }
+}
+
+void attention_decode(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
+                      int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool) {
+    assert(n_pos > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    const KernelTable& t = active_table();
+    int group = n_heads / n_kv_heads;
+    pool.run([&](int thread) {
+        float* s = static_cast<float*>(workspace(WS_ATTN, sizeof(float) * size_t(group) * n_pos));
+        for (int j = thread; j < n_kv_heads; j += pool.size()) {
+            long off = long(j) * head_dim;
+            attend_group(t, out + off * group, q + off * group, k + off, v + off, n_pos, group, head_dim, kv_stride, s);
+        }
+    });
+}
+
+void attention_prefill(float* out, const float* q, const float* k, const float* v, int n_tokens, int pos0,
+                       int n_heads, int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool) {
+    assert(n_tokens > 0 && pos0 >= 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+    constexpr int QB = 16, KB = 64;
+    const KernelTable& t = active_table();
+    int group = n_heads / n_kv_heads;
+    int rows = QB * group;  // (token, head of the group) pairs of one task
+    long q_stride = long(n_heads) * head_dim;
+    float scale = 1.0f / std::sqrt(float(head_dim));
+    int n_qblocks = (n_tokens + QB - 1) / QB;
+    int n_tasks = n_kv_heads * n_qblocks;
+    pool.run([&](int thread) {
+        // Per task: scores s (rows, KB), running max mx and sum l (rows,),
+        // unnormalised output o (rows, head_dim).
+        size_t floats = size_t(rows) * (KB + 2 + head_dim);
+        float* s = static_cast<float*>(workspace(WS_ATTN, sizeof(float) * floats));
+        float* mx = s + long(rows) * KB;
+        float* l = mx + rows;
+        float* o = l + rows;
+        for (int task = thread; task < n_tasks; task += pool.size()) {
+            int j = task % n_kv_heads, t0 = task / n_kv_heads * QB;
+            int nt = std::min(QB, n_tokens - t0);
+            long kv_off = long(j) * head_dim;
+            std::fill(mx, mx + rows, -INFINITY);
+            std::fill(l, l + rows, 0.0f);
+            std::fill(o, o + long(rows) * head_dim, 0.0f);
+            int end = pos0 + t0 + nt;  // positions [0, end) are seen by the last token
+            for (int p0 = 0; p0 < end; p0 += KB) {
+                for (int tt = 0; tt < nt; tt++) {
+                    int nb = std::min(KB, pos0 + t0 + tt + 1 - p0);  // causal limit of this token
+                    if (nb <= 0) continue;
+                    float* st = s + long(tt) * group * KB;
+                    const float* qt = q + long(t0 + tt) * q_stride + kv_off * group;
+                    t.attn_scores(st, KB, qt, head_dim, group, k + long(p0) * kv_stride + kv_off, kv_stride, nb,
+                                  head_dim, scale);
+                    for (int g = 0; g < group; g++) {
+                        int row = tt * group + g;
+                        float* sr = st + long(g) * KB;
+                        float m_new = std::max(mx[row], t.max_f32(sr, nb));
+                        float corr = std::exp(mx[row] - m_new);
+                        l[row] = l[row] * corr + t.exp_sum_f32(sr, nb, m_new);
+                        t.scale_f32(o + long(row) * head_dim, corr, head_dim);
+                        mx[row] = m_new;
+                    }
+                    t.attn_accum(o + long(tt) * group * head_dim, head_dim, st, KB, group,
+                                 v + long(p0) * kv_stride + kv_off, kv_stride, nb, head_dim);
+                }
+            }
+            for (int tt = 0; tt < nt; tt++)
+                for (int g = 0; g < group; g++) {
+                    int row = tt * group + g;
+                    float* dst = out + long(t0 + tt) * q_stride + kv_off * group + long(g) * head_dim;
+                    float inv = 1.0f / l[row];
+                    for (int d = 0; d < head_dim; d++) dst[d] = o[long(row) * head_dim + d] * inv;
+                }
+        }
+    });
 }
 
 void top_k(int* idx, const float* x, int n, int k) {
     assert(k > 0 && k <= n);
-    // Insertion into a sorted list of k: n is the expert count (8..64).
+    // Insertion into a sorted list of k: n is the expert count (8..64), where
+    // this beats any vector selection.
     int filled = 0;
     for (int i = 0; i < n; i++) {
         int p = filled < k ? filled : k;
@@ -95,14 +260,4 @@ void top_k(int* idx, const float* x, int n, int k) {
         idx[p] = i;
         if (filled < k) filled++;
     }
-}
-
-void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
-                     int hidden, float* scratch, ThreadPool& pool) {
-    float* h1 = scratch;
-    float* h3 = scratch + long(m) * hidden;
-    matmul_bf16(h1, x, w1, m, hidden, dim, pool);
-    matmul_bf16(h3, x, w3, m, hidden, dim, pool);
-    silu_mul(h1, h3, m * hidden);
-    matmul_bf16(y, h1, w2, m, dim, hidden, pool);
 }

@@ -33,6 +33,21 @@ void silu_mul(float* a, const float* b, int n);
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
                    int n_kv_heads, int head_dim, int kv_stride, float* scratch);
 
+// attention_one for all heads with the pool: threads split the kv heads, and
+// the n_heads / n_kv_heads query heads that share a kv head read each K and V
+// row once together. Scratch is internal (per thread, grown once).
+void attention_decode(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
+                      int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool);
+
+// Causal attention of n_tokens consecutive queries of one sequence, token t
+// at position pos0 + t, against cached positions [0, pos0 + t] (the new
+// tokens' own k, v already written). q, out (n_tokens, n_heads * head_dim);
+// k, v as in attention_one with at least pos0 + n_tokens rows. Blockwise with
+// an online softmax (blocks of 16 queries x 64 positions), so memory does not
+// grow with the sequence; threads split (kv head, query block) tasks.
+void attention_prefill(float* out, const float* q, const float* k, const float* v, int n_tokens, int pos0,
+                       int n_heads, int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool);
+
 // Indices of the k largest values of x (n,), largest first; ties go to the
 // lower index. k <= n.
 void top_k(int* idx, const float* x, int n, int k);
@@ -42,3 +57,15 @@ void top_k(int* idx, const float* x, int n, int k);
 // read in place (from the memory map). scratch: 2 * m * hidden floats.
 void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
                      int hidden, float* scratch, ThreadPool& pool);
+
+// The same two entry points on a given path's table instead of the active
+// one (tests compare paths, benchmarks time each path).
+void matmul_bf16(const KernelTable& t, float* y, const float* x, const bf16* w, int m, int n, int k,
+                 ThreadPool& pool);
+void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
+                     const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool);
+
+// Bytes of weights and FLOPs of one matmul_bf16 call: the one place the
+// benchmarks and the engine's GB/s log lines take them from.
+inline double matmul_bf16_bytes(int n, int k) { return 2.0 * double(n) * k; }
+inline double matmul_bf16_flops(int m, int n, int k) { return 2.0 * double(m) * n * k; }

@@ -1,10 +1,15 @@
 // Scalar path: the reference every other ISA path is tested against, and the
-// fallback on CPUs without AVX2. Plain loops; fp32 accumulation.
+// fallback on CPUs without AVX2. Plain loops, fp32 accumulation, std::exp;
+// no blocking tricks, so that it stays obviously right.
+#include <climits>
+#include <cmath>
+
 #include "cpu_kernels/isa.h"
 
 namespace {
 
-void matmul_bf16_rows_scalar(float* y, const float* x, const bf16* w, int m, int n, int k, int r0, int r1) {
+void matmul_rows_scalar(float* y, const void* xv, const bf16* w, int m, int n, int k, int r0, int r1) {
+    const float* x = static_cast<const float*>(xv);
     for (int r = r0; r < r1; r++) {
         const bf16* wr = w + long(r) * k;
         for (int i = 0; i < m; i++) {
@@ -16,6 +21,8 @@ void matmul_bf16_rows_scalar(float* y, const float* x, const bf16* w, int m, int
     }
 }
 
+int x_stride_scalar(int k) { return k; }
+
 float dot_f32_scalar(const float* a, const float* b, int n) {
     float acc = 0.0f;
     for (int i = 0; i < n; i++) acc += a[i] * b[i];
@@ -26,9 +33,108 @@ void axpy_f32_scalar(float* y, float a, const float* x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+void scale_f32_scalar(float* x, float a, int n) {
+    for (int i = 0; i < n; i++) x[i] *= a;
+}
+
+float max_f32_scalar(const float* x, int n) {
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+float exp_sum_f32_scalar(float* x, int n, float shift) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = std::exp(x[i] - shift);
+        s += x[i];
+    }
+    return s;
+}
+
+void rmsnorm_scalar(float* out, const float* x, const float* weight, int n, float eps) {
+    float ss = dot_f32_scalar(x, x, n);
+    float scale = 1.0f / std::sqrt(ss / float(n) + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
+void silu_mul_scalar(float* a, const float* b, int n) {
+    for (int i = 0; i < n; i++) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+}
+
+void rope_scalar(float* x, int n_heads, int head_dim, const float* cos, const float* sin) {
+    int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float* v = x + long(h) * head_dim;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * cos[i] - b * sin[i];
+            v[i + half] = b * cos[i] + a * sin[i];
+        }
+    }
+}
+
+void attn_scores_scalar(float* s, long s_stride, const float* q, long q_stride, int n_q, const float* k,
+                        long k_stride, int n_pos, int head_dim, float scale) {
+    for (int g = 0; g < n_q; g++)
+        for (int p = 0; p < n_pos; p++)
+            s[g * s_stride + p] = scale * dot_f32_scalar(q + g * q_stride, k + p * k_stride, head_dim);
+}
+
+void attn_accum_scalar(float* out, long out_stride, const float* s, long s_stride, int n_q, const float* v,
+                       long v_stride, int n_pos, int head_dim) {
+    for (int g = 0; g < n_q; g++)
+        for (int p = 0; p < n_pos; p++) axpy_f32_scalar(out + g * out_stride, s[g * s_stride + p], v + p * v_stride, head_dim);
+}
+
+float read_stream_scalar(const void* p, long bytes) {
+    const uint64_t* u = static_cast<const uint64_t*>(p);
+    uint64_t acc = 0;
+    for (long i = 0; i < bytes / 8; i++) acc ^= u[i];
+    return float(acc & 0xffff);
+}
+
+double fma_peak_scalar(long iterations, float* sink) {
+    constexpr int N = 12;
+    float acc[N];
+    for (int j = 0; j < N; j++) acc[j] = float(j) * 1e-3f;
+    for (long it = 0; it < iterations; it++)
+        for (int j = 0; j < N; j++) acc[j] = acc[j] * 0.999999f + 1e-7f;
+    float s = 0.0f;
+    for (int j = 0; j < N; j++) s += acc[j];
+    *sink = s;
+    return double(iterations) * N * 2.0;
+}
+
+KernelTable make_table() {
+    KernelTable t{};
+    t.isa = Isa::SCALAR;
+    t.x_elem_bytes = 4;
+    t.x_stride = x_stride_scalar;
+    t.prepare_x = nullptr;
+    t.matmul_rows = matmul_rows_scalar;
+    // The rows loop is also the scalar "packed" path: columns are rows of W.
+    t.packed_x_prepared = false;
+    t.packed_min_m = INT_MAX;
+    t.matmul_packed = matmul_rows_scalar;
+    t.dot_f32 = dot_f32_scalar;
+    t.axpy_f32 = axpy_f32_scalar;
+    t.scale_f32 = scale_f32_scalar;
+    t.max_f32 = max_f32_scalar;
+    t.exp_sum_f32 = exp_sum_f32_scalar;
+    t.rmsnorm = rmsnorm_scalar;
+    t.silu_mul = silu_mul_scalar;
+    t.rope = rope_scalar;
+    t.attn_scores = attn_scores_scalar;
+    t.attn_accum = attn_accum_scalar;
+    t.read_stream = read_stream_scalar;
+    t.fma_peak = fma_peak_scalar;
+    return t;
+}
+
 }  // namespace
 
 const KernelTable& kernel_table_scalar() {
-    static const KernelTable table{matmul_bf16_rows_scalar, dot_f32_scalar, axpy_f32_scalar};
+    static const KernelTable table = make_table();
     return table;
 }

@@ -1,54 +1,82 @@
-// Fork/join pool: workers spin briefly on a generation counter (a decode step
-// forks dozens of times, and a sleeping wake-up costs tens of microseconds),
-// then fall back to a condition variable so an idle server uses no CPU.
+// Fork/join pool. A fork bumps a generation counter; workers spin on it for a
+// while after each job (a decode step forks dozens of times, and waking a
+// sleeping thread costs tens of microseconds), then sleep on a futex so an
+// idle server uses no CPU. The join is a counter the caller spins on. The
+// futex calls happen only when someone actually sleeps.
 #include "cpu_kernels/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <fstream>
+#include <linux/futex.h>
 #include <set>
 #include <string>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <utility>
 
 namespace {
-constexpr int SPIN_ITERATIONS = 20000;
+
+// How long an idle worker spins before it sleeps, and how long the caller
+// spins on the join before it sleeps.
+constexpr auto SPIN_TIME = std::chrono::microseconds(200);
+
+void cpu_relax() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
 }
+
+void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* addr) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Spins until pred() holds or SPIN_TIME has passed; returns pred().
+template <class Pred>
+bool spin_until(Pred pred) {
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0;; i++) {
+        if (pred()) return true;
+        cpu_relax();
+        if ((i & 255) == 255 && std::chrono::steady_clock::now() - start > SPIN_TIME) return pred();
+    }
+}
+
+}  // namespace
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex needs a plain 32-bit word");
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
     for (int i = 1; i < n_threads_; i++) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
-    {
-        std::lock_guard lock(mutex_);
-        stop_ = true;
-        generation_++;
-    }
-    wake_.notify_all();
+    stop_.store(true);
+    generation_.fetch_add(1);
+    futex_wake_all(&generation_);
     for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker(int index) {
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        const std::function<void(int)>* job = nullptr;
-        for (int spin = 0; spin < SPIN_ITERATIONS; spin++) {
-            if (__atomic_load_n(&generation_, __ATOMIC_ACQUIRE) != seen) break;
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
+        auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+        if (!spin_until(changed)) {
+            // seq_cst pairs with run(): either run() sees a sleeper and wakes
+            // us, or futex_wait sees the new generation and returns at once.
+            sleepers_.fetch_add(1);
+            while (generation_.load() == seen) futex_wait(&generation_, seen);
+            sleepers_.fetch_sub(1);
         }
-        {
-            std::unique_lock lock(mutex_);
-            wake_.wait(lock, [&] { return generation_ != seen; });
-            seen = generation_;
-            if (stop_) return;
-            job = job_;
-        }
-        (*job)(index);
-        {
-            std::lock_guard lock(mutex_);
-            if (--pending_ == 0) done_.notify_one();
-        }
+        seen = generation_.load(std::memory_order_acquire);
+        if (stop_.load()) return;
+        (*job_)(index);
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && caller_sleeping_.load()) futex_wake_all(&pending_);
     }
 }
 
@@ -57,16 +85,17 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
         fn(0);
         return;
     }
-    {
-        std::lock_guard lock(mutex_);
-        job_ = &fn;
-        pending_ = n_threads_ - 1;
-        __atomic_store_n(&generation_, generation_ + 1, __ATOMIC_RELEASE);
-    }
-    wake_.notify_all();
+    job_ = &fn;
+    pending_.store(uint32_t(n_threads_ - 1), std::memory_order_relaxed);
+    generation_.fetch_add(1);  // seq_cst: publishes job_ and pending_
+    if (sleepers_.load() > 0) futex_wake_all(&generation_);
     fn(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(done)) {
+        caller_sleeping_.store(1);
+        for (uint32_t p; (p = pending_.load()) != 0;) futex_wait(&pending_, p);
+        caller_sleeping_.store(0);
+    }
 }
 
 void ThreadPool::parallel_for(long n, long align, const std::function<void(long, long)>& fn) {

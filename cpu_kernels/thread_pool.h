@@ -4,9 +4,8 @@
 // own contiguous slice of weights. Must not know what a model is.
 #pragma once
 #include <atomic>
-#include <condition_variable>
+#include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -21,6 +20,8 @@ public:
 
     // Calls fn(thread_index) once on each of the size() threads and returns
     // when all have finished. Not reentrant: fn must not call run() again.
+    // A fork/join costs a few microseconds while the workers are spinning
+    // (they spin for about SPIN_US after each job, then sleep on a futex).
     void run(const std::function<void(int)>& fn);
 
     // Splits [0, n) into size() contiguous ranges, aligned to `align`, and
@@ -32,13 +33,14 @@ private:
 
     int n_threads_;
     std::vector<std::thread> workers_;
-    std::mutex mutex_;
-    std::condition_variable wake_;
-    std::condition_variable done_;
     const std::function<void(int)>* job_ = nullptr;
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stop_ = false;
+    // Each on its own cache line: the caller writes generation_, workers
+    // write pending_.
+    alignas(64) std::atomic<uint32_t> generation_{0};
+    std::atomic<int> sleepers_{0};
+    alignas(64) std::atomic<uint32_t> pending_{0};
+    std::atomic<int> caller_sleeping_{0};
+    std::atomic<bool> stop_{false};
 };
 
 // Physical cores of this machine (hyper-threads not counted), at least 1.

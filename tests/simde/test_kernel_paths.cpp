@@ -1,0 +1,215 @@
+// The public entry points of cpu_kernels/kernels.h: thread splitting, the
+// rows / packed choice, the fused expert, attention (decode and blockwise
+// prefill), softmax, RoPE and top-k, against straightforward references.
+// Table-taking overloads run every table (SIMDe ones included); the
+// active-table functions run under every native path via isa_select.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu_kernels/kernels.h"
+#include "simde/simde_tables.h"
+
+namespace {
+
+std::vector<float> rand_f32(std::mt19937& rng, size_t n, float scale = 1.0f) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+std::vector<bf16> rand_bf16(std::mt19937& rng, size_t n, float scale = 1.0f) {
+    std::vector<bf16> v(n);
+    for (auto& x : v) x = f32_to_bf16(std::uniform_real_distribution<float>(-scale, scale)(rng));
+    return v;
+}
+
+std::vector<double> matmul_ref(const float* x, const bf16* w, int m, int n, int k) {
+    std::vector<double> y(size_t(m) * n);
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < n; r++) {
+            double s = 0;
+            for (int j = 0; j < k; j++) s += double(bf16_to_f32(w[size_t(r) * k + j])) * x[size_t(i) * k + j];
+            y[size_t(i) * n + r] = s;
+        }
+    return y;
+}
+
+double tol_for(const KernelTable& t, int k) {
+    return (t.isa == Isa::AVX512BF16 ? 4e-3 : 2e-5) * std::sqrt(double(k)) + 1e-6;
+}
+
+// Runs the body once under each native path the CPU supports, then restores.
+template <class F>
+void for_each_native_isa(F body) {
+    Isa saved = isa_active();
+    for (Isa isa : {Isa::SCALAR, Isa::AVX2, Isa::AVX512, Isa::AVX512BF16}) {
+        if (!isa_select(isa)) continue;
+        INFO("isa " << isa_name(isa));
+        body(isa);
+    }
+    isa_select(saved);
+}
+
+// Naive attention of one query vector set at positions [0, n_pos).
+std::vector<double> attention_ref(const float* q, const float* k, const float* v, int n_pos, int n_heads,
+                                  int n_kv_heads, int head_dim, int kv_stride) {
+    std::vector<double> out(size_t(n_heads) * head_dim);
+    int group = n_heads / n_kv_heads;
+    for (int h = 0; h < n_heads; h++) {
+        int j = h / group;
+        std::vector<double> s(n_pos);
+        double mx = -1e300;
+        for (int p = 0; p < n_pos; p++) {
+            double d = 0;
+            for (int e = 0; e < head_dim; e++) d += double(q[h * head_dim + e]) * k[size_t(p) * kv_stride + j * head_dim + e];
+            s[p] = d / std::sqrt(double(head_dim));
+            mx = std::max(mx, s[p]);
+        }
+        double sum = 0;
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int p = 0; p < n_pos; p++)
+            for (int e = 0; e < head_dim; e++)
+                out[size_t(h) * head_dim + e] += s[p] / sum * v[size_t(p) * kv_stride + j * head_dim + e];
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("matmul_bf16 splits rows and columns correctly over threads", "[kernels]") {
+    std::mt19937 rng(10);
+    ThreadPool pool2(2), pool3(3);
+    for (const auto& [name, t] : tables_under_test()) {
+        for (ThreadPool* pool : {&pool2, &pool3})
+            for (int m : {1, 2, 7, t->packed_min_m, 20})
+                for (auto [n, k] : {std::pair{1, 1}, std::pair{130, 67}, std::pair{300, 129}}) {
+                    INFO(name << " threads " << pool->size() << " m " << m << " n " << n << " k " << k);
+                    auto x = rand_f32(rng, size_t(m) * k);
+                    auto w = rand_bf16(rng, size_t(n) * k);
+                    std::vector<float> y(size_t(m) * n, NAN);
+                    matmul_bf16(*t, y.data(), x.data(), w.data(), m, n, k, *pool);
+                    auto ref = matmul_ref(x.data(), w.data(), m, n, k);
+                    for (size_t e = 0; e < y.size(); e++) REQUIRE(std::abs(y[e] - ref[e]) <= tol_for(*t, k));
+                }
+    }
+}
+
+TEST_CASE("expert_ffn_bf16 equals silu(x W1) * (x W3) then W2", "[kernels]") {
+    std::mt19937 rng(11);
+    ThreadPool pool(2);
+    for (const auto& [name, t] : tables_under_test()) {
+        for (int m : {1, 3, t->packed_min_m + 1})
+            for (auto [dim, hidden] : {std::pair{64, 200}, std::pair{100, 130}}) {
+                INFO(name << " m " << m << " dim " << dim << " hidden " << hidden);
+                auto x = rand_f32(rng, size_t(m) * dim);
+                auto w1 = rand_bf16(rng, size_t(hidden) * dim), w3 = rand_bf16(rng, size_t(hidden) * dim);
+                auto w2 = rand_bf16(rng, size_t(dim) * hidden);
+                std::vector<float> y(size_t(m) * dim), scratch(2 * size_t(m) * hidden);
+                expert_ffn_bf16(*t, y.data(), x.data(), w1.data(), w3.data(), w2.data(), m, dim, hidden,
+                                scratch.data(), pool);
+                auto a = matmul_ref(x.data(), w1.data(), m, hidden, dim);
+                auto b = matmul_ref(x.data(), w3.data(), m, hidden, dim);
+                std::vector<float> h(a.size());
+                for (size_t e = 0; e < h.size(); e++) h[e] = float(a[e] / (1.0 + std::exp(-a[e])) * b[e]);
+                auto ref = matmul_ref(h.data(), w2.data(), m, dim, hidden);
+                // |h| reaches ~sqrt(dim) / 3, so scale the matmul tolerance by it.
+                double tol = tol_for(*t, hidden) * (1.0 + std::sqrt(double(dim))) * 2.0;
+                for (size_t e = 0; e < y.size(); e++) REQUIRE(std::abs(y[e] - ref[e]) <= tol);
+            }
+    }
+}
+
+TEST_CASE("attention_one and attention_decode match naive attention", "[kernels]") {
+    std::mt19937 rng(12);
+    ThreadPool pool(2);
+    for_each_native_isa([&](Isa) {
+        for (auto [n_heads, n_kv_heads, head_dim] : {std::tuple{4, 4, 16}, std::tuple{8, 2, 64}, std::tuple{6, 3, 10}})
+            for (int n_pos : {1, 5, 70}) {
+                int kv_stride = n_kv_heads * head_dim + 5;
+                auto q = rand_f32(rng, size_t(n_heads) * head_dim, 2.0f);
+                auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
+                auto ref = attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim, kv_stride);
+                std::vector<float> out(ref.size()), out2(ref.size()), scratch(n_pos);
+                attention_one(out.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim, kv_stride,
+                              scratch.data());
+                attention_decode(out2.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
+                                 kv_stride, pool);
+                for (size_t e = 0; e < ref.size(); e++) {
+                    REQUIRE(std::abs(out[e] - ref[e]) <= 1e-5);
+                    REQUIRE(std::abs(out2[e] - ref[e]) <= 1e-5);
+                }
+            }
+    });
+}
+
+TEST_CASE("attention_prefill is causal attention of each token", "[kernels]") {
+    std::mt19937 rng(13);
+    ThreadPool pool(2);
+    for_each_native_isa([&](Isa) {
+        for (auto [n_tokens, pos0] : {std::pair{1, 0}, std::pair{5, 0}, std::pair{37, 0}, std::pair{20, 100}, std::pair{70, 3}}) {
+            int n_heads = 8, n_kv_heads = 2, head_dim = 32, kv_stride = n_kv_heads * head_dim;
+            int n_pos = pos0 + n_tokens;
+            long qs = long(n_heads) * head_dim;
+            auto q = rand_f32(rng, size_t(n_tokens) * qs, 2.0f);
+            auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
+            std::vector<float> out(size_t(n_tokens) * qs);
+            attention_prefill(out.data(), q.data(), k.data(), v.data(), n_tokens, pos0, n_heads, n_kv_heads, head_dim,
+                              kv_stride, pool);
+            for (int t = 0; t < n_tokens; t++) {
+                INFO("tokens " << n_tokens << " pos0 " << pos0 << " token " << t);
+                auto ref = attention_ref(q.data() + t * qs, k.data(), v.data(), pos0 + t + 1, n_heads, n_kv_heads,
+                                         head_dim, kv_stride);
+                for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(out[t * qs + e] - ref[e]) <= 1e-5);
+            }
+        }
+    });
+}
+
+TEST_CASE("softmax, rmsnorm, silu_mul, rope and top_k under every native path", "[kernels]") {
+    std::mt19937 rng(14);
+    for_each_native_isa([&](Isa) {
+        for (int n : {1, 7, 32, 33, 200}) {
+            auto x = rand_f32(rng, n, 30.0f);
+            double mx = *std::max_element(x.begin(), x.end()), sum = 0;
+            for (float a : x) sum += std::exp(a - mx);
+            auto y = x;
+            softmax(y.data(), n);
+            for (int i = 0; i < n; i++) REQUIRE(y[i] == Approx(std::exp(x[i] - mx) / sum).margin(1e-7).epsilon(1e-5));
+
+            auto w = rand_f32(rng, n);
+            double ss = 0;
+            for (float a : x) ss += double(a) * a;
+            std::vector<float> r(n);
+            rmsnorm(r.data(), x.data(), w.data(), n, 1e-5f);
+            for (int i = 0; i < n; i++) REQUIRE(r[i] == Approx(x[i] / std::sqrt(ss / n + 1e-5) * w[i]).epsilon(1e-5).margin(1e-6));
+
+            auto a = rand_f32(rng, n, 10.0f), b = rand_f32(rng, n), c = a;
+            silu_mul(c.data(), b.data(), n);
+            for (int i = 0; i < n; i++) REQUIRE(c[i] == Approx(a[i] / (1 + std::exp(-double(a[i]))) * b[i]).epsilon(1e-5).margin(1e-6));
+        }
+        // RoPE at a long-context position: angles from double frequencies.
+        int head_dim = 128, n_heads = 2, pos = 100000;
+        float theta = 1e6f;
+        auto x = rand_f32(rng, size_t(n_heads) * head_dim), y = x;
+        rope_rotate_half(y.data(), n_heads, head_dim, pos, theta);
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < head_dim / 2; i++) {
+                double ang = pos * std::pow(double(theta), -2.0 * i / head_dim);
+                double a = x[h * head_dim + i], b = x[h * head_dim + i + head_dim / 2];
+                REQUIRE(y[h * head_dim + i] == Approx(a * std::cos(ang) - b * std::sin(ang)).margin(1e-5));
+                REQUIRE(y[h * head_dim + i + head_dim / 2] == Approx(b * std::cos(ang) + a * std::sin(ang)).margin(1e-5));
+            }
+
+        std::vector<float> logits = {0.1f, 3.0f, -1.0f, 3.0f, 2.5f, 0.0f, 7.0f, 3.0f};
+        int idx[3];
+        top_k(idx, logits.data(), 8, 3);
+        REQUIRE(idx[0] == 6);
+        REQUIRE(idx[1] == 1);
+        REQUIRE(idx[2] == 3);
+    });
+}
