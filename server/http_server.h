@@ -1,0 +1,62 @@
+// HttpServer: the OpenAI-compatible HTTP/SSE front of one Engine. It owns the
+// cpp-httplib server and its worker threads, the bounded request queue, the
+// one engine thread that loads the model and runs tasks one at a time, the
+// metrics, auth, CORS and the embedded web UI. Requests are validated into
+// native types on the worker threads; the engine thread never sees JSON.
+// Must not do model math or read files other than the model folder.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+class Engine;
+
+struct ServerOptions {
+    std::filesystem::path model_dir;
+    std::string host = "127.0.0.1";
+    int port = 8080;                     // 0 = any free port (see port())
+    std::string api_key;                 // empty = no auth
+    int ctx = 4096;                      // KV-cache positions
+    int threads = 0;                     // engine threads; 0 = physical cores
+    int max_queue = 8;                   // requests that may wait while one runs
+    std::string cors_origin;             // empty = no CORS headers
+    size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
+    bool log_requests = true;            // one stderr line per request
+};
+
+class HttpServer {
+public:
+    // Ignores SIGPIPE process-wide: cpp-httplib writes to sockets without
+    // MSG_NOSIGNAL, and a client that hangs up must not kill the server.
+    explicit HttpServer(ServerOptions options);
+    ~HttpServer();
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
+
+    // Binds the listening socket; returns the port. Throws MoeError naming
+    // the address when it cannot.
+    int bind();
+    int port() const;
+    // Loads the model on the engine thread while already answering (/health
+    // says 503 until ready), then serves until stop(). Throws MoeError when
+    // the model failed to load.
+    void run();
+    // From any thread (a signal watcher, the engine thread): cancels the
+    // running and waiting requests and makes run() return.
+    void stop();
+    bool ready() const;
+    // The model id the API reports: the model folder's name.
+    const std::string& model_id() const;
+
+    // Runs fn on the engine thread between two requests and waits for it
+    // (benchmarks compare the engine's own speed with the HTTP path this
+    // way). Waits for the model to load first. Throws MoeError when the
+    // server stops first, or what fn threw.
+    void with_engine(const std::function<void(Engine&)>& fn);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};

@@ -1,0 +1,92 @@
+// Prometheus counters and the exposition text (see metrics.h). Every metric
+// carries HELP and TYPE lines; histogram buckets are cumulative on output.
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace {
+
+std::string number(double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.6g", x);
+    return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Metrics::count_request(const std::string& route, int status) {
+    std::lock_guard lock(mutex_);
+    requests_[{route, status}]++;
+}
+
+void Metrics::add_prompt_tokens(long n_prompt, long n_cached) {
+    std::lock_guard lock(mutex_);
+    prompt_tokens_ += uint64_t(n_prompt);
+    cached_tokens_ += uint64_t(n_cached);
+}
+
+void Metrics::add_generated_token() {
+    std::lock_guard lock(mutex_);
+    generated_tokens_++;
+}
+
+void Metrics::count_generation(const std::string& finish_reason, double prefill_tok_s, double decode_tok_s) {
+    std::lock_guard lock(mutex_);
+    generations_[finish_reason]++;
+    if (prefill_tok_s > 0) last_prefill_tok_s_ = prefill_tok_s;
+    if (decode_tok_s > 0) last_decode_tok_s_ = decode_tok_s;
+}
+
+void Metrics::observe_ttft(double seconds) {
+    std::lock_guard lock(mutex_);
+    ttft_count_++;
+    ttft_sum_ += seconds;
+    for (size_t i = 0; i < TTFT_BUCKETS.size(); i++) {
+        if (seconds <= TTFT_BUCKETS[i]) {
+            ttft_counts_[i]++;
+            break;
+        }
+    }
+}
+
+std::string Metrics::render(size_t queue_waiting, bool running) const {
+    std::lock_guard lock(mutex_);
+    std::string out;
+    header(out, "moe_http_requests_total", "counter", "HTTP requests answered, by route and status code.");
+    for (const auto& [key, n] : requests_)
+        out += "moe_http_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) +
+               "\"} " + std::to_string(n) + "\n";
+    header(out, "moe_generations_total", "counter", "Finished generations, by finish reason.");
+    for (const auto& [reason, n] : generations_)
+        out += "moe_generations_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
+    header(out, "moe_prompt_tokens_total", "counter", "Prompt tokens of generation requests.");
+    out += "moe_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
+    header(out, "moe_prompt_tokens_cached_total", "counter", "Prompt tokens whose KV cache was reused.");
+    out += "moe_prompt_tokens_cached_total " + std::to_string(cached_tokens_) + "\n";
+    header(out, "moe_generated_tokens_total", "counter", "Generated tokens (counted as they are produced).");
+    out += "moe_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
+    header(out, "moe_prompt_tokens_per_second", "gauge", "Prefill speed of the last request.");
+    out += "moe_prompt_tokens_per_second " + number(last_prefill_tok_s_) + "\n";
+    header(out, "moe_decode_tokens_per_second", "gauge", "Decode speed of the last request.");
+    out += "moe_decode_tokens_per_second " + number(last_decode_tok_s_) + "\n";
+    header(out, "moe_queue_depth", "gauge", "Requests waiting for the engine.");
+    out += "moe_queue_depth " + std::to_string(queue_waiting) + "\n";
+    header(out, "moe_requests_running", "gauge", "Requests the engine is running (0 or 1).");
+    out += std::string("moe_requests_running ") + (running ? "1" : "0") + "\n";
+    header(out, "moe_time_to_first_token_seconds", "histogram",
+           "From admission (queue wait included) to the first generated token.");
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < TTFT_BUCKETS.size(); i++) {
+        cumulative += ttft_counts_[i];
+        out += "moe_time_to_first_token_seconds_bucket{le=\"" + number(TTFT_BUCKETS[i]) + "\"} " +
+               std::to_string(cumulative) + "\n";
+    }
+    out += "moe_time_to_first_token_seconds_bucket{le=\"+Inf\"} " + std::to_string(ttft_count_) + "\n";
+    out += "moe_time_to_first_token_seconds_sum " + number(ttft_sum_) + "\n";
+    out += "moe_time_to_first_token_seconds_count " + std::to_string(ttft_count_) + "\n";
+    return out;
+}

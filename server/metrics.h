@@ -1,0 +1,42 @@
+// Server metrics in the Prometheus text format: HTTP requests by route and
+// status, prompt / cached / generated tokens, finished generations by reason,
+// the last request's prompt and decode tok/s, queue depth and a
+// time-to-first-token histogram. Thread-safe counters only; must not know
+// about HTTP types or the engine's internals.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+class Metrics {
+public:
+    // route: a known route ("/v1/chat/completions") or "other".
+    void count_request(const std::string& route, int status);
+    void add_prompt_tokens(long n_prompt, long n_cached);
+    void add_generated_token();
+    void count_generation(const std::string& finish_reason, double prefill_tok_s, double decode_tok_s);
+    void observe_ttft(double seconds);
+
+    // Prometheus exposition text; queue state is sampled by the caller.
+    std::string render(size_t queue_waiting, bool running) const;
+
+    // Upper bounds of the time-to-first-token buckets, in seconds.
+    static constexpr std::array<double, 12> TTFT_BUCKETS = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                            1.0,  2.5,   5.0,  10.0, 30.0, 60.0};
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::pair<std::string, int>, uint64_t> requests_;
+    std::map<std::string, uint64_t> generations_;
+    uint64_t prompt_tokens_ = 0;
+    uint64_t cached_tokens_ = 0;
+    uint64_t generated_tokens_ = 0;
+    double last_prefill_tok_s_ = 0;
+    double last_decode_tok_s_ = 0;
+    std::array<uint64_t, TTFT_BUCKETS.size()> ttft_counts_{};  // per bucket, not cumulative
+    uint64_t ttft_count_ = 0;
+    double ttft_sum_ = 0;
+};

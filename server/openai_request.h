@@ -1,0 +1,87 @@
+// OpenAI request parsing: validates JSON bodies of /v1/chat/completions,
+// /v1/completions, /tokenize and /detokenize into native structs early, so
+// the rest of the server never looks at JSON from a client again. Every
+// problem becomes an ApiError carrying the HTTP status and OpenAI's error
+// fields (message, type, param, code). Must not tokenize, run the model or
+// know about HTTP transport.
+#pragma once
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/chat_template.h"
+#include "engine/sampler.h"
+
+// An error answered to the client as {"error":{"message","type","param","code"}}.
+class ApiError : public std::runtime_error {
+public:
+    // type defaults from the status: "invalid_request_error" for 4xx,
+    // "server_error" for 5xx. Empty param / code become JSON null.
+    ApiError(int status, const std::string& message, std::string param = "", std::string code = "",
+             std::string type = "");
+    int status;
+    std::string type;
+    std::string param;
+    std::string code;
+};
+
+// The OpenAI error body for an ApiError.
+nlohmann::json api_error_json(const ApiError& error);
+
+// True when `text` is well-formed UTF-8 (no overlongs, surrogates or code
+// points above U+10FFFF).
+bool utf8_valid(std::string_view text);
+// Replaces every ill-formed byte with U+FFFD (for token pieces that are a
+// fragment of a character).
+std::string utf8_sanitize(std::string_view text);
+
+// Request body -> JSON object: 400 for invalid UTF-8, malformed JSON or a
+// value that is not an object.
+nlohmann::json parse_json_body(const std::string& body);
+
+// Fields the chat and completion endpoints share, already range-checked.
+struct GenerationOptions {
+    SamplingParams sampling;          // SamplingParams' defaults where not given; a random seed when none
+    std::optional<int> max_tokens;    // absent: the rest of the context
+    std::vector<std::string> stop;    // at most 4, empty strings dropped
+    bool stream = false;
+    bool include_usage = false;       // stream_options.include_usage
+    bool ignore_eos = false;          // extension: keep going past end-of-sequence
+    bool cache_prompt = true;         // extension: reuse the KV cache of the previous request
+    int top_logprobs = -1;            // -1: no logprobs; else alternatives per token (chosen token always)
+};
+
+struct ChatRequest {
+    std::vector<ChatMessage> messages;  // roles system / user / assistant ("developer" -> system)
+    GenerationOptions options;
+};
+
+struct CompletionRequest {
+    std::string prompt;              // when given as text
+    std::vector<int> prompt_tokens;  // when given as token ids (used as they are, no BOS added)
+    bool has_prompt_tokens = false;
+    GenerationOptions options;
+};
+
+// ctx bounds max_tokens; vocab_size bounds token ids.
+ChatRequest chat_request_parse(const nlohmann::json& body, int ctx);
+CompletionRequest completion_request_parse(const nlohmann::json& body, int ctx, int vocab_size);
+
+// The messages array alone (also used by /tokenize).
+std::vector<ChatMessage> chat_messages_parse(const nlohmann::json& body);
+
+struct TokenizeRequest {
+    std::string content;                 // when given as text
+    std::vector<ChatMessage> messages;   // when given as a chat (rendered with the template)
+    bool has_messages = false;
+    bool add_special = false;            // text: prepend BOS
+    bool with_pieces = false;            // answer [{id, piece}] instead of ids
+};
+TokenizeRequest tokenize_request_parse(const nlohmann::json& body);
+
+// {"tokens": [ids]} with every id in [0, vocab_size).
+std::vector<int> detokenize_request_parse(const nlohmann::json& body, int vocab_size);

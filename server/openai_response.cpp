@@ -1,0 +1,168 @@
+// OpenAI response objects and SSE framing (see openai_response.h).
+#include "server/openai_response.h"
+
+#include <chrono>
+#include <mutex>
+#include <random>
+
+using json = nlohmann::json;
+
+std::string json_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_data(const json& j) { return "data: " + json_dump(j) + "\n\n"; }
+
+std::string completion_id(Endpoint endpoint) {
+    static const char ALPHABET[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static std::mutex mutex;
+    static std::mt19937_64 rng{std::random_device{}()};
+    std::string id = endpoint == Endpoint::CHAT ? "chatcmpl-" : "cmpl-";
+    std::lock_guard lock(mutex);
+    for (int i = 0; i < 24; i++) id += ALPHABET[rng() % (sizeof ALPHABET - 1)];
+    return id;
+}
+
+const char* openai_finish_reason(FinishReason reason) {
+    return reason == FinishReason::LENGTH ? "length" : "stop";
+}
+
+json usage_json(const GenerateResult& r) {
+    return json{{"prompt_tokens", r.n_prompt},
+                {"completion_tokens", r.n_generated},
+                {"total_tokens", r.n_prompt + r.n_generated},
+                {"prompt_tokens_details", {{"cached_tokens", r.n_cached}}}};
+}
+
+json timings_json(const GenerateResult& r) {
+    return json{{"prompt_n", r.n_prompt - r.n_cached},
+                {"prompt_ms", r.prefill_ms},
+                {"prompt_per_second", r.prefill_tok_s()},
+                {"cache_n", r.n_cached},
+                {"predicted_n", r.n_generated},
+                {"predicted_ms", r.decode_ms},
+                {"predicted_per_second", r.decode_tok_s()},
+                {"ttft_ms", r.ttft_ms}};
+}
+
+OpenAiResponder::OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model,
+                                 const Tokenizer& tokenizer)
+    : endpoint_(endpoint), options_(options), model_(std::move(model)), tokenizer_(&tokenizer),
+      id_(completion_id(endpoint)),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {}
+
+json OpenAiResponder::chunk(json choice) const {
+    json j{{"id", id_},
+           {"object", endpoint_ == Endpoint::CHAT ? "chat.completion.chunk" : "text_completion"},
+           {"created", created_},
+           {"model", model_},
+           {"choices", choice.is_null() ? json::array() : json::array({std::move(choice)})}};
+    if (options_.include_usage) j["usage"] = nullptr;
+    return j;
+}
+
+json OpenAiResponder::logprob_entry(int token, float logprob) const {
+    std::string raw = tokenizer_->token_bytes(token);
+    json bytes = json::array();
+    for (unsigned char c : raw) bytes.push_back(int(c));
+    return json{{"token", utf8_sanitize(raw)}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+void OpenAiResponder::add_logprobs(const TokenEvent& event) {
+    if (options_.top_logprobs < 0) return;
+    if (endpoint_ == Endpoint::CHAT) {
+        json entry = logprob_entry(event.token, event.logprob);
+        json top = json::array();
+        for (const auto& [id, lp] : event.top_logprobs) top.push_back(logprob_entry(id, lp));
+        entry["top_logprobs"] = top;
+        if (pending_logprobs_.is_null()) pending_logprobs_ = json::array();
+        pending_logprobs_.push_back(entry);
+    } else {
+        if (pending_logprobs_.is_null())
+            pending_logprobs_ = json{{"tokens", json::array()},
+                                     {"token_logprobs", json::array()},
+                                     {"top_logprobs", json::array()},
+                                     {"text_offset", json::array()}};
+        pending_logprobs_["tokens"].push_back(utf8_sanitize(tokenizer_->token_bytes(event.token)));
+        pending_logprobs_["token_logprobs"].push_back(event.logprob);
+        json top = json::object();
+        for (const auto& [id, lp] : event.top_logprobs) top[utf8_sanitize(tokenizer_->token_bytes(id))] = lp;
+        pending_logprobs_["top_logprobs"].push_back(top);
+        pending_logprobs_["text_offset"].push_back(text_length_);
+    }
+}
+
+json OpenAiResponder::take_logprobs() {
+    if (options_.top_logprobs < 0) return nullptr;
+    json taken = std::move(pending_logprobs_);
+    pending_logprobs_ = nullptr;
+    if (endpoint_ == Endpoint::CHAT) return json{{"content", taken.is_null() ? json::array() : taken}};
+    return taken;
+}
+
+std::string OpenAiResponder::start() {
+    if (!options_.stream || endpoint_ != Endpoint::CHAT) return "";
+    return sse_data(chunk(json{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}));
+}
+
+std::string OpenAiResponder::on_token(const TokenEvent& event) {
+    add_logprobs(event);
+    text_length_ += event.text.size();
+    if (!options_.stream || event.text.empty()) return "";
+    json choice = endpoint_ == Endpoint::CHAT ? json{{"index", 0}, {"delta", {{"content", event.text}}}}
+                                              : json{{"index", 0}, {"text", event.text}};
+    choice["logprobs"] = take_logprobs();
+    choice["finish_reason"] = nullptr;
+    return sse_data(chunk(std::move(choice)));
+}
+
+std::string OpenAiResponder::on_done(const GenerateResult& result) {
+    const char* reason = openai_finish_reason(result.finish_reason);
+    if (options_.stream) {
+        json choice = endpoint_ == Endpoint::CHAT ? json{{"index", 0}, {"delta", json::object()}}
+                                                  : json{{"index", 0}, {"text", ""}};
+        choice["logprobs"] = take_logprobs();
+        choice["finish_reason"] = reason;
+        json last = chunk(std::move(choice));
+        last["timings"] = timings_json(result);
+        std::string out = sse_data(last);
+        if (options_.include_usage) {
+            json usage = chunk(nullptr);
+            usage["usage"] = usage_json(result);
+            out += sse_data(usage);
+        }
+        return out + SSE_DONE;
+    }
+    json choice{{"index", 0}};
+    if (endpoint_ == Endpoint::CHAT)
+        choice["message"] = json{{"role", "assistant"}, {"content", result.text}};
+    else
+        choice["text"] = result.text;
+    choice["logprobs"] = take_logprobs();
+    choice["finish_reason"] = reason;
+    json j{{"id", id_},
+           {"object", endpoint_ == Endpoint::CHAT ? "chat.completion" : "text_completion"},
+           {"created", created_},
+           {"model", model_},
+           {"choices", json::array({std::move(choice)})},
+           {"usage", usage_json(result)},
+           {"timings", timings_json(result)}};
+    return json_dump(j);
+}
+
+std::string OpenAiResponder::on_event(const TaskEvent& event) {
+    if (finished_) return "";
+    switch (event.kind) {
+    case TaskEventKind::TOKEN: return on_token(event.token);
+    case TaskEventKind::DONE: finished_ = true; return on_done(event.result);
+    case TaskEventKind::ERROR: {
+        finished_ = true;
+        json error = api_error_json(ApiError(event.error_status, event.error));
+        return options_.stream ? sse_data(error) : json_dump(error);
+    }
+    }
+    return "";
+}

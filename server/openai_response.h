@@ -1,0 +1,68 @@
+// OpenAI response mapping: turns the engine's token events and its
+// GenerateResult into chat.completion / text_completion objects, their
+// streaming chunks (SSE "data: ...\n\n" frames ending in "data: [DONE]"),
+// usage and the timings extension. Pure text in, text out: it must not touch
+// sockets, the queue or the model.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "server/openai_request.h"
+#include "server/request_queue.h"
+
+enum class Endpoint { CHAT, COMPLETION };
+
+// Serialises with invalid UTF-8 replaced by U+FFFD (never throws on text).
+std::string json_dump(const nlohmann::json& j);
+// One server-sent event: "data: <json>\n\n".
+std::string sse_data(const nlohmann::json& j);
+inline constexpr const char* SSE_DONE = "data: [DONE]\n\n";
+
+// "chatcmpl-" / "cmpl-" followed by 24 random letters and digits.
+std::string completion_id(Endpoint endpoint);
+
+// "stop" or "length" (a cancelled generation has no client left to tell).
+const char* openai_finish_reason(FinishReason reason);
+// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}}
+nlohmann::json usage_json(const GenerateResult& result);
+// Extension in llama.cpp's names: prompt_n, prompt_ms, prompt_per_second,
+// cache_n, predicted_n, predicted_ms, predicted_per_second, ttft_ms.
+nlohmann::json timings_json(const GenerateResult& result);
+
+// Builds what one request's response body is made of from its task events.
+// Streaming: start() gives the first chunk (chat: the assistant role), each
+// token event its content chunk, DONE the finish chunk, the usage chunk when
+// asked and [DONE]. Not streaming: everything is written at DONE as one
+// object. An ERROR event becomes an OpenAI error object (in the stream as
+// one data frame).
+class OpenAiResponder {
+public:
+    OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model,
+                    const Tokenizer& tokenizer);
+
+    std::string start();
+    std::string on_event(const TaskEvent& event);
+    bool finished() const { return finished_; }
+    const std::string& id() const { return id_; }
+
+private:
+    nlohmann::json chunk(nlohmann::json choice) const;
+    nlohmann::json logprob_entry(int token, float logprob) const;
+    void add_logprobs(const TokenEvent& event);
+    nlohmann::json take_logprobs();
+    std::string on_token(const TokenEvent& event);
+    std::string on_done(const GenerateResult& result);
+
+    Endpoint endpoint_;
+    GenerationOptions options_;
+    std::string model_;
+    const Tokenizer* tokenizer_;
+    std::string id_;
+    int64_t created_;
+    bool finished_ = false;
+    size_t text_length_ = 0;           // completion logprobs: text_offset of the next token
+    nlohmann::json pending_logprobs_;  // chat: content entries; completion: the legacy object
+};
