@@ -1,0 +1,411 @@
+// The reference forward pass: config.json and safetensors parsing with
+// nlohmann::json and std::ifstream, then Hugging Face Mixtral semantics in
+// double precision, written out as plain loops. Must not include engine or
+// cpu_kernels headers, and must not be optimised at the cost of clarity.
+#include "reference_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("reference model: " + message); }
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+json read_json(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot open " + path.string());
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        fail(path.string() + ": invalid JSON: " + e.what());
+    }
+}
+
+// ---- safetensors --------------------------------------------------------------
+
+double bf16_to_double(uint16_t bits) {
+    uint32_t f = uint32_t(bits) << 16;
+    float x;
+    std::memcpy(&x, &f, 4);
+    return x;
+}
+
+double f16_to_double(uint16_t bits) {
+    int sign = bits >> 15;
+    int exponent = (bits >> 10) & 0x1F;
+    int mantissa = bits & 0x3FF;
+    double v;
+    if (exponent == 0) {
+        v = std::ldexp(double(mantissa), -24);  // zero or subnormal
+    } else if (exponent == 31) {
+        v = mantissa ? std::nan("") : INFINITY;
+    } else {
+        v = std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
+    }
+    return sign ? -v : v;
+}
+
+double f32_to_double(uint32_t bits) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    return x;
+}
+
+uint64_t load_le(const unsigned char* p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+}
+
+// ---- config -------------------------------------------------------------------
+
+int config_int(const json& j, const char* key, const fs::path& file) {
+    if (!j.contains(key)) fail(file.string() + ": missing field " + key);
+    if (!j[key].is_number_integer()) fail(file.string() + ": field " + key + " is not an integer");
+    return j[key].get<int>();
+}
+
+ReferenceConfig parse_config(const fs::path& file) {
+    json j = read_json(file);
+    if (!j.is_object()) fail(file.string() + ": not a JSON object");
+    auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+    ReferenceConfig c;
+    c.dim = config_int(j, "hidden_size", file);
+    c.hidden_dim = config_int(j, "intermediate_size", file);
+    c.n_layers = config_int(j, "num_hidden_layers", file);
+    c.n_heads = config_int(j, "num_attention_heads", file);
+    c.vocab_size = config_int(j, "vocab_size", file);
+    c.n_kv_heads = has("num_key_value_heads") ? config_int(j, "num_key_value_heads", file) : c.n_heads;
+    if (c.dim <= 0 || c.hidden_dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.vocab_size <= 0 ||
+        c.n_kv_heads <= 0) {
+        fail(file.string() + ": sizes must be positive");
+    }
+    c.head_dim = has("head_dim") ? config_int(j, "head_dim", file) : c.dim / c.n_heads;
+    if (c.head_dim <= 0 || c.head_dim % 2) fail(file.string() + ": head_dim must be positive and even");
+    if (c.n_heads % c.n_kv_heads) fail(file.string() + ": num_attention_heads not a multiple of num_key_value_heads");
+    if (has("num_local_experts")) {
+        c.n_experts = config_int(j, "num_local_experts", file);
+        c.n_experts_active = config_int(j, "num_experts_per_tok", file);
+        if (c.n_experts < 1 || c.n_experts_active < 1 || c.n_experts_active > c.n_experts) {
+            fail(file.string() + ": num_experts_per_tok must be in [1, num_local_experts]");
+        }
+    }
+    bool moe = c.n_experts > 0;
+    c.rope_theta = has("rope_theta") ? j["rope_theta"].get<double>() : (moe ? 1e6 : 1e4);
+    c.rms_norm_eps = has("rms_norm_eps") ? j["rms_norm_eps"].get<double>() : (moe ? 1e-5 : 1e-6);
+    c.tie_embeddings = has("tie_word_embeddings") && j["tie_word_embeddings"].get<bool>();
+    return c;
+}
+
+// ---- math ---------------------------------------------------------------------
+
+// W (out, in) row-major @ x (in,) -> (out,)
+std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x, int out, int in) {
+    std::vector<double> y(out, 0.0);
+    for (int o = 0; o < out; ++o) {
+        double sum = 0.0;
+        for (int i = 0; i < in; ++i) sum += w[size_t(o) * in + i] * x[i];
+        y[o] = sum;
+    }
+    return y;
+}
+
+std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+    double ss = 0.0;
+    for (double v : x) ss += v * v;
+    double scale = 1.0 / std::sqrt(ss / double(x.size()) + eps);
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * w[i];
+    return y;
+}
+
+void softmax(std::vector<double>& x) {
+    double mx = *std::max_element(x.begin(), x.end());
+    double sum = 0.0;
+    for (double& v : x) sum += v = std::exp(v - mx);
+    for (double& v : x) v /= sum;
+}
+
+double silu(double z) { return z / (1.0 + std::exp(-z)); }
+
+// down (silu(gate h) * (up h))
+std::vector<double> swiglu(const std::vector<double>& w1, const std::vector<double>& w3, const std::vector<double>& w2,
+                           const std::vector<double>& h, int dim, int hidden_dim) {
+    std::vector<double> g = matvec(w1, h, hidden_dim, dim);
+    std::vector<double> u = matvec(w3, h, hidden_dim, dim);
+    for (int i = 0; i < hidden_dim; ++i) g[i] = silu(g[i]) * u[i];
+    return matvec(w2, g, dim, hidden_dim);
+}
+
+}  // namespace
+
+std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) fail("cannot open " + file.string());
+    std::error_code ec;
+    uint64_t file_size = fs::file_size(file, ec);
+    if (ec || file_size < 8) fail(file.string() + ": too short for a safetensors header");
+    unsigned char len_bytes[8];
+    in.read(reinterpret_cast<char*>(len_bytes), 8);
+    uint64_t header_len = load_le(len_bytes, 8);
+    if (header_len > file_size - 8) fail(file.string() + ": header length " + std::to_string(header_len) + " past end of file");
+    std::string header(header_len, '\0');
+    in.read(header.data(), std::streamsize(header_len));
+    if (!in) fail(file.string() + ": cannot read header");
+    json j;
+    try {
+        j = json::parse(header);
+    } catch (const json::exception& e) {
+        fail(file.string() + ": invalid header JSON: " + e.what());
+    }
+    if (!j.is_object()) fail(file.string() + ": header is not a JSON object");
+    const uint64_t data_start = 8 + header_len;
+    const uint64_t data_size = file_size - data_start;
+
+    std::map<std::string, ReferenceTensor> tensors;
+    for (const auto& [name, info] : j.items()) {
+        if (name == "__metadata__") continue;
+        const std::string where = file.string() + ": tensor " + name;
+        try {
+            std::string dtype = info.at("dtype").get<std::string>();
+            size_t elem = dtype == "F32" ? 4 : (dtype == "BF16" || dtype == "F16") ? 2 : 0;
+            if (!elem) fail(where + ": unsupported dtype " + dtype);
+            ReferenceTensor t;
+            uint64_t numel = 1;
+            for (const auto& d : info.at("shape")) {
+                int64_t n = d.get<int64_t>();
+                if (n < 0) fail(where + ": negative dimension");
+                t.shape.push_back(n);
+                numel *= uint64_t(n);
+            }
+            uint64_t begin = info.at("data_offsets").at(0).get<uint64_t>();
+            uint64_t end = info.at("data_offsets").at(1).get<uint64_t>();
+            if (end < begin || end > data_size) fail(where + ": data offsets past end of file");
+            if (end - begin != numel * elem) fail(where + ": data size does not match shape " + shape_str(t.shape));
+            std::vector<unsigned char> bytes(end - begin);
+            in.seekg(std::streamoff(data_start + begin));
+            in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+            if (!in) fail(where + ": cannot read data");
+            t.data.resize(numel);
+            for (uint64_t i = 0; i < numel; ++i) {
+                const unsigned char* p = bytes.data() + i * elem;
+                if (dtype == "F32") t.data[i] = f32_to_double(uint32_t(load_le(p, 4)));
+                if (dtype == "BF16") t.data[i] = bf16_to_double(uint16_t(load_le(p, 2)));
+                if (dtype == "F16") t.data[i] = f16_to_double(uint16_t(load_le(p, 2)));
+            }
+            tensors[name] = std::move(t);
+        } catch (const json::exception& e) {
+            fail(where + ": malformed header entry: " + e.what());
+        }
+    }
+    return tensors;
+}
+
+void reference_rope(double* v, int head_dim, int pos, double theta) {
+    int half = head_dim / 2;
+    for (int i = 0; i < half; ++i) {
+        double freq = std::pow(theta, -2.0 * i / head_dim);
+        double angle = pos * freq;
+        double a = v[i], b = v[i + half];
+        v[i] = a * std::cos(angle) - b * std::sin(angle);
+        v[i + half] = b * std::cos(angle) + a * std::sin(angle);
+    }
+}
+
+ReferenceModel ReferenceModel::load(const fs::path& dir) {
+    ReferenceModel m;
+    m.config_ = parse_config(dir / "config.json");
+    const ReferenceConfig& c = m.config_;
+
+    std::map<std::string, ReferenceTensor> tensors;
+    std::map<std::string, std::string> tensor_file;
+    fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+        json j = read_json(index);
+        if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail(index.string() + ": missing weight_map");
+        std::set<std::string> files;
+        for (const auto& [name, f] : j["weight_map"].items()) {
+            if (!f.is_string()) fail(index.string() + ": weight_map entry " + name + " is not a file name");
+            files.insert(f.get<std::string>());
+        }
+        for (const auto& f : files) {
+            for (auto& [name, t] : reference_read_safetensors(dir / f)) {
+                tensor_file[name] = f;
+                tensors[name] = std::move(t);
+            }
+        }
+        for (const auto& [name, f] : j["weight_map"].items()) {
+            if (tensor_file[name] != f.get<std::string>()) fail(index.string() + ": tensor " + name + " not in " + f.get<std::string>());
+        }
+    } else {
+        tensors = reference_read_safetensors(dir / "model.safetensors");
+    }
+
+    auto take = [&](const std::string& name, std::vector<int64_t> shape) {
+        auto it = tensors.find(name);
+        if (it == tensors.end()) fail(dir.string() + ": missing tensor " + name);
+        if (it->second.shape != shape) {
+            fail(dir.string() + ": tensor " + name + " has shape " + shape_str(it->second.shape) + ", expected " +
+                 shape_str(shape));
+        }
+        return std::move(it->second.data);
+    };
+
+    const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = int64_t(c.n_heads) * c.head_dim,
+                  kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    m.embed_ = take("model.embed_tokens.weight", {c.vocab_size, dim});
+    for (int l = 0; l < c.n_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        Layer layer;
+        layer.attn_norm = take(p + "input_layernorm.weight", {dim});
+        layer.wq = take(p + "self_attn.q_proj.weight", {q_dim, dim});
+        layer.wk = take(p + "self_attn.k_proj.weight", {kv_dim, dim});
+        layer.wv = take(p + "self_attn.v_proj.weight", {kv_dim, dim});
+        layer.wo = take(p + "self_attn.o_proj.weight", {dim, q_dim});
+        layer.ffn_norm = take(p + "post_attention_layernorm.weight", {dim});
+        if (c.n_experts > 0) {
+            layer.gate = take(p + "block_sparse_moe.gate.weight", {c.n_experts, dim});
+            for (int e = 0; e < c.n_experts; ++e) {
+                const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+                layer.experts.push_back(
+                    {take(q + "w1.weight", {hidden, dim}), take(q + "w3.weight", {hidden, dim}), take(q + "w2.weight", {dim, hidden})});
+            }
+        } else {
+            layer.experts.push_back({take(p + "mlp.gate_proj.weight", {hidden, dim}), take(p + "mlp.up_proj.weight", {hidden, dim}),
+                                     take(p + "mlp.down_proj.weight", {dim, hidden})});
+        }
+        m.layers_.push_back(std::move(layer));
+    }
+    m.norm_ = take("model.norm.weight", {dim});
+    if (!c.tie_embeddings) m.lm_head_ = take("lm_head.weight", {c.vocab_size, dim});
+    return m;
+}
+
+std::vector<std::vector<double>> ReferenceModel::forward(const std::vector<int>& tokens) const {
+    return forward(tokens, nullptr);
+}
+
+std::vector<std::vector<double>> ReferenceModel::forward(const std::vector<int>& tokens, ReferenceRouting* routing) const {
+    std::vector<std::vector<double>> x = final_hidden(tokens, routing);
+    std::vector<std::vector<double>> logits;
+    for (const auto& h : x) logits.push_back(output_logits(h));
+    return logits;
+}
+
+std::vector<double> ReferenceModel::output_logits(const std::vector<double>& h) const {
+    return matvec(config_.tie_embeddings ? embed_ : lm_head_, h, config_.vocab_size, config_.dim);
+}
+
+std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<int>& tokens, ReferenceRouting* routing) const {
+    const ReferenceConfig& c = config_;
+    const int n = int(tokens.size());
+    const int dim = c.dim, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+    const int group = c.n_heads / c.n_kv_heads;
+    if (n == 0) fail("forward of an empty sequence");
+    if (routing) routing->assign(c.n_experts > 0 ? c.n_layers : 0, std::vector<ReferenceRoute>(n));
+
+    // x[t] = embed[token]
+    std::vector<std::vector<double>> x(n);
+    for (int t = 0; t < n; ++t) {
+        if (tokens[t] < 0 || tokens[t] >= c.vocab_size) fail("token " + std::to_string(tokens[t]) + " outside the vocabulary");
+        x[t].assign(embed_.begin() + size_t(tokens[t]) * dim, embed_.begin() + size_t(tokens[t] + 1) * dim);
+    }
+
+    for (int l = 0; l < c.n_layers; ++l) {
+        const Layer& L = layers_[l];
+
+        // Attention: q, k, v of every position first, then causal softmax.
+        std::vector<std::vector<double>> q(n), k(n), v(n);
+        for (int t = 0; t < n; ++t) {
+            std::vector<double> h = rmsnorm(x[t], L.attn_norm, c.rms_norm_eps);
+            q[t] = matvec(L.wq, h, q_dim, dim);
+            k[t] = matvec(L.wk, h, kv_dim, dim);
+            v[t] = matvec(L.wv, h, kv_dim, dim);
+            for (int head = 0; head < c.n_heads; ++head) reference_rope(&q[t][head * hd], hd, t, c.rope_theta);
+            for (int head = 0; head < c.n_kv_heads; ++head) reference_rope(&k[t][head * hd], hd, t, c.rope_theta);
+        }
+        for (int t = 0; t < n; ++t) {
+            std::vector<double> attn(q_dim, 0.0);
+            for (int head = 0; head < c.n_heads; ++head) {
+                const int kv_head = head / group;
+                std::vector<double> scores(t + 1);
+                for (int s = 0; s <= t; ++s) {
+                    double dot = 0.0;
+                    for (int i = 0; i < hd; ++i) dot += q[t][head * hd + i] * k[s][kv_head * hd + i];
+                    scores[s] = dot / std::sqrt(double(hd));
+                }
+                softmax(scores);
+                for (int s = 0; s <= t; ++s) {
+                    for (int i = 0; i < hd; ++i) attn[head * hd + i] += scores[s] * v[s][kv_head * hd + i];
+                }
+            }
+            std::vector<double> o = matvec(L.wo, attn, dim, q_dim);
+            for (int i = 0; i < dim; ++i) x[t][i] += o[i];
+        }
+
+        // Feed-forward: softmax over all experts, top-k, renormalise, weighted sum.
+        for (int t = 0; t < n; ++t) {
+            std::vector<double> h = rmsnorm(x[t], L.ffn_norm, c.rms_norm_eps);
+            std::vector<double> ffn(dim, 0.0);
+            if (c.n_experts == 0) {
+                const Expert& E = L.experts[0];
+                ffn = swiglu(E.w1, E.w3, E.w2, h, dim, c.hidden_dim);
+            } else {
+                std::vector<double> probs = matvec(L.gate, h, c.n_experts, dim);
+                softmax(probs);
+                ReferenceRoute route;
+                std::vector<bool> taken(c.n_experts, false);
+                double total = 0.0;
+                for (int j = 0; j < c.n_experts_active; ++j) {
+                    int best = -1;
+                    for (int e = 0; e < c.n_experts; ++e) {
+                        if (!taken[e] && (best < 0 || probs[e] > probs[best])) best = e;
+                    }
+                    taken[best] = true;
+                    route.experts.push_back(best);
+                    route.weights.push_back(probs[best]);
+                    total += probs[best];
+                }
+                for (double& w : route.weights) w /= total;
+                route.probs = probs;
+                for (int j = 0; j < c.n_experts_active; ++j) {
+                    const Expert& E = L.experts[route.experts[j]];
+                    std::vector<double> y = swiglu(E.w1, E.w3, E.w2, h, dim, c.hidden_dim);
+                    for (int i = 0; i < dim; ++i) ffn[i] += route.weights[j] * y[i];
+                }
+                if (routing) (*routing)[l][t] = std::move(route);
+            }
+            for (int i = 0; i < dim; ++i) x[t][i] += ffn[i];
+        }
+    }
+
+    for (int t = 0; t < n; ++t) x[t] = rmsnorm(x[t], norm_, c.rms_norm_eps);
+    return x;
+}
+
+std::vector<int> ReferenceModel::greedy(const std::vector<int>& prompt, int n) const {
+    std::vector<int> seq = prompt;
+    std::vector<int> out;
+    for (int i = 0; i < n; ++i) {
+        std::vector<double> last = output_logits(final_hidden(seq, nullptr).back());  // only the last row is needed
+        int best = int(std::max_element(last.begin(), last.end()) - last.begin());  // first max: lowest id
+        out.push_back(best);
+        seq.push_back(best);
+    }
+    return out;
+}

@@ -1,0 +1,104 @@
+// ReferenceModel: an independent, deliberately plain forward pass of a
+// Hugging Face Mixtral (or dense Mistral) checkpoint in double precision, for
+// the tests to check the engine against. It reads config.json and the
+// safetensors files itself and shares no code with engine/ or cpu_kernels/:
+// a bug there cannot hide here. It must stay simple rather than fast: no KV
+// cache (full causal attention is recomputed for every call), weights held
+// as double (8 bytes per parameter: tiny and small models only).
+// Errors are std::runtime_error with a one-line message naming the file,
+// tensor or field.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+// The fields of config.json the reference uses.
+struct ReferenceConfig {
+    int dim = 0;               // hidden_size
+    int hidden_dim = 0;        // intermediate_size
+    int n_layers = 0;          // num_hidden_layers
+    int n_heads = 0;           // num_attention_heads
+    int n_kv_heads = 0;        // num_key_value_heads (default n_heads)
+    int head_dim = 0;          // head_dim (default dim / n_heads)
+    int vocab_size = 0;
+    int n_experts = 0;         // num_local_experts; 0 = dense MistralForCausalLM
+    int n_experts_active = 0;  // num_experts_per_tok
+    double rope_theta = 0.0;   // default 1e6 (Mixtral) or 1e4 (Mistral)
+    double rms_norm_eps = 0.0; // default 1e-5 (Mixtral) or 1e-6 (Mistral)
+    bool tie_embeddings = false;  // tie_word_embeddings
+};
+
+// One tensor of a safetensors file, converted to double.
+struct ReferenceTensor {
+    std::vector<int64_t> shape;
+    std::vector<double> data;  // row-major
+};
+
+// Reads every tensor of one safetensors file (BF16, F16, F32) with plain
+// stream reads, checking the header against the file size.
+std::map<std::string, ReferenceTensor> reference_read_safetensors(const std::filesystem::path& file);
+
+// Rotate-half RoPE of one head vector v (head_dim,) at position pos, in
+// place: for i < head_dim/2, angle = pos * theta^(-2i/head_dim),
+// (v[i], v[i+half]) -> (v[i] cos - v[i+half] sin, v[i+half] cos + v[i] sin).
+void reference_rope(double* v, int head_dim, int pos, double theta);
+
+// Routing of one token in one MoE layer: the chosen experts, highest
+// probability first (ties to the lower id), their renormalised weights, and
+// the softmax over all experts they were chosen from.
+struct ReferenceRoute {
+    std::vector<int> experts;    // (n_experts_active,)
+    std::vector<double> weights; // (n_experts_active,), sum 1
+    std::vector<double> probs;   // (n_experts,)
+};
+using ReferenceRouting = std::vector<std::vector<ReferenceRoute>>;  // [layer][token]
+
+class ReferenceModel {
+public:
+    // Reads <dir>/config.json and <dir>/model.safetensors, or the shards that
+    // <dir>/model.safetensors.index.json lists; checks every tensor's shape.
+    static ReferenceModel load(const std::filesystem::path& dir);
+
+    // Logits (n_tokens, vocab_size) at every position of one sequence that
+    // starts at position 0. Throws for an empty sequence or a token outside
+    // the vocabulary. When routing is given, it receives the MoE decisions.
+    std::vector<std::vector<double>> forward(const std::vector<int>& tokens) const;
+    std::vector<std::vector<double>> forward(const std::vector<int>& tokens, ReferenceRouting* routing) const;
+
+    // The n tokens greedy decoding appends to prompt (argmax, ties to the
+    // lowest id), each step a full forward over the sequence so far.
+    std::vector<int> greedy(const std::vector<int>& prompt, int n) const;
+
+    int vocab_size() const { return config_.vocab_size; }
+    const ReferenceConfig& config() const { return config_; }
+
+private:
+    struct Expert {
+        std::vector<double> w1;  // (hidden_dim, dim) gate
+        std::vector<double> w3;  // (hidden_dim, dim) up
+        std::vector<double> w2;  // (dim, hidden_dim) down
+    };
+    struct Layer {
+        std::vector<double> attn_norm;  // (dim,)
+        std::vector<double> wq;         // (n_heads * head_dim, dim)
+        std::vector<double> wk;         // (n_kv_heads * head_dim, dim)
+        std::vector<double> wv;         // (n_kv_heads * head_dim, dim)
+        std::vector<double> wo;         // (dim, n_heads * head_dim)
+        std::vector<double> ffn_norm;   // (dim,)
+        std::vector<double> gate;       // (n_experts, dim); empty when dense
+        std::vector<Expert> experts;    // n_experts, or the one dense MLP
+    };
+
+    // Hidden states after the final norm, (n_tokens, dim).
+    std::vector<std::vector<double>> final_hidden(const std::vector<int>& tokens, ReferenceRouting* routing) const;
+    // lm_head (or the tied embedding) @ h -> (vocab_size,)
+    std::vector<double> output_logits(const std::vector<double>& h) const;
+
+    ReferenceConfig config_;
+    std::vector<double> embed_;    // (vocab_size, dim)
+    std::vector<Layer> layers_;
+    std::vector<double> norm_;     // (dim,)
+    std::vector<double> lm_head_;  // (vocab_size, dim); empty when tied to embed_
+};
