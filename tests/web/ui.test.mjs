@@ -1,0 +1,548 @@
+// Browser tests of the chat UI (ctest label "web"): headless Debian chromium,
+// driven by playwright-core, against a real `moe-server serve` on a tiny
+// synthetic model (random weights, so replies are gibberish). Registered by
+// tests/web.cmake, which passes:
+//   MOE_SERVER         the moe-server binary
+//   MOE_WEB_MODEL      a model folder made by `moe-server synth-model --preset tiny`
+//   MOE_WEB_ARTIFACTS  folder for screenshots (kept after the run)
+//   NODE_PATH          the npm prefix that holds playwright-core
+//   CHROMIUM           optional, default /usr/bin/chromium
+// Exits 77 (ctest: skipped) when playwright-core or chromium is missing.
+// Usage: node tests/web/ui.test.mjs [GROUP...]   (groups: chat stop experts errors; none: all)
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const SKIP = 77;
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SERVER = process.env.MOE_SERVER;
+const MODEL = process.env.MOE_WEB_MODEL;
+const ARTIFACTS = process.env.MOE_WEB_ARTIFACTS || path.join(os.tmpdir(), 'moe-web-artifacts');
+const READY_TIMEOUT_MS = 120_000;
+const REPLY_TIMEOUT_MS = 120_000;
+
+// createRequire: ES module imports ignore NODE_PATH, require() honours it.
+const require = createRequire(import.meta.url);
+let chromium;
+try {
+  ({ chromium } = require('playwright-core'));
+} catch {
+  console.log(`SKIP: playwright-core not found (NODE_PATH=${process.env.NODE_PATH ?? ''}); run scripts/setup_test_tools.sh`);
+  process.exit(SKIP);
+}
+if (!existsSync(CHROMIUM)) {
+  console.log(`SKIP: ${CHROMIUM} not found; run scripts/setup_test_tools.sh (installs Debian's chromium)`);
+  process.exit(SKIP);
+}
+if (!SERVER || !MODEL) {
+  console.error('MOE_SERVER and MOE_WEB_MODEL must be set (tests/web.cmake does this)');
+  process.exit(1);
+}
+mkdirSync(ARTIFACTS, { recursive: true });
+
+const GROUPS = ['chat', 'stop', 'experts', 'errors'];
+const selected = process.argv.slice(2);
+for (const g of selected) {
+  if (!GROUPS.includes(g)) {
+    console.error(`unknown group ${g}; groups: ${GROUPS.join(' ')}`);
+    process.exit(1);
+  }
+}
+// Each group is a suite with its own server and browser; unselected groups
+// are not registered at all, so they start nothing.
+function group(name, fn) {
+  if (selected.length === 0 || selected.includes(name)) describe(name, fn);
+}
+
+// ---- helpers ------------------------------------------------------------------
+
+function free_port() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts `moe-server serve` from the repository root (so a server that served
+// files from the working directory would be caught) and waits for /health 200.
+async function start_server(extra_args = []) {
+  const port = await free_port();
+  const args = ['serve', '--model', MODEL, '--port', String(port), ...extra_args];
+  const proc = spawn(SERVER, args, { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  proc.stdout.on('data', (d) => (log += d));
+  proc.stderr.on('data', (d) => (log += d));
+  const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  for (;;) {
+    if (proc.exitCode !== null || proc.signalCode !== null) {
+      throw new Error(`moe-server ${args.join(' ')} exited early (${proc.exitCode ?? proc.signalCode}):\n${log}`);
+    }
+    try {
+      const res = await fetch(`${url}/health`);
+      if (res.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`moe-server not healthy after ${READY_TIMEOUT_MS} ms:\n${log}`);
+    }
+    await sleep(200);
+  }
+  return {
+    url,
+    proc,
+    log: () => log,
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGTERM');
+        const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+    },
+  };
+}
+
+async function launch_browser() {
+  // A fresh profile per run; the flags keep chromium from phoning home (its
+  // background connections are refused here and would only add noise).
+  const profile = mkdtempSync(path.join(os.tmpdir(), 'moe-web-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 860 },
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  return {
+    context,
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+// Opens the UI on a fresh origin-scoped storage and records what the page
+// does: console errors, uncaught exceptions and every request it makes.
+async function open_ui(context, server, ready_state = 'ok') {
+  const page = await context.newPage();
+  const problems = [];
+  const requests = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`console: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+  page.on('request', (r) => requests.push(r.url()));
+  await page.goto(`${server.url}/`);
+  await page.evaluate(() => localStorage.clear());
+  await page.reload();
+  await page.locator(`#status[data-state="${ready_state}"]`).waitFor({ timeout: READY_TIMEOUT_MS });
+  return { page, problems, requests };
+}
+
+async function set_settings(page, values) {
+  await page.getByRole('button', { name: 'Settings', exact: true }).click();
+  const dialog = page.getByRole('dialog', { name: 'Settings' });
+  await dialog.waitFor();
+  for (const [label, value] of Object.entries(values)) await dialog.getByLabel(label, { exact: true }).fill(String(value));
+  await dialog.getByRole('button', { name: 'Save', exact: true }).click();
+  await dialog.waitFor({ state: 'hidden' });
+}
+
+async function send(page, text) {
+  await page.getByLabel('Message', { exact: true }).fill(text);
+  await page.keyboard.press('Enter');
+}
+
+const assistant_messages = (page) => page.locator('#messages article.msg.assistant:not(.error)');
+
+// Waits until no reply is streaming (the Send button is back).
+async function wait_idle(page, timeout = REPLY_TIMEOUT_MS) {
+  await page.locator('#send').waitFor({ state: 'visible', timeout });
+  await page.locator('#messages article.streaming').waitFor({ state: 'detached', timeout });
+}
+
+function assert_clean(problems) {
+  assert.deepEqual(problems, [], 'the page logged errors');
+}
+
+// One server and one browser for a suite's tests.
+function use_server_and_browser() {
+  const fixture = {};
+  before(async () => {
+    fixture.server = await start_server();
+    fixture.browser = await launch_browser();
+  });
+  after(async () => {
+    await fixture.browser?.close();
+    await fixture.server?.stop();
+  });
+  return fixture;
+}
+
+// ---- tests --------------------------------------------------------------------
+
+group('chat', () => {
+  const f = use_server_and_browser();
+
+  test('the page loads from the embedded bundle and only talks to the API', async () => {
+    const { page, problems, requests } = await open_ui(f.browser.context, f.server);
+    assert.equal(await page.title(), 'moe-server');
+    assert.notEqual((await page.locator('#model-name').textContent()).trim(), '');
+    assert.equal(await page.locator('#banner').isVisible(), false);
+
+    const input = page.getByLabel('Message', { exact: true });
+    const send_button = page.getByRole('button', { name: 'Send', exact: true });
+    assert.equal(await send_button.isDisabled(), true, 'Send is disabled on empty input');
+    await input.fill('   \n ');
+    assert.equal(await send_button.isDisabled(), true, 'Send is disabled on blank input');
+    await input.fill('hi');
+    assert.equal(await send_button.isDisabled(), false);
+
+    const allowed = new Set(['/', '/health', '/v1/models']);
+    for (const u of requests) {
+      const url = new URL(u);
+      assert.equal(url.origin, f.server.url, `request to another origin: ${u}`);
+      assert.ok(allowed.has(url.pathname), `unexpected request ${u}`);
+    }
+    // Static files come only from the embedded bundle, never from the disk
+    // (the server runs in the repository root).
+    for (const p of ['/CMakeLists.txt', '/web/src/main.js', '/../CMakeLists.txt', '/%2e%2e/CMakeLists.txt', '/web/dist/index.html']) {
+      const res = await fetch(f.server.url + p);
+      const body = await res.text();
+      assert.ok(!body.includes('cmake_minimum_required') && !body.includes('new App().start()'), `${p} served a file from disk`);
+    }
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('a message streams a reply rendered with its statistics', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await set_settings(page, { 'Max tokens': 48, Temperature: 0.8, Seed: 7 });
+
+    // Shift+Enter is a newline, Enter sends.
+    const input = page.getByLabel('Message', { exact: true });
+    await input.fill('Hello there,');
+    await input.press('Shift+Enter');
+    await input.pressSequentially('who are you?');
+    assert.equal(await input.inputValue(), 'Hello there,\nwho are you?');
+
+    // Count how often the reply's body is re-rendered while it streams.
+    await page.evaluate(() => {
+      window.__renders = 0;
+      new MutationObserver((records) => {
+        for (const r of records) if (r.target.closest?.('article.streaming .msg-body')) window.__renders++;
+      }).observe(document.getElementById('messages'), { childList: true, subtree: true });
+    });
+    await input.press('Enter');
+    assert.equal(await input.inputValue(), '', 'the input is cleared after sending');
+    await page.getByRole('button', { name: 'Stop', exact: true }).waitFor();
+    await wait_idle(page);
+
+    const user = page.locator('#messages article.msg.user .msg-body');
+    assert.equal(await user.textContent(), 'Hello there,\nwho are you?');
+    const reply = assistant_messages(page).last();
+    const text = (await reply.locator('.msg-body').innerText()).trim();
+    assert.ok(text.length > 0, 'the reply has text');
+    assert.ok((await page.evaluate(() => window.__renders)) >= 1, 'the reply was rendered while streaming');
+    const stats = await reply.locator('.msg-meta .stats').textContent();
+    assert.match(stats, /^\d+ tokens · TTFT [\d.]+ m?s · [\d.]+ tok\/s$/, `stats line: ${stats}`);
+    const tokens = Number(stats.match(/^(\d+)/)[1]);
+    assert.ok(tokens >= 1 && tokens <= 48, `token count ${tokens} within max tokens`);
+
+    // A second turn in the same conversation.
+    await send(page, 'Tell me more.');
+    await wait_idle(page);
+    assert.equal(await assistant_messages(page).count(), 2);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'chat-exchange.png') });
+
+    // The conversation survives a reload and is listed in the sidebar.
+    await page.reload();
+    const item = page.locator('#conv-list .conv-open');
+    assert.equal(await item.count(), 1);
+    assert.equal(await item.textContent(), 'Hello there, who are you?');
+    assert.equal(await page.locator('#messages article.msg').count(), 4);
+    await page.getByRole('button', { name: 'Settings', exact: true }).click();
+    assert.equal(await page.getByLabel('Max tokens').inputValue(), '48', 'settings persisted');
+    await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('regenerate, edit and resend, new chat and delete', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await set_settings(page, { 'Max tokens': 24 });
+    await send(page, 'First question');
+    await wait_idle(page);
+    await send(page, 'Second question');
+    await wait_idle(page);
+    assert.equal(await page.locator('#messages article.msg').count(), 4);
+
+    // Regenerate replaces the last reply.
+    await page.getByRole('button', { name: 'Regenerate this reply' }).click();
+    await wait_idle(page);
+    assert.equal(await page.locator('#messages article.msg').count(), 4);
+    assert.match(await assistant_messages(page).last().locator('.stats').textContent(), /tokens/);
+
+    // Editing the first message drops everything after it and asks again.
+    await page.getByRole('button', { name: 'Edit and resend this message' }).first().click();
+    const editor = page.getByLabel('Edit message');
+    await editor.fill('An edited first question');
+    await page.locator('.edit-form').getByRole('button', { name: 'Send', exact: true }).click();
+    await wait_idle(page);
+    const msgs = page.locator('#messages article.msg');
+    assert.equal(await msgs.count(), 2);
+    assert.equal(await msgs.first().locator('.msg-body').textContent(), 'An edited first question');
+    assert.equal(await page.locator('#conv-list .conv-open').first().textContent(), 'An edited first question');
+
+    // New chat starts empty; the old one stays listed and can be deleted.
+    await page.getByRole('button', { name: '+ New chat' }).click();
+    assert.equal(await page.locator('#messages article.msg').count(), 0);
+    assert.equal(await page.locator('#welcome').isVisible(), true);
+    await send(page, 'Another chat');
+    await wait_idle(page);
+    assert.equal(await page.locator('#conv-list li').count(), 2);
+    await page.locator('#conv-list .conv-open', { hasText: 'An edited first question' }).click();
+    assert.equal(await page.locator('#messages article.msg.user .msg-body').first().textContent(), 'An edited first question');
+    page.once('dialog', (d) => d.accept());
+    await page.getByRole('button', { name: 'Delete conversation: An edited first question' }).click();
+    assert.equal(await page.locator('#conv-list li').count(), 1);
+    assert.equal(await page.locator('#welcome').isVisible(), true);
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('Markdown is rendered, highlighted and sanitised; model HTML stays text', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    // This one reply is scripted (the tiny model only writes gibberish); the
+    // page is still the real one served by moe-server.
+    const pieces = [
+      '# Title\n\nSome **bold** text and `code`.\n\n',
+      '```python\ndef f(x):\n    return x * 2\n```\n\n',
+      '<img src=x onerror="window.__xss=1"> <script>window.__xss=2</script> ',
+      '[click](javascript:window.__xss=3) <b>raw</b>',
+    ];
+    const chunk = (delta, finish = null) =>
+      `data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const body =
+      chunk({ role: 'assistant' }) +
+      pieces.map((p) => chunk({ content: p })).join('') +
+      chunk({}, 'stop') +
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 40, total_tokens: 45 } })}\n\n` +
+      'data: [DONE]\n\n';
+    await page.route('**/v1/chat/completions', (route) =>
+      route.fulfill({ status: 200, headers: { 'Content-Type': 'text/event-stream' }, body }),
+    );
+    await send(page, 'markdown please');
+    await wait_idle(page);
+    const reply = assistant_messages(page).last().locator('.msg-body');
+    assert.equal(await reply.locator('h1').textContent(), 'Title');
+    assert.equal(await reply.locator('strong').first().textContent(), 'bold');
+    assert.ok((await reply.locator('pre code.language-python .hljs-keyword').count()) > 0, 'code is highlighted');
+    assert.equal(await reply.locator('img, script, b').count(), 0, 'no HTML from the model is interpreted');
+    const text = await reply.textContent();
+    assert.ok(text.includes('<img src=x onerror="window.__xss=1">'), 'model HTML is shown as text');
+    assert.ok(text.includes('<b>raw</b>'));
+    const href = await reply.locator('a', { hasText: 'click' }).getAttribute('href');
+    assert.ok(!href || !href.startsWith('javascript:'), `link href ${href}`);
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
+    assert.match(await assistant_messages(page).last().locator('.stats').textContent(), /^40 tokens · TTFT/);
+    await page.unroute('**/v1/chat/completions');
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('loading state while /health answers 503', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    // Model loading takes milliseconds for the tiny model, so hold /health at 503.
+    await page.route('**/health', (route) =>
+      route.fulfill({ status: 503, contentType: 'application/json', body: '{"error":{"message":"Loading model","type":"unavailable_error"}}' }),
+    );
+    await page.reload();
+    await page.locator('#status[data-state="loading"]').waitFor();
+    assert.match(await page.locator('#banner').textContent(), /loading the model/);
+    await page.getByLabel('Message', { exact: true }).fill('hello');
+    assert.equal(await page.getByRole('button', { name: 'Send', exact: true }).isDisabled(), true);
+    await page.unroute('**/health');
+    await page.locator('#status[data-state="ok"]').waitFor({ timeout: 10_000 });
+    assert.equal(await page.getByRole('button', { name: 'Send', exact: true }).isDisabled(), false);
+    assert.equal(await page.locator('#banner').isVisible(), false);
+    // The 503 responses themselves are logged by chromium; nothing else may be.
+    assert_clean(problems.filter((p) => !/503/.test(p)));
+    await page.close();
+  });
+
+  test('usable on a narrow window', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await page.setViewportSize({ width: 380, height: 720 });
+    const input = page.getByLabel('Message', { exact: true });
+    const box = await input.boundingBox();
+    assert.ok(box && box.x >= 0 && box.x + box.width <= 380 && box.y + box.height <= 720, 'the input is on screen');
+    const sidebar = page.getByRole('complementary', { name: 'Conversations' });
+    assert.equal(await sidebar.isVisible(), false, 'the sidebar is folded away');
+    await page.getByRole('button', { name: 'Show conversations' }).click();
+    await page.getByRole('button', { name: '+ New chat' }).waitFor({ state: 'visible' });
+    await page.keyboard.press('Escape');
+    await sidebar.waitFor({ state: 'hidden' });
+    await set_settings(page, { 'Max tokens': 8 });
+    await send(page, 'Hi from a phone');
+    await wait_idle(page);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 380, `no horizontal scrolling (scrollWidth ${width})`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'narrow.png') });
+    assert_clean(problems);
+    await page.close();
+  });
+});
+
+group('stop', () => {
+  const f = use_server_and_browser();
+  test('Stop halts a long generation and the server accepts the next request', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await set_settings(page, { 'Max tokens': 100000 });
+    await send(page, 'Write a very long story.');
+    const reply = assistant_messages(page).last();
+    // Stop as soon as the first words are on screen.
+    await page.waitForFunction(
+      () => document.querySelector('#messages article.streaming .msg-body')?.textContent.trim().length > 0,
+      null,
+      { timeout: REPLY_TIMEOUT_MS, polling: 10 },
+    );
+    await page.getByRole('button', { name: 'Stop', exact: true }).click();
+    await wait_idle(page, 10_000);
+    assert.equal(await reply.locator('.badge.finish-stopped').textContent(), 'stopped');
+    const stopped_text = await reply.locator('.msg-body').textContent();
+    await sleep(1000);
+    assert.equal(await reply.locator('.msg-body').textContent(), stopped_text, 'nothing arrives after Stop');
+
+    // The engine is free again: a short request completes normally.
+    await set_settings(page, { 'Max tokens': 8 });
+    const t0 = Date.now();
+    await send(page, 'Short answer please.');
+    await wait_idle(page, 60_000);
+    const last = assistant_messages(page).last();
+    assert.equal(await last.locator('.badge.finish-stopped').count(), 0);
+    assert.match(await last.locator('.stats').textContent(), /tokens/);
+    assert.ok(Date.now() - t0 < 60_000);
+    assert_clean(problems);
+    await page.close();
+  });
+});
+
+group('experts', () => {
+  const f = use_server_and_browser();
+  test('the experts panel shows routing counts after a reply', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await set_settings(page, { 'Max tokens': 16 });
+    await send(page, 'Which experts do you use?');
+    await wait_idle(page);
+    await page.getByRole('button', { name: 'Experts', exact: true }).click();
+    const panel = page.getByRole('complementary', { name: 'Experts' });
+    await panel.waitFor();
+    await panel.locator('.heatmap .cell').first().waitFor();
+
+    const info = await (await fetch(`${f.server.url}/v1/experts`)).json();
+    const cells = panel.locator('.heatmap .cell');
+    assert.equal(await cells.count(), info.layers * info.experts);
+    const counts = async () => (await cells.evaluateAll((els) => els.map((e) => Number(e.dataset.count))));
+    const total = await counts();
+    assert.ok(total.some((c) => c > 0), 'some expert has a non-zero count since start');
+    assert.equal(total.reduce((a, b) => a + b, 0), info.counts_total.flat().reduce((a, b) => a + b, 0));
+
+    await panel.getByLabel('Last reply').check();
+    const last = await counts();
+    assert.ok(last.some((c) => c > 0), 'some expert has a non-zero count in the last reply');
+    assert.ok(last.every((c, i) => c <= total[i]));
+
+    const share = await panel.locator('#share-text').textContent();
+    if (info.device === 'none') {
+      assert.match(share, /all on CPU/);
+      assert.equal(await panel.locator('.heatmap .cell.resident').count(), 0);
+    } else {
+      assert.match(share, /GPU \d+(\.\d)?%, CPU \d+(\.\d)?%/);
+      assert.equal(await panel.locator('.heatmap .cell.resident').count(), info.resident.flat().filter(Boolean).length);
+    }
+    await page.screenshot({ path: path.join(ARTIFACTS, 'experts-panel.png') });
+    assert_clean(problems);
+    await page.close();
+  });
+});
+
+group('errors', () => {
+  let browser;
+  before(async () => {
+    browser = await launch_browser();
+  });
+  after(async () => {
+    await browser?.close();
+  });
+
+  test('an API key error is shown with its message and fixed in Settings', async () => {
+    const server = await start_server(['--api-key', 'web-test-key']);
+    try {
+      const { page, problems } = await open_ui(browser.context, server, 'auth');
+      assert.match(await page.locator('#banner').textContent(), /HTTP 401.*Set the API key in Settings/);
+      await send(page, 'Hello?');
+      const error = page.locator('#messages .msg-error');
+      await error.waitFor();
+      const text = await error.textContent();
+      assert.match(text, /HTTP 401/);
+      assert.match(text, /API key in Settings/);
+      assert.equal(await error.getAttribute('role'), 'alert');
+
+      await set_settings(page, { 'API key': 'web-test-key', 'Max tokens': 8 });
+      await page.locator('#status[data-state="ok"]').waitFor();
+      await page.getByRole('button', { name: 'Retry the request' }).click();
+      await wait_idle(page);
+      assert.equal(await error.count(), 0);
+      assert.match(await assistant_messages(page).last().locator('.stats').textContent(), /tokens/);
+      // Chromium logs each failed (401) fetch; nothing else may be logged.
+      assert_clean(problems.filter((p) => !/401/.test(p)));
+      await page.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('a stopped server is reported as unreachable', async () => {
+    const server = await start_server();
+    try {
+      const { page } = await open_ui(browser.context, server);
+      await server.stop();
+      await send(page, 'Anyone there?');
+      const error = page.locator('#messages .msg-error');
+      await error.waitFor();
+      assert.match(await error.textContent(), /Server unreachable/);
+      await page.locator('#status[data-state="unreachable"]').waitFor();
+      assert.match(await page.locator('#banner').textContent(), /cannot be reached/);
+      await page.close();
+    } finally {
+      await server.stop();
+    }
+  });
+});

@@ -1,0 +1,145 @@
+// The experts panel: a layers x experts heat map of routing counts from
+// GET /v1/experts (since server start or for the last reply), the experts
+// resident on the GPU marked, and the CPU/GPU share of expert work.
+// Pure rendering from the endpoint's JSON; fetching is the caller's job.
+
+function matrix_max(rows) {
+  let max = 0;
+  for (const row of rows) for (const v of row) if (v > max) max = v;
+  return max;
+}
+
+function matrix_sum(rows) {
+  let sum = 0;
+  for (const row of rows) for (const v of row) sum += v;
+  return sum;
+}
+
+function percent(x) {
+  return `${(100 * x).toFixed(x > 0 && x < 0.01 ? 1 : 0)}%`;
+}
+
+// Square root so that rarely used experts still show against a hot one.
+function cell_alpha(count, max) {
+  return count > 0 && max > 0 ? 0.12 + 0.88 * Math.sqrt(count / max) : 0;
+}
+
+function valid_matrix(m, layers, experts) {
+  return Array.isArray(m) && m.length === layers && m.every((row) => Array.isArray(row) && row.length === experts);
+}
+
+export class ExpertsPanel {
+  constructor(els) {
+    this.els = els; // {summary, heatmap, legend, legend_max, share, share_gpu, share_cpu, share_text}
+    this.data = null;
+    this.view = 'total';
+  }
+
+  set_view(view) {
+    this.view = view === 'last' ? 'last' : 'total';
+    this.render();
+  }
+
+  show_message(text) {
+    this.data = null;
+    this.els.summary.textContent = text;
+    this.els.heatmap.replaceChildren();
+    this.els.heatmap.setAttribute('aria-label', 'Expert routing heat map (no data)');
+    this.els.legend.hidden = true;
+    this.els.share.hidden = true;
+  }
+
+  update(data) {
+    const layers = data?.layers;
+    const experts = data?.experts;
+    if (!Number.isInteger(layers) || !Number.isInteger(experts) || !valid_matrix(data.counts_total, layers, experts)) {
+      this.show_message('The server sent expert statistics this page does not understand.');
+      return;
+    }
+    this.data = data;
+    this.render();
+  }
+
+  render() {
+    const d = this.data;
+    if (!d) return;
+    const { layers, experts } = d;
+    const counts = this.view === 'last' && valid_matrix(d.counts_last, layers, experts) ? d.counts_last : d.counts_total;
+    const resident = valid_matrix(d.resident, layers, experts) ? d.resident : null;
+    const on_gpu = d.device && d.device !== 'none';
+    const max = matrix_max(counts);
+    const routed = matrix_sum(counts);
+    const n_resident = resident ? resident.reduce((n, row) => n + row.filter(Boolean).length, 0) : 0;
+
+    const scope = this.view === 'last' ? 'in the last reply' : 'since the server started';
+    const top_k = Number.isInteger(d.top_k) ? `, top-${d.top_k}` : '';
+    this.els.summary.textContent = `${layers} layers × ${experts} experts${top_k}. ${routed.toLocaleString()} expert assignments ${scope}.`;
+
+    this.render_share(d, on_gpu, n_resident, layers * experts);
+    this.render_grid(counts, resident, max, layers, experts);
+
+    this.els.legend.hidden = false;
+    this.els.legend_max.textContent = max.toLocaleString();
+    this.els.legend.querySelector('.legend-resident').hidden = !on_gpu;
+    this.els.heatmap.setAttribute(
+      'aria-label',
+      `Expert routing heat map, ${layers} layers by ${experts} experts, ${routed} assignments ${scope}, busiest expert ${max}.`,
+    );
+  }
+
+  render_share(d, on_gpu, n_resident, n_total) {
+    const { share, share_gpu, share_cpu, share_text } = this.els;
+    share.hidden = false;
+    if (!on_gpu) {
+      share_gpu.style.width = '0%';
+      share_cpu.style.width = '100%';
+      share_text.textContent = 'No GPU: all on CPU.';
+      share.dataset.device = 'none';
+      return;
+    }
+    const gpu = Math.min(1, Math.max(0, Number(d.work_share?.gpu) || 0));
+    const cpu = Math.min(1, Math.max(0, Number(d.work_share?.cpu ?? 1 - gpu) || 0));
+    share_gpu.style.width = `${100 * gpu}%`;
+    share_cpu.style.width = `${100 * cpu}%`;
+    const hit = typeof d.hit_rate === 'number' ? ` GPU hit rate ${percent(d.hit_rate)}.` : '';
+    share_text.textContent = `${d.device}: ${n_resident} of ${n_total} experts resident. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}`;
+    share.dataset.device = 'gpu';
+  }
+
+  render_grid(counts, resident, max, layers, experts) {
+    const grid = this.els.heatmap;
+    grid.style.gridTemplateColumns = `2.5em repeat(${experts}, minmax(0, 1fr))`;
+    const frag = document.createDocumentFragment();
+    const label_every = experts <= 16 ? 1 : experts <= 64 ? 8 : 16;
+
+    const corner = document.createElement('span');
+    corner.className = 'axis';
+    frag.append(corner);
+    for (let e = 0; e < experts; e++) {
+      const h = document.createElement('span');
+      h.className = 'axis col';
+      h.textContent = e % label_every === 0 ? String(e) : '';
+      frag.append(h);
+    }
+    for (let l = 0; l < layers; l++) {
+      const label = document.createElement('span');
+      label.className = 'axis row';
+      label.textContent = `L${l}`;
+      frag.append(label);
+      for (let e = 0; e < experts; e++) {
+        const count = counts[l][e];
+        const on_gpu = resident ? Boolean(resident[l][e]) : false;
+        const cell = document.createElement('span');
+        cell.className = on_gpu ? 'cell resident' : 'cell';
+        cell.dataset.layer = l;
+        cell.dataset.expert = e;
+        cell.dataset.count = count;
+        const alpha = cell_alpha(count, max);
+        if (alpha > 0) cell.style.backgroundColor = `rgba(234, 88, 12, ${alpha.toFixed(3)})`;
+        cell.title = `layer ${l}, expert ${e}: ${count.toLocaleString()} tokens${on_gpu ? ' (on GPU)' : ''}`;
+        frag.append(cell);
+      }
+    }
+    grid.replaceChildren(frag);
+  }
+}
