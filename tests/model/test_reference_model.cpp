@@ -13,13 +13,14 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "reference_model.h"
-#include "test_support.h"
+#include "support/reference_model.h"
+#include "support/test_support.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -589,4 +590,27 @@ TEST_CASE("reference: bad checkpoints are refused with a message", "[reference]"
     ReferenceModel model = ReferenceModel::load(write_model("ref-ok", config, w));
     REQUIRE_THROWS_AS(model.forward({1, s.vocab}), std::runtime_error);
     REQUIRE_THROWS_AS(model.forward({}), std::runtime_error);
+}
+
+TEST_CASE("reference: the synthetic tiny model gives finite, varied logits", "[reference]") {
+    ReferenceModel model = ReferenceModel::load(test_model_dir("tiny"));
+    REQUIRE(model.config().n_experts > 0);
+    REQUIRE(model.config().n_experts_active < model.config().n_experts);
+    const std::vector<int> tokens = {1, 415, 2936, 9060, 285, 1142, 28705};
+    ReferenceRouting routing;
+    auto logits = model.forward(tokens, &routing);
+    REQUIRE(logits.size() == tokens.size());
+    for (const auto& row : logits) {
+        REQUIRE(int(row.size()) == model.vocab_size());
+        for (double v : row) REQUIRE(std::isfinite(v));
+        double spread = *std::max_element(row.begin(), row.end()) - *std::min_element(row.begin(), row.end());
+        REQUIRE(spread > 0.1);
+    }
+    REQUIRE(max_abs_diff(logits[2], logits[5]) > 1e-3);
+    // The router uses more than one pair of experts over the layers and tokens.
+    std::set<std::vector<int>> pairs;
+    for (const auto& layer : routing) {
+        for (const auto& r : layer) pairs.insert(r.experts);
+    }
+    REQUIRE(pairs.size() > 1);
 }
