@@ -25,7 +25,7 @@
 #include "server/openai_response.h"
 #include "server/request_queue.h"
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 namespace {

@@ -17,13 +17,13 @@ ApiError::ApiError(int status_, const std::string& message, std::string param_, 
     if (type.empty()) type = status >= 500 ? "server_error" : "invalid_request_error";
 }
 
-json api_error_json(const ApiError& error) {
-    json e;
+nlohmann::ordered_json api_error_json(const ApiError& error) {
+    nlohmann::ordered_json e;
     e["message"] = error.what();
     e["type"] = error.type;
-    e["param"] = error.param.empty() ? json(nullptr) : json(error.param);
-    e["code"] = error.code.empty() ? json(nullptr) : json(error.code);
-    return json{{"error", e}};
+    e["param"] = error.param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(error.param);
+    e["code"] = error.code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(error.code);
+    return nlohmann::ordered_json{{"error", e}};
 }
 
 namespace {

@@ -30,7 +30,7 @@ public:
 };
 
 // The OpenAI error body for an ApiError.
-nlohmann::json api_error_json(const ApiError& error);
+nlohmann::ordered_json api_error_json(const ApiError& error);
 
 // True when `text` is well-formed UTF-8 (no overlongs, surrogates or code
 // points above U+10FFFF).

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <random>
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string json_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 

@@ -15,10 +15,10 @@
 
 enum class Endpoint { CHAT, COMPLETION };
 
-// Serialises with invalid UTF-8 replaced by U+FFFD (never throws on text).
-std::string json_dump(const nlohmann::json& j);
+// Serialises (keys in insertion order, as OpenAI prints them) with invalid UTF-8 replaced by U+FFFD (never throws on text).
+std::string json_dump(const nlohmann::ordered_json& j);
 // One server-sent event: "data: <json>\n\n".
-std::string sse_data(const nlohmann::json& j);
+std::string sse_data(const nlohmann::ordered_json& j);
 inline constexpr const char* SSE_DONE = "data: [DONE]\n\n";
 
 // "chatcmpl-" / "cmpl-" followed by 24 random letters and digits.
@@ -27,10 +27,10 @@ std::string completion_id(Endpoint endpoint);
 // "stop" or "length" (a cancelled generation has no client left to tell).
 const char* openai_finish_reason(FinishReason reason);
 // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details{cached_tokens}}
-nlohmann::json usage_json(const GenerateResult& result);
+nlohmann::ordered_json usage_json(const GenerateResult& result);
 // Extension in llama.cpp's names: prompt_n, prompt_ms, prompt_per_second,
 // cache_n, predicted_n, predicted_ms, predicted_per_second, ttft_ms.
-nlohmann::json timings_json(const GenerateResult& result);
+nlohmann::ordered_json timings_json(const GenerateResult& result);
 
 // Builds what one request's response body is made of from its task events.
 // Streaming: start() gives the first chunk (chat: the assistant role), each
@@ -49,10 +49,10 @@ public:
     const std::string& id() const { return id_; }
 
 private:
-    nlohmann::json chunk(nlohmann::json choice) const;
-    nlohmann::json logprob_entry(int token, float logprob) const;
+    nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
+    nlohmann::ordered_json logprob_entry(int token, float logprob) const;
     void add_logprobs(const TokenEvent& event);
-    nlohmann::json take_logprobs();
+    nlohmann::ordered_json take_logprobs();
     std::string on_token(const TokenEvent& event);
     std::string on_done(const GenerateResult& result);
 
@@ -64,5 +64,5 @@ private:
     int64_t created_;
     bool finished_ = false;
     size_t text_length_ = 0;           // completion logprobs: text_offset of the next token
-    nlohmann::json pending_logprobs_;  // chat: content entries; completion: the legacy object
+    nlohmann::ordered_json pending_logprobs_;  // chat: content entries; completion: the legacy object
 };

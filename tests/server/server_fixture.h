@@ -1,0 +1,60 @@
+// Test fixture for the HTTP tests: runs the real moe-server binary as a
+// child process on a free loopback port, waits for /health, and stops it
+// with SIGTERM. Also small helpers to talk to it (JSON requests, metrics).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <sys/types.h>
+
+class ServerProcess {
+public:
+    // model empty: no --model (the demo model). env: extra environment.
+    ServerProcess(const std::filesystem::path& model, std::vector<std::string> extra_args = {},
+                  std::map<std::string, std::string> env = {});
+    ~ServerProcess();
+    ServerProcess(const ServerProcess&) = delete;
+    ServerProcess& operator=(const ServerProcess&) = delete;
+
+    int port() const { return port_; }
+    pid_t pid() const { return pid_; }
+    // A client with generous timeouts (tests never assert on speed).
+    httplib::Client client() const;
+    // Sends `sig` and waits for the exit; returns the exit status (-1 when
+    // it died of a signal).
+    int stop(int sig = 15);
+    // What the server printed on stdout and stderr so far.
+    std::string log() const;
+
+private:
+    bool start_once(const std::filesystem::path& model, const std::vector<std::string>& extra,
+                    const std::map<std::string, std::string>& env);
+    pid_t pid_ = -1;
+    int port_ = 0;
+    std::filesystem::path log_path_;
+    int exit_status_ = 0;
+};
+
+// POST a JSON body; parses the reply when it is JSON.
+struct JsonReply {
+    int status = 0;
+    nlohmann::json body;
+    std::string raw;
+    httplib::Headers headers;
+};
+JsonReply post_json(httplib::Client& client, const std::string& path, const nlohmann::json& body,
+                    const httplib::Headers& headers = {});
+JsonReply post_raw(httplib::Client& client, const std::string& path, const std::string& body,
+                   const std::string& content_type = "application/json", const httplib::Headers& headers = {});
+JsonReply get_json(httplib::Client& client, const std::string& path, const httplib::Headers& headers = {});
+
+// The value of one sample line of /metrics ("name{labels}" exactly as
+// printed, or a bare name); -1 when absent.
+double metric_value(httplib::Client& client, const std::string& sample);
+
+// A free TCP port on 127.0.0.1 right now (it may be taken again later).
+int free_port();
