@@ -68,8 +68,8 @@ void Sampler::apply_penalties(float* logits, std::span<const int> history) {
     const float presence = params_.presence_penalty;
     const float frequency = params_.frequency_penalty;
     if (params_.penalty_last_n == 0 || (rep == 1.0f && presence == 0.0f && frequency == 0.0f)) return;
-    size_t window = params_.penalty_last_n < 0 ? history.size()
-                                               : std::min(history.size(), size_t(params_.penalty_last_n));
+    size_t window =
+        params_.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(params_.penalty_last_n));
     for (int token : history.subspan(history.size() - window)) {
         if (token < 0 || token >= vocab_size_) {
             for (int t : touched_) counts_[t] = 0;

@@ -11,14 +11,14 @@
 #include <vector>
 
 struct SamplingParams {
-    float temperature = 0.8f;        // 0 = greedy
-    int top_k = 40;                  // 0 = off
-    float top_p = 0.95f;             // 1 = off
-    float min_p = 0.05f;             // 0 = off; keep p >= min_p * p_max
-    float repetition_penalty = 1.0f; // 1 = off; divides positive logits, multiplies negative
-    float presence_penalty = 0.0f;   // subtracted once per token seen
-    float frequency_penalty = 0.0f;  // subtracted per occurrence
-    int penalty_last_n = 64;         // window of history the penalties look at; -1 = all
+    float temperature = 0.8f;         // 0 = greedy
+    int top_k = 40;                   // 0 = off
+    float top_p = 0.95f;              // 1 = off
+    float min_p = 0.05f;              // 0 = off; keep p >= min_p * p_max
+    float repetition_penalty = 1.0f;  // 1 = off; divides positive logits, multiplies negative
+    float presence_penalty = 0.0f;    // subtracted once per token seen
+    float frequency_penalty = 0.0f;   // subtracted per occurrence
+    int penalty_last_n = 64;          // window of history the penalties look at; -1 = all
     uint64_t seed = 0;
 };
 
@@ -46,11 +46,11 @@ private:
     SamplingParams params_;
     int vocab_size_;
     std::mt19937_64 rng_;
-    std::vector<int> candidates_;     // token ids, vocab_size
-    std::vector<float> probs_;        // vocab_size
-    std::vector<int> counts_;         // occurrences per token in the penalty window, all 0 between calls
-    std::vector<int> touched_;        // tokens with counts_ > 0 (capacity vocab_size)
-    std::vector<float> logprobs_;     // vocab_size
+    std::vector<int> candidates_;  // token ids, vocab_size
+    std::vector<float> probs_;     // vocab_size
+    std::vector<int> counts_;      // occurrences per token in the penalty window, all 0 between calls
+    std::vector<int> touched_;     // tokens with counts_ > 0 (capacity vocab_size)
+    std::vector<float> logprobs_;  // vocab_size
     bool has_logprobs_ = false;
 
     void apply_penalties(float* logits, std::span<const int> history);
@@ -68,7 +68,7 @@ class StopMatcher {
 public:
     explicit StopMatcher(std::vector<std::string> stops);
     struct Result {
-        std::string emit;   // safe to show the user
+        std::string emit;  // safe to show the user
         bool stopped = false;
     };
     Result push(std::string_view text);

@@ -4,20 +4,18 @@
 // relative-position property, dtypes, shards, tied and dense variants, and
 // load errors. Checkpoints are small hand-made ones written here by a
 // writer of our own, so these tests depend on nothing else in the tree.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "support/reference_model.h"
 #include "support/test_support.h"
@@ -47,7 +45,7 @@ uint16_t to_f16(float x) {
     if (x == 0.0f) return std::signbit(x) ? 0x8000 : 0;
     int exponent;
     double m = std::frexp(std::fabs(double(x)), &exponent);  // |x| = m * 2^exponent, m in [0.5, 1)
-    int e = exponent - 1 + 15;                                // biased exponent of 1.m form
+    int e = exponent - 1 + 15;                               // biased exponent of 1.m form
     REQUIRE(e >= 1);
     REQUIRE(e <= 30);
     double frac = (m * 2.0 - 1.0) * 1024.0;
@@ -97,9 +95,15 @@ struct Spec {
 };
 
 json config_of(const Spec& s) {
-    json j = {{"hidden_size", s.dim},       {"intermediate_size", s.hidden}, {"num_hidden_layers", s.layers},
-              {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim},
-              {"vocab_size", s.vocab},      {"rope_theta", s.theta},        {"rms_norm_eps", s.eps},
+    json j = {{"hidden_size", s.dim},
+              {"intermediate_size", s.hidden},
+              {"num_hidden_layers", s.layers},
+              {"num_attention_heads", s.heads},
+              {"num_key_value_heads", s.kv_heads},
+              {"head_dim", s.head_dim},
+              {"vocab_size", s.vocab},
+              {"rope_theta", s.theta},
+              {"rms_norm_eps", s.eps},
               {"tie_word_embeddings", s.tie}};
     if (s.experts > 0) {
         j["architectures"] = {"MixtralForCausalLM"};
@@ -385,7 +389,8 @@ TEST_CASE("reference: routing takes the top-k of the softmax and renormalises", 
         for (int c = 0; c < s3.heads * s3.head_dim; ++c) w3[p + "self_attn.o_proj.weight"].data[c] = 0.0f;
         auto& gate = w3[p + "block_sparse_moe.gate.weight"].data;
         for (int e = 0; e < 3; ++e) {
-            for (int c = 0; c < s3.dim; ++c) gate[e * s3.dim + c] = c == 0 ? (e < 2 ? 1.0f : 0.5f) : gate[e * s3.dim + c] / 8;
+            for (int c = 0; c < s3.dim; ++c)
+                gate[e * s3.dim + c] = c == 0 ? (e < 2 ? 1.0f : 0.5f) : gate[e * s3.dim + c] / 8;
             auto& w2 = w3[p + "block_sparse_moe.experts." + std::to_string(e) + ".w2.weight"].data;
             for (int c = 0; c < s3.hidden; ++c) w2[c] = 0.0f;
         }
@@ -427,7 +432,8 @@ TEST_CASE("reference: routing takes the top-k of the softmax and renormalises", 
 TEST_CASE("reference: routing ties go to the lower expert id", "[reference]") {
     Spec s;  // 4 experts, top 2
     TensorMap w = random_weights(s, 23);
-    for (int l = 0; l < s.layers; ++l) w["model.layers." + std::to_string(l) + ".block_sparse_moe.gate.weight"] = zeros({4, s.dim});
+    for (int l = 0; l < s.layers; ++l)
+        w["model.layers." + std::to_string(l) + ".block_sparse_moe.gate.weight"] = zeros({4, s.dim});
     ReferenceRouting routing;
     ReferenceModel::load(write_model("ref-ties", config_of(s), w)).forward({1, 2, 3}, &routing);
     for (const auto& layer : routing) {
@@ -474,7 +480,8 @@ TEST_CASE("reference: dtypes and shards load to the same model", "[reference]") 
     auto f32 = ReferenceModel::load(write_model("ref-f32", config, w)).forward(tokens);
     require_close(ReferenceModel::load(write_model("ref-bf16", config, w, WriteType::BF16)).forward(tokens), f32, 0.0);
     require_close(ReferenceModel::load(write_model("ref-f16", config, w, WriteType::F16, 3)).forward(tokens), f32, 0.0);
-    require_close(ReferenceModel::load(write_model("ref-shard", config, w, WriteType::F32, 2)).forward(tokens), f32, 0.0);
+    require_close(ReferenceModel::load(write_model("ref-shard", config, w, WriteType::F32, 2)).forward(tokens), f32,
+                  0.0);
 
     // Raw conversions, including F16 subnormals and negative values.
     fs::path dir = test_temp_dir("ref-raw");
@@ -485,7 +492,8 @@ TEST_CASE("reference: dtypes and shards load to the same model", "[reference]") 
     REQUIRE(t.at("x").data == std::vector<double>{-2.5, 0.0, 1.0 / 65536.0, 1024.0});
     {
         // F16 0x0001 = 2^-24 (subnormal), 0xC500 = -5, 0x3C00 = 1; BF16 0xBF80 = -1.
-        std::string h = R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[6,8]}})";
+        std::string h =
+            R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[6,8]}})";
         std::ofstream out(dir / "b.safetensors", std::ios::binary);
         uint64_t len = h.size();
         for (int i = 0; i < 8; ++i) out.put(char((len >> (8 * i)) & 0xFF));
@@ -532,7 +540,8 @@ TEST_CASE("reference: tied embeddings and dense models", "[reference]") {
     }
     ReferenceModel d = ReferenceModel::load(write_model("ref-dense", config_of(dense), wd));
     REQUIRE(d.config().n_experts == 0);
-    require_close(d.forward(tokens), ReferenceModel::load(write_model("ref-moe1", config_of(moe1), wm)).forward(tokens), 0.0);
+    require_close(d.forward(tokens), ReferenceModel::load(write_model("ref-moe1", config_of(moe1), wm)).forward(tokens),
+                  0.0);
 }
 
 TEST_CASE("reference: greedy continues with the argmax of the last position", "[reference]") {

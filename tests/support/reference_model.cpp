@@ -8,17 +8,18 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("reference model: " + message); }
+[[noreturn]] void fail(const std::string& message) {
+    throw std::runtime_error("reference model: " + message);
+}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
     std::string s = "[";
@@ -141,7 +142,9 @@ void softmax(std::vector<double>& x) {
     for (double& v : x) v /= sum;
 }
 
-double silu(double z) { return z / (1.0 + std::exp(-z)); }
+double silu(double z) {
+    return z / (1.0 + std::exp(-z));
+}
 
 // down (silu(gate h) * (up h))
 std::vector<double> swiglu(const std::vector<double>& w1, const std::vector<double>& w3, const std::vector<double>& w2,
@@ -163,7 +166,8 @@ std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path
     unsigned char len_bytes[8];
     in.read(reinterpret_cast<char*>(len_bytes), 8);
     uint64_t header_len = load_le(len_bytes, 8);
-    if (header_len > file_size - 8) fail(file.string() + ": header length " + std::to_string(header_len) + " past end of file");
+    if (header_len > file_size - 8)
+        fail(file.string() + ": header length " + std::to_string(header_len) + " past end of file");
     std::string header(header_len, '\0');
     in.read(header.data(), std::streamsize(header_len));
     if (!in) fail(file.string() + ": cannot read header");
@@ -250,7 +254,8 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
             }
         }
         for (const auto& [name, f] : j["weight_map"].items()) {
-            if (tensor_file[name] != f.get<std::string>()) fail(index.string() + ": tensor " + name + " not in " + f.get<std::string>());
+            if (tensor_file[name] != f.get<std::string>())
+                fail(index.string() + ": tensor " + name + " not in " + f.get<std::string>());
         }
     } else {
         tensors = reference_read_safetensors(dir / "model.safetensors");
@@ -282,11 +287,12 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
             layer.gate = take(p + "block_sparse_moe.gate.weight", {c.n_experts, dim});
             for (int e = 0; e < c.n_experts; ++e) {
                 const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-                layer.experts.push_back(
-                    {take(q + "w1.weight", {hidden, dim}), take(q + "w3.weight", {hidden, dim}), take(q + "w2.weight", {dim, hidden})});
+                layer.experts.push_back({take(q + "w1.weight", {hidden, dim}), take(q + "w3.weight", {hidden, dim}),
+                                         take(q + "w2.weight", {dim, hidden})});
             }
         } else {
-            layer.experts.push_back({take(p + "mlp.gate_proj.weight", {hidden, dim}), take(p + "mlp.up_proj.weight", {hidden, dim}),
+            layer.experts.push_back({take(p + "mlp.gate_proj.weight", {hidden, dim}),
+                                     take(p + "mlp.up_proj.weight", {hidden, dim}),
                                      take(p + "mlp.down_proj.weight", {dim, hidden})});
         }
         m.layers_.push_back(std::move(layer));
@@ -300,7 +306,8 @@ std::vector<std::vector<double>> ReferenceModel::forward(const std::vector<int>&
     return forward(tokens, nullptr);
 }
 
-std::vector<std::vector<double>> ReferenceModel::forward(const std::vector<int>& tokens, ReferenceRouting* routing) const {
+std::vector<std::vector<double>> ReferenceModel::forward(const std::vector<int>& tokens,
+                                                         ReferenceRouting* routing) const {
     std::vector<std::vector<double>> x = final_hidden(tokens, routing);
     std::vector<std::vector<double>> logits;
     for (const auto& h : x) logits.push_back(output_logits(h));
@@ -311,7 +318,8 @@ std::vector<double> ReferenceModel::output_logits(const std::vector<double>& h) 
     return matvec(config_.tie_embeddings ? embed_ : lm_head_, h, config_.vocab_size, config_.dim);
 }
 
-std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<int>& tokens, ReferenceRouting* routing) const {
+std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<int>& tokens,
+                                                              ReferenceRouting* routing) const {
     const ReferenceConfig& c = config_;
     const int n = int(tokens.size());
     const int dim = c.dim, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
@@ -322,7 +330,8 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
     // x[t] = embed[token]
     std::vector<std::vector<double>> x(n);
     for (int t = 0; t < n; ++t) {
-        if (tokens[t] < 0 || tokens[t] >= c.vocab_size) fail("token " + std::to_string(tokens[t]) + " outside the vocabulary");
+        if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
+            fail("token " + std::to_string(tokens[t]) + " outside the vocabulary");
         x[t].assign(embed_.begin() + size_t(tokens[t]) * dim, embed_.begin() + size_t(tokens[t] + 1) * dim);
     }
 
@@ -403,7 +412,7 @@ std::vector<int> ReferenceModel::greedy(const std::vector<int>& prompt, int n) c
     std::vector<int> out;
     for (int i = 0; i < n; ++i) {
         std::vector<double> last = output_logits(final_hidden(seq, nullptr).back());  // only the last row is needed
-        int best = int(std::max_element(last.begin(), last.end()) - last.begin());  // first max: lowest id
+        int best = int(std::max_element(last.begin(), last.end()) - last.begin());    // first max: lowest id
         out.push_back(best);
         seq.push_back(best);
     }

@@ -16,17 +16,17 @@
 
 // The fields of config.json the reference uses.
 struct ReferenceConfig {
-    int dim = 0;               // hidden_size
-    int hidden_dim = 0;        // intermediate_size
-    int n_layers = 0;          // num_hidden_layers
-    int n_heads = 0;           // num_attention_heads
-    int n_kv_heads = 0;        // num_key_value_heads (default n_heads)
-    int head_dim = 0;          // head_dim (default dim / n_heads)
+    int dim = 0;         // hidden_size
+    int hidden_dim = 0;  // intermediate_size
+    int n_layers = 0;    // num_hidden_layers
+    int n_heads = 0;     // num_attention_heads
+    int n_kv_heads = 0;  // num_key_value_heads (default n_heads)
+    int head_dim = 0;    // head_dim (default dim / n_heads)
     int vocab_size = 0;
-    int n_experts = 0;         // num_local_experts; 0 = dense MistralForCausalLM
-    int n_experts_active = 0;  // num_experts_per_tok
-    double rope_theta = 0.0;   // default 1e6 (Mixtral) or 1e4 (Mistral)
-    double rms_norm_eps = 0.0; // default 1e-5 (Mixtral) or 1e-6 (Mistral)
+    int n_experts = 0;            // num_local_experts; 0 = dense MistralForCausalLM
+    int n_experts_active = 0;     // num_experts_per_tok
+    double rope_theta = 0.0;      // default 1e6 (Mixtral) or 1e4 (Mistral)
+    double rms_norm_eps = 0.0;    // default 1e-5 (Mixtral) or 1e-6 (Mistral)
     bool tie_embeddings = false;  // tie_word_embeddings
 };
 
@@ -49,9 +49,9 @@ void reference_rope(double* v, int head_dim, int pos, double theta);
 // probability first (ties to the lower id), their renormalised weights, and
 // the softmax over all experts they were chosen from.
 struct ReferenceRoute {
-    std::vector<int> experts;    // (n_experts_active,)
-    std::vector<double> weights; // (n_experts_active,), sum 1
-    std::vector<double> probs;   // (n_experts,)
+    std::vector<int> experts;     // (n_experts_active,)
+    std::vector<double> weights;  // (n_experts_active,), sum 1
+    std::vector<double> probs;    // (n_experts,)
 };
 using ReferenceRouting = std::vector<std::vector<ReferenceRoute>>;  // [layer][token]
 
@@ -97,7 +97,7 @@ private:
     std::vector<double> output_logits(const std::vector<double>& h) const;
 
     ReferenceConfig config_;
-    std::vector<double> embed_;    // (vocab_size, dim)
+    std::vector<double> embed_;  // (vocab_size, dim)
     std::vector<Layer> layers_;
     std::vector<double> norm_;     // (dim,)
     std::vector<double> lm_head_;  // (vocab_size, dim); empty when tied to embed_

@@ -2,9 +2,8 @@
 // (top-k, top-p, min-p) against distributions whose answer is known, the
 // empirical distribution of draws, every penalty and its window, logprobs,
 // and stop-string matching across pushes. Must not need a model.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <numeric>
