@@ -35,8 +35,10 @@ public:
     SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+    const std::filesystem::path& path() const { return path_; }
 
 private:
+    std::filesystem::path path_;
     void* map_ = nullptr;
     size_t map_size_ = 0;
     std::map<std::string, TensorView> tensors_;
@@ -50,8 +52,12 @@ public:
     // nullptr when absent.
     const TensorView* find(const std::string& name) const;
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+    // The file that lists the tensors (model.safetensors or the index), for
+    // errors about a tensor that is absent.
+    const std::string& source() const { return source_; }
 
 private:
+    std::string source_;
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, TensorView> tensors_;
 };
@@ -60,3 +66,13 @@ private:
 // bad files). Tensors are written in the given order; data must hold
 // nbytes for each.
 void safetensors_write(const std::filesystem::path& path, const std::vector<TensorView>& tensors);
+
+// The first bytes of such a file: the 8-byte little-endian header length and
+// the JSON header (padded with spaces so the data starts 8-byte aligned),
+// with data_offsets laid out back to back in the given order. Only name,
+// dtype and shape are read. For writers that stream the data afterwards.
+std::string safetensors_header(const std::vector<TensorView>& tensors);
+
+// Bytes of a tensor of this dtype and shape; throws MoeError naming `what`
+// for a negative dimension or an overflow.
+size_t safetensors_nbytes(DType dtype, const std::vector<int64_t>& shape, const std::string& what);

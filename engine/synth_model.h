@@ -28,3 +28,15 @@ struct SynthOptions {
 // so a crash never leaves a half-written model at `out`). Refuses with a
 // MoeError when the disk lacks room or `out` exists and is not empty.
 void synth_model_write(const SynthOptions& options);
+
+// Bytes synth_model_write puts on disk for this config (weights, headers and
+// the small files), used for the free-space check.
+uint64_t synth_disk_bytes(const ModelConfig& config);
+
+// Throws MoeError naming `out` when the file system that will hold it has
+// fewer than `bytes` free (statvfs of the nearest existing ancestor).
+void synth_check_free_space(const std::filesystem::path& out, uint64_t bytes);
+
+// The Mixtral-8x7B-Instruct-v0.1 chat template written into
+// tokenizer_config.json.
+extern const char* const SYNTH_MIXTRAL_CHAT_TEMPLATE;

@@ -1,0 +1,467 @@
+// synth-model: presets and the writer of random-weight checkpoints in the
+// exact Hugging Face Mixtral layout. Weights come from a fast PRNG
+// (splitmix64) seeded per tensor from (seed, tensor name), so the same seed
+// always gives the same bytes, and are streamed to disk in small chunks
+// (memory use stays a few MB whatever the model size). Everything is written into
+// "<out>.partial" and renamed at the end. Must not load or run a model.
+#include "engine/synth_model.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "cpu_kernels/bf16.h"
+#include "embedded_files.h"
+#include "engine/errors.h"
+#include "engine/safetensors.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* const SYNTH_MIXTRAL_CHAT_TEMPLATE =
+    R"TPL({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})TPL";
+
+namespace {
+
+// Room left for config.json, tokenizer.model, the index and headers.
+constexpr uint64_t SMALL_FILES_BYTES = uint64_t(4) << 20;
+// Elements generated per write (a multiple of 4: one PRNG draw gives 4 values).
+constexpr size_t CHUNK_ELEMENTS = size_t(1) << 20;
+constexpr float SQRT3 = 1.7320508f;
+
+// splitmix64: one add and two multiply-xorshift rounds per 64 random bits.
+struct Rng {
+    uint64_t state;
+    uint64_t next() {
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+};
+
+Rng tensor_rng(uint64_t seed, const std::string& name) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+    Rng r{seed ^ h};
+    r.next();
+    return r;
+}
+
+// out[i] = uniform(-a, a) + offset[(start + i) % cols] (offset may be null),
+// 4 values per draw (16 bits each).
+void fill_uniform(Rng& rng, float a, const float* offset, size_t cols, size_t start, bf16* out, size_t n) {
+    const float k = a / 32768.0f;
+    size_t col = cols ? start % cols : 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint64_t r = rng.next();
+        size_t m = std::min<size_t>(4, n - i);
+        for (size_t j = 0; j < m; j++) {
+            float v = (float(int16_t(r >> (16 * j))) + 0.5f) * k;
+            if (offset) {
+                v += offset[col];
+                if (++col == cols) col = 0;
+            }
+            out[i + j] = f32_to_bf16(v);
+        }
+    }
+}
+
+enum class Init {
+    UNIFORM,  // uniform with standard deviation `scale`
+    EMBED,    // uniform plus the shared direction every token has in common
+    NORM,     // RMSNorm weight: 1 +- a little
+    ROUTER,   // per-expert scale and bias, so experts differ in popularity
+};
+
+// RMS of the direction all embeddings share (the noise has RMS 1). It gives
+// the hidden state a component the routers can read as a per-expert bias.
+constexpr float COMMON_RMS = 0.5f;
+// Router logit bias of the least and most favoured expert, at layer 0.
+constexpr float ROUTER_BIAS = 0.6f;
+
+std::vector<float> common_direction(uint64_t seed, int dim) {
+    Rng rng = tensor_rng(seed, "synth.common_direction");
+    std::vector<float> m(static_cast<size_t>(dim));
+    const float k = SQRT3 * COMMON_RMS / 32768.0f;
+    for (float& x : m) x = (float(int16_t(rng.next())) + 0.5f) * k;
+    return m;
+}
+
+struct SynthTensor {
+    TensorView view;  // name, dtype, shape, nbytes
+    Init init = Init::UNIFORM;
+    float scale = 0.0f;
+    int shard = 0;
+};
+
+SynthTensor synth_tensor(std::string name, std::vector<int64_t> shape, Init init, float scale) {
+    SynthTensor t;
+    t.view.name = std::move(name);
+    t.view.dtype = DType::BF16;
+    t.view.shape = std::move(shape);
+    t.view.nbytes = safetensors_nbytes(DType::BF16, t.view.shape, t.view.name);
+    t.init = init;
+    t.scale = scale;
+    return t;
+}
+
+// Every tensor, in Hugging Face order, with its initialisation. Scales are
+// 1/sqrt(fan_in) so each projection keeps unit RMS; lm_head is larger so the
+// logits have a standard deviation of about 2.5 (peaked but not one-hot).
+std::vector<SynthTensor> synth_tensors(const ModelConfig& c) {
+    const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
+    const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    const float in_dim = 1.0f / std::sqrt(float(dim)), in_q = 1.0f / std::sqrt(float(q_dim));
+    const float in_hidden = 1.0f / std::sqrt(float(hidden));
+    std::vector<SynthTensor> ts;
+    ts.push_back(synth_tensor("model.embed_tokens.weight", {vocab, dim}, Init::EMBED, 1.0f));
+    for (int l = 0; l < c.n_layers; l++) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        ts.push_back(synth_tensor(p + "input_layernorm.weight", {dim}, Init::NORM, 0.05f));
+        ts.push_back(synth_tensor(p + "self_attn.q_proj.weight", {q_dim, dim}, Init::UNIFORM, in_dim));
+        ts.push_back(synth_tensor(p + "self_attn.k_proj.weight", {kv_dim, dim}, Init::UNIFORM, in_dim));
+        ts.push_back(synth_tensor(p + "self_attn.v_proj.weight", {kv_dim, dim}, Init::UNIFORM, in_dim));
+        ts.push_back(synth_tensor(p + "self_attn.o_proj.weight", {dim, q_dim}, Init::UNIFORM, in_q));
+        ts.push_back(synth_tensor(p + "block_sparse_moe.gate.weight", {c.n_experts, dim}, Init::ROUTER, in_dim));
+        for (int e = 0; e < c.n_experts; e++) {
+            const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+            ts.push_back(synth_tensor(q + "w1.weight", {hidden, dim}, Init::UNIFORM, in_dim));
+            ts.push_back(synth_tensor(q + "w2.weight", {dim, hidden}, Init::UNIFORM, in_hidden));
+            ts.push_back(synth_tensor(q + "w3.weight", {hidden, dim}, Init::UNIFORM, in_dim));
+        }
+        ts.push_back(synth_tensor(p + "post_attention_layernorm.weight", {dim}, Init::NORM, 0.05f));
+    }
+    ts.push_back(synth_tensor("model.norm.weight", {dim}, Init::NORM, 0.05f));
+    ts.push_back(synth_tensor("lm_head.weight", {vocab, dim}, Init::UNIFORM, 2.5f * in_dim));
+    return ts;
+}
+
+// Assigns shards greedily in order; returns the shard count.
+int assign_shards(std::vector<SynthTensor>& ts, size_t max_shard_bytes) {
+    int shard = 0;
+    size_t in_shard = 0;
+    for (SynthTensor& t : ts) {
+        if (in_shard > 0 && in_shard + t.view.nbytes > max_shard_bytes) {
+            shard++;
+            in_shard = 0;
+        }
+        t.shard = shard;
+        in_shard += t.view.nbytes;
+    }
+    return shard + 1;
+}
+
+std::string shard_name(int i, int n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", i + 1, n);
+    return buf;
+}
+
+class OutFile {
+public:
+    explicit OutFile(const fs::path& path) : path_(path), f_(std::fopen(path.string().c_str(), "wb")) {
+        if (!f_) throw MoeError(path_.string() + ": cannot create (" + std::strerror(errno) + ")");
+    }
+    ~OutFile() {
+        if (f_) std::fclose(f_);
+    }
+    OutFile(const OutFile&) = delete;
+    OutFile& operator=(const OutFile&) = delete;
+    void write(const void* data, size_t n) {
+        if (n && std::fwrite(data, 1, n, f_) != n)
+            throw MoeError(path_.string() + ": write failed (" + std::strerror(errno) + ")");
+    }
+    void close() {
+        std::FILE* f = f_;
+        f_ = nullptr;
+        if (std::fclose(f) != 0) throw MoeError(path_.string() + ": write failed (" + std::strerror(errno) + ")");
+    }
+
+private:
+    fs::path path_;
+    std::FILE* f_;
+};
+
+// Streams one tensor's random values to the file. `common` is the shared
+// embedding direction (dim,).
+void write_tensor(OutFile& out, const SynthTensor& t, uint64_t seed, const std::vector<float>& common,
+                  std::vector<bf16>& buf) {
+    Rng rng = tensor_rng(seed, t.view.name);
+    size_t n = t.view.nbytes / sizeof(bf16);
+    if (t.init == Init::ROUTER) {
+        // Row e: noise with scale c_e in [0.7, 1.3], made orthogonal to the
+        // common direction, plus b_e * common scaled so the normalised hidden
+        // state's common part adds a logit bias b_e in [-ROUTER_BIAS,
+        // ROUTER_BIAS]. Scales and biases follow a seeded order, so some
+        // experts are clearly more popular than others.
+        size_t n_rows = size_t(t.view.shape[0]), cols = size_t(t.view.shape[1]);
+        std::vector<int> order(n_rows);
+        for (size_t e = 0; e < n_rows; e++) order[e] = int(e);
+        for (size_t e = n_rows; e > 1; e--) std::swap(order[e - 1], order[rng.next() % e]);
+        double mm = 0;
+        for (float x : common) mm += double(x) * x;
+        // h = rmsnorm(noise + common) ~ (noise + common) / sqrt(1 + COMMON_RMS^2), so h . common ~ mm / that.
+        double per_bias = std::sqrt(1.0 + double(COMMON_RMS) * COMMON_RMS) / mm;
+        std::vector<float> row(cols);
+        buf.resize(n);
+        for (size_t e = 0; e < n_rows; e++) {
+            double rank = n_rows > 1 ? double(order[e]) / double(n_rows - 1) : 0.5;
+            double next_rank = n_rows > 1 ? double(order[(e + 1) % n_rows]) / double(n_rows - 1) : 0.5;
+            double bias = ROUTER_BIAS * (2.0 * rank - 1.0);
+            float a = SQRT3 * float(0.7 + 0.6 * next_rank) * t.scale / 32768.0f;
+            for (size_t i = 0; i < cols; i += 4) {
+                uint64_t r = rng.next();
+                for (size_t j = 0; j < 4 && i + j < cols; j++) row[i + j] = (float(int16_t(r >> (16 * j))) + 0.5f) * a;
+            }
+            double along = 0;
+            for (size_t i = 0; i < cols; i++) along += double(row[i]) * common[i];
+            double k = bias * per_bias - along / mm;
+            for (size_t i = 0; i < cols; i++) buf[e * cols + i] = f32_to_bf16(float(row[i] + k * common[i]));
+        }
+        out.write(buf.data(), n * sizeof(bf16));
+        return;
+    }
+    std::vector<float> one;
+    const float* offset = nullptr;
+    size_t cols = 0;
+    if (t.init == Init::NORM) {
+        one.assign(1, 1.0f);
+        offset = one.data();
+        cols = 1;
+    } else if (t.init == Init::EMBED) {
+        offset = common.data();
+        cols = common.size();
+    }
+    buf.resize(std::min(n, CHUNK_ELEMENTS));
+    for (size_t done = 0; done < n;) {
+        size_t m = std::min(n - done, CHUNK_ELEMENTS);
+        fill_uniform(rng, SQRT3 * t.scale, offset, cols, done, buf.data(), m);
+        out.write(buf.data(), m * sizeof(bf16));
+        done += m;
+    }
+}
+
+void write_text(const fs::path& path, std::string_view text) {
+    OutFile f(path);
+    f.write(text.data(), text.size());
+    f.close();
+}
+
+// A float as the shortest decimal that reads back as the same float (1e-05, not 9.99e-06).
+double json_float(float x) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+json config_json(const ModelConfig& c) {
+    json j;
+    j["architectures"] = {c.architecture};
+    j["attention_dropout"] = 0.0;
+    j["bos_token_id"] = c.bos_token_id;
+    j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+    j["hidden_act"] = "silu";
+    j["hidden_size"] = c.dim;
+    j["initializer_range"] = 0.02;
+    j["intermediate_size"] = c.hidden_dim;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["model_type"] = "mixtral";
+    j["num_attention_heads"] = c.n_heads;
+    j["num_experts_per_tok"] = c.n_experts_active;
+    j["num_hidden_layers"] = c.n_layers;
+    j["num_key_value_heads"] = c.n_kv_heads;
+    j["num_local_experts"] = c.n_experts;
+    j["output_router_logits"] = false;
+    j["rms_norm_eps"] = json_float(c.rms_norm_eps);
+    j["rope_theta"] = json_float(c.rope_theta);
+    j["router_aux_loss_coef"] = 0.02;
+    j["sliding_window"] = nullptr;
+    j["tie_word_embeddings"] = c.tie_embeddings;
+    j["torch_dtype"] = "bfloat16";
+    j["transformers_version"] = "4.36.0.dev0";
+    j["use_cache"] = true;
+    j["vocab_size"] = c.vocab_size;
+    if (c.head_dim != c.dim / c.n_heads) j["head_dim"] = c.head_dim;
+    return j;
+}
+
+json generation_config_json(const ModelConfig& c) {
+    json j;
+    j["_from_model_config"] = true;
+    j["bos_token_id"] = c.bos_token_id;
+    j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+    j["transformers_version"] = "4.36.0.dev0";
+    return j;
+}
+
+json tokenizer_config_json() {
+    json j;
+    j["add_bos_token"] = true;
+    j["add_eos_token"] = false;
+    j["bos_token"] = "<s>";
+    j["chat_template"] = SYNTH_MIXTRAL_CHAT_TEMPLATE;
+    j["clean_up_tokenization_spaces"] = false;
+    j["eos_token"] = "</s>";
+    j["legacy"] = true;
+    j["pad_token"] = nullptr;
+    j["sp_model_kwargs"] = json::object();
+    j["spaces_between_special_tokens"] = false;
+    j["tokenizer_class"] = "LlamaTokenizer";
+    j["unk_token"] = "<unk>";
+    j["use_default_system_prompt"] = false;
+    return j;
+}
+
+std::string tokenizer_bytes(const fs::path& tokenizer) {
+    if (tokenizer.empty()) {
+        std::string_view bytes = embedded_file("mistral-v1.model");
+        if (bytes.empty())
+            throw MoeError("synth-model: the embedded tokenizer mistral-v1.model is missing from the binary");
+        return std::string(bytes);
+    }
+    std::FILE* f = std::fopen(tokenizer.string().c_str(), "rb");
+    if (!f) throw MoeError(tokenizer.string() + ": cannot open tokenizer (" + std::strerror(errno) + ")");
+    std::string bytes;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+    bool failed = std::ferror(f);
+    std::fclose(f);
+    if (failed || bytes.empty()) throw MoeError(tokenizer.string() + ": cannot read tokenizer (empty or unreadable)");
+    return bytes;
+}
+
+ModelConfig mixtral_preset(int dim, int hidden, int layers, int heads, int kv_heads, int experts) {
+    ModelConfig c;
+    c.architecture = "MixtralForCausalLM";
+    c.dim = dim;
+    c.hidden_dim = hidden;
+    c.n_layers = layers;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = dim / heads;
+    c.vocab_size = 32000;
+    c.n_experts = experts;
+    c.n_experts_active = 2;
+    c.norm_topk_prob = true;
+    c.rope_theta = 1e6f;
+    c.rms_norm_eps = 1e-5f;
+    c.tie_embeddings = false;
+    c.max_position_embeddings = 32768;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    return c;
+}
+
+void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthTensor>& ts, int n_shards,
+                 const std::string& tokenizer, const fs::path& dir) {
+    std::vector<bf16> buf;
+    const std::vector<float> common = common_direction(o.seed, c.dim);
+    json weight_map = json::object();
+    uint64_t total = 0;
+    for (int s = 0; s < n_shards; s++) {
+        std::string name = n_shards == 1 ? "model.safetensors" : shard_name(s, n_shards);
+        std::vector<TensorView> views;
+        for (const SynthTensor& t : ts) {
+            if (t.shard != s) continue;
+            views.push_back(t.view);
+            weight_map[t.view.name] = name;
+            total += t.view.nbytes;
+        }
+        OutFile out(dir / name);
+        std::string header = safetensors_header(views);
+        out.write(header.data(), header.size());
+        for (const SynthTensor& t : ts)
+            if (t.shard == s) write_tensor(out, t, o.seed, common, buf);
+        out.close();
+    }
+    if (n_shards > 1) {
+        json index;
+        index["metadata"] = {{"total_size", total}};
+        index["weight_map"] = weight_map;
+        write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+    }
+    write_text(dir / "config.json", config_json(c).dump(2) + "\n");
+    write_text(dir / "generation_config.json", generation_config_json(c).dump(2) + "\n");
+    write_text(dir / "tokenizer_config.json", tokenizer_config_json().dump(2) + "\n");
+    json special = {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}};
+    write_text(dir / "special_tokens_map.json", special.dump(2) + "\n");
+    write_text(dir / "tokenizer.model", tokenizer);
+}
+
+}  // namespace
+
+std::vector<std::string> synth_preset_names() {
+    return {"tiny", "small", "mixtral-mini", "mixtral-8x7b"};
+}
+
+ModelConfig synth_preset(const std::string& name) {
+    if (name == "tiny") return mixtral_preset(64, 128, 2, 4, 2, 4);
+    if (name == "small") return mixtral_preset(256, 512, 4, 8, 2, 8);
+    if (name == "mixtral-mini") return mixtral_preset(1024, 3584, 8, 16, 4, 8);
+    // The shapes of mixtral-8x7b-instruct-v0.1/config.json.
+    if (name == "mixtral-8x7b") return mixtral_preset(4096, 14336, 32, 32, 8, 8);
+    std::string names;
+    for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw MoeError("synth-model: unknown preset '" + name + "' (presets: " + names + ")");
+}
+
+uint64_t synth_disk_bytes(const ModelConfig& config) {
+    std::vector<SynthTensor> ts = synth_tensors(config);
+    uint64_t total = SMALL_FILES_BYTES;
+    for (const SynthTensor& t : ts) total += t.view.nbytes + t.view.name.size() + 128;  // data + header entry
+    return total;
+}
+
+void synth_check_free_space(const fs::path& out, uint64_t bytes) {
+    fs::path probe = fs::absolute(out);
+    while (!fs::exists(probe) && probe.has_parent_path() && probe != probe.parent_path()) probe = probe.parent_path();
+    struct statvfs st;
+    if (::statvfs(probe.string().c_str(), &st) != 0)
+        throw MoeError(out.string() + ": cannot check free disk space (" + std::strerror(errno) + ")");
+    uint64_t avail = uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
+    if (avail < bytes) {
+        char msg[160];
+        std::snprintf(msg, sizeof msg, ": not enough free disk space: needs %.1f GB, %.1f GB available", bytes / 1e9,
+                      avail / 1e9);
+        throw MoeError(out.string() + msg);
+    }
+}
+
+void synth_model_write(const SynthOptions& o) {
+    ModelConfig c = synth_preset(o.preset);
+    if (o.out.empty()) throw MoeError("synth-model: no output folder given");
+    if (o.max_shard_bytes == 0) throw MoeError("synth-model: max_shard_bytes must be positive");
+    fs::path out = o.out.lexically_normal();
+    if (!out.has_filename()) out = out.parent_path();  // "dir/" -> "dir"
+    std::error_code ec;
+    if (fs::exists(out, ec)) {
+        if (!fs::is_directory(out, ec)) throw MoeError(out.string() + ": exists and is not a folder");
+        if (!fs::is_empty(out, ec)) throw MoeError(out.string() + ": exists and is not empty; refusing to overwrite");
+    }
+    std::string tokenizer = tokenizer_bytes(o.tokenizer);
+    std::vector<SynthTensor> ts = synth_tensors(c);
+    int n_shards = assign_shards(ts, o.max_shard_bytes);
+    synth_check_free_space(out, synth_disk_bytes(c) + tokenizer.size());
+
+    fs::path partial = out.string() + ".partial";
+    try {
+        fs::remove_all(partial);  // left over from an interrupted run
+        fs::create_directories(partial);
+        write_model(o, c, ts, n_shards, tokenizer, partial);
+        fs::rename(partial, out);  // replaces an empty `out` folder
+    } catch (const fs::filesystem_error& e) {
+        fs::remove_all(partial, ec);
+        throw MoeError(out.string() + ": " + e.code().message());
+    } catch (...) {
+        fs::remove_all(partial, ec);
+        throw;
+    }
+}
