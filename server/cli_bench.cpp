@@ -1,11 +1,128 @@
-// `moe-server bench ...`: benchmarks print JSON lines holding each figure and
-// the machine's ceiling measured in the same run.
+// `moe-server bench ceiling|kernels|decode|prefill|server`: benchmarks print
+// JSON lines holding each figure beside the machine's ceiling measured in the
+// same run, so the ratios hold on a noisy shared machine. Not tests.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
+#include "cpu_kernels/bench.h"
+#include "cpu_kernels/kernels.h"
+#include "engine/cost.h"
+#include "engine/engine.h"
 #include "engine/errors.h"
 #include "server/cli.h"
+#include "server/serve.h"
+
+using json = nlohmann::json;
+
+namespace {
+
+void apply_isa(Args& args) {
+    auto name = args.get("--cpu-isa");
+    if (!name) return;
+    auto isa = isa_parse(*name);
+    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
+    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
+}
+
+int threads_flag(Args& args) {
+    int t = int(args.get_int("--threads", 0, 0, 1024));
+    return t > 0 ? t : physical_core_count();
+}
+
+// A prompt of n ordinary-text token ids (BOS first), the same every run.
+std::vector<int> bench_prompt(const Engine& engine, int n) {
+    std::string text;
+    std::vector<int> ids{engine.config().bos_token_id};
+    while (int(ids.size()) < n) {
+        text = "The quick brown fox jumps over the lazy dog while the band plays on. ";
+        std::vector<int> more = engine.tokenizer().encode(text);
+        ids.insert(ids.end(), more.begin(), more.end());
+    }
+    ids.resize(n);
+    return ids;
+}
+
+int bench_decode(Args& args, bool prefill) {
+    EngineOptions o;
+    auto model = args.get("--model");
+    if (!model) throw MoeError("--model is required");
+    o.model_dir = *model;
+    o.threads = threads_flag(args);
+    int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
+    int repeats = int(args.get_int("--repeat", 3, 1, 100));
+    apply_isa(args);
+    args.finish();
+    o.ctx = std::max(256, n_tokens + 64);
+    o.max_batch = prefill ? std::max(512, n_tokens) : 512;
+    Engine engine(o);
+    ThreadPool pool(engine.threads());
+    Ceiling ceiling = bench_ceiling(pool, true);
+    const ModelConfig& c = engine.config();
+
+    GenerateRequest req;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+    req.reuse_prefix = false;
+    double best = 0;
+    if (prefill) {
+        req.prompt = bench_prompt(engine, n_tokens);
+        req.max_tokens = 1;
+        for (int r = 0; r < repeats; r++) {
+            GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
+            best = std::max(best, res.prefill_tok_s());
+        }
+        StageCost cost = cost_prefill(c, n_tokens);
+        double gflops = cost.flops / (n_tokens / best) / 1e9;
+        std::printf("%s\n", json{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                                 {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
+                                 {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
+                                 {"ratio_to_peak", gflops / ceiling.fma_gflops}}
+                                .dump()
+                                .c_str());
+    } else {
+        req.prompt = bench_prompt(engine, 16);
+        req.max_tokens = n_tokens;
+        for (int r = 0; r < repeats; r++) {
+            GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
+            best = std::max(best, res.decode_tok_s());
+        }
+        double bytes = cost_decode_token(c).bytes;
+        double roofline = roofline_decode_tok_s(bytes, ceiling);
+        std::printf("%s\n", json{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                                 {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
+                                 {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
+                                 {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}}
+                                .dump()
+                                .c_str());
+    }
+    return 0;
+}
+
+}  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
-    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill");
-    throw MoeError("bench: unknown benchmark '" + words[0] + "'");
+    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, server");
+    const std::string& what = words[0];
+    std::vector<std::string> rest(words.begin() + 1, words.end());
+    if (what == "server") return bench_server_main(rest);
+    Args args(rest);
+    if (what == "decode") return bench_decode(args, false);
+    if (what == "prefill") return bench_decode(args, true);
+    if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
+    int threads = threads_flag(args);
+    auto isa = args.get("--cpu-isa");
+    args.finish();
+    std::vector<Isa> isas = bench_supported_isas();
+    if (isa) {
+        auto parsed = isa_parse(*isa);
+        if (!parsed || !isa_supported(*parsed)) throw MoeError("--cpu-isa: '" + *isa + "' is not a path this CPU runs");
+        isas = {*parsed};
+    }
+    ThreadPool pool(threads);
+    Ceiling ceiling = bench_ceiling(pool, true);
+    if (what == "kernels") bench_kernels(pool, ceiling, isas);
+    return 0;
 }

@@ -8,13 +8,15 @@
 
 #include "engine/errors.h"
 #include "server/cli.h"
+#include "server/serve.h"
 
 namespace {
 
 const char* USAGE =
     "usage: moe-server <subcommand> [flags]\n"
     "\n"
-    "  serve        OpenAI-compatible HTTP server + web UI (demo model when no --model)\n"
+    "  serve        [--model DIR] [--host H] [--port P] [--api-key KEY] [--ctx N] [--threads N]\n"
+    "               [--max-queue N] [--cors-origin ORIGIN]: OpenAI API + web UI (demo model without --model)\n"
     "  generate     --model DIR (--prompt TEXT | --user TEXT | --chat FILE.json) [--max-tokens N]\n"
     "               [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
     "               [--presence-penalty X] [--frequency-penalty X] [--seed N] [--greedy]\n"
@@ -23,7 +25,8 @@ const char* USAGE =
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
     "               [--shard-mb N]\n"
-    "  bench        ceiling | kernels | decode --model DIR | prefill --model DIR [--tokens N]\n"
+    "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
+    "               prefill --model DIR [--tokens N] | server --model DIR   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
@@ -33,7 +36,7 @@ struct Subcommand {
 };
 
 const Subcommand SUBCOMMANDS[] = {
-    {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
+    {"serve", serve_main},          {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
     {"synth-model", cli_synth_model}, {"bench", cli_bench},
 };
 

@@ -12,6 +12,7 @@
 
 #include "cpu_kernels/kernels.h"
 #include "engine/engine.h"
+#include "engine/errors.h"
 #include "engine/expert_executor.h"
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
