@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "support/reference_model.h"
-#include "support/test_support.h"
+#include "reference_model.h"
+#include "test_support.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
