@@ -26,7 +26,9 @@ public:
     ~Tokenizer();
 
     // Text -> ids, no BOS. With add_dummy_prefix (SentencePiece's default)
-    // a leading "▁" is added, as for every segment Mistral encodes.
+    // a leading "▁" is added, as for every segment Mistral encodes; without
+    // it the text is encoded as with the normalizer's add_dummy_prefix off.
+    // Never yields a control id. Thread-safe (const).
     std::vector<int> encode(std::string_view text, bool add_dummy_prefix = true) const;
     // Ids -> text with SentencePiece's rules (the first piece's leading
     // space is dropped). Control ids decode to nothing.
@@ -40,12 +42,28 @@ public:
     std::string id_to_piece(int id) const;
     bool is_control(int id) const;
     // The bytes one id stands for: "▁" -> " ", <0xNN> -> that byte, control -> "".
+    // <unk> gives the model's unk surface (" ⁇ " for Mistral), as decode() does.
     std::string token_bytes(int id) const;
+    bool is_byte(int id) const;     // a byte-fallback piece <0xNN>
+    bool is_unknown(int id) const;  // <unk>
 
 private:
+    friend class Detokenizer;
+    enum class PieceKind : unsigned char { NORMAL, CONTROL, UNKNOWN, BYTE };
+
     Tokenizer();
+    void check_id(int id) const;  // MoeError when id is outside the vocabulary
+
+    // The model as stored: decode(), piece and id queries.
     std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+    // The same model with the normalizer's add_dummy_prefix flipped, so
+    // encode() can honour both settings; which one sp_ has is model_dummy_prefix_.
+    std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_flipped_;
+    bool model_dummy_prefix_ = true;
+    std::string source_;              // file name for error messages
     std::vector<std::string> bytes_;  // token_bytes for every id, built once
+    std::vector<PieceKind> kinds_;    // piece type of every id
+    std::vector<bool> space_first_;   // piece starts with "▁" (decode may strip it)
 };
 
 // Incremental detokenizer for streaming: push() returns only complete UTF-8
@@ -62,8 +80,13 @@ public:
     void reset(bool strip_leading_space = true);
 
 private:
+    // Emits what pending_ holds that is decided: whole characters, and U+FFFD
+    // for bytes that can never start one. With end_of_run (a non-byte piece
+    // or flush) an incomplete tail is decided too, one U+FFFD per byte.
+    std::string drain(bool end_of_run);
+
     const Tokenizer* tokenizer_;
-    std::string pending_;
+    std::string pending_;  // bytes of a character not yet complete
     bool strip_ = true;
     bool at_start_ = true;
 };

@@ -1,0 +1,561 @@
+// Tests of Tokenizer and Detokenizer against the real Mixtral tokenizer and
+// reference ids: Mistral's own (mistral-common) and llama.cpp's Llama-SPM
+// test set, whose GGUF vocabulary is rebuilt here as a SentencePiece model.
+// Also defines test-only model builders that test_chat_template.cpp uses.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "embedded_files.h"
+#include "engine/errors.h"
+#include "engine/tokenizer.h"
+#include "test_support.h"
+
+namespace tokenizer_test {
+
+// ---- protobuf writing, for building SentencePiece models in tests -----------
+
+void put_varint(std::string* out, uint64_t v) {
+    while (v >= 0x80) {
+        *out += static_cast<char>((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *out += static_cast<char>(v);
+}
+
+void put_bytes_field(std::string* out, int field, std::string_view bytes) {
+    put_varint(out, static_cast<uint64_t>(field) << 3 | 2);
+    put_varint(out, bytes.size());
+    out->append(bytes);
+}
+
+void put_varint_field(std::string* out, int field, uint64_t v) {
+    put_varint(out, static_cast<uint64_t>(field) << 3);
+    put_varint(out, v);
+}
+
+// One ModelProto.pieces entry: {piece, score, type}.
+std::string spm_piece(std::string_view piece, float score, int type) {
+    std::string p;
+    put_bytes_field(&p, 1, piece);
+    put_varint(&p, 2 << 3 | 5);
+    char raw[4];
+    std::memcpy(raw, &score, 4);
+    p.append(raw, 4);
+    put_varint_field(&p, 3, static_cast<uint64_t>(type));
+    std::string field;
+    put_bytes_field(&field, 1, p);
+    return field;
+}
+
+constexpr int SPM_CONTROL = 3;
+
+// A serialized model plus CONTROL pieces appended (ids vocab_size, +1, ...):
+// protobuf concatenation appends to the repeated pieces field.
+std::string spm_with_control_pieces(std::string model, const std::vector<std::string>& pieces) {
+    for (const auto& piece : pieces) model += spm_piece(piece, 0.0f, SPM_CONTROL);
+    return model;
+}
+
+// ---- GGUF vocabulary -> SentencePiece model ----------------------------------
+
+struct GgufReader {
+    std::string data;
+    size_t pos = 0;
+
+    template <typename T>
+    T get() {
+        if (pos + sizeof(T) > data.size()) throw std::runtime_error("gguf: truncated");
+        T v;
+        std::memcpy(&v, data.data() + pos, sizeof(T));
+        pos += sizeof(T);
+        return v;
+    }
+    std::string str() {
+        const auto n = get<uint64_t>();
+        if (pos + n > data.size()) throw std::runtime_error("gguf: truncated string");
+        std::string s = data.substr(pos, n);
+        pos += n;
+        return s;
+    }
+};
+
+struct GgufVocab {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;  // llama.cpp's token types, numbered as SentencePiece's
+    int64_t unk_id = 0, bos_id = 1, eos_id = 2;
+    std::string chat_template;
+};
+
+GgufVocab read_gguf_vocab(const std::filesystem::path& path) {
+    GgufReader r{read_file(path)};
+    if (r.data.substr(0, 4) != "GGUF") throw std::runtime_error(path.string() + ": not GGUF");
+    r.pos = 4;
+    r.get<uint32_t>();  // version
+    r.get<uint64_t>();  // tensor count
+    const auto n_kv = r.get<uint64_t>();
+    GgufVocab vocab;
+    const size_t scalar_size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    auto integer = [&](uint32_t type) -> int64_t {
+        switch (type) {
+        case 4:
+            return r.get<uint32_t>();
+        case 5:
+            return r.get<int32_t>();
+        case 10:
+            return static_cast<int64_t>(r.get<uint64_t>());
+        case 11:
+            return r.get<int64_t>();
+        default:
+            throw std::runtime_error("gguf: unexpected id type");
+        }
+    };
+    for (uint64_t i = 0; i < n_kv; ++i) {
+        const std::string key = r.str();
+        const auto type = r.get<uint32_t>();
+        if (key == "tokenizer.ggml.unknown_token_id")
+            vocab.unk_id = integer(type);
+        else if (key == "tokenizer.ggml.bos_token_id")
+            vocab.bos_id = integer(type);
+        else if (key == "tokenizer.ggml.eos_token_id")
+            vocab.eos_id = integer(type);
+        else if (type == 8) {
+            std::string s = r.str();
+            if (key == "tokenizer.chat_template") vocab.chat_template = s;
+        } else if (type == 9) {
+            const auto elem = r.get<uint32_t>();
+            const auto n = r.get<uint64_t>();
+            for (uint64_t j = 0; j < n; ++j) {
+                if (key == "tokenizer.ggml.tokens" && elem == 8)
+                    vocab.tokens.push_back(r.str());
+                else if (key == "tokenizer.ggml.scores" && elem == 6)
+                    vocab.scores.push_back(r.get<float>());
+                else if (key == "tokenizer.ggml.token_type" && elem == 5)
+                    vocab.types.push_back(r.get<int32_t>());
+                else if (elem == 8)
+                    r.str();
+                else if (elem < 13 && scalar_size[elem] > 0)
+                    r.pos += scalar_size[elem];
+                else
+                    throw std::runtime_error("gguf: unsupported array type");
+            }
+        } else if (type < 13 && scalar_size[type] > 0) {
+            r.pos += scalar_size[type];
+        } else {
+            throw std::runtime_error("gguf: unsupported value type");
+        }
+    }
+    if (vocab.tokens.empty() || vocab.tokens.size() != vocab.scores.size() || vocab.tokens.size() != vocab.types.size())
+        throw std::runtime_error(path.string() + ": no consistent tokenizer.ggml arrays");
+    return vocab;
+}
+
+// The SentencePiece BPE model a llama.cpp "llama" (SPM) vocabulary came from:
+// the same pieces, scores and types (llama.cpp numbers types as SentencePiece
+// does), byte fallback, and Llama's normalizer (identity, dummy prefix, no
+// whitespace folding). SentencePiece allows one UNKNOWN piece, so other
+// UNKNOWN-typed entries (padding) become UNUSED.
+std::string spm_model_from_gguf(const std::filesystem::path& path) {
+    const GgufVocab v = read_gguf_vocab(path);
+    constexpr int UNKNOWN = 2, UNUSED = 5;
+    std::string model;
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+        int type = v.types[i];
+        if (static_cast<int64_t>(i) == v.unk_id)
+            type = UNKNOWN;
+        else if (type == UNKNOWN)
+            type = UNUSED;
+        model += spm_piece(v.tokens[i], v.scores[i], type);
+    }
+    std::string trainer;
+    put_varint_field(&trainer, 3, 2);  // model_type BPE
+    put_varint_field(&trainer, 4, v.tokens.size());
+    put_varint_field(&trainer, 35, 1);  // byte_fallback
+    put_bytes_field(&trainer, 45, v.tokens[v.unk_id]);
+    put_bytes_field(&trainer, 46, v.tokens[v.bos_id]);
+    put_bytes_field(&trainer, 47, v.tokens[v.eos_id]);
+    put_bytes_field(&model, 2, trainer);
+    std::string normalizer;
+    put_bytes_field(&normalizer, 1, "identity");
+    put_varint_field(&normalizer, 3, 1);  // add_dummy_prefix
+    put_varint_field(&normalizer, 4, 0);  // remove_extra_whitespaces
+    put_varint_field(&normalizer, 5, 1);  // escape_whitespaces
+    put_bytes_field(&model, 3, normalizer);
+    return model;
+}
+
+// The strings of a llama.cpp .inp file (separated by "\n__ggml_vocab_test__\n").
+std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path) {
+    const std::string text = read_file(path);
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    std::vector<std::string> out;
+    size_t pos = 0;
+    for (size_t next; (next = text.find(sep, pos)) != std::string::npos; pos = next + sep.size())
+        out.push_back(text.substr(pos, next - pos));
+    return out;
+}
+
+const Tokenizer& mistral() {
+    static const Tokenizer tok = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-v1.model");
+    return tok;
+}
+
+}  // namespace tokenizer_test
+
+using namespace tokenizer_test;
+
+namespace {
+
+// Strict UTF-8 check, written independently of the engine's.
+bool valid_utf8(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        size_t n = 0;
+        uint32_t cp = 0;
+        if (c < 0x80)
+            n = 1, cp = c;
+        else if ((c & 0xE0) == 0xC0)
+            n = 2, cp = c & 0x1F;
+        else if ((c & 0xF0) == 0xE0)
+            n = 3, cp = c & 0x0F;
+        else if ((c & 0xF8) == 0xF0)
+            n = 4, cp = c & 0x07;
+        else
+            return false;
+        if (i + n > s.size()) return false;
+        for (size_t k = 1; k < n; ++k) {
+            const auto t = static_cast<unsigned char>(s[i + k]);
+            if ((t & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (t & 0x3F);
+        }
+        const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) return false;
+        i += n;
+    }
+    return true;
+}
+
+std::vector<std::string> pieces_of(const Tokenizer& tok, const std::vector<int>& ids) {
+    std::vector<std::string> out;
+    for (int id : ids) out.push_back(tok.id_to_piece(id));
+    return out;
+}
+
+// Streams ids through a Detokenizer; every push() output must be valid UTF-8.
+std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip = true) {
+    Detokenizer detok(tok, strip);
+    std::string out;
+    for (int id : ids) {
+        const std::string piece = detok.push(id);
+        INFO("push(" << id << ") = " << piece);
+        REQUIRE(valid_utf8(piece));
+        out += piece;
+    }
+    const std::string tail = detok.flush();
+    REQUIRE(valid_utf8(tail));
+    return out + tail;
+}
+
+const std::vector<std::string>& sample_texts() {
+    static const std::vector<std::string> texts = [] {
+        std::vector<std::string> t = {
+            "Hello world",
+            "The quick brown fox jumps over the lazy dog.",
+            "café crème brûlée, naïve façade, Ærøskøbing",
+            "Ελληνικά и русский текст",
+            "日本語のテキストと中文文本，还有한국어",
+            "emoji 😀 🦙 👍🏽 and flags 🇫🇷🇯🇵",
+            "family 👨‍👩‍👧‍👦 and 🏳️‍🌈 (ZWJ sequences)",
+            " leading space",
+            "   three leading spaces",
+            "multiple     inner    spaces",
+            "trailing spaces   ",
+            "line one\nline two\n\nline four\n",
+            "\ttab\tseparated\tvalues",
+            "\n starts with a newline",
+            "mixed\r\nline endings\r",
+            "math: ∀x ∈ ℝ, x² ≥ 0; ∑ 1/n² = π²/6",
+            "code: int main() { return 0; }  // done",
+            "ZWJ alone: a\u200db, combining: e\u0301",
+            "rare: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𓀀 𒀭 \U0010FFFD",
+            "</s> <s> [INST] <unk> [/INST]",
+            "5 + 5 = 10",
+            "x",
+            " ",
+            "\n",
+        };
+        // llama.cpp's tokenizer test strings: many whitespace runs, scripts, emoji.
+        for (auto& s :
+             read_vocab_test_inputs(shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-llama-spm.gguf.inp"))
+            t.push_back(s);
+        return t;
+    }();
+    return texts;
+}
+
+}  // namespace
+
+TEST_CASE("Tokenizer loads the Mixtral model with its special pieces", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    CHECK(tok.vocab_size() == 32000);
+    CHECK(tok.bos_id() == 1);
+    CHECK(tok.eos_id() == 2);
+    CHECK(tok.piece_to_id("<s>") == 1);
+    CHECK(tok.piece_to_id("</s>") == 2);
+    CHECK(tok.piece_to_id("<unk>") == 0);
+    CHECK(tok.piece_to_id("<|im_start|>") == -1);  // SentencePiece itself answers unk_id (0)
+    CHECK(tok.piece_to_id("[INST]") == -1);
+    CHECK(tok.id_to_piece(1) == "<s>");
+    CHECK(tok.is_control(1));
+    CHECK(tok.is_control(2));
+    CHECK_FALSE(tok.is_control(0));
+    CHECK(tok.is_unknown(0));
+    CHECK_FALSE(tok.is_control(-1));
+    CHECK_FALSE(tok.is_control(32000));
+    CHECK_THROWS_AS(tok.id_to_piece(32000), MoeError);
+    CHECK_THROWS_AS(tok.token_bytes(-1), MoeError);
+    const std::vector<int> bad{5, 32000};
+    CHECK_THROWS_AS(tok.decode(bad), MoeError);
+}
+
+TEST_CASE("Tokenizer from the embedded model equals the file", "[tokenizer]") {
+    const std::string_view bytes = embedded_file("mistral-v1.model");
+    REQUIRE(bytes == read_file(shared_data_dir() / "tokenizers/mistral-v1.model"));
+    const Tokenizer tok = Tokenizer::from_bytes(bytes, "embedded:mistral-v1.model");
+    for (const auto& text : sample_texts()) CHECK(tok.encode(text) == mistral().encode(text));
+}
+
+TEST_CASE("Tokenizer load errors name the file", "[tokenizer]") {
+    const auto dir = test_temp_dir("tokenizer_errors");
+    auto message_of = [](auto&& fn) -> std::string {
+        try {
+            fn();
+        } catch (const MoeError& e) {
+            return e.what();
+        }
+        return "(no MoeError)";
+    };
+
+    const auto missing = dir / "missing.model";
+    CHECK_THAT(message_of([&] { Tokenizer::load(missing); }), Catch::Contains(missing.string()));
+
+    const auto empty = dir / "empty.model";
+    std::ofstream(empty).close();
+    const std::string empty_msg = message_of([&] { Tokenizer::load(empty); });
+    CHECK_THAT(empty_msg, Catch::Contains(empty.string() + ": not a SentencePiece model"));
+
+    const auto noise = dir / "noise.model";
+    std::mt19937 rng(7);
+    std::string bytes(4096, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    std::ofstream(noise, std::ios::binary) << bytes;
+    CHECK_THAT(message_of([&] { Tokenizer::load(noise); }),
+               Catch::Contains(noise.string() + ": not a SentencePiece model"));
+
+    const auto truncated = dir / "truncated.model";
+    const std::string real = read_file(shared_data_dir() / "tokenizers/mistral-v1.model");
+    std::ofstream(truncated, std::ios::binary) << real.substr(0, real.size() / 2);
+    CHECK_THAT(message_of([&] { Tokenizer::load(truncated); }),
+               Catch::Contains(truncated.string() + ": not a SentencePiece model"));
+
+    CHECK_THAT(message_of([&] { Tokenizer::load(dir); }), Catch::Contains(dir.string()));
+    CHECK_THAT(message_of([&] { Tokenizer::from_bytes("", "blob"); }),
+               Catch::Contains("blob: not a SentencePiece model"));
+}
+
+TEST_CASE("Tokenizer encodes like Mistral's reference", "[tokenizer]") {
+    // Segments of mistral-common's no_tools sample with their reference ids.
+    const auto ref = nlohmann::json::parse(
+        read_file(shared_data_dir() / "reference/mistral-common/no_tools__tokens_v1.json"))["tokens"];
+    const std::vector<int> all = ref.get<std::vector<int>>();
+    const std::vector<int> user(all.begin() + 1, all.begin() + 20);
+    const std::vector<int> reply(all.begin() + 20, all.begin() + 33);
+    CHECK(mistral().encode("[INST] What's the result of 5 + 5? [/INST]") == user);
+    CHECK(mistral().encode("The result of 5 + 5 is 10.") == reply);
+    CHECK(mistral().decode(user) == "[INST] What's the result of 5 + 5? [/INST]");
+}
+
+TEST_CASE("Tokenizer never turns text into control ids", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    for (const char* text : {"</s>", "<s>", "<unk>", "[INST]", "[/INST]", "<s>[INST] hi [/INST]</s>"}) {
+        const auto ids = tok.encode(text);
+        INFO(text);
+        for (int id : ids) CHECK_FALSE(tok.is_control(id));
+        CHECK(tok.decode(ids) == text);
+    }
+    // Mistral v0.3 has [INST], [/INST], [TOOL_CALLS] ... as control pieces 3..770.
+    const Tokenizer v3 = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-7b-instruct-v0.3/tokenizer.model.v3");
+    REQUIRE(v3.is_control(v3.piece_to_id("[INST]")));
+    int controls = 0;
+    for (int id = 0; id < v3.vocab_size(); ++id) {
+        if (!v3.is_control(id)) continue;
+        ++controls;
+        const std::string piece = v3.id_to_piece(id);
+        for (int got : v3.encode(piece)) {
+            INFO(piece);
+            CHECK_FALSE(v3.is_control(got));
+        }
+    }
+    CHECK(controls > 700);
+}
+
+TEST_CASE("Tokenizer add_dummy_prefix works both ways", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    CHECK(pieces_of(tok, tok.encode("5 + 5")) == std::vector<std::string>{"▁", "5", "▁+", "▁", "5"});
+    CHECK(pieces_of(tok, tok.encode("5 + 5", false)) == std::vector<std::string>{"5", "▁+", "▁", "5"});
+    CHECK(pieces_of(tok, tok.encode("\n", false)) == std::vector<std::string>{"<0x0A>"});
+    CHECK(tok.encode("", true).empty());
+    CHECK(tok.encode("", false).empty());
+    for (const auto& text : sample_texts()) {
+        if (text.empty()) continue;
+        INFO(text);
+        const auto with = tok.encode(text, true);
+        const auto without = tok.encode(text, false);
+        // The dummy prefix is exactly a space before the text (identity
+        // normalizer that keeps whitespace runs).
+        CHECK(tok.encode(" " + text, false) == with);
+        CHECK(tok.id_to_piece(with.front()).starts_with("▁"));
+        if (text[0] != ' ') {
+            CHECK_FALSE(tok.id_to_piece(without.front()).starts_with("▁"));
+            CHECK(tok.decode(without) == text);
+        }
+    }
+}
+
+TEST_CASE("Tokenizer token_bytes agrees with SentencePiece for every id", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    CHECK(tok.token_bytes(tok.piece_to_id("▁")) == " ");
+    CHECK(tok.token_bytes(tok.piece_to_id("<0xE2>")) == "\xE2");
+    CHECK(tok.token_bytes(tok.piece_to_id("<0x0A>")) == "\n");
+    CHECK(tok.token_bytes(1).empty());
+    CHECK(tok.token_bytes(2).empty());
+    CHECK(tok.token_bytes(0) == " \xE2\x81\x87 ");  // " ⁇ ", SentencePiece's unk surface
+    CHECK(tok.token_bytes(tok.piece_to_id("▁hell")) == " hell");
+
+    // After an anchor piece SentencePiece strips nothing, so decode({a, id})
+    // is "a" followed by exactly what id stands for.
+    const int anchor = tok.piece_to_id("a");
+    int bytes_seen = 0;
+    for (int id = 0; id < tok.vocab_size(); ++id) {
+        INFO("id " << id << " piece " << tok.id_to_piece(id));
+        if (tok.is_byte(id)) {
+            ++bytes_seen;
+            const std::string piece = tok.id_to_piece(id);
+            REQUIRE(tok.token_bytes(id) ==
+                    std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16))));
+            continue;
+        }
+        const std::vector<int> ids{anchor, id};
+        std::string expected = "a";
+        expected += tok.token_bytes(id);
+        REQUIRE(tok.decode(ids) == expected);
+    }
+    CHECK(bytes_seen == 256);
+}
+
+TEST_CASE("Tokenizer matches llama.cpp's Llama-SPM reference ids", "[tokenizer]") {
+    // The Llama vocabulary is not Mistral's, so these ids are checked on the
+    // Llama model itself, rebuilt from llama.cpp's vocab-only GGUF.
+    const auto dir = shared_data_dir() / "reference/llama-cpp-vocab";
+    const Tokenizer llama = Tokenizer::from_bytes(spm_model_from_gguf(dir / "ggml-vocab-llama-spm.gguf"), "llama-spm");
+    REQUIRE(llama.vocab_size() == 32000);
+    const auto inputs = read_vocab_test_inputs(dir / "ggml-vocab-llama-spm.gguf.inp");
+    std::ifstream out(dir / "ggml-vocab-llama-spm.gguf.out");
+    std::vector<std::vector<int>> expected;
+    for (std::string line; std::getline(out, line);) {
+        std::vector<int> ids;
+        std::istringstream words(line);
+        for (int id; words >> id;) ids.push_back(id);
+        expected.push_back(ids);
+    }
+    REQUIRE(inputs.size() == expected.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        INFO("case " << i << ": \"" << inputs[i] << "\"");
+        CHECK(llama.encode(inputs[i]) == expected[i]);
+        CHECK(stream(llama, expected[i]) == inputs[i]);
+    }
+}
+
+TEST_CASE("Detokenizer streams exactly what decode gives", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    for (const auto& text : sample_texts()) {
+        INFO("text: \"" << text << "\"");
+        const auto ids = tok.encode(text);
+        const std::string decoded = tok.decode(ids);
+        CHECK(decoded == text);  // SentencePiece round-trips all of these
+        CHECK(stream(tok, ids) == decoded);
+
+        std::vector<int> with_bos{tok.bos_id()};
+        with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+        with_bos.push_back(tok.eos_id());
+        CHECK(stream(tok, with_bos) == tok.decode(with_bos));
+
+        // Without stripping the dummy prefix stays.
+        std::string raw;
+        for (int id : ids) raw += tok.token_bytes(id);
+        CHECK(stream(tok, ids, false) == raw);
+        if (!text.empty()) CHECK(raw == " " + text);
+    }
+}
+
+TEST_CASE("Detokenizer holds split characters and replaces invalid bytes", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    auto byte = [&](int b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        return tok.piece_to_id(name);
+    };
+    Detokenizer detok(tok);
+    CHECK(detok.push(byte(0xF0)).empty());
+    CHECK(detok.push(byte(0x9F)).empty());
+    CHECK(detok.push(byte(0x98)).empty());
+    CHECK(detok.push(byte(0x80)) == "😀");
+    CHECK(detok.flush().empty());
+
+    const std::string fffd = "\xEF\xBF\xBD";
+    detok.reset();
+    CHECK(detok.push(byte(0x80)) == fffd);  // a lone continuation byte
+    CHECK(detok.push(byte(0xC0)) == fffd);  // never valid (overlong)
+    CHECK(detok.push(byte(0xED)).empty());  // ED A0 would be a surrogate
+    CHECK(detok.push(byte(0xA0)) == fffd + fffd);
+    CHECK(detok.push(byte(0xE2)).empty());
+    CHECK(detok.push(byte(0x82)).empty());
+    // The run ends unfinished: one U+FFFD per byte, as SentencePiece does.
+    CHECK(detok.push(tok.piece_to_id("▁a")) == fffd + fffd + " a");
+    CHECK(detok.push(byte(0xF0)).empty());
+    CHECK(detok.flush() == fffd);
+
+    // Controls at the start do not use up the leading-space strip.
+    detok.reset();
+    CHECK(detok.push(1).empty());
+    CHECK(detok.push(tok.piece_to_id("▁The")) == "The");
+    CHECK(detok.push(tok.piece_to_id("▁end")) == " end");
+    detok.reset(false);
+    CHECK(detok.push(tok.piece_to_id("▁The")) == " The");
+    CHECK_THROWS_AS(detok.push(-1), MoeError);
+    CHECK_THROWS_AS(detok.push(tok.vocab_size()), MoeError);
+}
+
+TEST_CASE("Detokenizer matches SentencePiece on random id sequences", "[tokenizer]") {
+    const Tokenizer& tok = mistral();
+    std::vector<int> pool;
+    for (int id = 0; id < tok.vocab_size(); ++id)
+        if (tok.is_byte(id)) pool.push_back(id);  // all 256 bytes: broken and whole UTF-8
+    for (int id : {0, 1, 2, tok.piece_to_id("▁"), tok.piece_to_id("▁▁"), tok.piece_to_id("a")}) pool.push_back(id);
+    std::mt19937 rng(12345);
+    std::uniform_int_distribution<int> any_id(0, tok.vocab_size() - 1);
+    std::uniform_int_distribution<size_t> from_pool(0, pool.size() - 1);
+    for (int trial = 0; trial < 4000; ++trial) {
+        std::vector<int> ids(1 + rng() % 10);
+        for (int& id : ids) id = rng() % 3 == 0 ? any_id(rng) : pool[from_pool(rng)];
+        INFO("trial " << trial);
+        REQUIRE(stream(tok, ids) == tok.decode(ids));
+    }
+}
