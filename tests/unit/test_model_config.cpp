@@ -117,7 +117,7 @@ TEST_CASE("config: defaults of optional fields", "[config]") {
     CHECK(e.tie_embeddings);
 }
 
-TEST_CASE("config: generation_config.json overrides bos/eos; eos may be a list", "[config]") {
+TEST_CASE("config: generation_config.json overrides bos/eos, eos may be a list", "[config]") {
     fs::path dir = test_temp_dir("config-gen");
     json j = mixtral_json();
     write_text(dir / "config.json", j.dump());
