@@ -41,8 +41,8 @@ struct Engine::Impl {
     ModelConfig config;
     ModelWeights weights;
     Tokenizer tokenizer;
+    std::string template_warning;  // before chat_template, which fills it
     ChatTemplate chat_template;
-    std::string template_warning;
     int ctx;
     ThreadPool pool;
     KvCache cache;
