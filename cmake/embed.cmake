@@ -1,4 +1,4 @@
-# moe_embed_files(TARGET NAME FILES f1 f2 ...): compiles the files into a static
+# moe_embed_files(TARGET FILES f1 f2 ...): compiles the files into a static
 # library as byte arrays. Looked up at run time with embedded_file(name) from
 # "embedded_files.h" (name = file name without directories). A small host tool
 # writes the arrays, so building never needs xxd or Node.
@@ -17,3 +17,4 @@ function(moe_embed_files target)
   add_library(${target} STATIC ${out})
   target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR}/cmake)
 endfunction()
+# embedded_file() is one function for the whole binary: call this once.
