@@ -13,9 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -26,7 +25,7 @@
 #include "server/openai_response.h"
 #include "server/serve.h"
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -80,11 +79,11 @@ std::vector<Conversation> read_mt_bench(const fs::path& path, int n) {
 
 // One streamed chat request as a client sees it.
 struct StreamStats {
-    double ttft_ms = 0;          // request sent -> first content delta
-    double decode_tok_s = 0;     // (completion_tokens - 1) / (first delta -> finish chunk)
+    double ttft_ms = 0;       // request sent -> first content delta
+    double decode_tok_s = 0;  // (completion_tokens - 1) / (first delta -> finish chunk)
     int completion_tokens = 0;
     int cached_tokens = 0;
-    double server_ttft_ms = 0;   // the engine's own figure (timings.ttft_ms)
+    double server_ttft_ms = 0;  // the engine's own figure (timings.ttft_ms)
     std::string text;
 };
 
@@ -135,12 +134,8 @@ StreamStats stream_chat(httplib::Client& client, const json& body) {
 json chat_body(const std::vector<std::pair<std::string, std::string>>& turns, int max_tokens, bool cache_prompt) {
     json messages = json::array();
     for (const auto& [role, content] : turns) messages.push_back({{"role", role}, {"content", content}});
-    return json{{"messages", messages},
-                {"stream", true},
-                {"stream_options", {{"include_usage", true}}},
-                {"max_tokens", max_tokens},
-                {"temperature", 0},
-                {"ignore_eos", true},
+    return json{{"messages", messages},        {"stream", true},   {"stream_options", {{"include_usage", true}}},
+                {"max_tokens", max_tokens},    {"temperature", 0}, {"ignore_eos", true},
                 {"cache_prompt", cache_prompt}};
 }
 
@@ -148,6 +143,89 @@ double mean(const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
     return v.empty() ? 0 : s / double(v.size());
+}
+
+// Prints the server_decode and server_ttft lines.
+void run_benchmarks(HttpServer& server, int port, const std::vector<Conversation>& convs, int tokens, int repeats,
+                    int reply_tokens) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(600, 0);
+
+    // ---- decode tok/s: HTTP + SSE vs the engine's own loop ----
+    const std::vector<std::pair<std::string, std::string>> turn1 = {{"user", convs[0].turn1}};
+    double best_engine = 0, best_http = 0;
+    int threads = 0, n_prompt = 0;
+    for (int r = 0; r < repeats; r++) {
+        server.with_engine([&](Engine& engine) {
+            std::vector<ChatMessage> messages = {{"user", convs[0].turn1}};
+            GenerateRequest g;
+            g.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
+            g.sampling.temperature = 0;
+            g.max_tokens = tokens;
+            g.ignore_eos = true;
+            g.reuse_prefix = false;
+            GenerateResult result = engine.generate(g, [](const TokenEvent&) { return true; });
+            best_engine = std::max(best_engine, result.decode_tok_s());
+            threads = engine.threads();
+            n_prompt = result.n_prompt;
+        });
+        StreamStats s = stream_chat(client, chat_body(turn1, tokens, false));
+        if (s.completion_tokens != tokens)
+            throw MoeError("bench: expected " + std::to_string(tokens) + " tokens over HTTP, got " +
+                           std::to_string(s.completion_tokens));
+        best_http = std::max(best_http, s.decode_tok_s);
+    }
+    json decode{{"bench", "server_decode"},
+                {"model", server.model_id()},
+                {"threads", threads},
+                {"prompt_tokens", n_prompt},
+                {"tokens", tokens},
+                {"repeats", repeats},
+                {"http_sse_decode_tok_s", best_http},
+                {"engine_decode_tok_s", best_engine},
+                {"ratio", best_engine > 0 ? best_http / best_engine : 0},
+                {"target_min_ratio", 0.97}};
+    std::printf("%s\n", json_dump(decode).c_str());
+    std::fflush(stdout);
+
+    // ---- TTFT: first turn vs second turn with and without prefix reuse ----
+    std::vector<double> ttft1, ttft2, ttft2_cold, server1, server2, server2_cold;
+    json per_conv = json::array();
+    for (const Conversation& c : convs) {
+        std::vector<std::pair<std::string, std::string>> turns = {{"user", c.turn1}};
+        // A first turn starts a new conversation: nothing of it is cached.
+        StreamStats first = stream_chat(client, chat_body(turns, reply_tokens, false));
+        turns.push_back({"assistant", first.text});
+        turns.push_back({"user", c.turn2});
+        StreamStats second = stream_chat(client, chat_body(turns, reply_tokens, true));
+        StreamStats cold = stream_chat(client, chat_body(turns, reply_tokens, false));
+        ttft1.push_back(first.ttft_ms);
+        ttft2.push_back(second.ttft_ms);
+        ttft2_cold.push_back(cold.ttft_ms);
+        server1.push_back(first.server_ttft_ms);
+        server2.push_back(second.server_ttft_ms);
+        server2_cold.push_back(cold.server_ttft_ms);
+        per_conv.push_back({{"turn1_ttft_ms", first.ttft_ms},
+                            {"turn2_ttft_ms", second.ttft_ms},
+                            {"turn2_cached_tokens", second.cached_tokens},
+                            {"turn2_no_reuse_ttft_ms", cold.ttft_ms}});
+    }
+    double t1 = mean(ttft1), t2 = mean(ttft2), t2c = mean(ttft2_cold);
+    json ttft{{"bench", "server_ttft"},
+              {"model", server.model_id()},
+              {"conversations", int(convs.size())},
+              {"reply_tokens", reply_tokens},
+              {"turn1_ttft_ms", t1},
+              {"turn2_ttft_ms", t2},
+              {"turn2_no_reuse_ttft_ms", t2c},
+              {"ratio", t1 > 0 ? t2 / t1 : 0},
+              {"ratio_vs_no_reuse", t2c > 0 ? t2 / t2c : 0},
+              {"engine_turn1_ttft_ms", mean(server1)},
+              {"engine_turn2_ttft_ms", mean(server2)},
+              {"engine_turn2_no_reuse_ttft_ms", mean(server2_cold)},
+              {"target_max_ratio", 0.25},
+              {"per_conversation", per_conv}};
+    std::printf("%s\n", json_dump(ttft).c_str());
 }
 
 }  // namespace
@@ -173,93 +251,24 @@ int bench_server_main(const std::vector<std::string>& words) {
         options.log_requests = false;
         HttpServer server(options);
         int port = server.bind();
-        std::thread serving([&] { server.run(); });
-        struct Joiner {
-            HttpServer& server;
-            std::thread& thread;
-            ~Joiner() {
-                server.stop();
-                thread.join();
+        std::string serve_error;
+        std::thread serving([&] {
+            try {
+                server.run();
+            } catch (const std::exception& e) {
+                serve_error = e.what();
             }
-        } joiner{server, serving};
-
-        httplib::Client client("127.0.0.1", port);
-        client.set_read_timeout(600, 0);
-
-        // ---- decode tok/s: HTTP + SSE vs the engine's own loop ----
-        const std::vector<std::pair<std::string, std::string>> turn1 = {{"user", convs[0].turn1}};
-        double best_engine = 0, best_http = 0;
-        int threads = 0, n_prompt = 0;
-        for (int r = 0; r < repeats; r++) {
-            server.with_engine([&](Engine& engine) {
-                std::vector<ChatMessage> messages = {{"user", convs[0].turn1}};
-                GenerateRequest g;
-                g.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
-                g.sampling.temperature = 0;
-                g.max_tokens = tokens;
-                g.ignore_eos = true;
-                g.reuse_prefix = false;
-                GenerateResult result = engine.generate(g, [](const TokenEvent&) { return true; });
-                best_engine = std::max(best_engine, result.decode_tok_s());
-                threads = engine.threads();
-                n_prompt = result.n_prompt;
-            });
-            StreamStats s = stream_chat(client, chat_body(turn1, tokens, false));
-            if (s.completion_tokens != tokens)
-                throw MoeError("bench: expected " + std::to_string(tokens) + " tokens over HTTP, got " +
-                               std::to_string(s.completion_tokens));
-            best_http = std::max(best_http, s.decode_tok_s);
+        });
+        std::string bench_error;
+        try {
+            run_benchmarks(server, port, convs, tokens, repeats, reply_tokens);
+        } catch (const std::exception& e) {
+            bench_error = e.what();
         }
-        json decode{{"bench", "server_decode"},
-                    {"model", server.model_id()},
-                    {"threads", threads},
-                    {"prompt_tokens", n_prompt},
-                    {"tokens", tokens},
-                    {"repeats", repeats},
-                    {"http_sse_decode_tok_s", best_http},
-                    {"engine_decode_tok_s", best_engine},
-                    {"ratio", best_engine > 0 ? best_http / best_engine : 0},
-                    {"target_min_ratio", 0.97}};
-        std::printf("%s\n", json_dump(decode).c_str());
-        std::fflush(stdout);
-
-        // ---- TTFT: first turn vs second turn with and without prefix reuse ----
-        std::vector<double> ttft1, ttft2, ttft2_cold, server1, server2, server2_cold;
-        json per_conv = json::array();
-        for (const Conversation& c : convs) {
-            std::vector<std::pair<std::string, std::string>> turns = {{"user", c.turn1}};
-            StreamStats first = stream_chat(client, chat_body(turns, reply_tokens, true));
-            turns.push_back({"assistant", first.text});
-            turns.push_back({"user", c.turn2});
-            StreamStats second = stream_chat(client, chat_body(turns, reply_tokens, true));
-            StreamStats cold = stream_chat(client, chat_body(turns, reply_tokens, false));
-            ttft1.push_back(first.ttft_ms);
-            ttft2.push_back(second.ttft_ms);
-            ttft2_cold.push_back(cold.ttft_ms);
-            server1.push_back(first.server_ttft_ms);
-            server2.push_back(second.server_ttft_ms);
-            server2_cold.push_back(cold.server_ttft_ms);
-            per_conv.push_back({{"turn1_ttft_ms", first.ttft_ms},
-                                {"turn2_ttft_ms", second.ttft_ms},
-                                {"turn2_cached_tokens", second.cached_tokens},
-                                {"turn2_no_reuse_ttft_ms", cold.ttft_ms}});
-        }
-        double t1 = mean(ttft1), t2 = mean(ttft2), t2c = mean(ttft2_cold);
-        json ttft{{"bench", "server_ttft"},
-                  {"model", server.model_id()},
-                  {"conversations", int(convs.size())},
-                  {"reply_tokens", reply_tokens},
-                  {"turn1_ttft_ms", t1},
-                  {"turn2_ttft_ms", t2},
-                  {"turn2_no_reuse_ttft_ms", t2c},
-                  {"ratio", t1 > 0 ? t2 / t1 : 0},
-                  {"ratio_vs_no_reuse", t2c > 0 ? t2 / t2c : 0},
-                  {"engine_turn1_ttft_ms", mean(server1)},
-                  {"engine_turn2_ttft_ms", mean(server2)},
-                  {"engine_turn2_no_reuse_ttft_ms", mean(server2_cold)},
-                  {"target_max_ratio", 0.25},
-                  {"per_conversation", per_conv}};
-        std::printf("%s\n", json_dump(ttft).c_str());
+        server.stop();
+        serving.join();
+        if (!serve_error.empty()) throw MoeError(serve_error);
+        if (!bench_error.empty()) throw MoeError(bench_error);
         return 0;
     } catch (const MoeError& e) {
         std::fprintf(stderr, "moe-server bench server: %s\n", e.what());

@@ -51,7 +51,9 @@ std::string demo_model_banner(const fs::path& dir) {
     return "\n"
            "  ===================================================================\n"
            "   DEMO MODEL: no --model was given, so moe-server serves a small\n"
-           "   model with RANDOM weights (" + dir.string() + ").\n"
+           "   model with RANDOM weights (" +
+           dir.string() +
+           ").\n"
            "   Its replies are gibberish; it only shows that the API and UI work.\n"
            "   For real answers, download a Mixtral folder from Hugging Face\n"
            "   (e.g. mistralai/Mixtral-8x7B-Instruct-v0.1) and run\n"

@@ -6,20 +6,21 @@
 // before its next forward pass.
 #include "server/http_server.h"
 
+#include <httplib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <mutex>
-#include <thread>
-
-#include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "embedded_files.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -49,8 +50,16 @@ std::string model_id_of(const fs::path& dir) {
 // Routes as metrics labels: fixed strings only, so an unknown path cannot
 // grow the label set.
 std::string route_label(const httplib::Request& req) {
-    static const char* const KNOWN[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/experts",
-                                        "/health", "/metrics", "/tokenize", "/detokenize", "/", "/index.html"};
+    static const char* const KNOWN[] = {"/v1/chat/completions",
+                                        "/v1/completions",
+                                        "/v1/models",
+                                        "/v1/experts",
+                                        "/health",
+                                        "/metrics",
+                                        "/tokenize",
+                                        "/detokenize",
+                                        "/",
+                                        "/index.html"};
     for (const char* r : KNOWN)
         if (req.path == r) return r;
     if (req.path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
@@ -58,12 +67,16 @@ std::string route_label(const httplib::Request& req) {
 }
 
 const char* mime_type(const std::string& name) {
-    static const std::pair<const char*, const char*> TYPES[] = {
-        {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
-        {".css", "text/css; charset=utf-8"},   {".svg", "image/svg+xml"},
-        {".png", "image/png"},                 {".ico", "image/x-icon"},
-        {".json", "application/json"},         {".map", "application/json"},
-        {".woff2", "font/woff2"},              {".txt", "text/plain; charset=utf-8"}};
+    static const std::pair<const char*, const char*> TYPES[] = {{".html", "text/html; charset=utf-8"},
+                                                                {".js", "text/javascript; charset=utf-8"},
+                                                                {".css", "text/css; charset=utf-8"},
+                                                                {".svg", "image/svg+xml"},
+                                                                {".png", "image/png"},
+                                                                {".ico", "image/x-icon"},
+                                                                {".json", "application/json"},
+                                                                {".map", "application/json"},
+                                                                {".woff2", "font/woff2"},
+                                                                {".txt", "text/plain; charset=utf-8"}};
     for (const auto& [ext, type] : TYPES)
         if (name.size() > std::string_view(ext).size() && name.ends_with(ext)) return type;
     return nullptr;
@@ -82,6 +95,7 @@ struct HttpServer::Impl {
     httplib::Server svr;
     RequestQueue queue;
     Metrics metrics;
+    ReplyTokens replies;  // recent chat replies' ids, for prefix reuse across turns
     std::thread engine_thread;
     std::unique_ptr<Engine> engine;
     std::atomic<bool> ready{false};
@@ -92,10 +106,11 @@ struct HttpServer::Impl {
     std::string load_error;
 
     explicit Impl(ServerOptions o)
-        : options(std::move(o)), model_id(model_id_of(options.model_dir)),
-          started_at(std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count()),
+        : options(std::move(o)),
+          model_id(model_id_of(options.model_dir)),
+          started_at(
+              std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count()),
           queue(size_t(std::max(0, options.max_queue))) {
         setup();
     }
@@ -112,8 +127,7 @@ struct HttpServer::Impl {
     void send_json(httplib::Response& res, const json& j) { res.set_content(json_dump(j), "application/json"); }
 
     Engine& require_engine() {
-        if (!ready.load())
-            throw ApiError(503, "The model is still loading; retry in a moment.", "", "model_loading");
+        if (!ready.load()) throw ApiError(503, "The model is still loading; retry in a moment.", "", "model_loading");
         return *engine;
     }
 
@@ -170,27 +184,31 @@ struct HttpServer::Impl {
             return httplib::Server::HandlerResponse::Unhandled;
         });
 
-        svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                          httplib::Response& res) {
-            if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-            std::string message;
-            std::string code;
-            switch (res.status) {
-            case 404:
-                message = "Invalid URL (" + req.method + " " + req.path + ")";
-                code = "unknown_url";
-                break;
-            case 413:
-                message = "The request body is larger than the limit of " + std::to_string(options.max_body_bytes) +
-                          " bytes.";
-                code = "request_too_large";
-                break;
-            case 414: message = "The request URI is too long."; break;
-            default: message = "The request could not be handled (HTTP " + std::to_string(res.status) + ").";
-            }
-            send_error(res, ApiError(res.status, message, "", code));
-            return httplib::Server::HandlerResponse::Handled;
-        }));
+        svr.set_error_handler(
+            httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+                if (!res.body.empty() || res.is_chunked_content_provider_)
+                    return httplib::Server::HandlerResponse::Unhandled;
+                std::string message;
+                std::string code;
+                switch (res.status) {
+                case 404:
+                    message = "Invalid URL (" + req.method + " " + req.path + ")";
+                    code = "unknown_url";
+                    break;
+                case 413:
+                    message = "The request body is larger than the limit of " + std::to_string(options.max_body_bytes) +
+                              " bytes.";
+                    code = "request_too_large";
+                    break;
+                case 414:
+                    message = "The request URI is too long.";
+                    break;
+                default:
+                    message = "The request could not be handled (HTTP " + std::to_string(res.status) + ").";
+                }
+                send_error(res, ApiError(res.status, message, "", code));
+                return httplib::Server::HandlerResponse::Handled;
+            }));
 
         svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             std::string what = "unknown exception";
@@ -220,33 +238,34 @@ struct HttpServer::Impl {
             }
         });
         svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-            res.set_content(metrics.render(queue.waiting(), queue.running()), "text/plain; version=0.0.4; charset=utf-8");
+            res.set_content(metrics.render(queue.waiting(), queue.running()),
+                            "text/plain; version=0.0.4; charset=utf-8");
         });
         svr.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-            send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
-        }));
+                    send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
+                }));
         svr.Get("/v1/models/(.+)", guarded([this](const httplib::Request& req, httplib::Response& res) {
-            std::string id = req.matches[1];
-            if (id != model_id)
-                throw ApiError(404, "The model '" + id + "' does not exist; this server serves '" + model_id + "'.",
-                               "model", "model_not_found");
-            send_json(res, model_json());
-        }));
-        svr.Get("/v1/experts", guarded([this](const httplib::Request&, httplib::Response& res) { handle_experts(res); }));
-        svr.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-            handle_chat(req, res);
-        }));
-        svr.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-            handle_completion(req, res);
-        }));
-        svr.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-            handle_tokenize(req, res);
-        }));
+                    std::string id = req.matches[1];
+                    if (id != model_id)
+                        throw ApiError(404,
+                                       "The model '" + id + "' does not exist; this server serves '" + model_id + "'.",
+                                       "model", "model_not_found");
+                    send_json(res, model_json());
+                }));
+        svr.Get("/v1/experts",
+                guarded([this](const httplib::Request&, httplib::Response& res) { handle_experts(res); }));
+        svr.Post("/v1/chat/completions",
+                 guarded([this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); }));
+        svr.Post("/v1/completions",
+                 guarded([this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res); }));
+        svr.Post("/tokenize",
+                 guarded([this](const httplib::Request& req, httplib::Response& res) { handle_tokenize(req, res); }));
         svr.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-            Engine& e = require_engine();
-            std::vector<int> ids = detokenize_request_parse(parse_json_body(req.body), e.tokenizer().vocab_size());
-            send_json(res, {{"content", e.tokenizer().decode(ids)}});
-        }));
+                     Engine& e = require_engine();
+                     std::vector<int> ids =
+                         detokenize_request_parse(parse_json_body(req.body), e.tokenizer().vocab_size());
+                     send_json(res, {{"content", e.tokenizer().decode(ids)}});
+                 }));
         auto index = [](const httplib::Request&, httplib::Response& res) {
             std::string_view page = embedded_file("index.html");
             if (page.empty())
@@ -273,9 +292,12 @@ struct HttpServer::Impl {
         json m{{"id", model_id}, {"object", "model"}, {"created", started_at}, {"owned_by", "moe-server"}};
         if (ready.load()) {
             const ModelConfig& c = engine->config();
-            m["meta"] = {{"n_ctx", engine->ctx()},         {"n_vocab", c.vocab_size},
-                         {"n_layers", c.n_layers},         {"n_experts", c.n_experts},
-                         {"n_experts_active", c.n_experts_active}, {"architecture", c.architecture}};
+            m["meta"] = {{"n_ctx", engine->ctx()},
+                         {"n_vocab", c.vocab_size},
+                         {"n_layers", c.n_layers},
+                         {"n_experts", c.n_experts},
+                         {"n_experts_active", c.n_experts_active},
+                         {"architecture", c.architecture}};
         }
         return m;
     }
@@ -337,7 +359,7 @@ struct HttpServer::Impl {
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
         std::vector<int> prompt;
         try {
-            prompt = e.chat_template().encode(e.tokenizer(), chat.messages);
+            prompt = replies.encode(e.chat_template(), e.tokenizer(), chat.messages);
         } catch (const MoeError& err) {
             throw ApiError(400, std::string("Invalid 'messages': ") + err.what(), "messages", "invalid_value");
         }
@@ -382,7 +404,9 @@ struct HttpServer::Impl {
         g.top_logprobs = o.top_logprobs;
         g.reuse_prefix = o.cache_prompt;
 
-        auto task = std::make_shared<Task>([this, g](Engine& engine_, Task& t) { run_generation(engine_, t, g); });
+        const bool is_chat = endpoint == Endpoint::CHAT;
+        auto task = std::make_shared<Task>(
+            [this, g, is_chat](Engine& engine_, Task& t) { run_generation(engine_, t, g, is_chat); });
         if (!queue.push(task))
             throw ApiError(503,
                            "The server is busy: " + std::to_string(options.max_queue) +
@@ -395,6 +419,10 @@ struct HttpServer::Impl {
             bool started = false;
         };
         auto pump = std::make_shared<Pump>(Pump{task, OpenAiResponder(endpoint, o, model_id, e.tokenizer())});
+        // Plain JSON replies use the same chunked provider as streams: only a
+        // provider sees the client hang up while the engine works. The status
+        // line goes out first, so every error a request can cause is found
+        // above, before it is queued.
         if (o.stream) {
             res.set_header("Cache-Control", "no-cache");
             res.set_header("X-Accel-Buffering", "no");
@@ -429,7 +457,7 @@ struct HttpServer::Impl {
     }
 
     // Engine thread.
-    void run_generation(Engine& e, Task& task, const GenerateRequest& g) {
+    void run_generation(Engine& e, Task& task, const GenerateRequest& g, bool is_chat) {
         bool first = true;
         GenerateResult result = e.generate(g, [&](const TokenEvent& ev) {
             metrics.add_generated_token();
@@ -443,6 +471,7 @@ struct HttpServer::Impl {
             task.push(std::move(event));
             return !task.cancelled();
         });
+        if (is_chat && result.finish_reason != FinishReason::CANCELLED) replies.remember(result.text, result.tokens);
         metrics.add_prompt_tokens(result.n_prompt, result.n_cached);
         metrics.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(),
                                  result.decode_tok_s());
@@ -523,7 +552,9 @@ int HttpServer::bind() {
     return m.bound_port;
 }
 
-int HttpServer::port() const { return impl_->bound_port; }
+int HttpServer::port() const {
+    return impl_->bound_port;
+}
 
 void HttpServer::run() {
     Impl& m = *impl_;
@@ -538,11 +569,17 @@ void HttpServer::run() {
     if (!m.load_error.empty()) throw MoeError(m.load_error);
 }
 
-void HttpServer::stop() { impl_->stop(); }
+void HttpServer::stop() {
+    impl_->stop();
+}
 
-bool HttpServer::ready() const { return impl_->ready.load(); }
+bool HttpServer::ready() const {
+    return impl_->ready.load();
+}
 
-const std::string& HttpServer::model_id() const { return impl_->model_id; }
+const std::string& HttpServer::model_id() const {
+    return impl_->model_id;
+}
 
 void HttpServer::with_engine(const std::function<void(Engine&)>& fn) {
     Impl& m = *impl_;

@@ -16,14 +16,14 @@ class Engine;
 struct ServerOptions {
     std::filesystem::path model_dir;
     std::string host = "127.0.0.1";
-    int port = 8080;                     // 0 = any free port (see port())
-    std::string api_key;                 // empty = no auth
-    int ctx = 4096;                      // KV-cache positions
-    int threads = 0;                     // engine threads; 0 = physical cores
-    int max_queue = 8;                   // requests that may wait while one runs
-    std::string cors_origin;             // empty = no CORS headers
+    int port = 8080;                          // 0 = any free port (see port())
+    std::string api_key;                      // empty = no auth
+    int ctx = 4096;                           // KV-cache positions
+    int threads = 0;                          // engine threads; 0 = physical cores
+    int max_queue = 8;                        // requests that may wait while one runs
+    std::string cors_origin;                  // empty = no CORS headers
     size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
-    bool log_requests = true;            // one stderr line per request
+    bool log_requests = true;                 // one stderr line per request
 };
 
 class HttpServer {

@@ -3,16 +3,16 @@
 // as it arrives. Returning false from the callback closes the connection
 // (what a browser's abort does). Not used by the server itself.
 #pragma once
+#include <httplib.h>
+
 #include <functional>
 #include <string>
 
-#include <httplib.h>
-
 struct SseResponse {
-    int status = 0;            // HTTP status; 0 when the connection failed
+    int status = 0;  // HTTP status; 0 when the connection failed
     std::string content_type;
-    std::string raw;           // the whole body as received (framing included)
-    bool cancelled = false;    // the callback stopped the stream
+    std::string raw;         // the whole body as received (framing included)
+    bool cancelled = false;  // the callback stopped the stream
 };
 
 // Splits "data: X\n\n" frames (LF or CRLF line ends, multi-line data joined

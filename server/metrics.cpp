@@ -58,8 +58,8 @@ std::string Metrics::render(size_t queue_waiting, bool running) const {
     std::string out;
     header(out, "moe_http_requests_total", "counter", "HTTP requests answered, by route and status code.");
     for (const auto& [key, n] : requests_)
-        out += "moe_http_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) +
-               "\"} " + std::to_string(n) + "\n";
+        out += "moe_http_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
+               std::to_string(n) + "\n";
     header(out, "moe_generations_total", "counter", "Finished generations, by finish reason.");
     for (const auto& [reason, n] : generations_)
         out += "moe_generations_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";

@@ -24,7 +24,7 @@ public:
     std::string render(size_t queue_waiting, bool running) const;
 
     // Upper bounds of the time-to-first-token buckets, in seconds.
-    static constexpr std::array<double, 12> TTFT_BUCKETS = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    static constexpr std::array<double, 12> TTFT_BUCKETS = {0.01, 0.025, 0.05, 0.1,  0.25, 0.5,
                                                             1.0,  2.5,   5.0,  10.0, 30.0, 60.0};
 
 private:

@@ -12,7 +12,10 @@
 using json = nlohmann::json;
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_, std::string type_)
-    : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)),
+    : std::runtime_error(message),
+      status(status_),
+      type(std::move(type_)),
+      param(std::move(param_)),
       code(std::move(code_)) {
     if (type.empty()) type = status >= 500 ? "server_error" : "invalid_request_error";
 }
@@ -53,30 +56,37 @@ size_t utf8_sequence_length(std::string_view text, size_t i) {
         cp = (cp << 6) | (byte(i + k) & 0x3F);
     }
     if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000)) return 0;  // overlong
-    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                          // surrogate
+    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                        // surrogate
     if (cp > 0x10FFFF) return 0;
     return n;
 }
 
 const char* json_type_name(const json& v) {
     switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a decimal number";
+    case json::value_t::null:
+        return "null";
+    case json::value_t::boolean:
+        return "a boolean";
+    case json::value_t::string:
+        return "a string";
+    case json::value_t::array:
+        return "an array";
+    case json::value_t::object:
+        return "an object";
+    case json::value_t::number_float:
+        return "a decimal number";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    default: return "an unsupported value";
+    case json::value_t::number_unsigned:
+        return "an integer";
+    default:
+        return "an unsupported value";
     }
 }
 
 [[noreturn]] void type_error(const std::string& name, const char* expected, const json& v) {
-    throw ApiError(400,
-                   "Invalid type for '" + name + "': expected " + expected + ", but got " + json_type_name(v) +
-                       " instead.",
-                   name, "invalid_type");
+    throw ApiError(
+        400, "Invalid type for '" + name + "': expected " + expected + ", but got " + json_type_name(v) + " instead.",
+        name, "invalid_type");
 }
 
 std::string format_number(double x) {
@@ -168,10 +178,9 @@ std::vector<std::string> parse_stop(const json& body) {
         stop.push_back(v->get<std::string>());
     } else if (v->is_array()) {
         if (v->size() > 4)
-            throw ApiError(400,
-                           "Invalid 'stop': expected at most 4 stop sequences, but got " + std::to_string(v->size()) +
-                               ".",
-                           "stop", "invalid_value");
+            throw ApiError(
+                400, "Invalid 'stop': expected at most 4 stop sequences, but got " + std::to_string(v->size()) + ".",
+                "stop", "invalid_value");
         for (size_t i = 0; i < v->size(); i++) {
             if (!(*v)[i].is_string()) type_error("stop[" + std::to_string(i) + "]", "a string", (*v)[i]);
             stop.push_back((*v)[i].get<std::string>());
@@ -245,8 +254,9 @@ std::string parse_content(const json& message, const std::string& where, bool ma
                            "missing_required_parameter");
         if (*type != "text")
             throw ApiError(400,
-                           "Invalid value: '" + type->get<std::string>() + "'. This server supports only content parts "
-                           "of type 'text'.",
+                           "Invalid value: '" + type->get<std::string>() +
+                               "'. This server supports only content parts "
+                               "of type 'text'.",
                            at + ".type", "invalid_value");
         auto t = part.find("text");
         if (t == part.end() || !t->is_string())
@@ -297,9 +307,8 @@ json parse_json_body(const std::string& body) {
                        "", "invalid_json");
     }
     if (!j.is_object())
-        throw ApiError(400,
-                       std::string("The request body must be a JSON object, but got ") + json_type_name(j) + ".", "",
-                       "invalid_json");
+        throw ApiError(400, std::string("The request body must be a JSON object, but got ") + json_type_name(j) + ".",
+                       "", "invalid_json");
     return j;
 }
 
@@ -362,8 +371,7 @@ CompletionRequest completion_request_parse(const json& body, int ctx, int vocab_
         r.prompt = prompt->get<std::string>();
     } else if (prompt->is_array()) {
         if (prompt->empty())
-            throw ApiError(400, "Invalid 'prompt': empty array. Expected at least one token.", "prompt",
-                           "empty_array");
+            throw ApiError(400, "Invalid 'prompt': empty array. Expected at least one token.", "prompt", "empty_array");
         for (size_t i = 0; i < prompt->size(); i++) {
             const json& t = (*prompt)[i];
             if (t.is_string() || t.is_array())

@@ -5,13 +5,12 @@
 // fields (message, type, param, code). Must not tokenize, run the model or
 // know about HTTP transport.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/chat_template.h"
 #include "engine/sampler.h"
@@ -45,14 +44,14 @@ nlohmann::json parse_json_body(const std::string& body);
 
 // Fields the chat and completion endpoints share, already range-checked.
 struct GenerationOptions {
-    SamplingParams sampling;          // SamplingParams' defaults where not given; a random seed when none
-    std::optional<int> max_tokens;    // absent: the rest of the context
-    std::vector<std::string> stop;    // at most 4, empty strings dropped
+    SamplingParams sampling;        // SamplingParams' defaults where not given; a random seed when none
+    std::optional<int> max_tokens;  // absent: the rest of the context
+    std::vector<std::string> stop;  // at most 4, empty strings dropped
     bool stream = false;
-    bool include_usage = false;       // stream_options.include_usage
-    bool ignore_eos = false;          // extension: keep going past end-of-sequence
-    bool cache_prompt = true;         // extension: reuse the KV cache of the previous request
-    int top_logprobs = -1;            // -1: no logprobs; else alternatives per token (chosen token always)
+    bool include_usage = false;  // stream_options.include_usage
+    bool ignore_eos = false;     // extension: keep going past end-of-sequence
+    bool cache_prompt = true;    // extension: reuse the KV cache of the previous request
+    int top_logprobs = -1;       // -1: no logprobs; else alternatives per token (chosen token always)
 };
 
 struct ChatRequest {
@@ -75,11 +74,11 @@ CompletionRequest completion_request_parse(const nlohmann::json& body, int ctx, 
 std::vector<ChatMessage> chat_messages_parse(const nlohmann::json& body);
 
 struct TokenizeRequest {
-    std::string content;                 // when given as text
-    std::vector<ChatMessage> messages;   // when given as a chat (rendered with the template)
+    std::string content;                // when given as text
+    std::vector<ChatMessage> messages;  // when given as a chat (rendered with the template)
     bool has_messages = false;
-    bool add_special = false;            // text: prepend BOS
-    bool with_pieces = false;            // answer [{id, piece}] instead of ids
+    bool add_special = false;  // text: prepend BOS
+    bool with_pieces = false;  // answer [{id, piece}] instead of ids
 };
 TokenizeRequest tokenize_request_parse(const nlohmann::json& body);
 

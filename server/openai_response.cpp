@@ -7,9 +7,13 @@
 
 using json = nlohmann::ordered_json;
 
-std::string json_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string json_dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
-std::string sse_data(const json& j) { return "data: " + json_dump(j) + "\n\n"; }
+std::string sse_data(const json& j) {
+    return "data: " + json_dump(j) + "\n\n";
+}
 
 std::string completion_id(Endpoint endpoint) {
     static const char ALPHABET[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -45,10 +49,12 @@ json timings_json(const GenerateResult& r) {
 
 OpenAiResponder::OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model,
                                  const Tokenizer& tokenizer)
-    : endpoint_(endpoint), options_(options), model_(std::move(model)), tokenizer_(&tokenizer),
+    : endpoint_(endpoint),
+      options_(options),
+      model_(std::move(model)),
+      tokenizer_(&tokenizer),
       id_(completion_id(endpoint)),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()) {}
 
 json OpenAiResponder::chunk(json choice) const {
@@ -156,8 +162,11 @@ std::string OpenAiResponder::on_done(const GenerateResult& result) {
 std::string OpenAiResponder::on_event(const TaskEvent& event) {
     if (finished_) return "";
     switch (event.kind) {
-    case TaskEventKind::TOKEN: return on_token(event.token);
-    case TaskEventKind::DONE: finished_ = true; return on_done(event.result);
+    case TaskEventKind::TOKEN:
+        return on_token(event.token);
+    case TaskEventKind::DONE:
+        finished_ = true;
+        return on_done(event.result);
     case TaskEventKind::ERROR: {
         finished_ = true;
         json error = api_error_json(ApiError(event.error_status, event.error));

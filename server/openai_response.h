@@ -5,9 +5,8 @@
 // sockets, the queue or the model.
 #pragma once
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine/engine.h"
 #include "server/openai_request.h"
@@ -15,7 +14,8 @@
 
 enum class Endpoint { CHAT, COMPLETION };
 
-// Serialises (keys in insertion order, as OpenAI prints them) with invalid UTF-8 replaced by U+FFFD (never throws on text).
+// Serialises (keys in insertion order, as OpenAI prints them) with invalid UTF-8 replaced by U+FFFD (never throws on
+// text).
 std::string json_dump(const nlohmann::ordered_json& j);
 // One server-sent event: "data: <json>\n\n".
 std::string sse_data(const nlohmann::ordered_json& j);
@@ -40,8 +40,7 @@ nlohmann::ordered_json timings_json(const GenerateResult& result);
 // one data frame).
 class OpenAiResponder {
 public:
-    OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model,
-                    const Tokenizer& tokenizer);
+    OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model, const Tokenizer& tokenizer);
 
     std::string start();
     std::string on_event(const TaskEvent& event);
@@ -63,6 +62,6 @@ private:
     std::string id_;
     int64_t created_;
     bool finished_ = false;
-    size_t text_length_ = 0;           // completion logprobs: text_offset of the next token
+    size_t text_length_ = 0;                   // completion logprobs: text_offset of the next token
     nlohmann::ordered_json pending_logprobs_;  // chat: content entries; completion: the legacy object
 };

@@ -7,7 +7,9 @@
 
 Task::Task(Run run) : run_(std::move(run)), admitted_(std::chrono::steady_clock::now()) {}
 
-void Task::run(Engine& engine) { run_(engine, *this); }
+void Task::run(Engine& engine) {
+    run_(engine, *this);
+}
 
 void Task::finish(int error_status, const std::string& error) {
     {

@@ -59,7 +59,8 @@ int serve_main(const std::vector<std::string>& words) {
             while (!finished.load()) {
                 int sig = sigtimedwait(&signals, nullptr, &tick);
                 if (sig == SIGINT || sig == SIGTERM) {
-                    std::fprintf(stderr, "moe-server: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+                    std::fprintf(stderr, "moe-server: %s received, shutting down\n",
+                                 sig == SIGINT ? "SIGINT" : "SIGTERM");
                     server.stop();
                     return;
                 }

@@ -2,10 +2,10 @@
 // synthetic model, API key set) through tests/client/openai_sdk.test.mjs.
 // The SDK comes from scripts/setup_test_tools.sh (npm, into the build tree);
 // when it is missing this test fails and says how to install it.
-#include <catch2/catch.hpp>
-
-#include <cstdlib>
 #include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
 
 #include "server_fixture.h"
 #include "support/test_support.h"
@@ -22,8 +22,8 @@ TEST_CASE("openai npm SDK: models, chat, streaming, completions, errors", "[clie
     const std::string key = "client-test-key";
     ServerProcess server(test_model_dir("tiny"), {"--api-key", key});
     fs::path dir = test_temp_dir("openai-sdk");
-    std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" +
-                      " MOE_API_KEY=" + key + " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
+    std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" + " MOE_API_KEY=" + key +
+                      " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
                       " MOE_NODE_MODULES=" + node_modules.string() + " " + MOE_NODE_EXECUTABLE + " " +
                       (fs::path(MOE_SOURCE_DIR) / "tests" / "client" / "openai_sdk.test.mjs").string() + " > " +
                       (dir / "out.txt").string() + " 2>&1";

@@ -2,16 +2,17 @@
 // tests (see server_fixture.h).
 #include "server_fixture.h"
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <stdexcept>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 #include "support/test_support.h"
 
@@ -36,7 +37,8 @@ int free_port() {
     return port;
 }
 
-ServerProcess::ServerProcess(const fs::path& model, std::vector<std::string> extra, std::map<std::string, std::string> env) {
+ServerProcess::ServerProcess(const fs::path& model, std::vector<std::string> extra,
+                             std::map<std::string, std::string> env) {
     std::signal(SIGPIPE, SIG_IGN);
     log_path_ = test_temp_dir("server") / "server.log";
     for (int attempt = 0; attempt < 5; attempt++)
@@ -146,7 +148,8 @@ JsonReply post_raw(httplib::Client& client, const std::string& path, const std::
     return to_reply(client.Post(path.c_str(), headers, body, content_type.c_str()));
 }
 
-JsonReply post_json(httplib::Client& client, const std::string& path, const json& body, const httplib::Headers& headers) {
+JsonReply post_json(httplib::Client& client, const std::string& path, const json& body,
+                    const httplib::Headers& headers) {
     return post_raw(client, path, body.dump(), "application/json", headers);
 }
 

@@ -2,14 +2,14 @@
 // child process on a free loopback port, waits for /health, and stops it
 // with SIGTERM. Also small helpers to talk to it (JSON requests, metrics).
 #pragma once
+#include <httplib.h>
+#include <sys/types.h>
+
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <httplib.h>
-#include <nlohmann/json.hpp>
-#include <sys/types.h>
 
 class ServerProcess {
 public:

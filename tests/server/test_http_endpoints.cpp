@@ -86,10 +86,10 @@ TEST_CASE("health, models and metrics", "[server]") {
     REQUIRE(metrics);
     CHECK(metrics->status == 200);
     CHECK(metrics->get_header_value("Content-Type").rfind("text/plain", 0) == 0);
-    for (const char* name : {"# TYPE moe_http_requests_total counter", "# TYPE moe_generated_tokens_total counter",
-                             "# TYPE moe_prompt_tokens_total counter", "# TYPE moe_queue_depth gauge",
-                             "# TYPE moe_time_to_first_token_seconds histogram",
-                             "# TYPE moe_decode_tokens_per_second gauge"})
+    for (const char* name :
+         {"# TYPE moe_http_requests_total counter", "# TYPE moe_generated_tokens_total counter",
+          "# TYPE moe_prompt_tokens_total counter", "# TYPE moe_queue_depth gauge",
+          "# TYPE moe_time_to_first_token_seconds histogram", "# TYPE moe_decode_tokens_per_second gauge"})
         CHECK(metrics->body.find(name) != std::string::npos);
     CHECK(metric_value(c, "moe_http_requests_total{route=\"/v1/models\",status=\"200\"}") == 1);
     CHECK(metric_value(c, "moe_queue_depth") == 0);
@@ -139,16 +139,25 @@ TEST_CASE("chat completion, not streamed", "[server]") {
     JsonReply again = post_json(c, "/v1/chat/completions", body);
     CHECK(again.body["choices"][0]["message"]["content"] == j["choices"][0]["message"]["content"]);
     CHECK(again.body["id"] != j["id"]);
-    JsonReply mct = post_json(c, "/v1/chat/completions",
-                              merged(user_chat("hi"), merged(GREEDY, {{"max_completion_tokens", 3}})));
+    JsonReply mct =
+        post_json(c, "/v1/chat/completions", merged(user_chat("hi"), merged(GREEDY, {{"max_completion_tokens", 3}})));
     CHECK(mct.body["usage"]["completion_tokens"] == 3);
 
     // A seed makes sampling repeatable; content parts are accepted.
-    json seeded = {{"messages", {{{"role", "system"}, {"content", "You are terse."}},
-                                 {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hello"}}}}}}},
-                   {"temperature", 1.0}, {"top_p", 0.9}, {"top_k", 20}, {"min_p", 0.01}, {"seed", 1234},
-                   {"presence_penalty", 0.5}, {"frequency_penalty", 0.5}, {"repetition_penalty", 1.1},
-                   {"max_tokens", 8}, {"ignore_eos", true}, {"n", 1}};
+    json seeded = {{"messages",
+                    {{{"role", "system"}, {"content", "You are terse."}},
+                     {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hello"}}}}}}},
+                   {"temperature", 1.0},
+                   {"top_p", 0.9},
+                   {"top_k", 20},
+                   {"min_p", 0.01},
+                   {"seed", 1234},
+                   {"presence_penalty", 0.5},
+                   {"frequency_penalty", 0.5},
+                   {"repetition_penalty", 1.1},
+                   {"max_tokens", 8},
+                   {"ignore_eos", true},
+                   {"n", 1}};
     JsonReply s1 = post_json(c, "/v1/chat/completions", seeded);
     JsonReply s2 = post_json(c, "/v1/chat/completions", seeded);
     REQUIRE(s1.status == 200);
@@ -216,11 +225,11 @@ TEST_CASE("chat completion, streamed: SSE framing", "[server]") {
 
     // The streaming client helper sees the same events as they arrive.
     std::vector<std::string> seen;
-    SseResponse streamed = sse_post(c, "/v1/chat/completions", merged(base, {{"stream", true}}).dump(), {},
-                                    [&](const std::string& data) {
-                                        seen.push_back(data);
-                                        return true;
-                                    });
+    SseResponse streamed =
+        sse_post(c, "/v1/chat/completions", merged(base, {{"stream", true}}).dump(), {}, [&](const std::string& data) {
+            seen.push_back(data);
+            return true;
+        });
     CHECK(streamed.status == 200);
     CHECK(seen.size() == bare_frames.size());
     CHECK(seen.back() == "[DONE]");
@@ -241,14 +250,18 @@ TEST_CASE("text completions: string and token prompts, streamed and not", "[serv
     // The same prompt as token ids (BOS + the text's tokens) gives the same text.
     JsonReply tok = post_json(c, "/tokenize", {{"content", "Once upon a time"}, {"add_special", true}});
     REQUIRE(tok.status == 200);
-    JsonReply ids = post_json(c, "/v1/completions", merged({{"prompt", tok.body["tokens"]}, {"max_tokens", 6}}, GREEDY));
+    JsonReply ids =
+        post_json(c, "/v1/completions", merged({{"prompt", tok.body["tokens"]}, {"max_tokens", 6}}, GREEDY));
     REQUIRE(ids.status == 200);
     CHECK(ids.body["usage"]["prompt_tokens"] == tok.body["tokens"].size());
     CHECK(ids.body["usage"]["prompt_tokens"] == r.body["usage"]["prompt_tokens"]);
     CHECK(ids.body["choices"][0]["text"] == r.body["choices"][0]["text"]);
 
-    json streamed_body = merged({{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"stream", true},
-                                 {"stream_options", {{"include_usage", true}}}}, GREEDY);
+    json streamed_body = merged({{"prompt", "Once upon a time"},
+                                 {"max_tokens", 6},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}}},
+                                GREEDY);
     auto s = c.Post("/v1/completions", streamed_body.dump(), "application/json");
     REQUIRE(s);
     std::vector<std::string> frames = sse_frames(s->body);
@@ -276,7 +289,8 @@ TEST_CASE("stop strings end the reply before the stop", "[server]") {
     size_t at = std::string::npos;
     for (size_t p = text.size() / 3; p + 2 <= text.size() && stop.empty(); p++) {
         std::string candidate = text.substr(p, 2);
-        if (utf8_valid(candidate) && text.find(candidate) == p && candidate.find_first_not_of(' ') != std::string::npos) {
+        if (utf8_valid(candidate) && text.find(candidate) == p &&
+            candidate.find_first_not_of(' ') != std::string::npos) {
             stop = candidate;
             at = p;
         }
@@ -289,7 +303,8 @@ TEST_CASE("stop strings end the reply before the stop", "[server]") {
     CHECK(stopped.body["choices"][0]["finish_reason"] == "stop");
 
     // Streamed: the deltas add up to the same text, and the finish says stop.
-    auto s = c.Post("/v1/chat/completions", merged(base, {{"stop", stop}, {"stream", true}}).dump(), "application/json");
+    auto s =
+        c.Post("/v1/chat/completions", merged(base, {{"stop", stop}, {"stream", true}}).dump(), "application/json");
     REQUIRE(s);
     std::vector<std::string> frames = sse_frames(s->body);
     std::string streamed;
@@ -306,8 +321,9 @@ TEST_CASE("stop strings end the reply before the stop", "[server]") {
 TEST_CASE("logprobs and top_logprobs", "[server]") {
     ServerProcess server(test_model_dir("tiny"));
     auto c = server.client();
-    JsonReply r = post_json(c, "/v1/chat/completions",
-                            merged(user_chat("hi"), merged(GREEDY, {{"max_tokens", 5}, {"logprobs", true}, {"top_logprobs", 3}})));
+    JsonReply r = post_json(
+        c, "/v1/chat/completions",
+        merged(user_chat("hi"), merged(GREEDY, {{"max_tokens", 5}, {"logprobs", true}, {"top_logprobs", 3}})));
     INFO(r.raw);
     REQUIRE(r.status == 200);
     const json& content = r.body["choices"][0]["logprobs"]["content"];
@@ -324,7 +340,8 @@ TEST_CASE("logprobs and top_logprobs", "[server]") {
     JsonReply none = post_json(c, "/v1/chat/completions", merged(user_chat("hi"), merged(GREEDY, {{"max_tokens", 2}})));
     CHECK(none.body["choices"][0]["logprobs"].is_null());
 
-    JsonReply legacy = post_json(c, "/v1/completions", merged({{"prompt", "a b c"}, {"max_tokens", 3}, {"logprobs", 2}}, GREEDY));
+    JsonReply legacy =
+        post_json(c, "/v1/completions", merged({{"prompt", "a b c"}, {"max_tokens", 3}, {"logprobs", 2}}, GREEDY));
     REQUIRE(legacy.status == 200);
     const json& lp = legacy.body["choices"][0]["logprobs"];
     CHECK(lp["tokens"].size() == 3);
@@ -361,7 +378,8 @@ TEST_CASE("tokenize and detokenize", "[server]") {
 TEST_CASE("experts endpoint reports routing counts in the agreed shape", "[server]") {
     ServerProcess server(test_model_dir("tiny"));
     auto c = server.client();
-    JsonReply r = post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 4}})));
+    JsonReply r =
+        post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 4}})));
     REQUIRE(r.status == 200);
     JsonReply e = get_json(c, "/v1/experts");
     INFO(e.raw);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/tokenizer.h"
+#include "server/chat_prompt.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_queue.h"
@@ -74,28 +75,33 @@ TEST_CASE("utf8_valid accepts well-formed text and refuses the rest", "[server]"
     CHECK_FALSE(utf8_valid("\xED\xA0\x80"));      // surrogate
     CHECK_FALSE(utf8_valid("\xF4\x90\x80\x80"));  // above U+10FFFF
     CHECK_FALSE(utf8_valid("\xFF"));
-    CHECK(utf8_sanitize("a\xFF" "b") == "a\xEF\xBF\xBD" "b");
+    CHECK(utf8_sanitize("a\xFF"
+                        "b") ==
+          "a\xEF\xBF\xBD"
+          "b");
 }
 
 TEST_CASE("chat requests parse into native options", "[server]") {
-    json body = {{"model", "x"},
-                 {"messages", {{{"role", "system"}, {"content", "be brief"}},
-                               {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
-                 {"max_completion_tokens", 7},
-                 {"temperature", 0.5},
-                 {"top_p", 0.9},
-                 {"top_k", 5},
-                 {"min_p", 0.1},
-                 {"repetition_penalty", 1.1},
-                 {"presence_penalty", 0.25},
-                 {"frequency_penalty", -0.5},
-                 {"seed", 42},
-                 {"stop", {"x", "", "yz"}},
-                 {"stream", true},
-                 {"stream_options", {{"include_usage", true}}},
-                 {"logprobs", true},
-                 {"top_logprobs", 3},
-                 {"n", 1}};
+    json body = {
+        {"model", "x"},
+        {"messages",
+         {{{"role", "system"}, {"content", "be brief"}},
+          {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
+        {"max_completion_tokens", 7},
+        {"temperature", 0.5},
+        {"top_p", 0.9},
+        {"top_k", 5},
+        {"min_p", 0.1},
+        {"repetition_penalty", 1.1},
+        {"presence_penalty", 0.25},
+        {"frequency_penalty", -0.5},
+        {"seed", 42},
+        {"stop", {"x", "", "yz"}},
+        {"stream", true},
+        {"stream_options", {{"include_usage", true}}},
+        {"logprobs", true},
+        {"top_logprobs", 3},
+        {"n", 1}};
     ChatRequest r = chat_request_parse(body, 100);
     REQUIRE(r.messages.size() == 2);
     CHECK(r.messages[0].role == "system");
@@ -250,7 +256,7 @@ TEST_CASE("the request queue bounds waiting tasks and skips cancelled ones", "[s
     CHECK(q.push(b));        // b waits
     CHECK_FALSE(q.push(c));  // full
     CHECK(q.waiting() == 1);
-    b->cancel();             // b's client left: its place frees up
+    b->cancel();  // b's client left: its place frees up
     CHECK(q.push(c));
     std::vector<TaskEvent> events;
     REQUIRE(b->wait_events(events, std::chrono::milliseconds(0)));
@@ -261,4 +267,36 @@ TEST_CASE("the request queue bounds waiting tasks and skips cancelled ones", "[s
     CHECK(a->cancelled() == false);
     CHECK(c->cancelled());  // the running task is cancelled on shutdown
     CHECK(q.pop() == nullptr);
+}
+
+TEST_CASE("earlier replies are carried by their generated ids, not a re-encoding", "[server]") {
+    const Tokenizer& t = tokenizer();
+    ChatTemplate mistral(ChatFamily::MISTRAL);
+    // "Hello" spelled as two pieces: decodes the same, encodes differently.
+    std::vector<int> generated = {t.piece_to_id("\xE2\x96\x81Hel"), t.piece_to_id("lo")};
+    REQUIRE(generated[0] >= 0);
+    REQUIRE(generated[1] >= 0);
+    REQUIRE(t.decode(generated) == "Hello");
+    REQUIRE(t.encode("Hello") != generated);
+    std::vector<ChatMessage> chat = {{"user", "hi"}, {"assistant", "Hello"}, {"user", "again"}};
+    std::vector<int> plain = mistral.encode(t, chat);
+
+    ReplyTokens replies;
+    CHECK(replies.encode(mistral, t, chat) == plain);  // nothing remembered yet
+    replies.remember("Hello", generated);
+    std::vector<int> spliced = replies.encode(mistral, t, chat);
+    std::vector<int> before = mistral.encode(t, std::span(chat).first(1));
+    std::vector<int> expected = before;
+    expected.insert(expected.end(), generated.begin(), generated.end());
+    std::vector<int> rest(plain.begin() + long(before.size() + t.encode("Hello").size()), plain.end());
+    expected.insert(expected.end(), rest.begin(), rest.end());
+    CHECK(spliced == expected);
+    CHECK(t.decode(spliced) == t.decode(plain));
+
+    // A different text, or ids that do not decode to it, are left alone.
+    std::vector<ChatMessage> other = {{"user", "hi"}, {"assistant", "Hello!"}, {"user", "again"}};
+    CHECK(replies.encode(mistral, t, other) == mistral.encode(t, other));
+    ReplyTokens wrong;
+    wrong.remember("Hello", {t.piece_to_id("lo")});
+    CHECK(wrong.encode(mistral, t, chat) == plain);
 }

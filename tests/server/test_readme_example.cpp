@@ -3,11 +3,11 @@
 // server/README.md, run byte for byte through bash, streams a reply. curl is
 // pointed at the test's port by a curlrc (connect-to), so the command itself
 // stays exactly the README's.
-#include <catch2/catch.hpp>
+#include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "server_fixture.h"
 #include "support/test_support.h"
@@ -80,7 +80,8 @@ TEST_CASE("README: serve with the demo model, then the curl example streams toke
     CHECK(chunks.front()["choices"][0]["delta"]["role"] == "assistant");
     int content_chunks = 0;
     for (const json& ch : chunks)
-        if (ch["choices"][0]["delta"].contains("content") && !ch["choices"][0]["delta"]["content"].get<std::string>().empty())
+        if (ch["choices"][0]["delta"].contains("content") &&
+            !ch["choices"][0]["delta"]["content"].get<std::string>().empty())
             content_chunks++;
     CHECK(content_chunks >= 1);
     CHECK_FALSE(chunks.back()["choices"][0]["finish_reason"].is_null());
