@@ -350,7 +350,7 @@ TEST_CASE("last_logprob is the log-softmax after penalties and temperature", "[s
     REQUIRE_THROWS_AS(fresh.last_logprob(0), MoeError);
 }
 
-TEST_CASE("-inf logits are never drawn", "[sampler]") {
+TEST_CASE("logits of -inf are never drawn", "[sampler]") {
     std::vector<float> logits(50, -INFINITY);
     logits[10] = 0.0f;
     logits[20] = 0.0f;
