@@ -82,6 +82,7 @@ struct StreamStats {
     double ttft_ms = 0;       // request sent -> first content delta
     double decode_tok_s = 0;  // (completion_tokens - 1) / (first delta -> finish chunk)
     int completion_tokens = 0;
+    int prompt_tokens = 0;
     int cached_tokens = 0;
     double server_ttft_ms = 0;  // the engine's own figure (timings.ttft_ms)
     std::string text;
@@ -106,6 +107,7 @@ StreamStats stream_chat(httplib::Client& client, const json& body) {
         }
         if (chunk.contains("usage") && chunk["usage"].is_object()) {
             s.completion_tokens = chunk["usage"].value("completion_tokens", 0);
+            s.prompt_tokens = chunk["usage"].value("prompt_tokens", 0);
             s.cached_tokens = chunk["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0);
         }
         if (chunk.contains("timings")) s.server_ttft_ms = chunk["timings"].value("ttft_ms", 0.0);
@@ -189,32 +191,48 @@ void run_benchmarks(HttpServer& server, int port, const std::vector<Conversation
     std::fflush(stdout);
 
     // ---- TTFT: first turn vs second turn with and without prefix reuse ----
-    std::vector<double> ttft1, ttft2, ttft2_cold, server1, server2, server2_cold;
+    // Each conversation is replayed `repeats` times (greedy, so the same
+    // reply each time); the fastest of each measurement counts, which keeps
+    // other processes' noise out of the ratio.
+    std::vector<double> ttft1, ttft2, ttft2_cold, server1, server2, server2_cold, prompt1, new2;
     json per_conv = json::array();
     for (const Conversation& c : convs) {
-        std::vector<std::pair<std::string, std::string>> turns = {{"user", c.turn1}};
-        // A first turn starts a new conversation: nothing of it is cached.
-        StreamStats first = stream_chat(client, chat_body(turns, reply_tokens, false));
-        turns.push_back({"assistant", first.text});
-        turns.push_back({"user", c.turn2});
-        StreamStats second = stream_chat(client, chat_body(turns, reply_tokens, true));
-        StreamStats cold = stream_chat(client, chat_body(turns, reply_tokens, false));
-        ttft1.push_back(first.ttft_ms);
-        ttft2.push_back(second.ttft_ms);
-        ttft2_cold.push_back(cold.ttft_ms);
-        server1.push_back(first.server_ttft_ms);
-        server2.push_back(second.server_ttft_ms);
-        server2_cold.push_back(cold.server_ttft_ms);
-        per_conv.push_back({{"turn1_ttft_ms", first.ttft_ms},
-                            {"turn2_ttft_ms", second.ttft_ms},
-                            {"turn2_cached_tokens", second.cached_tokens},
-                            {"turn2_no_reuse_ttft_ms", cold.ttft_ms}});
+        StreamStats best1, best2, best_cold;
+        for (int r = 0; r < repeats; r++) {
+            std::vector<std::pair<std::string, std::string>> turns = {{"user", c.turn1}};
+            // A first turn starts a new conversation: nothing of it is cached.
+            StreamStats first = stream_chat(client, chat_body(turns, reply_tokens, false));
+            turns.push_back({"assistant", first.text});
+            turns.push_back({"user", c.turn2});
+            StreamStats second = stream_chat(client, chat_body(turns, reply_tokens, true));
+            StreamStats cold = stream_chat(client, chat_body(turns, reply_tokens, false));
+            if (r == 0 || first.ttft_ms < best1.ttft_ms) best1 = first;
+            if (r == 0 || second.ttft_ms < best2.ttft_ms) best2 = second;
+            if (r == 0 || cold.ttft_ms < best_cold.ttft_ms) best_cold = cold;
+        }
+        ttft1.push_back(best1.ttft_ms);
+        ttft2.push_back(best2.ttft_ms);
+        ttft2_cold.push_back(best_cold.ttft_ms);
+        server1.push_back(best1.server_ttft_ms);
+        server2.push_back(best2.server_ttft_ms);
+        server2_cold.push_back(best_cold.server_ttft_ms);
+        prompt1.push_back(best1.prompt_tokens);
+        new2.push_back(best2.prompt_tokens - best2.cached_tokens);
+        per_conv.push_back({{"turn1_prompt_tokens", best1.prompt_tokens},
+                            {"turn1_ttft_ms", best1.ttft_ms},
+                            {"turn2_prompt_tokens", best2.prompt_tokens},
+                            {"turn2_cached_tokens", best2.cached_tokens},
+                            {"turn2_ttft_ms", best2.ttft_ms},
+                            {"turn2_no_reuse_ttft_ms", best_cold.ttft_ms}});
     }
     double t1 = mean(ttft1), t2 = mean(ttft2), t2c = mean(ttft2_cold);
     json ttft{{"bench", "server_ttft"},
               {"model", server.model_id()},
               {"conversations", int(convs.size())},
+              {"repeats", repeats},
               {"reply_tokens", reply_tokens},
+              {"turn1_prompt_tokens", mean(prompt1)},
+              {"turn2_uncached_tokens", mean(new2)},
               {"turn1_ttft_ms", t1},
               {"turn2_ttft_ms", t2},
               {"turn2_no_reuse_ttft_ms", t2c},

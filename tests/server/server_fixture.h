@@ -5,10 +5,12 @@
 #include <httplib.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 class ServerProcess {
@@ -58,3 +60,15 @@ double metric_value(httplib::Client& client, const std::string& sample);
 
 // A free TCP port on 127.0.0.1 right now (it may be taken again later).
 int free_port();
+
+// Polls until pred() holds; false after a generous deadline (it catches a
+// hang, it does not measure speed).
+template <class Pred>
+bool eventually(Pred pred) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}

@@ -19,7 +19,6 @@
 #include "support/test_support.h"
 
 using json = nlohmann::json;
-using namespace std::chrono_literals;
 
 namespace {
 
@@ -30,17 +29,6 @@ json long_stream(const std::string& text) {
             {"max_tokens", 4000},
             {"ignore_eos", true},
             {"temperature", 0}};
-}
-
-// Polls until pred() holds; false after a generous deadline (a hang, not speed).
-template <class Pred>
-bool eventually(Pred pred) {
-    auto deadline = std::chrono::steady_clock::now() + 120s;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(20ms);
-    }
-    return false;
 }
 
 const char* CANCELLED = "moe_generations_total{finish_reason=\"cancelled\"}";
@@ -69,7 +57,7 @@ TEST_CASE("a streaming client that disconnects cancels its generation", "[server
     double generated = metric_value(metrics_client, "moe_generated_tokens_total");
     CHECK(generated >= 3);
     CHECK(generated < 4000);
-    CHECK(metric_value(metrics_client, "moe_requests_running") == 0);
+    CHECK(eventually([&] { return metric_value(metrics_client, "moe_requests_running") == 0; }));
 
     // The next request is served, and only its own tokens are generated.
     auto c2 = server.client();
@@ -146,7 +134,9 @@ TEST_CASE("a full queue answers 503 with Retry-After", "[server]") {
     JsonReply d =
         post_json(m, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "D"}}}}, {"max_tokens", 2}});
     CHECK(d.status == 200);
-    CHECK(metric_value(m, "moe_http_requests_total{route=\"/v1/chat/completions\",status=\"503\"}") == 2);
+    CHECK(eventually([&] {
+        return metric_value(m, "moe_http_requests_total{route=\"/v1/chat/completions\",status=\"503\"}") == 2;
+    }));
 }
 
 TEST_CASE("a multi-turn chat reuses the KV cache of its history", "[server]") {
