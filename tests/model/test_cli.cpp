@@ -92,13 +92,7 @@ TEST_CASE("perplexity --json agrees with the reference model", "[cli]") {
     CommandResult t = moe({"tokenize", "--model", dir.string(), "--text", read_file(text)});
     std::vector<int> tokens = json::parse(t.out)["tokens"];
     ReferenceModel ref = ReferenceModel::load(dir);
-    auto logits = ref.forward(tokens);
-    double nll = 0;
-    for (size_t i = 0; i + 1 < tokens.size(); i++) {
-        double mx = *std::max_element(logits[i].begin(), logits[i].end()), sum = 0;
-        for (double l : logits[i]) sum += std::exp(l - mx);
-        nll += std::log(sum) + mx - logits[i][tokens[i + 1]];
-    }
+    double nll = reference_nll_sum(ref, tokens);
     double mean = nll / double(tokens.size() - 1);
     REQUIRE(j["tokens"] == tokens.size() - 1);
     REQUIRE(j["mean_nll"].get<double>() == Approx(mean).epsilon(1e-4));

@@ -418,3 +418,14 @@ std::vector<int> ReferenceModel::greedy(const std::vector<int>& prompt, int n) c
     }
     return out;
 }
+
+double reference_nll_sum(const ReferenceModel& model, const std::vector<int>& tokens) {
+    std::vector<std::vector<double>> logits = model.forward(tokens);
+    double nll = 0;
+    for (size_t i = 0; i + 1 < tokens.size(); i++) {
+        double mx = *std::max_element(logits[i].begin(), logits[i].end()), sum = 0;
+        for (double l : logits[i]) sum += std::exp(l - mx);
+        nll += std::log(sum) + mx - logits[i][tokens[i + 1]];
+    }
+    return nll;
+}

@@ -102,3 +102,7 @@ private:
     std::vector<double> norm_;     // (dim,)
     std::vector<double> lm_head_;  // (vocab_size, dim); empty when tied to embed_
 };
+
+// Sum over i of -log p(tokens[i+1] | tokens[..i]) under the reference: the
+// quantity `perplexity` reports (as a mean).
+double reference_nll_sum(const ReferenceModel& model, const std::vector<int>& tokens);
