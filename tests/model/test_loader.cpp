@@ -204,6 +204,10 @@ TEST_CASE("loader: tiny synthetic model, single file", "[loader]") {
 
 TEST_CASE("loader: small synthetic model, sharded, equals the single file", "[loader][synth]") {
     fs::path dir = test_temp_dir("small-sharded") / "model";
+    struct Cleanup {
+        fs::path dir;
+        ~Cleanup() { fs::remove_all(dir.parent_path()); }
+    } cleanup{dir};
     SynthOptions o;
     o.preset = "small";
     o.out = dir;
@@ -404,6 +408,7 @@ TEST_CASE("loader: dense Mistral names and tied embeddings", "[loader]") {
     config["tie_word_embeddings"] = false;
     write_bytes(dir / "config.json", config.dump());
     check_error(load_error(dir), dir / "model.safetensors", "lm_head.weight", "tensor missing");
+    fs::remove_all(dir);
 }
 
 TEST_CASE("loader: each broken single-file model gives a one-line error", "[loader]") {
