@@ -15,8 +15,10 @@ add_test(NAME "web: bundle is up to date"
          COMMAND ${CMAKE_COMMAND} -DREPO=${CMAKE_SOURCE_DIR} -P ${CMAKE_CURRENT_SOURCE_DIR}/web/check_bundle.cmake)
 set_tests_properties("web: bundle is up to date" PROPERTIES LABELS web TIMEOUT 60)
 
+# synth-model refuses to overwrite a folder, so a rerun starts from an empty one.
 add_test(NAME "web: synth model"
-         COMMAND moe-server synth-model --preset tiny --out ${MOE_WEB_MODEL_DIR})
+         COMMAND sh -c "rm -rf \"$1\" && exec \"$0\" synth-model --preset tiny --out \"$1\""
+                 $<TARGET_FILE:moe-server> ${MOE_WEB_MODEL_DIR})
 set_tests_properties("web: synth model" PROPERTIES LABELS web TIMEOUT 300 FIXTURES_SETUP moe_web_model)
 
 find_program(MOE_NODE_EXECUTABLE NAMES node nodejs)

@@ -12,7 +12,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
@@ -230,6 +230,9 @@ group('chat', () => {
       assert.equal(url.origin, f.server.url, `request to another origin: ${u}`);
       assert.ok(allowed.has(url.pathname), `unexpected request ${u}`);
     }
+    // The page is the committed bundle, embedded into the binary.
+    const served = await (await fetch(`${f.server.url}/`)).text();
+    assert.equal(served, readFileSync(path.join(REPO, 'web', 'dist', 'index.html'), 'utf8'), 'GET / serves web/dist/index.html');
     // Static files come only from the embedded bundle, never from the disk
     // (the server runs in the repository root).
     for (const p of ['/CMakeLists.txt', '/web/src/main.js', '/../CMakeLists.txt', '/%2e%2e/CMakeLists.txt', '/web/dist/index.html']) {
@@ -243,7 +246,8 @@ group('chat', () => {
 
   test('a message streams a reply rendered with its statistics', async () => {
     const { page, problems } = await open_ui(f.browser.context, f.server);
-    await set_settings(page, { 'Max tokens': 48, Temperature: 0.8, Seed: 7 });
+    // Long enough that even a fast machine needs several screen updates.
+    await set_settings(page, { 'Max tokens': 160, Temperature: 0.8, Seed: 7 });
 
     // Shift+Enter is a newline, Enter sends.
     const input = page.getByLabel('Message', { exact: true });
@@ -269,11 +273,12 @@ group('chat', () => {
     const reply = assistant_messages(page).last();
     const text = (await reply.locator('.msg-body').innerText()).trim();
     assert.ok(text.length > 0, 'the reply has text');
-    assert.ok((await page.evaluate(() => window.__renders)) >= 1, 'the reply was rendered while streaming');
+    const renders = await page.evaluate(() => window.__renders);
+    assert.ok(renders >= 2, `the reply was rendered piece by piece while streaming (${renders} updates)`);
     const stats = await reply.locator('.msg-meta .stats').textContent();
     assert.match(stats, /^\d+ tokens · TTFT [\d.]+ m?s · [\d.]+ tok\/s$/, `stats line: ${stats}`);
     const tokens = Number(stats.match(/^(\d+)/)[1]);
-    assert.ok(tokens >= 1 && tokens <= 48, `token count ${tokens} within max tokens`);
+    assert.ok(tokens >= 1 && tokens <= 160, `token count ${tokens} within max tokens`);
 
     // A second turn in the same conversation.
     await send(page, 'Tell me more.');
@@ -288,7 +293,7 @@ group('chat', () => {
     assert.equal(await item.textContent(), 'Hello there, who are you?');
     assert.equal(await page.locator('#messages article.msg').count(), 4);
     await page.getByRole('button', { name: 'Settings', exact: true }).click();
-    assert.equal(await page.getByLabel('Max tokens').inputValue(), '48', 'settings persisted');
+    assert.equal(await page.getByLabel('Max tokens').inputValue(), '160', 'settings persisted');
     await page.getByRole('button', { name: 'Cancel', exact: true }).click();
     assert_clean(problems);
     await page.close();
@@ -424,21 +429,43 @@ group('stop', () => {
   const f = use_server_and_browser();
   test('Stop halts a long generation and the server accepts the next request', async () => {
     const { page, problems } = await open_ui(f.browser.context, f.server);
-    await set_settings(page, { 'Max tokens': 100000 });
+    // As long a reply as the server allows: the whole context.
+    const models = await (await fetch(`${f.server.url}/v1/models`)).json();
+    const n_ctx = models.data?.[0]?.meta?.n_ctx ?? 4096;
+    await set_settings(page, { 'Max tokens': n_ctx - 64 });
     await send(page, 'Write a very long story.');
     const reply = assistant_messages(page).last();
-    // Stop as soon as the first words are on screen.
+    // Stop as soon as the first words are on screen (or fail on an error row).
     await page.waitForFunction(
-      () => document.querySelector('#messages article.streaming .msg-body')?.textContent.trim().length > 0,
+      () =>
+        document.querySelector('#messages .msg-error') ||
+        document.querySelector('#messages article.streaming .msg-body')?.textContent.trim().length > 0,
       null,
       { timeout: REPLY_TIMEOUT_MS, polling: 10 },
     );
+    assert.equal(await page.locator('#messages .msg-error').count(), 0, 'the long request was accepted');
     await page.getByRole('button', { name: 'Stop', exact: true }).click();
     await wait_idle(page, 10_000);
     assert.equal(await reply.locator('.badge.finish-stopped').textContent(), 'stopped');
     const stopped_text = await reply.locator('.msg-body').textContent();
     await sleep(1000);
     assert.equal(await reply.locator('.msg-body').textContent(), stopped_text, 'nothing arrives after Stop');
+
+    // The server cancelled the generation: nothing running, no more tokens.
+    const metric = async (name) => {
+      const text = await (await fetch(`${f.server.url}/metrics`)).text();
+      const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+      return m ? Number(m[1]) : NaN;
+    };
+    const deadline = Date.now() + 10_000;
+    while ((await metric('moe_requests_running')) !== 0) {
+      assert.ok(Date.now() < deadline, 'the server still runs the stopped generation');
+      await sleep(100);
+    }
+    const generated = await metric('moe_generated_tokens_total');
+    await sleep(500);
+    assert.equal(await metric('moe_generated_tokens_total'), generated, 'the server stopped generating');
+    assert.ok(generated < n_ctx - 64, `the server generated ${generated} tokens, not the whole reply`);
 
     // The engine is free again: a short request completes normally.
     await set_settings(page, { 'Max tokens': 8 });

@@ -108,7 +108,7 @@ export class ExpertsPanel {
 
   render_grid(counts, resident, max, layers, experts) {
     const grid = this.els.heatmap;
-    grid.style.gridTemplateColumns = `2.5em repeat(${experts}, minmax(0, 1fr))`;
+    grid.style.gridTemplateColumns = `2.5em repeat(${experts}, minmax(0, 2rem))`;
     const frag = document.createDocumentFragment();
     const label_every = experts <= 16 ? 1 : experts <= 64 ? 8 : 16;
 

@@ -56,6 +56,7 @@ class App {
     this.gen = null; // {conv, index, controller, stopped}
     this.editing = null; // index of the user message being edited
     this.health_timer = 0;
+    this.health_seq = 0;
     this.render_timer = 0;
     this.experts_timer = 0;
 
@@ -158,10 +159,13 @@ class App {
 
   // ---- server status ------------------------------------------------------
 
+  // Any call restarts the polling loop; an older call still in flight drops its result.
   async poll_health() {
     clearTimeout(this.health_timer);
+    const seq = ++this.health_seq;
     const state = await api_health();
     if (state === 'ok' && (!this.model || this.auth_problem)) await this.load_models();
+    if (seq !== this.health_seq) return;
     this.set_health(state);
     this.health_timer = setTimeout(() => this.poll_health(), state === 'ok' ? HEALTH_POLL_OK_MS : HEALTH_POLL_WAIT_MS);
   }
