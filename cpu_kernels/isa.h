@@ -67,9 +67,10 @@ struct KernelTable {
     void (*attn_accum)(float* out, long out_stride, const float* s, long s_stride, int n_q, const float* v,
                        long v_stride, int n_pos, int head_dim);
 
-    // Benchmark ceilings: a streaming read of bytes (returns a value that
-    // depends on every byte), and an FMA loop that returns its FLOP count.
-    float (*read_stream)(const void* p, long bytes);
+    // Benchmark ceilings: a streaming read of bytes as `streams` (1..8)
+    // parts in lockstep (returns a value that depends on the bytes read), and
+    // an FMA loop that returns its FLOP count.
+    float (*read_stream)(const void* p, long bytes, int streams);
     double (*fma_peak)(long iterations, float* sink);
 };
 

@@ -7,16 +7,17 @@
 
 namespace {
 
-// Rows path: 4 rows for m = 1, 4 rows x 3 tokens otherwise (12 accumulators,
-// 8 widened weight vectors, 2 x vectors of the 32 zmm registers).
-// Packed path: 8 x 32 tile (16 accumulators), 128 steps x 32 columns = 16 KB
-// B micro-panel in L1, 128 x 256 fp32 block = 128 KB in L2.
-using MatAvx512 = MatF32<VecAvx512, 4, 4, 3, 8, 2, 128, 256>;
+// Rows path: 1 row for m = 1, 4 rows x 4 tokens otherwise (16 accumulators,
+// 8 widened weight vectors, 2 x vectors of the 32 zmm registers); it matches
+// the packed path up to m = 256 on mixtral-mini shapes, so the packed path
+// starts at m = 128. Packed: 12 x 32 tile (24 accumulators), 128 steps x 32
+// columns = 16 KB B micro-panel in L1, 128 x 256 fp32 block = 128 KB in L2.
+using MatAvx512 = MatF32<VecAvx512, 1, 4, 4, 12, 2, 128, 256>;
 
 KernelTable make_table() {
     KernelTable t{};
     t.isa = Isa::AVX512;
-    fill_matmul<MatAvx512>(t, 8);
+    fill_matmul<MatAvx512>(t, 128);
     fill_vector_ops<VecAvx512>(t);
     return t;
 }

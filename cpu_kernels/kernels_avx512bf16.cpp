@@ -25,10 +25,10 @@ struct MatBf16 {
     using V = VecAvx512;
     using F = __m512;
     static constexpr int W = 16;
-    // Rows path: 4 rows for m = 1, 4 rows x 4 tokens otherwise (16
-    // accumulators). Packed path: 12 x 32 tile (24 accumulators), 128 pair
-    // steps x 32 columns = 16 KB B micro-panel.
-    static constexpr int R1 = 4, RM_R = 4, RM_M = 4;
+    // Rows path: 1 row for m = 1, 4 rows x 4 tokens otherwise (16
+    // accumulators). Packed path from m = 32: 12 x 32 tile (24
+    // accumulators), 128 pair steps x 32 columns = 16 KB B micro-panel.
+    static constexpr int R1 = 1, RM_R = 4, RM_M = 4;
     static constexpr int MR = 12, NRV = 2, KC = 128, NC = 256;
 
     using X = bf16;
@@ -75,7 +75,7 @@ struct MatBf16 {
 KernelTable make_table() {
     KernelTable t{};
     t.isa = Isa::AVX512BF16;
-    fill_matmul<MatBf16>(t, 8);
+    fill_matmul<MatBf16>(t, 32);
     fill_vector_ops<VecAvx512>(t);
     return t;
 }

@@ -205,22 +205,26 @@ void attn_accum(float* out, long out_stride, const float* s, long s_stride, int 
 }
 
 template <class V>
-float read_stream(const void* p, long bytes) {
+float read_stream(const void* p, long bytes, int streams) {
+    // The range is read as `streams` equal parts in lockstep (more
+    // independent streams can mean more memory-level parallelism).
     constexpr int W = V::W;
-    const float* f = static_cast<const float*>(p);
-    long n = bytes / long(sizeof(float));
     using F = typename V::F;
-    F a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
-    long i = 0;
-    // Integer-valued data is not required: max() neither traps nor
-    // denormal-stalls, and keeps every load live.
-    for (; i + 4 * W <= n; i += 4 * W) {
-        a0 = V::max(a0, V::load(f + i));
-        a1 = V::max(a1, V::load(f + i + W));
-        a2 = V::max(a2, V::load(f + i + 2 * W));
-        a3 = V::max(a3, V::load(f + i + 3 * W));
-    }
-    return V::hmax(V::max(V::max(a0, a1), V::max(a2, a3)));
+    assert(streams >= 1 && streams <= 8);
+    const float* f = static_cast<const float*>(p);
+    long part = bytes / long(sizeof(float)) / streams / (4 * W) * (4 * W);
+    F acc[8];
+    for (int s = 0; s < 8; s++) acc[s] = V::zero();
+    // max() neither traps nor stalls on odd bit patterns, and keeps every
+    // load live.
+    for (long i = 0; i < part; i += 4 * W)
+        for (int s = 0; s < streams; s++) {
+            const float* q = f + s * part + i;
+            F a = V::max(V::load(q), V::load(q + W)), b = V::max(V::load(q + 2 * W), V::load(q + 3 * W));
+            acc[s] = V::max(acc[s], V::max(a, b));
+        }
+    for (int s = 1; s < streams; s++) acc[0] = V::max(acc[0], acc[s]);
+    return V::hmax(acc[0]);
 }
 
 template <class V>
@@ -244,30 +248,50 @@ double fma_peak(long iterations, float* sink) {
 // ---------------------------------------------------------------------------
 // Rows path: the dot-product form. R weight rows x M tokens accumulate in
 // registers; each step reads P::KS weights of each row once. The horizontal
-// sums happen once per (row, token) at the end.
+// sums happen once per (row, token) at the end. For m = 1 one row at a time
+// (R = 1) measured best: each thread then reads one purely sequential stream.
+// Two software prefetches per row and step: a few cache lines ahead into L1,
+// and the same place in the next block of R rows into L2, so a new block
+// (short rows: 2 KB for k = 1024) never starts cold.
+constexpr int PREFETCH_BYTES = 256;
 
 template <class P, int R, int M>
 void rows_block(float* y, int n, const typename P::X* xp, int xs, const bf16* w, int k, int r, int i0) {
     using F = typename P::F;
-    F acc[R][M];
-    for (int q = 0; q < R; q++)
-        for (int t = 0; t < M; t++) acc[q][t] = P::V::zero();
+    // Few accumulators would make the multiply-add latency the limit: then
+    // two sets take alternate steps.
+    constexpr int U = R * M < 4 ? 2 : 1;
+    F acc[U][R][M];
+    for (int u = 0; u < U; u++)
+        for (int q = 0; q < R; q++)
+            for (int t = 0; t < M; t++) acc[u][q][t] = P::V::zero();
     const bf16* wr[R];
     for (int q = 0; q < R; q++) wr[q] = w + long(r + q) * k;
     const typename P::X* xr[M];
     for (int t = 0; t < M; t++) xr[t] = xp + long(i0 + t) * xs;
     int kb = k / P::KS * P::KS;
-    for (int j = 0; j < kb; j += P::KS) {
+    auto step = [&](int j, F (&a)[R][M]) {
+        for (int q = 0; q < R; q++) {
+            _mm_prefetch(reinterpret_cast<const char*>(wr[q] + j) + PREFETCH_BYTES, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(wr[q] + j + long(R) * k), _MM_HINT_T1);
+        }
         typename P::Wv wv[R];
         for (int q = 0; q < R; q++) wv[q] = P::load_w(wr[q] + j);
         for (int t = 0; t < M; t++) {
             typename P::Xv xv = P::load_x(xr[t] + j);
-            for (int q = 0; q < R; q++) acc[q][t] = P::madd(acc[q][t], wv[q], xv);
+            for (int q = 0; q < R; q++) a[q][t] = P::madd(a[q][t], wv[q], xv);
         }
-    }
+    };
+    int j = 0;
+    for (; j + U * P::KS <= kb; j += U * P::KS)
+        for (int u = 0; u < U; u++) step(j + u * P::KS, acc[u]);
+    for (; j < kb; j += P::KS) step(j, acc[0]);
     for (int q = 0; q < R; q++)
-        for (int t = 0; t < M; t++)
-            y[long(i0 + t) * n + r + q] = P::V::hsum(acc[q][t]) + P::tail(wr[q] + kb, xr[t] + kb, k - kb);
+        for (int t = 0; t < M; t++) {
+            F sum = acc[0][q][t];
+            for (int u = 1; u < U; u++) sum = P::V::add(sum, acc[u][q][t]);
+            y[long(i0 + t) * n + r + q] = P::V::hsum(sum) + P::tail(wr[q] + kb, xr[t] + kb, k - kb);
+        }
 }
 
 // rows_block for the last m % M tokens (MM counts down to 1 at compile time).
@@ -322,29 +346,42 @@ void micro_kernel(float* c, int ldc, const typename P::A* ap, const typename P::
     using F = typename V::F;
     constexpr int NRV = P::NRV, NR = P::NRV * V::W;
     F acc[MR][NRV];
+#pragma GCC unroll 32
     for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
         for (int v = 0; v < NRV; v++) acc[i][v] = V::zero();
     for (int s = 0; s < kc; s++) {
         typename P::Bv b[NRV];
+#pragma GCC unroll 4
         for (int v = 0; v < NRV; v++) b[v] = P::load_b(bp + long(s) * NR + v * V::W);
+#pragma GCC unroll 32
         for (int i = 0; i < MR; i++) {
             typename P::Av a = P::bcast_a(ap + long(s) * P::MR + i);
+#pragma GCC unroll 4
             for (int v = 0; v < NRV; v++) acc[i][v] = P::madd_ab(acc[i][v], a, b[v]);
         }
     }
+    // Accumulators are only ever indexed by unrolled constants, so they stay
+    // in registers (a runtime index would make GCC mirror them to memory on
+    // every step).
     if (ncols == NR) {
+#pragma GCC unroll 32
         for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
             for (int v = 0; v < NRV; v++) {
                 float* p = c + long(i) * ldc + v * V::W;
                 V::store(p, accumulate ? V::add(V::load(p), acc[i][v]) : acc[i][v]);
             }
         return;
     }
-    float t[NR];
+    float tile[MR * NR];
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) V::store(tile + i * NR + v * V::W, acc[i][v]);
     for (int i = 0; i < MR; i++) {
-        for (int v = 0; v < NRV; v++) V::store(t + v * V::W, acc[i][v]);
         float* p = c + long(i) * ldc;
-        for (int j = 0; j < ncols; j++) p[j] = accumulate ? p[j] + t[j] : t[j];
+        for (int j = 0; j < ncols; j++) p[j] = accumulate ? p[j] + tile[i * NR + j] : tile[i * NR + j];
     }
 }
 

@@ -87,7 +87,7 @@ void attn_accum_scalar(float* out, long out_stride, const float* s, long s_strid
         for (int p = 0; p < n_pos; p++) axpy_f32_scalar(out + g * out_stride, s[g * s_stride + p], v + p * v_stride, head_dim);
 }
 
-float read_stream_scalar(const void* p, long bytes) {
+float read_stream_scalar(const void* p, long bytes, int) {
     const uint64_t* u = static_cast<const uint64_t*>(p);
     uint64_t acc = 0;
     for (long i = 0; i < bytes / 8; i++) acc ^= u[i];

@@ -213,7 +213,8 @@ TEST_CASE("benchmark ceilings measure something", "[kernels]") {
     buf[777] = 3.0f;
     for (const auto& [name, t] : tables_under_test()) {
         INFO(name);
-        if (t->isa != Isa::SCALAR) REQUIRE(t->read_stream(buf.data(), long(buf.size() * 4)) == 3.0f);
+        if (t->isa != Isa::SCALAR)
+            for (int streams : {1, 2, 4, 8}) REQUIRE(t->read_stream(buf.data(), long(buf.size() * 4), streams) == 3.0f);
         float sink = 0;
         REQUIRE(t->fma_peak(100, &sink) > 0);
         REQUIRE(std::isfinite(sink));

@@ -1,0 +1,34 @@
+// Kernel benchmarks and this machine's ceilings, printed as JSON lines on
+// stdout: each figure sits beside the ceiling measured in the same run and
+// their ratio, so results survive a noisy machine. Called by `moe-server
+// bench ceiling|kernels`; bench decode / prefill (in the engine) take their
+// roofline from bench_ceiling(). Not tests; knows no model, only shapes.
+#pragma once
+#include <vector>
+
+#include "cpu_kernels/isa.h"
+#include "cpu_kernels/thread_pool.h"
+
+struct Ceiling {
+    double read_gbs;    // streaming read of a buffer far larger than the caches, all threads
+    double fma_gflops;  // fp32 FMA peak, all threads, widest ISA that runs here
+    int threads;
+    double fork_join_us;  // one empty ThreadPool::run
+};
+
+// Measures the ceilings (about 2 s); prints one JSON line when print.
+Ceiling bench_ceiling(ThreadPool& pool, bool print);
+
+// For the Mixtral (4096 x 14336, 14336 x 4096) and mixtral-mini (1024 x 3584,
+// 3584 x 1024) weight shapes, each ISA of isas and m = 1, 2, 4, 8, 16, 64, 256:
+// matmul_bf16 time, GB/s of weights, GFLOP/s and both ratios to the ceiling;
+// then the fused expert FFN of both models at m = 1 (decode) and 128. The
+// scalar path runs only m <= 2 (it is the reference, not a contender).
+void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas);
+
+// Every path this CPU runs, scalar first.
+std::vector<Isa> bench_supported_isas();
+
+// Decode roofline: tokens per second if every byte of weights read per token
+// streamed at the measured bandwidth.
+double roofline_decode_tok_s(double weight_bytes_per_token, const Ceiling& ceiling);
