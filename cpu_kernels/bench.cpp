@@ -171,16 +171,53 @@ WeightCopies make_weights(size_t elems, ThreadPool& pool) {
     return w;
 }
 
-void print_line(const char* kernel, const Shape& s, Isa isa, int m, const char* path, double sec, double bytes,
+// Best time of a kernel call and, interleaved with it, best time of a plain
+// streaming read of as many bytes of another weight copy: the paired read
+// bandwidth sees the same moments of a noisy machine as the kernel does.
+struct Timing {
+    double kernel_s;
+    double read_gbs;
+};
+
+template <class F>
+Timing time_paired(ThreadPool& pool, const WeightCopies& w, size_t bytes, F kernel, double budget_s) {
+    const KernelTable& t = kernel_table(widest_isa());
+    long slice = long(bytes) / pool.size() / 4096 * 4096;
+    std::vector<float> sinks(pool.size());
+    double best_read = 1e30, best = 1e30;
+    best_time(
+        [&](int rep) {
+            // Half the rotation away: not the copy the kernel reads next, so the
+            // read does not warm the cache for it.
+            const unsigned char* base = reinterpret_cast<const unsigned char*>(w.copy(rep + w.copies / 2));
+            Clock::time_point t0 = Clock::now();
+            pool.run([&](int i) { sinks[i] = t.read_stream(base + i * slice, slice, rep % 2 ? 4 : 1); });
+            best_read = std::min(best_read, seconds_since(t0));
+            t0 = Clock::now();
+            kernel(rep);
+            best = std::min(best, seconds_since(t0));
+        },
+        4, budget_s);
+    return {best, double(slice) * pool.size() / best_read / 1e9};
+}
+
+void print_line(const char* kernel, const Shape& s, Isa isa, int m, const char* path, Timing tm, double bytes,
                 double flops, const Ceiling& c) {
+    double sec = tm.kernel_s;
     double gbs = bytes / sec / 1e9, gflops = flops / sec / 1e9;
     std::printf("{\"bench\":\"kernels\",\"kernel\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"n\":%d,\"k\":%d,"
                 "\"isa\":\"%s\",\"m\":%d,\"path\":\"%s\",\"threads\":%d,\"ms\":%.3f,\"weight_gbs\":%.2f,"
                 "\"gflops\":%.1f,\"read_gbs_ceiling\":%.2f,\"fma_gflops_ceiling\":%.1f,\"bw_ratio\":%.3f,"
-                "\"flop_ratio\":%.3f}\n",
+                "\"flop_ratio\":%.3f,\"read_gbs_paired\":%.2f,\"bw_ratio_paired\":%.3f}\n",
                 kernel, s.model, s.name, s.n, s.k, isa_name(isa), m, path, c.threads, sec * 1e3, gbs, gflops,
-                c.read_gbs, c.fma_gflops, gbs / c.read_gbs, gflops / c.fma_gflops);
+                c.read_gbs, c.fma_gflops, gbs / c.read_gbs, gflops / c.fma_gflops, tm.read_gbs, gbs / tm.read_gbs);
     std::fflush(stdout);
+}
+
+// The matmul path the dispatcher takes for m tokens (with oneDNN allowed).
+const char* path_name(const KernelTable& t, int m) {
+    if (m < t.packed_min_m) return "rows";
+    return t.isa == Isa::AVX512BF16 && m >= 128 && matmul_dnnl_select(true) ? "onednn" : "packed";
 }
 
 }  // namespace
@@ -198,12 +235,20 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
             for (int m : MS) {
                 if (isa == Isa::SCALAR && m > 2) continue;
                 double flops = matmul_bf16_flops(m, s.n, s.k);
-                // Budget: enough calls to see the best one, bounded for m = 256.
-                double sec = best_time(
-                    [&](int rep) { matmul_bf16(t, y.data(), x.data(), w.copy(rep), m, s.n, s.k, pool); },
-                    3, flops > 1e10 ? 0.0 : 0.5);
-                print_line("matmul_bf16", s, isa, m, m >= t.packed_min_m ? "packed" : "rows", sec,
-                           matmul_bf16_bytes(s.n, s.k), flops, ceiling);
+                // Large m on the bf16 path: oneDNN (the default where native)
+                // and our own packed kernel, both measured.
+                bool both = isa == Isa::AVX512BF16 && m >= t.packed_min_m && matmul_dnnl_select(true);
+                // (oneDNN is only taken from m = 128; below, both lines are ours.)
+                for (bool dnnl : both ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+                    matmul_dnnl_select(dnnl);
+                    Timing tm = time_paired(
+                        pool, w, size_t(matmul_bf16_bytes(s.n, s.k)),
+                        [&](int rep) { matmul_bf16(t, y.data(), x.data(), w.copy(rep), m, s.n, s.k, pool); },
+                        flops > 1e10 ? 0.0 : 0.5);
+                    print_line("matmul_bf16", s, isa, m, both && !dnnl ? "packed" : path_name(t, m), tm,
+                               matmul_bf16_bytes(s.n, s.k), flops, ceiling);
+                }
+                matmul_dnnl_select(true);
             }
         }
     }
@@ -218,15 +263,16 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
             for (int m : {1, 128}) {
                 std::vector<float> x(size_t(m) * dim, 0.5f), y(size_t(m) * dim), scratch(2 * size_t(m) * hidden);
                 double flops = 3 * matmul_bf16_flops(m, hidden, dim);
-                double sec = best_time(
+                Timing tm = time_paired(
+                    pool, w, size_t(3 * matmul_bf16_bytes(hidden, dim)),
                     [&](int rep) {
                         const bf16* base = w.copy(rep);
                         expert_ffn_bf16(t, y.data(), x.data(), base, base + per, base + 2 * per, m, dim, hidden,
                                         scratch.data(), pool);
                     },
-                    3, flops > 1e10 ? 0.0 : 0.5);
-                print_line("expert_ffn_bf16", s, isa, m, m >= t.packed_min_m ? "packed" : "rows", sec,
-                           3 * matmul_bf16_bytes(hidden, dim), flops, ceiling);
+                    flops > 1e10 ? 0.0 : 0.5);
+                print_line("expert_ffn_bf16", s, isa, m, path_name(t, m), tm, 3 * matmul_bf16_bytes(hidden, dim),
+                           flops, ceiling);
             }
         }
     }

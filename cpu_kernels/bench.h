@@ -22,7 +22,11 @@ Ceiling bench_ceiling(ThreadPool& pool, bool print);
 // For the Mixtral (4096 x 14336, 14336 x 4096) and mixtral-mini (1024 x 3584,
 // 3584 x 1024) weight shapes, each ISA of isas and m = 1, 2, 4, 8, 16, 64, 256:
 // matmul_bf16 time, GB/s of weights, GFLOP/s and both ratios to the ceiling;
-// then the fused expert FFN of both models at m = 1 (decode) and 128. The
+// then the fused expert FFN of both models at m = 1 (decode) and 128. Each
+// line also carries read_gbs_paired: a plain read of as many bytes timed
+// alternately with the kernel, so bw_ratio_paired compares like moments of a
+// noisy machine. Large m on avx512bf16 is measured both through oneDNN
+// ("onednn", the default where native) and our packed kernel ("packed"). The
 // scalar path runs only m <= 2 (it is the reference, not a contender).
 void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas);
 

@@ -65,6 +65,11 @@ void matmul_bf16(const KernelTable& t, float* y, const float* x, const bf16* w, 
 void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
                      const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool);
 
+// Whether large-m matmuls on the AVX512_BF16 path may use oneDNN's bf16
+// brgemm (default: yes, where this oneDNN has a native one for the CPU).
+// Returns whether oneDNN will actually be used. For benchmarks and tests.
+bool matmul_dnnl_select(bool allow);
+
 // Bytes of weights and FLOPs of one matmul_bf16 call: the one place the
 // benchmarks and the engine's GB/s log lines take them from.
 inline double matmul_bf16_bytes(int n, int k) { return 2.0 * double(n) * k; }

@@ -213,3 +213,27 @@ TEST_CASE("softmax, rmsnorm, silu_mul, rope and top_k under every native path", 
         REQUIRE(idx[2] == 3);
     });
 }
+
+TEST_CASE("large-m bf16 matmul through oneDNN and through our packed kernel agree", "[kernels]") {
+    if (!isa_supported(Isa::AVX512BF16)) {
+        WARN("native avx512bf16 path skipped: this CPU cannot run it");
+        return;
+    }
+    if (!matmul_dnnl_select(true)) WARN("oneDNN bf16 brgemm not available: only our packed kernel runs");
+    std::mt19937 rng(15);
+    ThreadPool pool(2);
+    const KernelTable& t = kernel_table(Isa::AVX512BF16);
+    for (auto [m, n, k] : {std::tuple{140, 200, 130}, std::tuple{130, 129, 1001}}) {
+        auto x = rand_f32(rng, size_t(m) * k);
+        auto w = rand_bf16(rng, size_t(n) * k);
+        auto ref = matmul_ref(x.data(), w.data(), m, n, k);
+        for (bool dnnl : {true, false}) {
+            INFO("m " << m << " n " << n << " k " << k << " oneDNN " << dnnl);
+            matmul_dnnl_select(dnnl);
+            std::vector<float> y(size_t(m) * n, NAN);
+            matmul_bf16(t, y.data(), x.data(), w.data(), m, n, k, pool);
+            for (size_t e = 0; e < y.size(); e++) REQUIRE(std::abs(y[e] - ref[e]) <= tol_for(t, k));
+        }
+    }
+    matmul_dnnl_select(true);
+}
