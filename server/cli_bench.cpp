@@ -58,8 +58,13 @@ int bench_decode(Args& args, bool prefill) {
     o.ctx = std::max(256, n_tokens + 64);
     o.max_batch = prefill ? std::max(512, n_tokens) : 512;
     Engine engine(o);
-    ThreadPool pool(engine.threads());
-    Ceiling ceiling = bench_ceiling(pool, true);
+    Ceiling ceiling;
+    {
+        // Its own pool, gone before the engine runs: idle workers spin a
+        // while after each job and would compete with the engine's threads.
+        ThreadPool pool(engine.threads());
+        ceiling = bench_ceiling(pool, true);
+    }
     const ModelConfig& c = engine.config();
 
     GenerateRequest req;
