@@ -21,6 +21,7 @@
 // have none, so "<|im_start|>user" is not "<|im_start|> user"). They start with
 // BOS (LLAMA3: <|begin_of_text|>). PHI3 is the Phi-3.5 form; without the
 // generation prompt it ends after the last message's "<|end|>\n".
+#include "engine/files.h"
 #include "engine/chat_template.h"
 
 #include <fstream>
@@ -165,13 +166,6 @@ bool text_dummy_prefix(ChatFamily family) {
     return family == ChatFamily::MISTRAL;
 }
 
-std::string read_text_file(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in && !in.eof()) throw MoeError(path.string() + ": cannot read the file");
-    return text;
-}
-
 // The chat_template of a parsed tokenizer_config.json: a string, or a list of
 // {name, template} objects of which "default" is taken. Empty when absent;
 // *note explains a list without "default".
@@ -242,7 +236,7 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std:
         where = config_path.string();
         nlohmann::json config;
         try {
-            config = nlohmann::json::parse(read_text_file(config_path));
+            config = nlohmann::json::parse(file_read_text(config_path));
         } catch (const nlohmann::json::exception& e) {
             throw MoeError(where + ": invalid JSON: " + e.what());
         }
@@ -250,7 +244,7 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std:
     }
     if (jinja.empty() && note.empty() && std::filesystem::is_regular_file(jinja_path, ec)) {
         where = jinja_path.string();
-        jinja = read_text_file(jinja_path);
+        jinja = file_read_text(jinja_path);
     }
     if (jinja.empty()) {
         if (note.empty()) note = config_path.string() + ": no chat_template found";

@@ -2,6 +2,7 @@
 // generation_config.json) into the plain ModelConfig struct and validates
 // every value. Owns the per-architecture defaults (Mixtral vs Mistral). Must
 // not touch tensors or open weight files.
+#include "engine/files.h"
 #include "engine/model_config.h"
 
 #include <cstdint>
@@ -126,12 +127,7 @@ void validate(const ModelConfig& c, std::string_view source) {
 }
 
 json read_json_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw MoeError(path.string() + ": cannot open file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) throw MoeError(path.string() + ": not valid JSON");
+    json j = file_read_json(path);
     if (!j.is_object()) throw MoeError(path.string() + ": expected a JSON object, found " + json_type_name(j));
     return j;
 }

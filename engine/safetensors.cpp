@@ -3,6 +3,7 @@
 // overlapping) before any TensorView is handed out, and resolves sharded
 // folders through model.safetensors.index.json. Never copies tensor data and
 // knows nothing about models.
+#include "engine/files.h"
 #include "engine/safetensors.h"
 
 #include <fcntl.h>
@@ -110,16 +111,6 @@ TensorView parse_entry(const std::string& file, const std::string& name, const j
     view.nbytes = size_t(expected);
     *begin_out = begin;
     return view;
-}
-
-json read_json_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw MoeError(path.string() + ": cannot open file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) throw MoeError(path.string() + ": not valid JSON");
-    return j;
 }
 
 void write_all(std::FILE* f, const void* data, size_t n, const fs::path& path) {
@@ -232,7 +223,7 @@ SafetensorsSet::SafetensorsSet(const fs::path& dir) {
     fs::path single_path = dir / "model.safetensors";
     if (fs::exists(index_path)) {
         source_ = index_path.string();
-        json index = read_json_file(index_path);
+        json index = file_read_json(index_path);
         auto wm = index.is_object() ? index.find("weight_map") : index.end();
         if (!index.is_object() || wm == index.end() || !wm->is_object())
             throw MoeError(source_ + ": field 'weight_map' missing or not an object");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_kernels/isa.h"
+#include "engine/files.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/synth_model.h"
@@ -18,14 +19,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw MoeError(path + ": cannot read file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 // --cpu-isa overrides the detected path for this process.
 void apply_isa_flag(Args& args) {
@@ -61,7 +54,7 @@ SamplingParams parse_sampling_flags(Args& args) {
 std::vector<ChatMessage> read_chat_file(const std::string& path) {
     json j;
     try {
-        j = json::parse(read_text_file(path));
+        j = json::parse(file_read_text(path));
     } catch (const json::exception& e) {
         throw MoeError(path + ": not valid JSON: " + e.what());
     }
@@ -174,7 +167,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     apply_isa_flag(args);
     args.finish();
 
-    std::string text = read_text_file(text_path);
+    std::string text = file_read_text(text_path);
     ModelConfig config = model_config_load(options.model_dir);
     Tokenizer tokenizer = Tokenizer::load(options.model_dir / "tokenizer.model");
     std::vector<int> tokens = tokenizer.encode(text);
