@@ -43,13 +43,15 @@ bool read_varint(std::string_view data, size_t* pos, uint64_t* value) {
     return false;
 }
 
-// Calls on_field(field_number, wire_type, payload) for each top-level field of
-// a serialized message (payload: the bytes of a length-delimited field, the
-// value's bytes otherwise). False when the bytes are not well formed.
+// Calls on_field(field_number, wire_type, payload, raw) for each top-level
+// field of a serialized message (payload: the bytes of a length-delimited
+// field, the value's bytes otherwise; raw: the whole field, key included).
+// False when the bytes are not well formed.
 template <typename F>
 bool for_each_field(std::string_view data, F on_field) {
     size_t pos = 0;
     while (pos < data.size()) {
+        const size_t field_start = pos;
         uint64_t key = 0;
         if (!read_varint(data, &pos, &key)) return false;
         const auto field = static_cast<uint32_t>(key >> 3);
@@ -68,14 +70,14 @@ bool for_each_field(std::string_view data, F on_field) {
             break;
         case 2:
             if (!read_varint(data, &pos, &len) || len > data.size() - pos) return false;
-            on_field(field, wire, data.substr(pos, len));
+            on_field(field, wire, data.substr(pos, len), data.substr(field_start, pos + len - field_start));
             pos += len;
             continue;
         default:
             return false;  // groups are not used by sentencepiece_model.proto
         }
         if (pos > data.size()) return false;
-        on_field(field, wire, data.substr(start, pos - start));
+        on_field(field, wire, data.substr(start, pos - start), data.substr(field_start, pos - field_start));
     }
     return true;
 }
@@ -84,9 +86,9 @@ bool for_each_field(std::string_view data, F on_field) {
 // Repeated occurrences of a message field merge, so the last value wins.
 bool model_add_dummy_prefix(std::string_view model) {
     bool value = true;
-    for_each_field(model, [&](uint32_t field, uint32_t wire, std::string_view payload) {
+    for_each_field(model, [&](uint32_t field, uint32_t wire, std::string_view payload, std::string_view) {
         if (field != 3 || wire != 2) return;
-        for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v) {
+        for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v, std::string_view) {
             uint64_t x = 0;
             size_t pos = 0;
             if (f == 3 && w == 0 && read_varint(v, &pos, &x)) value = x != 0;
@@ -101,28 +103,10 @@ bool model_add_dummy_prefix(std::string_view model) {
 std::string model_with_dummy_prefix(std::string_view model, bool value) {
     std::string out;
     out.reserve(model.size() + 4);
-    size_t pos = 0;
-    while (pos < model.size()) {
-        const size_t start = pos;
-        uint64_t key = 0, len = 0;
-        read_varint(model, &pos, &key);  // well formed: checked by the caller
-        switch (key & 7) {
-        case 0:
-            read_varint(model, &pos, &len);
-            break;
-        case 1:
-            pos += 8;
-            break;
-        case 5:
-            pos += 4;
-            break;
-        default:
-            read_varint(model, &pos, &len);
-            pos += len;
-            break;
-        }
-        if ((key >> 3) != 4) out.append(model.substr(start, pos - start));
-    }
+    // Well formed: checked by the caller.
+    for_each_field(model, [&](uint32_t field, uint32_t, std::string_view, std::string_view raw) {
+        if (field != 4) out.append(raw);
+    });
     // field 3 (normalizer_spec), length 2: { field 3 (add_dummy_prefix) varint }
     out += '\x1A';
     out += '\x02';
@@ -240,7 +224,7 @@ Tokenizer Tokenizer::from_bytes(std::string_view serialized, std::string_view so
     const int n = tok.sp_->GetPieceSize();
     if (n <= 0) throw MoeError(where + ": not a SentencePiece model: no pieces");
     // model_with_dummy_prefix() walks the fields and relies on this.
-    if (!for_each_field(serialized, [](uint32_t, uint32_t, std::string_view) {}))
+    if (!for_each_field(serialized, [](uint32_t, uint32_t, std::string_view, std::string_view) {}))
         throw MoeError(where + ": not a SentencePiece model: malformed protobuf data");
 
     tok.model_dummy_prefix_ = model_add_dummy_prefix(serialized);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
+#include "simde/kernel_reference.h"
 #include "simde/simde_tables.h"
 
 namespace {
@@ -20,23 +21,6 @@ std::vector<float> rand_f32(std::mt19937& rng, size_t n, float scale = 1.0f) {
     std::vector<float> v(n);
     for (auto& x : v) x = d(rng);
     return v;
-}
-
-std::vector<bf16> rand_bf16(std::mt19937& rng, size_t n, float scale = 1.0f) {
-    std::vector<bf16> v(n);
-    for (auto& x : v) x = f32_to_bf16(std::uniform_real_distribution<float>(-scale, scale)(rng));
-    return v;
-}
-
-std::vector<double> matmul_ref(const float* x, const bf16* w, int m, int n, int k) {
-    std::vector<double> y(size_t(m) * n);
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < n; r++) {
-            double s = 0;
-            for (int j = 0; j < k; j++) s += double(bf16_to_f32(w[size_t(r) * k + j])) * x[size_t(i) * k + j];
-            y[size_t(i) * n + r] = s;
-        }
-    return y;
 }
 
 double tol_for(const KernelTable& t, int k) {

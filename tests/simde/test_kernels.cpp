@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "simde/kernel_reference.h"
 #include "simde/simde_tables.h"
 
 std::vector<NamedTable> tables_under_test() {
@@ -35,24 +36,6 @@ std::vector<float> random_f32(std::mt19937& rng, size_t n, float lo = -1.0f, flo
     std::vector<float> v(n);
     for (auto& x : v) x = d(rng);
     return v;
-}
-
-std::vector<bf16> random_bf16(std::mt19937& rng, size_t n) {
-    std::vector<bf16> v(n);
-    for (auto& x : v) x = f32_to_bf16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng));
-    return v;
-}
-
-// y (m, n) = x (m, k) @ W (n, k)^T in double.
-std::vector<double> matmul_ref(const std::vector<float>& x, const std::vector<bf16>& w, int m, int n, int k) {
-    std::vector<double> y(size_t(m) * n);
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < n; r++) {
-            double s = 0;
-            for (int j = 0; j < k; j++) s += double(bf16_to_f32(w[size_t(r) * k + j])) * x[size_t(i) * k + j];
-            y[size_t(i) * n + r] = s;
-        }
-    return y;
 }
 
 double matmul_tolerance(const KernelTable& t, int k) {
@@ -82,8 +65,8 @@ std::vector<float> run_matmul(const KernelTable& t, bool packed, const std::vect
 void check_matmul(const KernelTable& t, const std::string& name, bool packed, int m, int n, int k, int c0, int c1,
                   std::mt19937& rng) {
     auto x = random_f32(rng, size_t(m) * k);
-    auto w = random_bf16(rng, size_t(n) * k);
-    auto ref = matmul_ref(x, w, m, n, k);
+    auto w = rand_bf16(rng, size_t(n) * k);
+    auto ref = matmul_ref(x.data(), w.data(), m, n, k);
     auto y = run_matmul(t, packed, x, w, m, n, k, c0, c1);
     auto ys = run_matmul(kernel_table_scalar(), false, x, w, m, n, k, c0, c1);
     double tol = matmul_tolerance(t, k);
