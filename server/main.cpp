@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/errors.h"
+#include "profiles/profile_error.h"
 #include "server/cli.h"
 #include "server/serve.h"
 
@@ -60,6 +61,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n\n%s", name.c_str(), USAGE);
         return 2;
     } catch (const MoeError& e) {
+        std::fprintf(stderr, "moe-server: error: %s\n", e.what());
+        return 2;
+    } catch (const ProfileError& e) {
         std::fprintf(stderr, "moe-server: error: %s\n", e.what());
         return 2;
     } catch (const std::exception& e) {
