@@ -33,6 +33,17 @@ void silu_mul(float* a, const float* b, int n);
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
                    int n_kv_heads, int head_dim, int kv_stride, float* scratch);
 
+// attention_one over a paged KV cache: positions come in blocks of
+// block_size rows; block b holds positions [b * block_size, (b + 1) *
+// block_size), its K rows start at blocks[b] + k_offset and its V rows at
+// blocks[b] + v_offset (rows kv_stride apart, kv head j at column
+// j * head_dim). Scores go block by block into one scratch row, one softmax,
+// then V block by block: the same arithmetic in the same order as
+// attention_one over contiguous rows, so the results are bitwise equal.
+void attention_paged(float* out, const float* q, const float* const* blocks, long k_offset, long v_offset,
+                     int block_size, int n_pos, int n_heads, int n_kv_heads, int head_dim, int kv_stride,
+                     float* scratch);
+
 // attention_one for all heads with the pool: threads split the kv heads, and
 // the n_heads / n_kv_heads query heads that share a kv head read each K and V
 // row once together. Scratch is internal (per thread, grown once).

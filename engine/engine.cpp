@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "cpu_kernels/kernels.h"
+#include "engine/beam_search.h"
 #include "engine/errors.h"
 #include "engine/expert_executor.h"
 #include "engine/forward.h"
@@ -87,6 +88,36 @@ struct Engine::Impl {
         }
     }
 
+    // Refuses a prompt that is empty, does not fit or holds a bad id.
+    void check_prompt(const std::vector<int>& prompt) const {
+        const int n_prompt = int(prompt.size());
+        if (n_prompt == 0) throw MoeError("prompt is empty");
+        if (n_prompt >= ctx)
+            throw MoeError("prompt of " + std::to_string(n_prompt) + " tokens does not fit in the context of " +
+                           std::to_string(ctx) + " tokens");
+        for (int t : prompt)
+            if (t < 0 || t >= config.vocab_size) throw MoeError("prompt token " + std::to_string(t) + " is out of range");
+    }
+
+    // Prefills the prompt into sequence 0 after the longest prefix shared
+    // with what the cache holds (when reuse; at least the last prompt token
+    // is run again so its logits exist). Returns those logits; sets n_cached.
+    const float* prefill_prompt(const std::vector<int>& prompt, bool reuse, int& n_cached) {
+        const int n_prompt = int(prompt.size());
+        int common = 0;
+        if (reuse) {
+            int limit = std::min<int>(int(cached.size()), n_prompt - 1);
+            while (common < limit && cached[common] == prompt[common]) common++;
+        }
+        n_cached = common;
+        cache.truncate(0, common);
+        cached.assign(prompt.begin(), prompt.begin() + common);
+        const float* logits = nullptr;
+        prefill(prompt, common, false, [&](int, int, const float* l) { logits = l; });
+        cached = prompt;
+        return logits;
+    }
+
     void record_stats() {
         std::lock_guard lock(stats_mutex);
         stats_total.merge(stats_step);
@@ -132,13 +163,8 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     Impl& m = *impl_;
     const auto t_start = Clock::now();
     const int n_prompt = int(request.prompt.size());
-    if (n_prompt == 0) throw MoeError("prompt is empty");
-    if (n_prompt >= m.ctx)
-        throw MoeError("prompt of " + std::to_string(n_prompt) + " tokens does not fit in the context of " +
-                       std::to_string(m.ctx) + " tokens");
+    m.check_prompt(request.prompt);
     if (request.max_tokens < 1) throw MoeError("max_tokens must be at least 1");
-    for (int t : request.prompt)
-        if (t < 0 || t >= m.config.vocab_size) throw MoeError("prompt token " + std::to_string(t) + " is out of range");
 
     GenerateResult result;
     result.n_prompt = n_prompt;
@@ -147,19 +173,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
         m.stats_last.clear();
     }
 
-    // Longest common prefix with what the cache holds; at least the last
-    // prompt token is run again so its logits exist.
-    int common = 0;
-    if (request.reuse_prefix) {
-        int limit = std::min<int>(int(m.cached.size()), n_prompt - 1);
-        while (common < limit && m.cached[common] == request.prompt[common]) common++;
-    }
-    result.n_cached = common;
-    m.cached.assign(request.prompt.begin(), request.prompt.begin() + common);
-
-    const float* logits = nullptr;
-    m.prefill(request.prompt, common, false, [&](int, int, const float* l) { logits = l; });
-    m.cached = request.prompt;
+    const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
 
     const int vocab = m.config.vocab_size;
@@ -238,6 +252,45 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     return result;
 }
 
+BeamResult Engine::beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step) {
+    Impl& m = *impl_;
+    const auto t_start = Clock::now();
+    m.check_prompt(request.prompt);
+    beam_request_check(request, m.config.vocab_size);
+    if (request.beam_width > m.forward.max_batch())
+        throw MoeError("beam_width " + std::to_string(request.beam_width) + " exceeds the batch capacity of " +
+                       std::to_string(m.forward.max_batch()));
+    BeamResult result;
+    result.n_prompt = int(request.prompt.size());
+    {
+        std::lock_guard lock(m.stats_mutex);
+        m.stats_last.clear();
+    }
+    const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
+    result.prefill_ms = ms_since(t_start);
+
+    // Sequence 0 keeps the prompt; beams use 1..w. Blocks for the worst
+    // case: the prompt's, plus per beam its generated positions and one
+    // partial block copied on write.
+    const int n_blocks = [&] {
+        int longest = std::min(request.max_tokens, m.ctx - result.n_prompt);
+        int prompt_blocks = (result.n_prompt + KV_BLOCK - 1) / KV_BLOCK;
+        return prompt_blocks + request.beam_width * ((longest + KV_BLOCK - 1) / KV_BLOCK + 1);
+    }();
+    m.cache.reserve_seqs(1 + request.beam_width);
+    m.cache.reserve_blocks(m.cache.blocks_in_use() + n_blocks);
+    BeamModel model{m.config, m.tokenizer, m.cache, 1,
+                    [&m](const Batch& batch) {
+                        m.stats_step.clear();
+                        const float* l = m.forward.run(batch, &m.stats_step);
+                        m.record_stats();
+                        return l;
+                    },
+                    m.stats_step};
+    beam_search_decode(model, request, 0, logits, on_step, result);
+    return result;
+}
+
 Engine::Score Engine::score(const std::vector<int>& tokens, int window) {
     Impl& m = *impl_;
     if (tokens.size() < 2) throw MoeError("need at least 2 tokens to score");
@@ -246,6 +299,7 @@ Engine::Score Engine::score(const std::vector<int>& tokens, int window) {
     const int vocab = m.config.vocab_size;
     Score s;
     m.cached.clear();  // the cache is overwritten window by window
+    m.cache.clear(0);
     // Windows overlap by one token, so every token after the first is scored
     // exactly once, each window starting from an empty cache.
     for (size_t start = 0; start + 1 < tokens.size(); start += window - 1) {

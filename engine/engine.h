@@ -57,6 +57,11 @@ struct GenerateResult {
     double decode_tok_s() const { return decode_ms > 0 ? (n_generated - 1) * 1000.0 / decode_ms : 0; }
 };
 
+// Beam search (engine/beam_search.h).
+struct BeamRequest;
+struct BeamResult;
+struct BeamStep;
+
 // Counts of tokens routed to each (layer, expert), since start and for the last request.
 struct RoutingCounts {
     int n_layers = 0, n_experts = 0;
@@ -86,6 +91,13 @@ public:
     // next forward pass. Throws MoeError when the prompt is empty or does not
     // fit in the context.
     GenerateResult generate(const GenerateRequest& request, const std::function<bool(const TokenEvent&)>& on_token);
+
+    // Beam search on the calling thread: the prompt is prefilled once (with
+    // prefix reuse), then all live beams decode as one batch per step.
+    // on_step is called after each step's forward pass; returning false
+    // cancels. Throws MoeError for bad parameters (named) or a prompt that
+    // does not fit. Afterwards the cache holds the prompt (for reuse).
+    BeamResult beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step);
 
     // Log-likelihood scoring for `perplexity`: returns the sum of -log p over
     // tokens[1..] given their prefixes, processed in windows of ctx tokens.

@@ -66,10 +66,16 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     assert(n > 0 && n <= max_batch_);
     const int dim = c.dim;
 
+    // Every entry's KV row is made writable before layer 0: a copy-on-write
+    // copies the whole block (all layers) once.
+    for (int i = 0; i < n; i++) {
+        assert(batch.positions[i] >= 0 && batch.positions[i] < cache_.ctx());
+        cache_.prepare_write(batch.seq_ids[i], batch.positions[i]);
+    }
+
     // x (n, dim) = embed[token]
     for (int i = 0; i < n; i++) {
         assert(batch.tokens[i] >= 0 && batch.tokens[i] < c.vocab_size);
-        assert(batch.positions[i] >= 0 && batch.positions[i] < cache_.ctx());
         const bf16* row = weights_.embed + size_t(batch.tokens[i]) * dim;
         float* xi = x_.data() + size_t(i) * dim;
         for (int j = 0; j < dim; j++) xi[j] = bf16_to_f32(row[j]);
@@ -112,11 +118,11 @@ void ForwardPass::attention(int layer, const Batch& batch) {
     matmul_bf16(k_.data(), xb_.data(), lw.wk, n, kv_dim_, c.dim, pool_);
     matmul_bf16(v_.data(), xb_.data(), lw.wv, n, kv_dim_, c.dim, pool_);
     for (int i = 0; i < n; i++) {
-        int pos = batch.positions[i], slot = batch.seq_ids[i];
+        int pos = batch.positions[i], seq = batch.seq_ids[i];
         rope_rotate_half(q_.data() + size_t(i) * q_dim_, c.n_heads, c.head_dim, pos, c.rope_theta);
         rope_rotate_half(k_.data() + size_t(i) * kv_dim_, c.n_kv_heads, c.head_dim, pos, c.rope_theta);
-        std::copy_n(k_.data() + size_t(i) * kv_dim_, kv_dim_, cache_.k(layer, slot, pos));
-        std::copy_n(v_.data() + size_t(i) * kv_dim_, kv_dim_, cache_.v(layer, slot, pos));
+        std::copy_n(k_.data() + size_t(i) * kv_dim_, kv_dim_, cache_.k(layer, seq, pos));
+        std::copy_n(v_.data() + size_t(i) * kv_dim_, kv_dim_, cache_.v(layer, seq, pos));
     }
     // One work item per (entry, kv head), dealt round-robin (causal rows
     // differ in length): the query heads of a GQA group share the keys they read.
@@ -128,12 +134,12 @@ void ForwardPass::attention(int layer, const Batch& batch) {
         float* scratch = att_scratch_.data() + size_t(thread) * ctx;
         for (long it = thread; it < items; it += n_threads) {
             int i = int(it / c.n_kv_heads), g = int(it % c.n_kv_heads);
-            int pos = batch.positions[i], slot = batch.seq_ids[i];
+            int pos = batch.positions[i], seq = batch.seq_ids[i];
             size_t head0 = size_t(g) * group * c.head_dim;
-            attention_one(att_.data() + size_t(i) * q_dim_ + head0, q_.data() + size_t(i) * q_dim_ + head0,
-                          cache_.k(layer, slot, 0) + size_t(g) * c.head_dim,
-                          cache_.v(layer, slot, 0) + size_t(g) * c.head_dim, pos + 1, group, 1, c.head_dim, kv_dim_,
-                          scratch);
+            long kv_col = long(g) * c.head_dim;
+            attention_paged(att_.data() + size_t(i) * q_dim_ + head0, q_.data() + size_t(i) * q_dim_ + head0,
+                            cache_.blocks(seq), cache_.k_offset(layer) + kv_col, cache_.v_offset(layer) + kv_col,
+                            KV_BLOCK, pos + 1, group, 1, c.head_dim, kv_dim_, scratch);
         }
     });
 }

@@ -19,7 +19,7 @@
 struct Batch {
     std::vector<int> tokens;
     std::vector<int> positions;
-    std::vector<int> seq_ids;             // KV-cache slot of each entry
+    std::vector<int> seq_ids;             // KV-cache sequence of each entry
     std::vector<uint8_t> want_logits;     // compute logits for this entry
 
     void reserve(int n);

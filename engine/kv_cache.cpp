@@ -1,6 +1,114 @@
-// KvCache allocation (see kv_cache.h).
+// KvCache: the block pool, block tables, reference counts and copy-on-write
+// (see kv_cache.h).
 #include "engine/kv_cache.h"
 
-KvCache::KvCache(int n_layers, int n_slots, int ctx, int kv_dim)
-    : n_layers_(n_layers), n_slots_(n_slots), ctx_(ctx), kv_dim_(kv_dim),
-      half_(size_t(n_layers) * n_slots * ctx * kv_dim), data_(2 * half_) {}
+#include <algorithm>
+#include <cassert>
+#include <string>
+
+#include "engine/errors.h"
+
+namespace {
+
+int blocks_for(int n_pos) { return (n_pos + KV_BLOCK - 1) / KV_BLOCK; }
+
+}  // namespace
+
+KvCache::KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks)
+    : n_layers_(n_layers), ctx_(ctx), kv_dim_(kv_dim), block_floats_(size_t(n_layers) * 2 * KV_BLOCK * kv_dim) {
+    assert(n_layers > 0 && n_seqs > 0 && ctx > 0 && kv_dim > 0);
+    reserve_seqs(n_seqs);
+    reserve_blocks(n_blocks < 0 ? n_seqs * blocks_for(ctx) : n_blocks);
+}
+
+void KvCache::reserve_blocks(int n) {
+    int old = n_blocks();
+    if (n <= old) return;
+    storage_.reserve(n);
+    refs_.resize(n, 0);
+    free_.reserve(n);
+    // New blocks go under the free list: taken after the blocks already
+    // free, lowest id first.
+    std::vector<int> fresh;
+    for (int b = n - 1; b >= old; b--) fresh.push_back(b);
+    free_.insert(free_.begin(), fresh.begin(), fresh.end());
+    for (int b = old; b < n; b++) storage_.push_back(std::make_unique_for_overwrite<float[]>(block_floats_));
+}
+
+void KvCache::reserve_seqs(int n_seqs) {
+    // Each table holds a whole context from the start, so a forward pass
+    // never reallocates one.
+    while (int(tables_.size()) < n_seqs) {
+        tables_.emplace_back().reserve(blocks_for(ctx_));
+        bases_.emplace_back().reserve(blocks_for(ctx_));
+    }
+}
+
+void KvCache::check_seq(int seq) const {
+    assert(seq >= 0 && seq < n_seqs());
+    (void)seq;
+}
+
+int KvCache::alloc_block() {
+    if (free_.empty())
+        throw MoeError("KV cache: all " + std::to_string(n_blocks()) + " blocks of " + std::to_string(KV_BLOCK) +
+                       " positions are in use");
+    int b = free_.back();
+    free_.pop_back();
+    refs_[b] = 1;
+    return b;
+}
+
+void KvCache::release(int block) {
+    assert(refs_[block] > 0);
+    if (--refs_[block] == 0) free_.push_back(block);
+}
+
+void KvCache::prepare_write(int seq, int pos) {
+    check_seq(seq);
+    assert(pos >= 0 && pos < ctx_);
+    std::vector<int>& table = tables_[seq];
+    std::vector<float*>& bases = bases_[seq];
+    const int b = pos / KV_BLOCK;
+    while (int(table.size()) <= b) {
+        int id = alloc_block();
+        table.push_back(id);
+        bases.push_back(storage_[id].get());
+    }
+    int old = table[b];
+    if (refs_[old] == 1) return;
+    // Shared: this sequence gets its own copy of the rows before pos.
+    int id = alloc_block();
+    const size_t rows = size_t(pos % KV_BLOCK) * kv_dim_;
+    const float* src = storage_[old].get();
+    float* dst = storage_[id].get();
+    for (int part = 0; part < 2 * n_layers_; part++) {
+        size_t off = size_t(part) * KV_BLOCK * kv_dim_;
+        std::copy_n(src + off, rows, dst + off);
+    }
+    release(old);
+    table[b] = id;
+    bases[b] = dst;
+    cow_copies_++;
+}
+
+void KvCache::fork(int dst, int src, int n_pos) {
+    check_seq(dst);
+    check_seq(src);
+    if (dst == src) return truncate(dst, n_pos);
+    const int nb = blocks_for(n_pos);
+    assert(nb <= int(tables_[src].size()));
+    for (int i = 0; i < nb; i++) refs_[tables_[src][i]]++;  // before release: src may share dst's blocks
+    clear(dst);
+    tables_[dst].assign(tables_[src].begin(), tables_[src].begin() + nb);
+    bases_[dst].assign(bases_[src].begin(), bases_[src].begin() + nb);
+}
+
+void KvCache::truncate(int seq, int n_pos) {
+    check_seq(seq);
+    std::vector<int>& table = tables_[seq];
+    const int keep = std::min<int>(blocks_for(n_pos), int(table.size()));
+    for (int i = keep; i < int(table.size()); i++) release(table[i]);
+    table.resize(keep);
+    bases_[seq].resize(keep);
+}

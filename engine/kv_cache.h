@@ -1,30 +1,78 @@
-// KvCache: keys and values of every layer for several sequences ("slots"),
-// fp32, contiguous per (layer, slot) so attention streams one sequence's
-// positions in order. Allocated once; never grows.
+// KvCache: fp32 keys and values of every layer for several sequences, in
+// paged blocks of KV_BLOCK positions taken from one pool. Each sequence has a
+// block table (its blocks in position order); a block may belong to several
+// sequences (reference counts), so forking a sequence (a beam) copies its
+// table, not its keys and values, and a write into a shared block first
+// copies that one block (copy-on-write). Blocks are never moved once
+// allocated; the pool grows only through reserve_blocks(), never while a
+// forward pass runs. Must not know about tokens, models or beams.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <vector>
+
+// Positions per block: a fork shares all full blocks and copies at most the
+// one partial block it writes into; K rows of one layer in a block are
+// contiguous (16 x kv_dim floats), long enough for the attention kernels to
+// stream.
+constexpr int KV_BLOCK = 16;
 
 class KvCache {
 public:
-    KvCache(int n_layers, int n_slots, int ctx, int kv_dim);
+    // n_seqs sequences of up to ctx positions each; a pool of n_blocks blocks
+    // (-1: n_seqs * ceil(ctx / KV_BLOCK), every sequence full with nothing shared).
+    KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks = -1);
 
-    // (ctx, kv_dim) blocks; pos indexes rows.
-    float* k(int layer, int slot, int pos) { return data_.data() + offset(layer, slot, pos); }
-    float* v(int layer, int slot, int pos) { return data_.data() + offset(layer, slot, pos) + half_; }
-    const float* k(int layer, int slot, int pos) const { return data_.data() + offset(layer, slot, pos); }
-    const float* v(int layer, int slot, int pos) const { return data_.data() + offset(layer, slot, pos) + half_; }
+    // Makes position pos of seq writable: appends blocks up to it and, when
+    // its block is shared, replaces it with a private copy of rows
+    // [0, pos % KV_BLOCK) (writing pos invalidates the positions after it).
+    // Throws MoeError when the pool has no free block.
+    void prepare_write(int seq, int pos);
+    // Row pos (kv_dim floats) of a layer; for k/v writes after prepare_write.
+    float* k(int layer, int seq, int pos) { return row(layer, seq, pos, 0); }
+    float* v(int layer, int seq, int pos) { return row(layer, seq, pos, 1); }
 
+    // Read side: the base pointer of each block of seq, in position order.
+    // Layer l's K rows of block b start at blocks(seq)[b] + k_offset(l), its
+    // V rows at + v_offset(l), kv_dim floats apart.
+    const float* const* blocks(int seq) const { return bases_[seq].data(); }
+    long k_offset(int layer) const { return long(2 * layer) * KV_BLOCK * kv_dim_; }
+    long v_offset(int layer) const { return long(2 * layer + 1) * KV_BLOCK * kv_dim_; }
+
+    // dst shares the first n_pos positions of src (its old blocks released).
+    // Costs O(blocks) integers; no key or value is copied.
+    void fork(int dst, int src, int n_pos);
+    // Keeps the blocks of seq's first n_pos positions, releases the rest.
+    void truncate(int seq, int n_pos);
+    void clear(int seq) { truncate(seq, 0); }
+    // Grows the pool to at least n blocks and the sequences to at least
+    // n_seqs (existing blocks and tables stay where they are). Between
+    // forward passes only.
+    void reserve_blocks(int n);
+    void reserve_seqs(int n_seqs);
+
+    int blocks_in_use() const { return int(refs_.size() - free_.size()); }
+    int n_blocks() const { return int(refs_.size()); }
+    long cow_copies() const { return cow_copies_; }  // blocks copied on write, since construction
     int ctx() const { return ctx_; }
-    int n_slots() const { return n_slots_; }
+    int n_seqs() const { return int(tables_.size()); }
     int kv_dim() const { return kv_dim_; }
-    size_t bytes() const { return data_.size() * sizeof(float); }
+    size_t bytes() const { return size_t(n_blocks()) * block_floats_ * sizeof(float); }
 
 private:
-    size_t offset(int layer, int slot, int pos) const {
-        return (size_t(layer) * n_slots_ + slot) * size_t(ctx_) * kv_dim_ + size_t(pos) * kv_dim_;
+    float* row(int layer, int seq, int pos, int kv) {
+        return bases_[seq][pos / KV_BLOCK] + long(2 * layer + kv) * KV_BLOCK * kv_dim_ + long(pos % KV_BLOCK) * kv_dim_;
     }
-    int n_layers_, n_slots_, ctx_, kv_dim_;
-    size_t half_;  // all K blocks first, then all V blocks
-    std::vector<float> data_;
+    int alloc_block();
+    void release(int block);
+    void check_seq(int seq) const;
+
+    int n_layers_, ctx_, kv_dim_;
+    size_t block_floats_;                            // n_layers * 2 * KV_BLOCK * kv_dim
+    std::vector<std::unique_ptr<float[]>> storage_;  // one allocation per block, never moved
+    std::vector<int> refs_;                          // per block: sequences holding it
+    std::vector<int> free_;                          // blocks with refs 0 (taken from the back)
+    std::vector<std::vector<int>> tables_;           // per sequence: block ids in position order
+    std::vector<std::vector<float*>> bases_;         // per sequence: their base pointers
+    long cow_copies_ = 0;
 };

@@ -2,13 +2,16 @@
 #include "server/cli.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cpu_kernels/isa.h"
+#include "engine/beam_search.h"
 #include "engine/files.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -85,6 +88,67 @@ std::vector<ChatMessage> read_chat_file(const std::string& path) {
     return messages;
 }
 
+namespace {
+
+// The beam flags of `generate`; width 0 when --beam-width is absent.
+struct BeamFlags {
+    int width = 0;
+    float length_penalty = 1.0f;
+    int num_return = 1;
+};
+
+BeamFlags parse_beam_flags(Args& args) {
+    BeamFlags b;
+    b.width = int(args.get_int("--beam-width", 0, 1, BEAM_WIDTH_MAX));
+    double penalty = args.get_double("--length-penalty", NAN, 0.0, 10.0);
+    long num_return = args.get_int("--num-return", 0, 1, BEAM_WIDTH_MAX);
+    if (b.width == 0) {
+        if (!std::isnan(penalty)) throw MoeError("--length-penalty: only with --beam-width");
+        if (num_return) throw MoeError("--num-return: only with --beam-width");
+        return b;
+    }
+    if (!std::isnan(penalty)) b.length_penalty = float(penalty);
+    if (num_return > b.width)
+        throw MoeError("--num-return: " + std::to_string(num_return) + " is more than --beam-width " +
+                       std::to_string(b.width));
+    if (num_return) b.num_return = int(num_return);
+    // Beam search ranks raw log-probabilities: sampling flags would be
+    // silently ignored, so they are refused (a zero temperature is fine).
+    if (args.get_double("--temperature", 0.0, 0.0, 100.0) != 0.0)
+        throw MoeError("--temperature: must be 0 with --beam-width (beam search ranks raw log-probabilities)");
+    for (const char* flag : {"--top-k", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty",
+                             "--frequency-penalty", "--seed"})
+        if (args.get(flag))
+            throw MoeError(std::string(flag) + ": a sampling flag, not used by beam search (--beam-width)");
+    args.flag("--greedy");
+    return b;
+}
+
+void print_beam_result(const Engine& engine, const BeamResult& r, const std::optional<std::string>& prompt) {
+    if (r.hypotheses.size() == 1) {
+        if (prompt) std::fputs(prompt->c_str(), stdout);
+        std::printf("%s\n", r.hypotheses[0].text.c_str());
+    } else {
+        for (size_t i = 0; i < r.hypotheses.size(); i++) {
+            const BeamHypothesis& h = r.hypotheses[i];
+            std::printf("[%zu] score %.4f, logprob %.4f, %d tokens, finish %s\n%s%s\n", i, h.score, h.logprob,
+                        h.length, finish_reason_name(h.finish_reason), prompt ? prompt->c_str() : "", h.text.c_str());
+        }
+    }
+    std::fflush(stdout);
+    const BeamHypothesis* best = r.hypotheses.empty() ? nullptr : &r.hypotheses[0];
+    std::fprintf(stderr,
+                 "prompt %d tokens (%d cached), prefill %.1f tok/s | beam search: %d steps (%ld beam tokens), "
+                 "%.2f steps/s, best %d tokens at %.2f tok/s, score %.4f | tokens per routed expert per step: "
+                 "max %d, mean %.2f | finish %s | %d threads, %s\n",
+                 r.n_prompt, r.n_cached, r.prefill_ms > 0 ? (r.n_prompt - r.n_cached) * 1000.0 / r.prefill_ms : 0.0,
+                 r.n_steps, r.n_beam_tokens, r.steps_per_s(), r.n_generated(), r.best_tok_s(),
+                 best ? best->score : 0.0, r.expert_load.max(), r.expert_load.mean(),
+                 finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
+}
+
+}  // namespace
+
 int cli_generate(const std::vector<std::string>& words) {
     Args args(words);
     EngineOptions options;
@@ -98,6 +162,7 @@ int cli_generate(const std::vector<std::string>& words) {
         throw MoeError("give exactly one of --prompt TEXT, --user TEXT or --chat FILE.json");
     GenerateRequest request;
     request.max_tokens = int(args.get_int("--max-tokens", 128, 1, 1 << 20));
+    BeamFlags beam = parse_beam_flags(args);
     request.sampling = parse_sampling_flags(args);
     request.stop = args.get_all("--stop");
     request.ignore_eos = args.flag("--ignore-eos");
@@ -113,6 +178,18 @@ int cli_generate(const std::vector<std::string>& words) {
     } else {
         if (user) messages = {{"user", *user}};
         request.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
+    }
+    if (beam.width > 0) {
+        BeamRequest b;
+        b.prompt = request.prompt;
+        b.beam_width = beam.width;
+        b.length_penalty = beam.length_penalty;
+        b.num_return = beam.num_return;
+        b.max_tokens = request.max_tokens;
+        b.stop = request.stop;
+        b.ignore_eos = request.ignore_eos;
+        print_beam_result(engine, engine.beam_search(b, [](const BeamStep&) { return true; }), prompt);
+        return 0;
     }
     if (prompt) std::fputs(prompt->c_str(), stdout);
     GenerateResult r = engine.generate(request, [](const TokenEvent& e) {

@@ -22,6 +22,7 @@ const char* USAGE =
     "               [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
     "               [--presence-penalty X] [--frequency-penalty X] [--seed N] [--greedy]\n"
     "               [--stop STR]... [--ignore-eos] [--threads N] [--ctx N] [--cpu-isa ISA]\n"
+    "               [--beam-width W [--length-penalty A] [--num-return N]]\n"
     "  tokenize     --model DIR (--text TEXT | --chat FILE.json) [--no-bos]\n"
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
