@@ -395,18 +395,33 @@ struct HttpServer::Impl {
                                " tokens, which leaves no room for a reply. Shorten the " + what +
                                " or start the server with a larger --ctx.",
                            what, "context_length_exceeded");
-        GenerateRequest g;
-        g.prompt = std::move(prompt);
-        g.sampling = o.sampling;
-        g.max_tokens = std::min(o.max_tokens.value_or(ctx - n_prompt), ctx - n_prompt);
-        g.stop = o.stop;
-        g.ignore_eos = o.ignore_eos;
-        g.top_logprobs = o.top_logprobs;
-        g.reuse_prefix = o.cache_prompt;
-
+        const int max_tokens = std::min(o.max_tokens.value_or(ctx - n_prompt), ctx - n_prompt);
         const bool is_chat = endpoint == Endpoint::CHAT;
-        auto task = std::make_shared<Task>(
-            [this, g, is_chat](Engine& engine_, Task& t) { run_generation(engine_, t, g, is_chat); });
+        std::shared_ptr<Task> task;
+        if (o.beam_width > 0) {
+            BeamRequest b;
+            b.prompt = std::move(prompt);
+            b.beam_width = o.beam_width;
+            b.length_penalty = o.length_penalty;
+            b.num_return = o.n;
+            b.max_tokens = max_tokens;
+            b.stop = o.stop;
+            b.ignore_eos = o.ignore_eos;
+            b.reuse_prefix = o.cache_prompt;
+            task = std::make_shared<Task>(
+                [this, b, is_chat](Engine& engine_, Task& t) { run_beam_search(engine_, t, b, is_chat); });
+        } else {
+            GenerateRequest g;
+            g.prompt = std::move(prompt);
+            g.sampling = o.sampling;
+            g.max_tokens = max_tokens;
+            g.stop = o.stop;
+            g.ignore_eos = o.ignore_eos;
+            g.top_logprobs = o.top_logprobs;
+            g.reuse_prefix = o.cache_prompt;
+            task = std::make_shared<Task>(
+                [this, g, is_chat](Engine& engine_, Task& t) { run_generation(engine_, t, g, is_chat); });
+        }
         if (!queue.push(task))
             throw ApiError(503,
                            "The server is busy: " + std::to_string(options.max_queue) +
@@ -460,7 +475,7 @@ struct HttpServer::Impl {
     void run_generation(Engine& e, Task& task, const GenerateRequest& g, bool is_chat) {
         bool first = true;
         GenerateResult result = e.generate(g, [&](const TokenEvent& ev) {
-            metrics.add_generated_token();
+            metrics.add_generated_tokens(1);
             if (first) {
                 first = false;
                 metrics.observe_ttft(std::chrono::duration<double>(Clock::now() - task.admitted()).count());
@@ -479,6 +494,26 @@ struct HttpServer::Impl {
         done.kind = TaskEventKind::DONE;
         done.result = std::move(result);
         task.push(std::move(done));
+    }
+
+    // Engine thread. No token events: the choices come with DONE.
+    void run_beam_search(Engine& e, Task& task, const BeamRequest& b, bool is_chat) {
+        BeamResult result = e.beam_search(b, [&](const BeamStep&) { return !task.cancelled(); });
+        const bool done = result.finish_reason != FinishReason::CANCELLED && !result.hypotheses.empty();
+        if (is_chat && done) replies.remember(result.hypotheses[0].text, result.hypotheses[0].tokens);
+        if (done) metrics.observe_ttft(std::chrono::duration<double>(Clock::now() - task.admitted()).count());
+        int completion = 0;
+        for (const BeamHypothesis& h : result.hypotheses) completion += h.length;
+        metrics.add_generated_tokens(completion);
+        metrics.add_prompt_tokens(result.n_prompt, result.n_cached);
+        double prefill_tok_s = result.prefill_ms > 0 ? (result.n_prompt - result.n_cached) * 1000.0 / result.prefill_ms : 0;
+        metrics.count_generation(finish_reason_name(result.finish_reason), prefill_tok_s, result.best_tok_s());
+        metrics.observe_beam_search(result.n_steps, result.expert_load.histogram, result.expert_load.max(),
+                                    result.expert_load.mean());
+        TaskEvent event;
+        event.kind = TaskEventKind::DONE;
+        event.beam = std::move(result);
+        task.push(std::move(event));
     }
 
     void engine_main() {

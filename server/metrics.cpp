@@ -29,9 +29,24 @@ void Metrics::add_prompt_tokens(long n_prompt, long n_cached) {
     cached_tokens_ += uint64_t(n_cached);
 }
 
-void Metrics::add_generated_token() {
+void Metrics::add_generated_tokens(long n) {
     std::lock_guard lock(mutex_);
-    generated_tokens_++;
+    generated_tokens_ += uint64_t(n);
+}
+
+void Metrics::observe_beam_search(int steps, const std::vector<uint64_t>& histogram, int max_tokens,
+                                  double mean_tokens) {
+    std::lock_guard lock(mutex_);
+    beam_searches_++;
+    beam_steps_ += uint64_t(steps);
+    for (size_t c = 1; c < histogram.size(); c++) {
+        size_t b = 0;
+        while (b < EXPERT_TOKEN_BUCKETS.size() && int(c) > EXPERT_TOKEN_BUCKETS[b]) b++;
+        expert_token_counts_[b] += histogram[c];
+        expert_token_sum_ += c * histogram[c];
+    }
+    last_beam_max_ = max_tokens;
+    last_beam_mean_ = mean_tokens;
 }
 
 void Metrics::count_generation(const std::string& finish_reason, double prefill_tok_s, double decode_tok_s) {
@@ -88,5 +103,28 @@ std::string Metrics::render(size_t queue_waiting, bool running) const {
     out += "moe_time_to_first_token_seconds_bucket{le=\"+Inf\"} " + std::to_string(ttft_count_) + "\n";
     out += "moe_time_to_first_token_seconds_sum " + number(ttft_sum_) + "\n";
     out += "moe_time_to_first_token_seconds_count " + std::to_string(ttft_count_) + "\n";
+
+    header(out, "moe_beam_searches_total", "counter", "Finished beam-search requests.");
+    out += "moe_beam_searches_total " + std::to_string(beam_searches_) + "\n";
+    header(out, "moe_beam_steps_total", "counter", "Beam-search decode steps (one forward pass over the live beams each).");
+    out += "moe_beam_steps_total " + std::to_string(beam_steps_) + "\n";
+    header(out, "moe_beam_expert_tokens", "histogram",
+           "Tokens a routed expert got in one beam-search step, per (step, layer, expert) that got any.");
+    cumulative = 0;
+    for (size_t i = 0; i < EXPERT_TOKEN_BUCKETS.size(); i++) {
+        cumulative += expert_token_counts_[i];
+        out += "moe_beam_expert_tokens_bucket{le=\"" + std::to_string(EXPERT_TOKEN_BUCKETS[i]) + "\"} " +
+               std::to_string(cumulative) + "\n";
+    }
+    cumulative += expert_token_counts_.back();
+    out += "moe_beam_expert_tokens_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+    out += "moe_beam_expert_tokens_sum " + std::to_string(expert_token_sum_) + "\n";
+    out += "moe_beam_expert_tokens_count " + std::to_string(cumulative) + "\n";
+    header(out, "moe_beam_last_expert_tokens_max", "gauge",
+           "Most tokens one routed expert got in one step of the last beam search.");
+    out += "moe_beam_last_expert_tokens_max " + std::to_string(last_beam_max_) + "\n";
+    header(out, "moe_beam_last_expert_tokens_mean", "gauge",
+           "Mean tokens per routed expert per step of the last beam search.");
+    out += "moe_beam_last_expert_tokens_mean " + number(last_beam_mean_) + "\n";
     return out;
 }

@@ -1,7 +1,9 @@
 // Server metrics in the Prometheus text format: HTTP requests by route and
 // status, prompt / cached / generated tokens, finished generations by reason,
-// the last request's prompt and decode tok/s, queue depth and a
-// time-to-first-token histogram. Thread-safe counters only; must not know
+// the last request's prompt and decode tok/s, queue depth, a
+// time-to-first-token histogram, and for beam search its steps and the
+// tokens each routed expert got per step (histogram, last request's max and
+// mean). Thread-safe counters only; must not know
 // about HTTP types or the engine's internals.
 #pragma once
 #include <array>
@@ -10,15 +12,20 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 class Metrics {
 public:
     // route: a known route ("/v1/chat/completions") or "other".
     void count_request(const std::string& route, int status);
     void add_prompt_tokens(long n_prompt, long n_cached);
-    void add_generated_token();
+    void add_generated_tokens(long n);
     void count_generation(const std::string& finish_reason, double prefill_tok_s, double decode_tok_s);
     void observe_ttft(double seconds);
+    // One beam search: its decode steps, how many (step, layer, expert)
+    // triples got c tokens (histogram[c]), and the request's most and mean
+    // tokens per routed expert per step.
+    void observe_beam_search(int steps, const std::vector<uint64_t>& histogram, int max_tokens, double mean_tokens);
 
     // Prometheus exposition text; queue state is sampled by the caller.
     std::string render(size_t queue_waiting, bool running) const;
@@ -26,6 +33,8 @@ public:
     // Upper bounds of the time-to-first-token buckets, in seconds.
     static constexpr std::array<double, 12> TTFT_BUCKETS = {0.01, 0.025, 0.05, 0.1,  0.25, 0.5,
                                                             1.0,  2.5,   5.0,  10.0, 30.0, 60.0};
+    // Upper bounds of the tokens-per-routed-expert-per-step buckets.
+    static constexpr std::array<int, 6> EXPERT_TOKEN_BUCKETS = {1, 2, 4, 8, 16, 32};
 
 private:
     mutable std::mutex mutex_;
@@ -39,4 +48,10 @@ private:
     std::array<uint64_t, TTFT_BUCKETS.size()> ttft_counts_{};  // per bucket, not cumulative
     uint64_t ttft_count_ = 0;
     double ttft_sum_ = 0;
+    uint64_t beam_searches_ = 0;
+    uint64_t beam_steps_ = 0;
+    std::array<uint64_t, EXPERT_TOKEN_BUCKETS.size() + 1> expert_token_counts_{};  // per bucket, last = above
+    uint64_t expert_token_sum_ = 0;
+    int last_beam_max_ = 0;
+    double last_beam_mean_ = 0;
 };

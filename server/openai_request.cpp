@@ -9,6 +9,8 @@
 #include <mutex>
 #include <random>
 
+#include "engine/beam_search.h"
+
 using json = nlohmann::json;
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_, std::string type_)
@@ -192,14 +194,53 @@ std::vector<std::string> parse_stop(const json& body) {
     return stop;
 }
 
+// beam_width, length_penalty and n. With beam_width, n may name up to
+// beam_width choices, and the sampling fields must be absent or neutral:
+// beam search ranks raw log-probabilities, so they would be ignored.
+void parse_beam(const json& body, GenerationOptions& o) {
+    auto width = get_int(body, "beam_width", 1, BEAM_WIDTH_MAX);
+    auto penalty = get_number(body, "length_penalty", 0, 10);
+    auto n = get_int(body, "n", LLONG_MIN, LLONG_MAX);
+    if (!width) {
+        if (n && *n != 1)
+            throw ApiError(400,
+                           "Invalid 'n': only n = 1 is supported without 'beam_width' (n > 1 returns the n best "
+                           "beams), but got " +
+                               std::to_string(*n) + ".",
+                           "n", "invalid_value");
+        if (penalty)
+            throw ApiError(400, "'length_penalty' applies only to beam search: set 'beam_width' too.",
+                           "length_penalty", "invalid_value");
+        return;
+    }
+    o.beam_width = int(*width);
+    if (n && (*n < 1 || *n > *width))
+        throw ApiError(400,
+                       "Invalid 'n': with 'beam_width' " + std::to_string(*width) + ", n must be between 1 and " +
+                           std::to_string(*width) + ", but got " + std::to_string(*n) + ".",
+                       "n", "invalid_value");
+    o.n = int(n.value_or(1));
+    if (penalty) o.length_penalty = float(*penalty);
+    static const std::pair<const char*, double> NEUTRAL[] = {
+        {"temperature", 0.0}, {"top_p", 1.0},          {"top_k", 0.0}, {"min_p", 0.0}, {"repetition_penalty", 1.0},
+        {"presence_penalty", 0.0}, {"frequency_penalty", 0.0}};
+    for (const auto& [key, neutral] : NEUTRAL) {
+        const json* v = field(body, key);
+        if (v && !(v->is_number() && v->get<double>() == neutral))
+            throw ApiError(400,
+                           std::string("Invalid '") + key + "': beam search ('beam_width') ranks raw log-probabilities, " +
+                               "so '" + key + "' must be absent or " + format_number(neutral) + ", but got " + v->dump() +
+                               ".",
+                           key, "invalid_value");
+    }
+}
+
 // Everything but the prompt / messages and the logprobs fields, which differ.
 GenerationOptions parse_common(const json& body, int ctx) {
     refuse_unsupported(body);
     GenerationOptions o;
     if (const json* v = field(body, "model"); v && !v->is_string()) type_error("model", "a string", *v);
-    if (auto n = get_int(body, "n", LLONG_MIN, LLONG_MAX); n && *n != 1)
-        throw ApiError(400, "Invalid 'n': only n = 1 is supported by this server, but got " + std::to_string(*n) + ".",
-                       "n", "invalid_value");
+    parse_beam(body, o);
     SamplingParams& s = o.sampling;
     if (auto x = get_number(body, "temperature", 0, 2)) s.temperature = float(*x);
     if (auto x = get_number(body, "top_p", 0, 1)) s.top_p = float(*x);
@@ -232,6 +273,12 @@ GenerationOptions parse_common(const json& body, int ctx) {
     o.cache_prompt = get_bool(body, "cache_prompt").value_or(true);
     if (auto x = get_int(body, "max_tokens", 1, ctx)) o.max_tokens = int(*x);
     return o;
+}
+
+void refuse_beam_logprobs(const GenerationOptions& o) {
+    if (o.beam_width > 0 && o.top_logprobs >= 0)
+        throw ApiError(400, "'logprobs' is not supported with 'beam_width' (beam scores are in 'timings.beam').",
+                       "logprobs", "unsupported_parameter");
 }
 
 std::string parse_content(const json& message, const std::string& where, bool may_be_empty) {
@@ -355,6 +402,7 @@ ChatRequest chat_request_parse(const json& body, int ctx) {
         throw ApiError(400, "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
                        "top_logprobs", "invalid_value");
     if (logprobs) r.options.top_logprobs = int(top.value_or(0));
+    refuse_beam_logprobs(r.options);
     return r;
 }
 
@@ -398,6 +446,7 @@ CompletionRequest completion_request_parse(const json& body, int ctx, int vocab_
     if (auto b = get_int(body, "best_of", 1, 1); b && *b != 1)
         throw ApiError(400, "'best_of' must be 1.", "best_of", "invalid_value");
     if (auto lp = get_int(body, "logprobs", 0, 5)) r.options.top_logprobs = int(*lp);
+    refuse_beam_logprobs(r.options);
     return r;
 }
 

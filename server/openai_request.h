@@ -52,6 +52,12 @@ struct GenerationOptions {
     bool ignore_eos = false;     // extension: keep going past end-of-sequence
     bool cache_prompt = true;    // extension: reuse the KV cache of the previous request
     int top_logprobs = -1;       // -1: no logprobs; else alternatives per token (chosen token always)
+    // Extension: beam search. 0 = sampling; 1..32 = beams kept per step,
+    // ranked by raw log-probabilities (the sampling fields must then be
+    // absent or neutral; seed is ignored: beam search is deterministic).
+    int beam_width = 0;
+    float length_penalty = 1.0f;  // extension: alpha of score = logprob / length^alpha, with beam_width
+    int n = 1;                    // choices; > 1 only with beam_width (the n best hypotheses)
 };
 
 struct ChatRequest {

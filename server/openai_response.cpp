@@ -47,6 +47,46 @@ json timings_json(const GenerateResult& r) {
                 {"ttft_ms", r.ttft_ms}};
 }
 
+json usage_json(const BeamResult& r) {
+    int completion = 0;
+    for (const BeamHypothesis& h : r.hypotheses) completion += h.length;
+    return json{{"prompt_tokens", r.n_prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", r.n_prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", r.n_cached}}}};
+}
+
+json timings_json(const BeamResult& r, const GenerationOptions& o) {
+    json scores = json::array(), logprobs = json::array();
+    for (const BeamHypothesis& h : r.hypotheses) {
+        scores.push_back(h.score);
+        logprobs.push_back(h.logprob);
+    }
+    const ExpertLoad& load = r.expert_load;
+    double prefill_tok_s = r.prefill_ms > 0 ? (r.n_prompt - r.n_cached) * 1000.0 / r.prefill_ms : 0;
+    return json{{"prompt_n", r.n_prompt - r.n_cached},
+                {"prompt_ms", r.prefill_ms},
+                {"prompt_per_second", prefill_tok_s},
+                {"cache_n", r.n_cached},
+                {"predicted_n", r.hypotheses.empty() ? 0 : r.hypotheses[0].length},
+                {"predicted_ms", r.decode_ms},
+                {"predicted_per_second", r.best_tok_s()},
+                {"beam",
+                 {{"width", o.beam_width},
+                  {"length_penalty", o.length_penalty},
+                  {"steps", r.n_steps},
+                  {"steps_per_second", r.steps_per_s()},
+                  {"beam_tokens", r.n_beam_tokens},
+                  {"scores", scores},
+                  {"logprobs", logprobs},
+                  {"expert_tokens_per_step",
+                   {{"max", load.max()},
+                    {"mean", load.mean()},
+                    {"per_step_max", load.step_max},
+                    {"per_step_mean", load.step_mean},
+                    {"histogram", load.histogram}}}}}};
+}
+
 OpenAiResponder::OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model,
                                  const Tokenizer& tokenizer)
     : endpoint_(endpoint),
@@ -108,10 +148,13 @@ json OpenAiResponder::take_logprobs() {
 
 std::string OpenAiResponder::start() {
     if (!options_.stream || endpoint_ != Endpoint::CHAT) return "";
-    return sse_data(chunk(json{{"index", 0},
-                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", nullptr}}));
+    std::string out;
+    for (int i = 0; i < options_.n; i++)
+        out += sse_data(chunk(json{{"index", i},
+                                   {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", nullptr}}));
+    return out;
 }
 
 std::string OpenAiResponder::on_token(const TokenEvent& event) {
@@ -159,6 +202,57 @@ std::string OpenAiResponder::on_done(const GenerateResult& result) {
     return json_dump(j);
 }
 
+std::string OpenAiResponder::on_beam_done(const BeamResult& result) {
+    const bool chat = endpoint_ == Endpoint::CHAT;
+    json choices = json::array();
+    std::string out;
+    for (size_t i = 0; i < result.hypotheses.size(); i++) {
+        const BeamHypothesis& h = result.hypotheses[i];
+        json choice{{"index", i}};
+        if (options_.stream) {
+            if (chat)
+                choice["delta"] = json{{"content", h.text}};
+            else
+                choice["text"] = h.text;
+            choice["logprobs"] = nullptr;
+            choice["finish_reason"] = nullptr;
+            out += sse_data(chunk(std::move(choice)));
+            continue;
+        }
+        if (chat)
+            choice["message"] = json{{"role", "assistant"}, {"content", h.text}};
+        else
+            choice["text"] = h.text;
+        choice["logprobs"] = nullptr;
+        choice["finish_reason"] = openai_finish_reason(h.finish_reason);
+        choices.push_back(std::move(choice));
+    }
+    if (options_.stream) {
+        for (size_t i = 0; i < result.hypotheses.size(); i++) {
+            json choice = chat ? json{{"index", i}, {"delta", json::object()}} : json{{"index", i}, {"text", ""}};
+            choice["logprobs"] = nullptr;
+            choice["finish_reason"] = openai_finish_reason(result.hypotheses[i].finish_reason);
+            json last = chunk(std::move(choice));
+            if (i + 1 == result.hypotheses.size()) last["timings"] = timings_json(result, options_);
+            out += sse_data(last);
+        }
+        if (options_.include_usage) {
+            json usage = chunk(nullptr);
+            usage["usage"] = usage_json(result);
+            out += sse_data(usage);
+        }
+        return out + SSE_DONE;
+    }
+    json j{{"id", id_},
+           {"object", chat ? "chat.completion" : "text_completion"},
+           {"created", created_},
+           {"model", model_},
+           {"choices", std::move(choices)},
+           {"usage", usage_json(result)},
+           {"timings", timings_json(result, options_)}};
+    return json_dump(j);
+}
+
 std::string OpenAiResponder::on_event(const TaskEvent& event) {
     if (finished_) return "";
     switch (event.kind) {
@@ -166,7 +260,7 @@ std::string OpenAiResponder::on_event(const TaskEvent& event) {
         return on_token(event.token);
     case TaskEventKind::DONE:
         finished_ = true;
-        return on_done(event.result);
+        return options_.beam_width > 0 ? on_beam_done(event.beam) : on_done(event.result);
     case TaskEventKind::ERROR: {
         finished_ = true;
         json error = api_error_json(ApiError(event.error_status, event.error));

@@ -31,13 +31,22 @@ nlohmann::ordered_json usage_json(const GenerateResult& result);
 // Extension in llama.cpp's names: prompt_n, prompt_ms, prompt_per_second,
 // cache_n, predicted_n, predicted_ms, predicted_per_second, ttft_ms.
 nlohmann::ordered_json timings_json(const GenerateResult& result);
+// Beam search: usage counts every returned choice's tokens; timings as
+// above for the best hypothesis (predicted_ms: the whole beam decode), plus
+// "beam": width, length_penalty, steps (forward passes), steps_per_second,
+// beam_tokens, the choices' scores and logprobs, and expert_tokens_per_step
+// {max, mean, per_step_max, per_step_mean, histogram}.
+nlohmann::ordered_json usage_json(const BeamResult& result);
+nlohmann::ordered_json timings_json(const BeamResult& result, const GenerationOptions& options);
 
 // Builds what one request's response body is made of from its task events.
 // Streaming: start() gives the first chunk (chat: the assistant role), each
 // token event its content chunk, DONE the finish chunk, the usage chunk when
 // asked and [DONE]. Not streaming: everything is written at DONE as one
 // object. An ERROR event becomes an OpenAI error object (in the stream as
-// one data frame).
+// one data frame). Beam search (options.beam_width > 0) has no token
+// events: its n choices come at DONE, streamed as one content chunk per
+// choice (the whole hypothesis), then one finish chunk per choice.
 class OpenAiResponder {
 public:
     OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model, const Tokenizer& tokenizer);
@@ -54,6 +63,7 @@ private:
     nlohmann::ordered_json take_logprobs();
     std::string on_token(const TokenEvent& event);
     std::string on_done(const GenerateResult& result);
+    std::string on_beam_done(const BeamResult& result);
 
     Endpoint endpoint_;
     GenerationOptions options_;

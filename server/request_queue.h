@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/beam_search.h"
 #include "engine/engine.h"
 
 enum class TaskEventKind { TOKEN, DONE, ERROR };
@@ -22,7 +23,8 @@ enum class TaskEventKind { TOKEN, DONE, ERROR };
 struct TaskEvent {
     TaskEventKind kind = TaskEventKind::TOKEN;
     TokenEvent token;        // TOKEN
-    GenerateResult result;   // DONE
+    GenerateResult result;   // DONE (sampling)
+    BeamResult beam;         // DONE (beam search)
     int error_status = 500;  // ERROR: the HTTP status that fits
     std::string error;       // ERROR: one-line reason
 };

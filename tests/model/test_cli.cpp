@@ -65,6 +65,47 @@ TEST_CASE("synth-model then generate streams text and a stats line", "[cli]") {
     REQUIRE(g2.out == g.out);
 }
 
+TEST_CASE("generate --beam-width prints the best or the N best with scores", "[cli]") {
+    std::string dir = test_model_dir("tiny").string();
+    std::vector<std::string> base = {"generate", "--model",      dir, "--prompt", "Once upon a time", "--max-tokens",
+                                     "10",       "--ignore-eos", "--threads", "2"};
+    auto with = [&](std::vector<std::string> more) {
+        std::vector<std::string> a = base;
+        a.insert(a.end(), more.begin(), more.end());
+        return moe(a);
+    };
+    CommandResult greedy = with({"--greedy"});
+    CommandResult width1 = with({"--beam-width", "1"});
+    INFO(width1.err);
+    REQUIRE(width1.exit_code == 0);
+    REQUIRE(width1.out == greedy.out);  // width 1 is greedy decoding
+    REQUIRE(width1.err.find("beam search: 9 steps") != std::string::npos);
+
+    CommandResult best = with({"--beam-width", "4", "--length-penalty", "0.5"});
+    REQUIRE(best.exit_code == 0);
+    REQUIRE(best.out.rfind("Once upon a time", 0) == 0);
+    REQUIRE(best.err.find("tokens per routed expert per step: max ") != std::string::npos);
+
+    CommandResult three = with({"--beam-width", "4", "--length-penalty", "0.5", "--num-return", "3"});
+    INFO(three.out);
+    REQUIRE(three.exit_code == 0);
+    REQUIRE(three.out.rfind("[0] score ", 0) == 0);
+    REQUIRE(three.out.find("\n[1] score ") != std::string::npos);
+    REQUIRE(three.out.find("\n[2] score ") != std::string::npos);
+    REQUIRE(three.out.find("\n[3] score ") == std::string::npos);
+    // The first of the three is the best alone.
+    size_t text_at = three.out.find('\n') + 1;
+    REQUIRE(three.out.compare(text_at, best.out.size(), best.out) == 0);
+
+    require_clean_error(with({"--beam-width", "0"}), "--beam-width");
+    require_clean_error(with({"--beam-width", "33"}), "--beam-width");
+    require_clean_error(with({"--beam-width", "4", "--num-return", "5"}), "--num-return");
+    require_clean_error(with({"--beam-width", "4", "--length-penalty", "-1"}), "--length-penalty");
+    require_clean_error(with({"--beam-width", "4", "--temperature", "0.7"}), "--temperature");
+    require_clean_error(with({"--beam-width", "4", "--top-p", "0.5"}), "--top-p");
+    require_clean_error(with({"--num-return", "2"}), "--num-return");
+}
+
 TEST_CASE("tokenize --chat reproduces Mistral's reference ids", "[cli]") {
     fs::path ref = shared_data_dir() / "reference" / "mistral-common";
     CommandResult r = moe({"tokenize", "--model", test_model_dir("tiny").string(), "--chat",

@@ -144,6 +144,43 @@ TEST_CASE("chat request errors name the parameter", "[server]") {
     CHECK(chat({{"messages", user}, {"max_tokens", 64}}).status == 0);
 }
 
+TEST_CASE("beam search fields: beam_width, length_penalty and n up to the width", "[server]") {
+    json user = {{{"role", "user"}, {"content", "hi"}}};
+    ChatRequest r = chat_request_parse(
+        {{"messages", user}, {"beam_width", 8}, {"length_penalty", 0.6}, {"n", 3}, {"temperature", 0}}, 100);
+    CHECK(r.options.beam_width == 8);
+    CHECK(r.options.length_penalty == Approx(0.6));
+    CHECK(r.options.n == 3);
+    ChatRequest d = chat_request_parse({{"messages", user}, {"beam_width", 2}}, 100);
+    CHECK(d.options.n == 1);
+    CHECK(d.options.length_penalty == Approx(1.0));
+    CHECK(chat_request_parse({{"messages", user}}, 100).options.beam_width == 0);
+    CompletionRequest c = completion_request_parse({{"prompt", "a"}, {"beam_width", 32}, {"n", 32}}, 100, 32000);
+    CHECK(c.options.beam_width == 32);
+    CHECK(c.options.n == 32);
+
+    auto chat = [&](json extra) {
+        json body = {{"messages", user}};
+        body.update(extra);
+        return error_of([&] { chat_request_parse(body, 64); });
+    };
+    CHECK(chat({{"beam_width", 0}}).param == "beam_width");
+    CHECK(chat({{"beam_width", 33}}).param == "beam_width");
+    CHECK(chat({{"beam_width", 2.5}}).code == "invalid_type");
+    CHECK(chat({{"beam_width", 4}, {"n", 5}}).param == "n");
+    CHECK(chat({{"beam_width", 4}, {"n", 0}}).param == "n");
+    CHECK(chat({{"beam_width", 4}, {"length_penalty", -0.1}}).param == "length_penalty");
+    CHECK(chat({{"length_penalty", 1.0}}).param == "length_penalty");
+    CHECK(chat({{"beam_width", 4}, {"temperature", 0.7}}).param == "temperature");
+    CHECK(chat({{"beam_width", 4}, {"top_p", 0.5}}).param == "top_p");
+    CHECK(chat({{"beam_width", 4}, {"top_k", 40}}).param == "top_k");
+    CHECK(chat({{"beam_width", 4}, {"frequency_penalty", 1}}).param == "frequency_penalty");
+    CHECK(chat({{"beam_width", 4}, {"logprobs", true}}).param == "logprobs");
+    CHECK(chat({{"beam_width", 4}, {"top_p", 1}, {"top_k", 0}, {"temperature", 0}, {"seed", 3}}).status == 0);
+    CHECK(error_of([&] { completion_request_parse({{"prompt", "a"}, {"beam_width", 2}, {"logprobs", 1}}, 64, 100); })
+              .param == "logprobs");
+}
+
 TEST_CASE("completion prompts are text or token ids", "[server]") {
     CompletionRequest text = completion_request_parse({{"prompt", "once upon"}}, 64, 100);
     CHECK_FALSE(text.has_prompt_tokens);
