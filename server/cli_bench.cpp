@@ -53,6 +53,7 @@ int bench_decode(Args& args, bool prefill) {
     o.threads = threads_flag(args);
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
+    o.device = parse_device_flags(args);
     apply_isa(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
