@@ -9,6 +9,7 @@
 #include "engine/errors.h"
 #include "profiles/profile_error.h"
 #include "server/cli.h"
+#include "server/cli_calibrate.h"
 #include "server/serve.h"
 
 namespace {
@@ -26,8 +27,11 @@ const char* USAGE =
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
     "               [--shard-mb N]\n"
+    "  calibrate    --model DIR [--threads N] [--cpu-isa ISA] [--out FILE] [--force]: measures the CPU\n"
+    "               expert FFN, fits the latency model, caches it under $XDG_CACHE_HOME/moe-server/calibration\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
-    "               prefill --model DIR [--tokens N] | server --model DIR   (JSON lines)\n"
+    "               prefill --model DIR [--tokens N] | server --model DIR |\n"
+    "               latency --model DIR [--threads N] [--cpu-isa ISA]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
@@ -38,7 +42,7 @@ struct Subcommand {
 
 const Subcommand SUBCOMMANDS[] = {
     {"serve", serve_main},          {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
-    {"synth-model", cli_synth_model}, {"bench", cli_bench},
+    {"synth-model", cli_synth_model}, {"bench", cli_bench},       {"calibrate", cli_calibrate},
 };
 
 }  // namespace
