@@ -5,12 +5,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
+#include "cpu_kernels/isa.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/cost.h"
 #include "engine/emulated_device.h"
 #include "engine/errors.h"
 #include "placement/residency.h"
+#include "profiles/calibration.h"
+#include "profiles/profile_error.h"
 
 namespace {
 
@@ -55,6 +59,24 @@ double memory_available_bytes() {
     return kib * 1024.0;
 }
 
+// The CPU curve from `moe-server calibrate`'s cached file for this machine,
+// kernel path, thread count and expert shape; nothing when there is none.
+// A cached file that does not validate is ignored with a warning: it must
+// never keep the model from loading.
+std::optional<LatencyCurve> cached_cpu_curve(const ModelConfig& c, int threads, std::string* source,
+                                             std::string* warning) {
+    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, "none", c.dim, c.hidden_dim);
+    std::optional<Calibration> cal;
+    try {
+        cal = calibration_find_cached(key);
+    } catch (const ProfileError& e) {
+        *warning = std::string("ignoring the cached calibration: ") + e.what() + " (run 'moe-server calibrate --force')";
+    }
+    if (!cal) return std::nullopt;
+    *source = calibration_cache_path(key).string();
+    return latency_model_from_calibration(*cal).cpu;
+}
+
 }  // namespace
 
 DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
@@ -66,9 +88,14 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
     info.expert_bytes = double(expert_bytes(c));
     bool want_device = o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0;
+    std::string calibration;
+    std::optional<LatencyCurve> cpu_curve = c.is_moe() ? cached_cpu_curve(c, pool.size(), &calibration, &info.warning) : std::nullopt;
     if (!want_device) {
         if (!o.device.profile.empty()) throw MoeError("--profile: needs a device (--emulate-gpu) to place experts on");
-        info.latency_source = "none (no device: every expert runs on the CPU)";
+        // Every expert runs on the CPU; a calibration, when there is one,
+        // still gives the predicted times in the statistics.
+        if (cpu_curve) s.latency.cpu = *cpu_curve;
+        info.latency_source = cpu_curve ? "CPU: " + calibration : "none (no calibration: predictions are 0)";
         return s;
     }
     if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
@@ -118,9 +145,14 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
         throw MoeError(msg);
     }
 
-    s.latency = latency_model_nominal_gpu(probe_cpu_curve(c, weights, pool), info.expert_bytes,
-                                          cost_expert(c, 1).flops);
-    info.latency_source = "CPU: quick probe at load (run 'moe-server calibrate' for a full fit); device: nominal GPU";
+    if (cpu_curve) {
+        info.latency_source = "CPU: " + calibration + "; device: nominal GPU (placement/README.md)";
+    } else {
+        cpu_curve = probe_cpu_curve(c, weights, pool);
+        info.latency_source = "CPU: quick probe at load (run 'moe-server calibrate' for a full fit); device: nominal "
+                              "GPU (placement/README.md)";
+    }
+    s.latency = latency_model_nominal_gpu(*cpu_curve, info.expert_bytes, cost_expert(c, 1).flops);
     s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch);
     return s;
 }

@@ -78,6 +78,8 @@ struct Engine::Impl {
                            std::to_string(tokenizer.vocab_size()) + " pieces exceeds the model's vocab_size " +
                            std::to_string(config.vocab_size));
         batch.reserve(o.max_batch);
+        if (!device.info.warning.empty())
+            template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
     }
 
     // Runs tokens[from..) at positions from.. in chunks; returns the logits of
@@ -151,12 +153,18 @@ std::string Engine::placement_summary() const {
     if (p.device == "none") return "device: none (every expert on the CPU)";
     constexpr double GIB = double(1u << 30);
     char line[512];
-    int n = std::snprintf(line, sizeof line,
-                          "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
-                          "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB), plan: %s",
-                          p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
-                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB, p.margin_bytes / GIB,
-                          p.plan.c_str());
+    int n = p.margin_bytes > 0
+                ? std::snprintf(line, sizeof line,
+                                "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
+                                "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB), plan: %s",
+                                p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                                p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB,
+                                p.margin_bytes / GIB, p.plan.c_str())
+                : std::snprintf(line, sizeof line,
+                                "device: %s (test double, computes on the CPU): %d of %d experts resident (%.1f MiB "
+                                "each, %.2f GiB with a staging slot; dense weights and KV not counted), plan: %s",
+                                p.device.c_str(), p.capacity, p.n_layers * p.n_experts, p.expert_bytes / (1 << 20),
+                                p.budget_bytes / GIB, p.plan.c_str());
     std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
     if (!p.profile.empty()) s += " from " + p.profile;
     if (p.expected_hit_rate >= 0) {

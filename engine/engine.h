@@ -50,6 +50,7 @@ struct PlacementInfo {
     std::string profile;              // the profile the plan came from
     double expected_hit_rate = -1;    // on the profile's workload; -1 without a profile
     std::string latency_source;       // where the latency model came from
+    std::string warning;              // non-fatal (an unusable cached calibration); empty when none
     int n_layers = 0, n_experts = 0;
     std::vector<uint8_t> resident;    // (n_layers, n_experts)
 };
