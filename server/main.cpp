@@ -9,6 +9,7 @@
 #include "engine/errors.h"
 #include "profiles/profile_error.h"
 #include "server/cli.h"
+#include "server/cli_profile.h"
 #include "server/serve.h"
 
 namespace {
@@ -26,8 +27,12 @@ const char* USAGE =
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
     "               [--shard-mb N]\n"
+    "  profile      --model DIR --prompts FILE --out FILE [--format auto|sharegpt|mtbench|jsonl|text]\n"
+    "               [--limit N] [--spread] [--gen-tokens N] [--chat-template on|off] [--ctx N] [--threads N]\n"
+    "               : expert-popularity profile of a prompt workload (profiles/README.md)\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
-    "               prefill --model DIR [--tokens N] | server --model DIR   (JSON lines)\n"
+    "               prefill --model DIR [--tokens N] | server --model DIR |\n"
+    "               placement --model DIR --profile A.json --eval B.json [--seeds N]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
@@ -38,7 +43,7 @@ struct Subcommand {
 
 const Subcommand SUBCOMMANDS[] = {
     {"serve", serve_main},          {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
-    {"synth-model", cli_synth_model}, {"bench", cli_bench},
+    {"synth-model", cli_synth_model}, {"bench", cli_bench},         {"profile", cli_profile},
 };
 
 }  // namespace
