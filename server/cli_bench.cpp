@@ -1,4 +1,4 @@
-// `moe-server bench ceiling|kernels|decode|prefill|server`: benchmarks print
+// `moe-server bench ceiling|kernels|decode|prefill|server|latency`: benchmarks print
 // JSON lines holding each figure beside the machine's ceiling measured in the
 // same run, so the ratios hold on a noisy shared machine. Not tests.
 #include <algorithm>
@@ -13,13 +13,12 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "server/cli.h"
+#include "server/cli_calibrate.h"
 #include "server/serve.h"
 
 using json = nlohmann::json;
 
-namespace {
-
-void apply_isa(Args& args) {
+void bench_isa_flag(Args& args) {
     auto name = args.get("--cpu-isa");
     if (!name) return;
     auto isa = isa_parse(*name);
@@ -27,10 +26,12 @@ void apply_isa(Args& args) {
     if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
 }
 
-int threads_flag(Args& args) {
+int bench_threads_flag(Args& args) {
     int t = int(args.get_int("--threads", 0, 0, 1024));
     return t > 0 ? t : physical_core_count();
 }
+
+namespace {
 
 // A prompt of n ordinary-text token ids (BOS first), the same every run.
 std::vector<int> bench_prompt(const Engine& engine, int n) {
@@ -50,10 +51,10 @@ int bench_decode(Args& args, bool prefill) {
     auto model = args.get("--model");
     if (!model) throw MoeError("--model is required");
     o.model_dir = *model;
-    o.threads = threads_flag(args);
+    o.threads = bench_threads_flag(args);
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
-    apply_isa(args);
+    bench_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
     o.max_batch = prefill ? std::max(512, n_tokens) : 512;
@@ -109,15 +110,16 @@ int bench_decode(Args& args, bool prefill) {
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
-    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, server");
+    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, server, latency");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
     Args args(rest);
     if (what == "decode") return bench_decode(args, false);
     if (what == "prefill") return bench_decode(args, true);
+    if (what == "latency") return bench_latency(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
-    int threads = threads_flag(args);
+    int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");
     args.finish();
     std::vector<Isa> isas = bench_supported_isas();
