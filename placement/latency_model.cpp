@@ -124,7 +124,8 @@ LatencyCurve latency_curve_fit(std::span<const TimingPoint> points, int large_fr
     std::sort(sorted.begin(), sorted.end(), [](const TimingPoint& a, const TimingPoint& b) { return a.x < b.x; });
     size_t n_small = sorted.size();
     if (large_from > 0) {
-        n_small = size_t(std::count_if(sorted.begin(), sorted.end(), [&](const TimingPoint& p) { return p.x < large_from; }));
+        n_small =
+            size_t(std::count_if(sorted.begin(), sorted.end(), [&](const TimingPoint& p) { return p.x < large_from; }));
         if (sorted.size() - n_small < 2) large_from = 0, n_small = sorted.size();  // too few to fit the segment
     }
     std::vector<Row> rows(sorted.size());
@@ -149,7 +150,8 @@ LatencyCurve latency_curve_fit(std::span<const TimingPoint> points, int large_fr
             if (sse < best_sse) best_sse = sse, best = c;
         }
     }
-    if (!std::isfinite(best_sse)) throw std::invalid_argument("latency_curve_fit: no non-negative curve fits the points");
+    if (!std::isfinite(best_sse))
+        throw std::invalid_argument("latency_curve_fit: no non-negative curve fits the points");
     return best;
 }
 

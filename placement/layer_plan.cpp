@@ -17,7 +17,9 @@ constexpr double INF = std::numeric_limits<double>::infinity();
 // Grid cells the DP needs for m experts: the CPU side never exceeds the
 // per-expert rule's makespan U <= 2 L, and a cell is eps L / m wide, so
 // U / cell <= 2 m / eps; rounding each expert up adds at most m cells.
-int plan_grid_cells(int m) { return int(std::ceil(2.0 * m / PLAN_EPSILON)) + m + 2; }
+int plan_grid_cells(int m) {
+    return int(std::ceil(2.0 * m / PLAN_EPSILON)) + m + 2;
+}
 
 void check_sizes(std::span<const PlanInput> inputs, size_t n_sites, const char* what) {
     if (n_sites != inputs.size())
@@ -29,9 +31,12 @@ void check_sizes(std::span<const PlanInput> inputs, size_t n_sites, const char* 
 
 const char* expert_site_name(ExpertSite site) {
     switch (site) {
-    case ExpertSite::CPU: return "cpu";
-    case ExpertSite::DEVICE: return "device";
-    case ExpertSite::COPY: return "copy";
+    case ExpertSite::CPU:
+        return "cpu";
+    case ExpertSite::DEVICE:
+        return "device";
+    case ExpertSite::COPY:
+        return "copy";
     }
     return "?";
 }
@@ -43,9 +48,15 @@ PlanCost plan_cost(std::span<const PlanInput> inputs, std::span<const ExpertSite
     for (size_t i = 0; i < inputs.size(); i++) {
         int n = inputs[i].n_tokens;
         switch (sites[i]) {
-        case ExpertSite::CPU: cost.cpu_ms += model.cpu_ms(n); break;
-        case ExpertSite::DEVICE: cost.device_ms += model.device_ms(n); break;
-        case ExpertSite::COPY: cost.device_ms += model.copy_ms(expert_bytes) + model.device_ms(n); break;
+        case ExpertSite::CPU:
+            cost.cpu_ms += model.cpu_ms(n);
+            break;
+        case ExpertSite::DEVICE:
+            cost.device_ms += model.device_ms(n);
+            break;
+        case ExpertSite::COPY:
+            cost.device_ms += model.copy_ms(expert_bytes) + model.device_ms(n);
+            break;
         }
     }
     return cost;

@@ -48,9 +48,13 @@ Residency::Residency(int n_layers, int n_experts) : n_layers_(n_layers), n_exper
     flags_.assign(size_t(n_layers) * n_experts, 0);
 }
 
-void Residency::set(int layer, int expert, bool on) { flags_[size_t(layer) * n_experts_ + expert] = on ? 1 : 0; }
+void Residency::set(int layer, int expert, bool on) {
+    flags_[size_t(layer) * n_experts_ + expert] = on ? 1 : 0;
+}
 
-int Residency::n_resident() const { return int(std::count(flags_.begin(), flags_.end(), uint8_t(1))); }
+int Residency::n_resident() const {
+    return int(std::count(flags_.begin(), flags_.end(), uint8_t(1)));
+}
 
 int Residency::n_resident(int layer) const {
     auto row = flags_.begin() + ptrdiff_t(layer) * n_experts_;
@@ -73,7 +77,8 @@ Residency static_plan_popularity(std::span<const uint64_t> counts, int n_layers,
     std::vector<int> order(counts.size());
     std::iota(order.begin(), order.end(), 0);
     // Row-major index order is (layer, expert) order: the tie-break.
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return counts[a] != counts[b] ? counts[a] > counts[b] : a < b; });
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return counts[a] != counts[b] ? counts[a] > counts[b] : a < b; });
     for (int i = 0; i < capacity; i++) r.set(order[i] / n_experts, order[i] % n_experts, true);
     return r;
 }

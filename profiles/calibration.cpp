@@ -6,9 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "profiles/profile_error.h"
 
@@ -22,8 +21,8 @@ namespace {
 std::string sanitize(std::string_view s) {
     std::string out;
     for (char ch : s) {
-        bool keep = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-                    ch == '-';
+        bool keep =
+            (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' || ch == '-';
         if (keep)
             out += ch;
         else if (!out.empty() && out.back() != '_')
@@ -70,7 +69,7 @@ public:
     }
     CalibrationCurve curve(const json& obj, const std::string& field) const {
         const json& c = at(obj, "", field.c_str());
-        return {number(c, field, "fixed_ms"),   number(c, field, "stream_ms"), number(c, field, "per_token_ms"),
+        return {number(c, field, "fixed_ms"),    number(c, field, "stream_ms"), number(c, field, "per_token_ms"),
                 integer(c, field, "large_from"), number(c, field, "pack_ms"),   number(c, field, "large_per_token_ms")};
     }
     std::vector<CalibrationPoint> points(const json& obj, const std::string& parent, const char* x_name) const {
@@ -156,17 +155,21 @@ fs::path calibration_cache_dir() {
     return base / "moe-server" / "calibration";
 }
 
-fs::path calibration_cache_path(std::string_view key) { return calibration_cache_dir() / (std::string(key) + ".json"); }
+fs::path calibration_cache_path(std::string_view key) {
+    return calibration_cache_dir() / (std::string(key) + ".json");
+}
 
 void calibration_validate(const Calibration& c, std::string_view source) {
     if (c.version != CALIBRATION_VERSION)
-        throw ProfileError(std::string(source) + ": version: " + std::to_string(c.version) + " (this moe-server reads " +
-                           std::to_string(CALIBRATION_VERSION) + "; run `moe-server calibrate --force`)");
+        throw ProfileError(std::string(source) + ": version: " + std::to_string(c.version) +
+                           " (this moe-server reads " + std::to_string(CALIBRATION_VERSION) +
+                           "; run `moe-server calibrate --force`)");
     check_text(c.cpu_name, "cpu_name", source);
     check_text(c.isa, "isa", source);
     check_text(c.device_name, "device_name", source);
     check_text(c.dtype, "expert.dtype", source);
-    if (c.threads < 1) throw ProfileError(std::string(source) + ": threads: " + std::to_string(c.threads) + " (must be >= 1)");
+    if (c.threads < 1)
+        throw ProfileError(std::string(source) + ": threads: " + std::to_string(c.threads) + " (must be >= 1)");
     if (c.dim < 1 || c.hidden_dim < 1)
         throw ProfileError(std::string(source) + ": expert: shape " + std::to_string(c.dim) + "x" +
                            std::to_string(c.hidden_dim) + " (both must be >= 1)");

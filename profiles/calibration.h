@@ -40,20 +40,20 @@ struct CalibrationPoint {
 struct Calibration {
     int version = CALIBRATION_VERSION;
     // The key: what the figures depend on.
-    std::string cpu_name;    // CPU model name (CPUID brand string)
-    std::string isa;         // active CPU kernel path ("avx2", "avx512bf16", ...)
-    int threads = 0;         // CPU threads the expert kernels ran on
-    std::string device_name; // accelerator name, "none" without one
-    int dim = 0;             // expert input/output width (hidden_size)
-    int hidden_dim = 0;      // expert inner width (intermediate_size)
-    std::string dtype;       // expert weight type ("bf16")
+    std::string cpu_name;     // CPU model name (CPUID brand string)
+    std::string isa;          // active CPU kernel path ("avx2", "avx512bf16", ...)
+    int threads = 0;          // CPU threads the expert kernels ran on
+    std::string device_name;  // accelerator name, "none" without one
+    int dim = 0;              // expert input/output width (hidden_size)
+    int hidden_dim = 0;       // expert inner width (intermediate_size)
+    std::string dtype;        // expert weight type ("bf16")
 
     // The machine's ceiling, measured in the same run, and the expert's
     // cost: the roofline the fit is checked against.
-    double read_gbs = 0;               // streaming read bandwidth, all threads
-    double fma_gflops = 0;             // fp32 FMA peak, all threads
-    double expert_bytes = 0;           // weight bytes of one expert (w1 + w3 + w2)
-    double expert_flops_per_token = 0; // FLOPs of one expert for one token
+    double read_gbs = 0;                // streaming read bandwidth, all threads
+    double fma_gflops = 0;              // fp32 FMA peak, all threads
+    double expert_bytes = 0;            // weight bytes of one expert (w1 + w3 + w2)
+    double expert_flops_per_token = 0;  // FLOPs of one expert for one token
 
     // CPU expert FFN: measured median times and the fitted curve.
     std::vector<CalibrationPoint> cpu_points;

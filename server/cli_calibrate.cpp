@@ -11,9 +11,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
@@ -66,36 +65,45 @@ std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, int stride, int p
 }
 
 // Median ms of expert_ffn_bf16 (active ISA) at each n of ns over `reps`
-// sweeps, each call on the next expert of the cycle. The warm-up maps every
-// expert's pages and runs one sweep.
-std::vector<TimingPoint> measure_expert_ffn(const ModelConfig& c, const std::vector<ExpertWeights>& experts,
-                                            const std::vector<int>& ns, int reps, ThreadPool& pool) {
+// sweeps, for each cycle of experts: every call runs the next expert of its
+// cycle, and the sweeps of the cycles alternate, so on a shared machine each
+// cycle sees the same moments. The warm-up maps every expert's pages and
+// runs one sweep of each cycle.
+std::vector<std::vector<TimingPoint>> measure_expert_ffn(const ModelConfig& c,
+                                                         const std::vector<std::vector<ExpertWeights>>& cycles,
+                                                         const std::vector<int>& ns, int reps, ThreadPool& pool) {
     int max_n = ns.back();
     std::vector<float> x(size_t(max_n) * c.dim), y(size_t(max_n) * c.dim), scratch(2 * size_t(max_n) * c.hidden_dim);
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     for (float& v : x) v = d(rng);
-    size_t next = 0;
-    auto run = [&](int n) {
-        const ExpertWeights& e = experts[next++ % experts.size()];
+    std::vector<size_t> next(cycles.size(), 0);
+    auto run = [&](size_t cycle, int n) {
+        const std::vector<ExpertWeights>& experts = cycles[cycle];
+        const ExpertWeights& e = experts[next[cycle]++ % experts.size()];
         expert_ffn_bf16(y.data(), x.data(), e.w1, e.w3, e.w2, n, c.dim, c.hidden_dim, scratch.data(), pool);
     };
-    for (size_t i = 0; i < experts.size(); i++) run(1);
-    for (int n : ns) run(n);
-    std::vector<std::vector<double>> ms(ns.size());
-    for (int r = 0; r < reps; r++)
-        for (size_t i = 0; i < ns.size(); i++) {
-            Clock::time_point t0 = Clock::now();
-            run(ns[i]);
-            ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        }
-    std::vector<TimingPoint> points;
-    for (size_t i = 0; i < ns.size(); i++) {
-        std::vector<double>& v = ms[i];
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        points.push_back({double(ns[i]), v[v.size() / 2]});
+    for (size_t k = 0; k < cycles.size(); k++) {
+        for (size_t i = 0; i < cycles[k].size(); i++) run(k, 1);
+        for (int n : ns) run(k, n);
     }
-    return points;
+    // ms[cycle][point][rep]
+    std::vector<std::vector<std::vector<double>>> ms(cycles.size(), std::vector<std::vector<double>>(ns.size()));
+    for (int r = 0; r < reps; r++)
+        for (size_t k = 0; k < cycles.size(); k++)
+            for (size_t i = 0; i < ns.size(); i++) {
+                Clock::time_point t0 = Clock::now();
+                run(k, ns[i]);
+                ms[k][i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+            }
+    std::vector<std::vector<TimingPoint>> out(cycles.size());
+    for (size_t k = 0; k < cycles.size(); k++)
+        for (size_t i = 0; i < ns.size(); i++) {
+            std::vector<double>& v = ms[k][i];
+            std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+            out[k].push_back({double(ns[i]), v[v.size() / 2]});
+        }
+    return out;
 }
 
 // A loaded model, this machine's ceiling and the expert's roofline curve.
@@ -128,12 +136,14 @@ json curve_json(const LatencyCurve& c) {
             {"large_from", c.large_from}, {"pack_ms", c.pack_ms},     {"large_per_token_ms", c.large_per_token_ms}};
 }
 
-double error_pct(double predicted, double measured) { return 100.0 * (predicted - measured) / measured; }
+double error_pct(double predicted, double measured) {
+    return 100.0 * (predicted - measured) / measured;
+}
 
 void print_table(const Calibration& cal) {
     LatencyModel model = latency_model_from_calibration(cal);
-    LatencyCurve roof = latency_curve_roofline(cal.expert_bytes, cal.expert_flops_per_token, cal.read_gbs,
-                                               cal.fma_gflops);
+    LatencyCurve roof =
+        latency_curve_roofline(cal.expert_bytes, cal.expert_flops_per_token, cal.read_gbs, cal.fma_gflops);
     std::printf("calibration %s\n", calibration_key(cal).c_str());
     std::printf("  cpu %s, isa %s, %d threads, device %s, expert %dx%d %s\n", cal.cpu_name.c_str(), cal.isa.c_str(),
                 cal.threads, cal.device_name.c_str(), cal.dim, cal.hidden_dim, cal.dtype.c_str());
@@ -197,7 +207,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     ThreadPool pool(threads);
     CalibrationRun run = calibration_start(*model_dir, pool, false);
     std::vector<TimingPoint> points =
-        measure_expert_ffn(run.config, expert_cycle(run.weights, 1, 0), token_counts(max_n), reps, pool);
+        measure_expert_ffn(run.config, {expert_cycle(run.weights, 1, 0)}, token_counts(max_n), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
     Calibration cal;
@@ -232,15 +242,16 @@ int bench_latency(Args& args) {
 
     ThreadPool pool(threads);
     CalibrationRun run = calibration_start(*model_dir, pool, true);
-    // Fit on the even (layer, expert) pairs, check on the odd ones; a model
-    // with a single expert checks on the same one (said in the output).
+    // Fit on the even (layer, expert) pairs, check on the odd ones (their
+    // sweeps interleaved, so both see the same load on a shared machine); a
+    // model with a single expert checks on the same one (said in the output).
     std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, 2, 0), check_set = expert_cycle(run.weights, 2, 1);
     bool independent = !check_set.empty();
     if (!independent) check_set = fit_set;
     std::vector<int> ns = token_counts(CALIBRATE_MAX_N);
-    std::vector<TimingPoint> fit_points = measure_expert_ffn(run.config, fit_set, ns, reps, pool);
+    std::vector<std::vector<TimingPoint>> passes = measure_expert_ffn(run.config, {fit_set, check_set}, ns, reps, pool);
+    const std::vector<TimingPoint>&fit_points = passes[0], &check = passes[1];
     LatencyCurve fit = latency_curve_fit(fit_points, kernel_large_from());
-    std::vector<TimingPoint> check = measure_expert_ffn(run.config, check_set, ns, reps, pool);
 
     double worst = 0;
     for (size_t i = 0; i < ns.size(); i++) {

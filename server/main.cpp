@@ -10,6 +10,7 @@
 #include "profiles/profile_error.h"
 #include "server/cli.h"
 #include "server/cli_calibrate.h"
+#include "server/cli_profile.h"
 #include "server/serve.h"
 
 namespace {
@@ -27,11 +28,15 @@ const char* USAGE =
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
     "               [--shard-mb N]\n"
+    "  profile      --model DIR --prompts FILE --out FILE [--format auto|sharegpt|mtbench|jsonl|text]\n"
+    "               [--limit N] [--spread] [--gen-tokens N] [--chat-template on|off] [--ctx N] [--threads N]\n"
+    "               : expert-popularity profile of a prompt workload (profiles/README.md)\n"
     "  calibrate    --model DIR [--threads N] [--cpu-isa ISA] [--out FILE] [--force]: measures the CPU\n"
     "               expert FFN, fits the latency model, caches it under $XDG_CACHE_HOME/moe-server/calibration\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
     "               prefill --model DIR [--tokens N] | server --model DIR |\n"
-    "               latency --model DIR [--threads N] [--cpu-isa ISA]   (JSON lines)\n"
+    "               latency --model DIR [--threads N] [--cpu-isa ISA] |\n"
+    "               placement --model DIR --profile A.json --eval B.json [--seeds N]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
@@ -43,6 +48,7 @@ struct Subcommand {
 const Subcommand SUBCOMMANDS[] = {
     {"serve", serve_main},          {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
     {"synth-model", cli_synth_model}, {"bench", cli_bench},       {"calibrate", cli_calibrate},
+    {"profile", cli_profile},
 };
 
 }  // namespace

@@ -2,7 +2,6 @@
 // with nine points under $XDG_CACHE_HOME, reuses it on the next run unless
 // --force, writes --out as well, and fails cleanly on bad flags.
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <filesystem>
 

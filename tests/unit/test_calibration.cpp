@@ -3,12 +3,10 @@
 // each kind of bad file (not JSON, wrong version, missing field, wrong type,
 // negative values, a key that does not match).
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "profiles/calibration.h"
 #include "profiles/profile_error.h"
@@ -77,8 +75,10 @@ struct ScopedCacheHome {
         setenv("XDG_CACHE_HOME", dir.c_str(), 1);
     }
     ~ScopedCacheHome() {
-        if (had) setenv("XDG_CACHE_HOME", saved.c_str(), 1);
-        else unsetenv("XDG_CACHE_HOME");
+        if (had)
+            setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+        else
+            unsetenv("XDG_CACHE_HOME");
     }
     std::string saved;
     bool had = false;
@@ -213,14 +213,17 @@ TEST_CASE("bad calibration files: one ProfileError naming the file and the probl
     SECTION("negative values") {
         require_error(edited_file("neg-curve", [](json& j) { j["cpu"]["fixed_ms"] = -0.5; }), "cpu.fixed_ms",
                       "non-negative");
-        require_error(edited_file("neg-point", [](json& j) { j["cpu"]["points"][3]["ms"] = -1.0; }),
-                      "cpu.points[3].ms", "positive");
+        require_error(edited_file("neg-point", [](json& j) { j["cpu"]["points"][3]["ms"] = -1.0; }), "cpu.points[3].ms",
+                      "positive");
         require_error(edited_file("neg-bw", [](json& j) { j["ceiling"]["read_gbs"] = 0; }), "ceiling.read_gbs",
                       "positive");
         require_error(edited_file("neg-threads", [](json& j) { j["threads"] = 0; }), "threads", ">= 1");
     }
     SECTION("too few points") {
-        require_error(edited_file("points", [](json& j) { j["cpu"]["points"] = json::array({{{"n", 1}, {"ms", 0.5}}}); }),
+        require_error(edited_file("points",
+                                  [](json& j) {
+                                      j["cpu"]["points"] = json::array({{{"n", 1}, {"ms", 0.5}}});
+                                  }),
                       "cpu.points", "at least 2");
     }
     SECTION("key that does not match the fields") {

@@ -2,7 +2,6 @@
 // known parameters (exact and with +-3 % noise), bad input, the roofline
 // curve, the nominal GPU and the conversion from a calibration file.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -151,7 +150,7 @@ TEST_CASE("roofline curve and the nominal GPU", "[placement]") {
     REQUIRE(m.has_device);
     REQUIRE(m.cpu_ms(4) == cpu.ms(4));
     REQUIRE(m.copy_ms(bytes) == Approx(0.01 + bytes / 25e9 * 1e3));  // PCIe 4.0 x16
-    REQUIRE(m.device_ms(1) == Approx(0.02 + bytes / 1000e9 * 1e3));    // 1000 GB/s
+    REQUIRE(m.device_ms(1) == Approx(0.02 + bytes / 1000e9 * 1e3));  // 1000 GB/s
     REQUIRE(m.device_ms(100000) == Approx(0.02 + 1e5 * flops / 150e12 * 1e3));
 }
 

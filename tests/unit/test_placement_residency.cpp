@@ -1,8 +1,7 @@
 // Residency, expert capacity and the static plans (popularity, even,
 // random) with hand-computed cases, and hit_rate.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -69,8 +68,7 @@ TEST_CASE("static_plan_popularity takes the most popular first, ties by (layer, 
     REQUIRE(resident_list(static_plan_popularity(counts, 2, 3, 0)).empty());
     // 9 (0,1) and 9 (1,0) tie: layer 0 first.
     REQUIRE(resident_list(static_plan_popularity(counts, 2, 3, 1)) == std::vector<std::pair<int, int>>{{0, 1}});
-    REQUIRE(resident_list(static_plan_popularity(counts, 2, 3, 2)) ==
-            std::vector<std::pair<int, int>>{{0, 1}, {1, 0}});
+    REQUIRE(resident_list(static_plan_popularity(counts, 2, 3, 2)) == std::vector<std::pair<int, int>>{{0, 1}, {1, 0}});
     // Then 5 (0,0) before 5 (1,2).
     REQUIRE(resident_list(static_plan_popularity(counts, 2, 3, 3)) ==
             std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}});
@@ -91,8 +89,10 @@ TEST_CASE("static_plan_popularity never lets a less popular expert in before a m
         uint64_t min_in = UINT64_MAX, max_out = 0;
         for (int i = 0; i < 128; i++) {
             bool in = r.resident(i / 16, i % 16);
-            if (in) min_in = std::min(min_in, counts[i]);
-            else max_out = std::max(max_out, counts[i]);
+            if (in)
+                min_in = std::min(min_in, counts[i]);
+            else
+                max_out = std::max(max_out, counts[i]);
         }
         if (cap > 0 && cap < 128) REQUIRE(min_in >= max_out);
         // Same input, same plan.
@@ -139,7 +139,7 @@ TEST_CASE("static_plan_random is reproducible from its seed and differs across s
 }
 
 TEST_CASE("hit_rate: share of routed tokens whose expert is resident", "[placement]") {
-    std::vector<uint64_t> counts = {5, 9, 1,  //
+    std::vector<uint64_t> counts = {5, 9, 1,   //
                                     9, 0, 5};  // 29 tokens
     Residency r(2, 3);
     REQUIRE(hit_rate(r, counts) == 0.0);
