@@ -12,8 +12,10 @@
 #include "engine/cost.h"
 #include "engine/emulated_device.h"
 #include "engine/errors.h"
+#include "engine/fingerprint.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
+#include "profiles/profile.h"
 #include "profiles/profile_error.h"
 
 namespace {
@@ -129,8 +131,18 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
         info.budget_bytes = device_expert_bytes;
     }
 
-    Residency residency = static_plan_even(c.n_layers, c.n_experts, info.capacity);
-    info.plan = "even";
+    Residency residency;
+    if (!o.device.profile.empty()) {
+        Profile profile = profile_read(o.device.profile);
+        profile_check(profile, model_fingerprint(c), o.device.profile.string());
+        residency = static_plan_popularity(profile.counts, c.n_layers, c.n_experts, info.capacity);
+        info.plan = "popularity";
+        info.profile = o.device.profile.string();
+        info.expected_hit_rate = hit_rate(residency, profile.counts);
+    } else {
+        residency = static_plan_even(c.n_layers, c.n_experts, info.capacity);
+        info.plan = "even";
+    }
     for (int l = 0; l < c.n_layers; l++)
         for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
 

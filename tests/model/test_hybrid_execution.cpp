@@ -231,3 +231,33 @@ TEST_CASE("--emulate-gpu on the command line: a dry run with a stats line; bad v
     REQUIRE(small.exit_code == 2);
     REQUIRE(small.err.find("leaves no room for one expert") != std::string::npos);
 }
+
+TEST_CASE("--profile places the most popular experts and reports the expected hit rate", "[hybrid][cli]") {
+    const auto tiny = test_model_dir("tiny", 1).string();
+    const auto small = test_model_dir("small", 3).string();
+    auto bin = moe_server_binary().string();
+    auto dir = test_temp_dir("hybrid-profile");
+    std::string prof = (dir / "tiny.json").string();
+    std::string prompts = (shared_data_dir() / "prompts" / "mt_bench_question.jsonl").string();
+    CommandResult p = run_command({bin, "profile", "--model", tiny, "--prompts", prompts, "--limit", "3", "--gen-tokens",
+                                   "4", "--out", prof});
+    INFO(p.err);
+    REQUIRE(p.exit_code == 0);
+
+    CommandResult g = run_command({bin, "generate", "--model", tiny, "--prompt", "Hello", "--max-tokens", "4", "--greedy",
+                                   "--emulate-gpu", "25%", "--profile", prof});
+    INFO(g.err);
+    REQUIRE(g.exit_code == 0);
+    REQUIRE(g.err.find("plan: popularity") != std::string::npos);
+    REQUIRE(g.err.find("expected hit rate") != std::string::npos);
+
+    // The same profile on another model: refused, naming the fingerprints.
+    CommandResult m = run_command({bin, "generate", "--model", small, "--prompt", "Hello", "--max-tokens", "2",
+                                   "--emulate-gpu", "25%", "--profile", prof});
+    REQUIRE(m.exit_code == 2);
+    REQUIRE(m.err.find(prof) != std::string::npos);
+    // A profile needs a device to place experts on.
+    CommandResult n = run_command({bin, "generate", "--model", tiny, "--prompt", "Hello", "--profile", prof});
+    REQUIRE(n.exit_code == 2);
+    REQUIRE(n.err.find("--profile") != std::string::npos);
+}
