@@ -46,6 +46,23 @@ std::vector<int> bench_prompt(const Engine& engine, int n) {
     return ids;
 }
 
+// With --emulate-gpu: the dry run's placement and where the last run's
+// experts went (the speed of an emulated device means nothing).
+void add_placement_fields(json& line, const Engine& engine) {
+    const PlacementInfo& p = engine.placement();
+    if (p.device == "none") return;
+    ExecutionStats s = engine.execution_stats().last;
+    line["device"] = p.device;
+    line["resident_experts"] = p.capacity;
+    line["plan"] = p.plan;
+    line["hit_rate"] = s.hit_rate();
+    line["device_share"] = s.device_share();
+    line["expert_runs"] = {{"cpu", s.runs[int(ExpertSite::CPU)]},
+                           {"device", s.runs[int(ExpertSite::DEVICE)]},
+                           {"copy", s.runs[int(ExpertSite::COPY)]}};
+    line["copy_bytes"] = s.copy_bytes;
+}
+
 int bench_decode(Args& args, bool prefill) {
     EngineOptions o;
     auto model = args.get("--model");
@@ -83,12 +100,12 @@ int bench_decode(Args& args, bool prefill) {
         }
         StageCost cost = cost_prefill(c, n_tokens);
         double gflops = cost.flops / (n_tokens / best) / 1e9;
-        std::printf("%s\n", json{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
-                                 {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
-                                 {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
-                                 {"ratio_to_peak", gflops / ceiling.fma_gflops}}
-                                .dump()
-                                .c_str());
+        json line{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
+                  {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
+                  {"ratio_to_peak", gflops / ceiling.fma_gflops}};
+        add_placement_fields(line, engine);
+        std::printf("%s\n", line.dump().c_str());
     } else {
         req.prompt = bench_prompt(engine, 16);
         req.max_tokens = n_tokens;
@@ -98,12 +115,12 @@ int bench_decode(Args& args, bool prefill) {
         }
         double bytes = cost_decode_token(c).bytes;
         double roofline = roofline_decode_tok_s(bytes, ceiling);
-        std::printf("%s\n", json{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
-                                 {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
-                                 {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
-                                 {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}}
-                                .dump()
-                                .c_str());
+        json line{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
+                  {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
+                  {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
+        add_placement_fields(line, engine);
+        std::printf("%s\n", line.dump().c_str());
     }
     return 0;
 }

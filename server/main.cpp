@@ -33,6 +33,8 @@ const char* USAGE =
     "               : expert-popularity profile of a prompt workload (profiles/README.md)\n"
     "  calibrate    --model DIR [--threads N] [--cpu-isa ISA] [--out FILE] [--force]: measures the CPU\n"
     "               expert FFN, fits the latency model, caches it under $XDG_CACHE_HOME/moe-server/calibration\n"
+    "  serve, generate, perplexity, bench decode|prefill|server also take [--emulate-gpu GiB|N%]\n"
+    "               [--profile FILE]: a dry run of expert placement on an emulated GPU (computes on the CPU)\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
     "               prefill --model DIR [--tokens N] | server --model DIR |\n"
     "               latency --model DIR [--threads N] [--cpu-isa ISA] |\n"
