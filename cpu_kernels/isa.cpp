@@ -44,6 +44,18 @@ CpuFeatures read_cpuid() {
     return f;
 }
 
+// Leaves 0x80000002..4: 48 bytes of brand string, padded with spaces or NULs.
+std::string read_brand_string() {
+    unsigned regs[12] = {};
+    if (__get_cpuid_max(0x80000000, nullptr) < 0x80000004) return "unknown-x86";
+    for (unsigned leaf = 0; leaf < 3; leaf++)
+        __get_cpuid(0x80000002 + leaf, &regs[4 * leaf], &regs[4 * leaf + 1], &regs[4 * leaf + 2], &regs[4 * leaf + 3]);
+    std::string s(reinterpret_cast<const char*>(regs), sizeof(regs));
+    s = s.substr(0, s.find('\0'));
+    size_t b = s.find_first_not_of(' '), e = s.find_last_not_of(' ');
+    return b == std::string::npos ? "unknown-x86" : s.substr(b, e - b + 1);
+}
+
 const CpuFeatures& features() {
     static const CpuFeatures f = read_cpuid();
     return f;
@@ -103,6 +115,11 @@ bool isa_select(Isa isa) {
     if (!isa_supported(isa)) return false;
     active().store(int(isa));
     return true;
+}
+
+const char* cpu_model_name() {
+    static const std::string name = read_brand_string();
+    return name.c_str();
 }
 
 Isa isa_active() { return Isa(active().load(std::memory_order_relaxed)); }

@@ -15,6 +15,10 @@ bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
 std::optional<Isa> isa_parse(std::string_view name);
 
+// The CPU's model name (CPUID brand string, spaces trimmed), or
+// "unknown-x86" when the CPU does not report one. Keys the calibration cache.
+const char* cpu_model_name();
+
 // Selects the active path; returns false (and changes nothing) when the CPU
 // cannot run it. Without a call the active path is MOE_CPU_ISA if set and
 // supported, else isa_detect().

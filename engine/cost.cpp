@@ -42,3 +42,10 @@ StageCost cost_prefill(const ModelConfig& c, int n_tokens) {
     StageCost layer = cost_attention_proj(c, n_tokens) + cost_router(c, n_tokens) + moe;
     return double(c.n_layers) * layer + cost_lm_head(c, 1);
 }
+
+double cost_dense_bytes(const ModelConfig& c) {
+    const double norms = double(2 * c.n_layers + 1) * c.dim * 2.0;  // bf16 on a device
+    double layer = cost_attention_proj(c, 0).bytes + cost_router(c, 0).bytes;
+    double embeddings = cost_lm_head(c, 0).bytes * (c.tie_embeddings ? 1.0 : 2.0);
+    return double(c.n_layers) * layer + embeddings + norms;
+}

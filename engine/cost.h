@@ -17,6 +17,11 @@ StageCost cost_router(const ModelConfig& c, int n_tokens);
 // lm_head over n tokens.
 StageCost cost_lm_head(const ModelConfig& c, int n_tokens);
 
+// Bytes of every non-expert weight: embeddings, lm_head (unless tied), the
+// attention projections, norms and routers of all layers. What a GPU holds
+// before any expert.
+double cost_dense_bytes(const ModelConfig& c);
+
 // One decode step (one token): every layer's projections and router, its
 // n_experts_active experts, and lm_head. Bytes = the weights it must read.
 StageCost cost_decode_token(const ModelConfig& c);

@@ -7,13 +7,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 
 #include "cpu_kernels/kernels.h"
 #include "engine/beam_search.h"
+#include "engine/device_setup.h"
 #include "engine/errors.h"
 #include "engine/expert_executor.h"
 #include "engine/forward.h"
+#include "engine/hybrid_executor.h"
 #include "engine/kv_cache.h"
 #include "engine/weights.h"
 #include "profiles/routing_stats.h"
@@ -47,12 +50,15 @@ struct Engine::Impl {
     int ctx;
     ThreadPool pool;
     KvCache cache;
-    CpuExpertExecutor executor;
+    CpuExpertExecutor cpu_executor;
+    DeviceSetup device;
+    HybridExpertExecutor executor;
     ForwardPass forward;
     Batch batch;
     std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
     mutable std::mutex stats_mutex;
     RoutingStats stats_total, stats_last, stats_step;
+    ExecutionStats exec_total, exec_last;
 
     Impl(const EngineOptions& o, ModelConfig cfg, int n_threads)
         : dir(o.model_dir), config(std::move(cfg)), weights(weights_load(config, o.model_dir)),
@@ -60,16 +66,21 @@ struct Engine::Impl {
           chat_template(ChatTemplate::from_model_dir(o.model_dir, &template_warning)),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads), cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim),
-          executor(config, weights, pool, o.max_batch),
+          cpu_executor(config, weights, pool, o.max_batch), device(device_setup(o, config, weights, ctx, pool)),
+          executor(config, cpu_executor, device.device.get(), device.latency),
           forward(config, weights, cache, executor, pool, o.max_batch, o.max_batch),
           stats_total(config.n_layers, std::max(1, config.n_experts)),
           stats_last(config.n_layers, std::max(1, config.n_experts)),
-          stats_step(config.n_layers, std::max(1, config.n_experts)) {
+          stats_step(config.n_layers, std::max(1, config.n_experts)),
+          exec_total(config.n_layers, std::max(1, config.n_experts)),
+          exec_last(config.n_layers, std::max(1, config.n_experts)) {
         if (tokenizer.vocab_size() > config.vocab_size)
             throw MoeError((o.model_dir / "tokenizer.model").string() + ": vocabulary of " +
                            std::to_string(tokenizer.vocab_size()) + " pieces exceeds the model's vocab_size " +
                            std::to_string(config.vocab_size));
         batch.reserve(o.max_batch);
+        if (!device.info.warning.empty())
+            template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
     }
 
     // Runs tokens[from..) at positions from.. in chunks; returns the logits of
@@ -122,6 +133,9 @@ struct Engine::Impl {
         std::lock_guard lock(stats_mutex);
         stats_total.merge(stats_step);
         stats_last.merge(stats_step);
+        exec_total.merge(executor.step());
+        exec_last.merge(executor.step());
+        executor.clear_step();
     }
 };
 
@@ -158,6 +172,39 @@ RoutingCounts Engine::routing_counts() const {
     return r;
 }
 
+const PlacementInfo& Engine::placement() const { return impl_->device.info; }
+
+Engine::Execution Engine::execution_stats() const {
+    std::lock_guard lock(impl_->stats_mutex);
+    return {impl_->exec_total, impl_->exec_last};
+}
+
+std::string Engine::placement_summary() const {
+    const PlacementInfo& p = impl_->device.info;
+    if (p.device == "none") return "device: none (every expert on the CPU)";
+    constexpr double GIB = double(1u << 30);
+    char line[512];
+    int n = p.margin_bytes > 0
+                ? std::snprintf(line, sizeof line,
+                                "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
+                                "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB), plan: %s",
+                                p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                                p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB,
+                                p.margin_bytes / GIB, p.plan.c_str())
+                : std::snprintf(line, sizeof line,
+                                "device: %s (test double, computes on the CPU): %d of %d experts resident (%.1f MiB "
+                                "each, %.2f GiB with a staging slot; dense weights and KV not counted), plan: %s",
+                                p.device.c_str(), p.capacity, p.n_layers * p.n_experts, p.expert_bytes / (1 << 20),
+                                p.budget_bytes / GIB, p.plan.c_str());
+    std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
+    if (!p.profile.empty()) s += " from " + p.profile;
+    if (p.expected_hit_rate >= 0) {
+        std::snprintf(line, sizeof line, ", expected hit rate %.1f%%", 100.0 * p.expected_hit_rate);
+        s += line;
+    }
+    return s;
+}
+
 GenerateResult Engine::generate(const GenerateRequest& request,
                                 const std::function<bool(const TokenEvent&)>& on_token) {
     Impl& m = *impl_;
@@ -171,6 +218,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     {
         std::lock_guard lock(m.stats_mutex);
         m.stats_last.clear();
+        m.exec_last.clear();
     }
 
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);

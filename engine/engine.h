@@ -12,15 +12,47 @@
 #include <vector>
 
 #include "engine/chat_template.h"
+#include "engine/execution_stats.h"
 #include "engine/model_config.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+
+// Where experts may run besides the CPU.
+struct DeviceOptions {
+    // Dry run of placement on an emulated device (a test double that computes
+    // on the CPU, see engine/emulated_device.h): its memory in bytes, or the
+    // share of all experts it holds (0..1). Both 0 = no device.
+    double emulate_gpu_bytes = 0;
+    double emulate_gpu_expert_share = 0;
+    // Popularity profile for the static plan (profiles/README.md); empty =
+    // spread the device's experts evenly over layers.
+    std::filesystem::path profile;
+};
 
 struct EngineOptions {
     std::filesystem::path model_dir;
     int threads = 0;   // 0 = physical cores
     int ctx = 4096;    // KV-cache positions per sequence (capped by max_position_embeddings)
     int max_batch = 512;  // prefill chunk size (tokens per forward pass)
+    DeviceOptions device;
+};
+
+// Where experts live: the device, its budget and the static plan.
+struct PlacementInfo {
+    std::string device = "none";      // "none" or "emulated"
+    double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
+    double dense_bytes = 0;           // non-expert weights a GPU would hold
+    double kv_bytes = 0;              // the KV cache a GPU would hold (bf16)
+    double margin_bytes = 0;          // activations and workspace
+    double expert_bytes = 0;          // one expert
+    int capacity = 0;                 // resident experts
+    std::string plan = "none";        // "popularity", "even" or "none"
+    std::string profile;              // the profile the plan came from
+    double expected_hit_rate = -1;    // on the profile's workload; -1 without a profile
+    std::string latency_source;       // where the latency model came from
+    std::string warning;              // non-fatal (an unusable cached calibration); empty when none
+    int n_layers = 0, n_experts = 0;
+    std::vector<uint8_t> resident;    // (n_layers, n_experts)
 };
 
 struct GenerateRequest {
@@ -108,6 +140,15 @@ public:
     Score score(const std::vector<int>& tokens, int window);
 
     RoutingCounts routing_counts() const;
+
+    const PlacementInfo& placement() const;
+    // One line for logs: device, budget, resident experts, plan, hit rate.
+    std::string placement_summary() const;
+    // Where experts ran: since start, and for the last request.
+    struct Execution {
+        ExecutionStats total, last;
+    };
+    Execution execution_stats() const;
 
 private:
     struct Impl;

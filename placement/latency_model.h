@@ -7,19 +7,34 @@
 #include <span>
 #include <string>
 
+struct Calibration;  // profiles/calibration.h
+
 // Time of one expert over n tokens:
 //   ms(n) = fixed_ms + max(stream_ms, n * per_token_ms)
 // fixed_ms: launch and fork/join overhead; stream_ms: reading the weights
 // once (memory-bound side); per_token_ms: the FLOPs of one token
-// (compute-bound side).
+// (compute-bound side); the two sides overlap, hence the max.
+//
+// Large batches (n >= large_from; 0 = never): CPU kernels switch to a
+// blocked path that first repacks each weight block for reuse across many
+// tokens and then computes; repacking does not overlap the compute:
+//   ms(n) = fixed_ms + pack_ms + n * large_per_token_ms
+// Measured on Zen 4 (avx512bf16, 2 threads, mixtral-mini expert) the switch
+// at n = 32 costs 2.7x the time of n = 16, which no single max-form curve
+// fits within 15 %; with this segment the fit stays within a few percent.
+// No tokens, no work: ms(n <= 0) = 0.
 struct LatencyCurve {
     double fixed_ms = 0;
     double stream_ms = 0;
     double per_token_ms = 0;
+    int large_from = 0;
+    double pack_ms = 0;
+    double large_per_token_ms = 0;
     double ms(double n_tokens) const;
 };
 
-// Time to copy `bytes` to the device: latency_ms + bytes / bytes_per_ms.
+// Time to copy `bytes` to the device: latency_ms + bytes / bytes_per_ms
+// (0 for no bytes; infinite without a device).
 struct CopyCurve {
     double latency_ms = 0;
     double bytes_per_ms = 0;  // 0 = no device to copy to
@@ -43,13 +58,19 @@ struct TimingPoint {
 };
 
 // Least-squares fits in relative error (every point weighs the same whatever
-// its size). Throw std::invalid_argument for fewer than 2 points or a
-// non-positive time.
-LatencyCurve latency_curve_fit(std::span<const TimingPoint> points);
+// its size), all parameters non-negative. latency_curve_fit tries every knee
+// position between the stream-bound and the compute-bound points below
+// large_from and solves each in closed form (jointly with the large-batch
+// segment when large_from > 0 and at least two points lie at or above it),
+// so exact data is recovered exactly. large_from: where the kernels switch
+// to their blocked path (the caller knows it; 0 = a single segment). Throw
+// std::invalid_argument for fewer than 2 distinct x or a non-positive x or
+// time.
+LatencyCurve latency_curve_fit(std::span<const TimingPoint> points, int large_from = 0);
 CopyCurve copy_curve_fit(std::span<const TimingPoint> points);
 
 // The roofline curve of one expert: weight_bytes / bandwidth and
-// flops_per_token / peak; fixed_ms = 0.
+// flops_per_token / peak; fixed_ms = 0, a single segment.
 LatencyCurve latency_curve_roofline(double weight_bytes, double flops_per_token, double bandwidth_gb_s,
                                     double peak_gflop_s);
 
@@ -57,3 +78,7 @@ LatencyCurve latency_curve_roofline(double weight_bytes, double flops_per_token,
 // and a device curve of an RTX 4090-class card for the given expert shape.
 // Documented in placement/README.md; never presented as a measurement.
 LatencyModel latency_model_nominal_gpu(const LatencyCurve& cpu, double weight_bytes, double flops_per_token);
+
+// The model a calibration file describes (has_device and the device and copy
+// curves only when the file has them).
+LatencyModel latency_model_from_calibration(const Calibration& c);

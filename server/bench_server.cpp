@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "server/args.h"
+#include "server/cli.h"
 #include "server/demo_model.h"
 #include "server/http_server.h"
 #include "server/http_sse_client.h"
@@ -260,6 +261,7 @@ int bench_server_main(const std::vector<std::string>& words) {
         int repeats = int(args.get_int("--repeats", 3, 1, 100));
         int reply_tokens = int(args.get_int("--reply-tokens", 64, 1, 4096));
         fs::path prompts = args.get("--prompts", default_prompts_file().string());
+        options.device = parse_device_flags(args);
         args.finish();
         if (options.model_dir.empty()) options.model_dir = demo_model_ensure();
         std::vector<Conversation> convs = read_mt_bench(prompts, conversations);

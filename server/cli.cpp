@@ -54,6 +54,50 @@ SamplingParams parse_sampling_flags(Args& args) {
     return p;
 }
 
+std::string execution_stats_line(const ExecutionStats& s) {
+    if (s.layers == 0) return "experts: none run";
+    auto share = [&](ExpertSite site) {
+        uint64_t all = s.total_tokens();
+        return all ? 100.0 * double(s.total_tokens(site)) / double(all) : 0.0;
+    };
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "experts: %llu runs on cpu, %llu on device (resident), %llu copied (%.1f MiB) | tokens %.1f%% cpu, "
+                  "%.1f%% device, %.1f%% copied | hit rate %.1f%% | expert phase predicted %.1f ms (cpu %.1f, device "
+                  "%.1f), measured %.1f ms (cpu %.1f, device %.1f) over %llu layers",
+                  (unsigned long long)s.runs[int(ExpertSite::CPU)], (unsigned long long)s.runs[int(ExpertSite::DEVICE)],
+                  (unsigned long long)s.runs[int(ExpertSite::COPY)], double(s.copy_bytes) / (1 << 20),
+                  share(ExpertSite::CPU), share(ExpertSite::DEVICE), share(ExpertSite::COPY), 100.0 * s.hit_rate(),
+                  s.predicted_ms, s.predicted_cpu_ms, s.predicted_device_ms, s.measured_ms, s.measured_cpu_ms,
+                  s.measured_device_ms, (unsigned long long)s.layers);
+    return line;
+}
+
+DeviceOptions parse_device_flags(Args& args) {
+    DeviceOptions d;
+    if (auto v = args.get("--emulate-gpu")) {
+        const std::string& text = *v;
+        bool share = !text.empty() && text.back() == '%';
+        std::string number = share ? text.substr(0, text.size() - 1) : text;
+        size_t used = 0;
+        double value = 0;
+        try {
+            value = std::stod(number, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != number.size() || !std::isfinite(value) || value <= 0 || (share && value > 100))
+            throw MoeError("--emulate-gpu: expected a size in GiB (e.g. 12) or a share of experts (e.g. 25%), got '" +
+                           text + "'");
+        if (share)
+            d.emulate_gpu_expert_share = value / 100.0;
+        else
+            d.emulate_gpu_bytes = value * double(1u << 30);
+    }
+    d.profile = args.get("--profile", "");
+    return d;
+}
+
 std::vector<ChatMessage> read_chat_file(const std::string& path) {
     json j;
     try {
@@ -166,12 +210,14 @@ int cli_generate(const std::vector<std::string>& words) {
     request.sampling = parse_sampling_flags(args);
     request.stop = args.get_all("--stop");
     request.ignore_eos = args.flag("--ignore-eos");
+    options.device = parse_device_flags(args);
     apply_isa_flag(args);
     std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
     args.finish();
 
     Engine engine(options);
     if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
+    if (engine.placement().device != "none") std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
     if (prompt) {
         request.prompt = engine.tokenizer().encode(*prompt);
         request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
@@ -204,6 +250,7 @@ int cli_generate(const std::vector<std::string>& words) {
                  "ttft %.0f ms | finish %s | %d threads, %s\n",
                  r.n_prompt, r.n_cached, r.prefill_tok_s(), r.n_generated, r.decode_tok_s(), r.ttft_ms,
                  finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
+    std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().last).c_str());
     return 0;
 }
 
@@ -241,6 +288,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     bool as_json = args.flag("--json");
+    options.device = parse_device_flags(args);
     apply_isa_flag(args);
     args.finish();
 
@@ -256,6 +304,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     if (window < 2) throw MoeError("--ctx: must be at least 2");
     options.ctx = std::max(16, window);
     Engine engine(options);
+    if (engine.placement().device != "none") std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
     auto t0 = std::chrono::steady_clock::now();
     Engine::Score s = engine.score(tokens, window);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -266,6 +315,8 @@ int cli_perplexity(const std::vector<std::string>& words) {
         std::printf("%ld tokens scored in windows of %d: mean NLL %.6f, perplexity %.4f (%.1f tok/s)\n", s.n_scored,
                     window, mean, std::exp(mean), double(tokens.size()) / secs);
     }
+    if (engine.placement().device != "none")
+        std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().total).c_str());
     return 0;
 }
 

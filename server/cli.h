@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/chat_template.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "server/args.h"
 
@@ -17,6 +18,11 @@ int cli_bench(const std::vector<std::string>& words);
 
 // Sampling flags shared by the subcommands that generate.
 SamplingParams parse_sampling_flags(Args& args);
+// --emulate-gpu GiB|N% and --profile FILE, shared by serve, generate,
+// perplexity and bench.
+DeviceOptions parse_device_flags(Args& args);
+// One stderr line: where experts ran, copies, hit rate, predicted vs measured.
+std::string execution_stats_line(const ExecutionStats& stats);
 // A chat file: {"messages": [...]} or a bare array of {role, content}; content
 // is a string or an array of {"type":"text","text":...} parts.
 std::vector<ChatMessage> read_chat_file(const std::string& path);

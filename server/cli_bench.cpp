@@ -1,4 +1,4 @@
-// `moe-server bench ceiling|kernels|decode|prefill|server`: benchmarks print
+// `moe-server bench ceiling|kernels|decode|prefill|server|latency`: benchmarks print
 // JSON lines holding each figure beside the machine's ceiling measured in the
 // same run, so the ratios hold on a noisy shared machine. Not tests.
 #include <algorithm>
@@ -13,13 +13,12 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "server/cli.h"
+#include "server/cli_calibrate.h"
 #include "server/serve.h"
 
 using json = nlohmann::json;
 
-namespace {
-
-void apply_isa(Args& args) {
+void bench_isa_flag(Args& args) {
     auto name = args.get("--cpu-isa");
     if (!name) return;
     auto isa = isa_parse(*name);
@@ -27,10 +26,12 @@ void apply_isa(Args& args) {
     if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
 }
 
-int threads_flag(Args& args) {
+int bench_threads_flag(Args& args) {
     int t = int(args.get_int("--threads", 0, 0, 1024));
     return t > 0 ? t : physical_core_count();
 }
+
+namespace {
 
 // A prompt of n ordinary-text token ids (BOS first), the same every run.
 std::vector<int> bench_prompt(const Engine& engine, int n) {
@@ -45,15 +46,33 @@ std::vector<int> bench_prompt(const Engine& engine, int n) {
     return ids;
 }
 
+// With --emulate-gpu: the dry run's placement and where the last run's
+// experts went (the speed of an emulated device means nothing).
+void add_placement_fields(json& line, const Engine& engine) {
+    const PlacementInfo& p = engine.placement();
+    if (p.device == "none") return;
+    ExecutionStats s = engine.execution_stats().last;
+    line["device"] = p.device;
+    line["resident_experts"] = p.capacity;
+    line["plan"] = p.plan;
+    line["hit_rate"] = s.hit_rate();
+    line["device_share"] = s.device_share();
+    line["expert_runs"] = {{"cpu", s.runs[int(ExpertSite::CPU)]},
+                           {"device", s.runs[int(ExpertSite::DEVICE)]},
+                           {"copy", s.runs[int(ExpertSite::COPY)]}};
+    line["copy_bytes"] = s.copy_bytes;
+}
+
 int bench_decode(Args& args, bool prefill) {
     EngineOptions o;
     auto model = args.get("--model");
     if (!model) throw MoeError("--model is required");
     o.model_dir = *model;
-    o.threads = threads_flag(args);
+    o.threads = bench_threads_flag(args);
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
-    apply_isa(args);
+    o.device = parse_device_flags(args);
+    bench_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
     o.max_batch = prefill ? std::max(512, n_tokens) : 512;
@@ -81,12 +100,12 @@ int bench_decode(Args& args, bool prefill) {
         }
         StageCost cost = cost_prefill(c, n_tokens);
         double gflops = cost.flops / (n_tokens / best) / 1e9;
-        std::printf("%s\n", json{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
-                                 {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
-                                 {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
-                                 {"ratio_to_peak", gflops / ceiling.fma_gflops}}
-                                .dump()
-                                .c_str());
+        json line{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
+                  {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
+                  {"ratio_to_peak", gflops / ceiling.fma_gflops}};
+        add_placement_fields(line, engine);
+        std::printf("%s\n", line.dump().c_str());
     } else {
         req.prompt = bench_prompt(engine, 16);
         req.max_tokens = n_tokens;
@@ -96,12 +115,12 @@ int bench_decode(Args& args, bool prefill) {
         }
         double bytes = cost_decode_token(c).bytes;
         double roofline = roofline_decode_tok_s(bytes, ceiling);
-        std::printf("%s\n", json{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
-                                 {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
-                                 {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
-                                 {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}}
-                                .dump()
-                                .c_str());
+        json line{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
+                  {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
+                  {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
+        add_placement_fields(line, engine);
+        std::printf("%s\n", line.dump().c_str());
     }
     return 0;
 }
@@ -109,15 +128,16 @@ int bench_decode(Args& args, bool prefill) {
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
-    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, server");
+    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, server, latency");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
     Args args(rest);
     if (what == "decode") return bench_decode(args, false);
     if (what == "prefill") return bench_decode(args, true);
+    if (what == "latency") return bench_latency(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
-    int threads = threads_flag(args);
+    int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");
     args.finish();
     std::vector<Isa> isas = bench_supported_isas();

@@ -238,8 +238,9 @@ struct HttpServer::Impl {
             }
         });
         svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-            res.set_content(metrics.render(queue.waiting(), queue.running()),
-                            "text/plain; version=0.0.4; charset=utf-8");
+            std::string text = metrics.render(queue.waiting(), queue.running());
+            if (ready.load()) text += Metrics::render_experts(expert_metrics());
+            res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
         });
         svr.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
                     send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
@@ -302,6 +303,41 @@ struct HttpServer::Impl {
         return m;
     }
 
+    ExpertMetrics expert_metrics() const {
+        const PlacementInfo& p = engine->placement();
+        ExecutionStats s = engine->execution_stats().total;
+        ExpertMetrics m;
+        m.device = p.device;
+        m.resident = p.capacity;
+        m.total = p.n_layers * p.n_experts;
+        for (int i = 0; i < 3; i++) {
+            m.runs[i] = s.runs[i];
+            m.tokens[i] = s.total_tokens(ExpertSite(i));
+        }
+        m.copy_bytes = s.copy_bytes;
+        m.layers = s.layers;
+        m.predicted_ms = s.predicted_ms;
+        m.measured_ms = s.measured_ms;
+        m.predicted_cpu_ms = s.predicted_cpu_ms;
+        m.measured_cpu_ms = s.measured_cpu_ms;
+        return m;
+    }
+
+    static json execution_json(const ExecutionStats& s) {
+        json sites = json::object();
+        for (int i = 0; i < 3; i++)
+            sites[expert_site_name(ExpertSite(i))] = {{"runs", s.runs[i]}, {"tokens", s.total_tokens(ExpertSite(i))}};
+        return {{"sites", sites},
+                {"copy_bytes", s.copy_bytes},
+                {"layers", s.layers},
+                {"predicted_ms", s.predicted_ms},
+                {"measured_ms", s.measured_ms},
+                {"predicted_cpu_ms", s.predicted_cpu_ms},
+                {"measured_cpu_ms", s.measured_cpu_ms},
+                {"predicted_device_ms", s.predicted_device_ms},
+                {"measured_device_ms", s.measured_device_ms}};
+    }
+
     void handle_experts(httplib::Response& res) {
         Engine& e = require_engine();
         RoutingCounts rc = e.routing_counts();
@@ -314,8 +350,16 @@ struct HttpServer::Impl {
             }
             return rows;
         };
+        const PlacementInfo& p = e.placement();
+        Engine::Execution ex = e.execution_stats();
         json resident = json::array();
-        for (int l = 0; l < rc.n_layers; l++) resident.push_back(json(std::vector<bool>(size_t(rc.n_experts), false)));
+        for (int l = 0; l < rc.n_layers; l++) {
+            json row = json::array();
+            for (int x = 0; x < rc.n_experts; x++) row.push_back(p.resident.at(size_t(l) * p.n_experts + x) != 0);
+            resident.push_back(row);
+        }
+        bool device = p.device != "none";
+        double gpu_share = ex.total.device_share();
         send_json(res, {{"object", "experts"},
                         {"model", model_id},
                         {"layers", rc.n_layers},
@@ -324,9 +368,19 @@ struct HttpServer::Impl {
                         {"counts_total", matrix(rc.total)},
                         {"counts_last", matrix(rc.last)},
                         {"resident", resident},
-                        {"device", "none"},
-                        {"work_share", {{"cpu", 1.0}, {"gpu", 0.0}}},
-                        {"hit_rate", nullptr}});
+                        {"device", p.device},
+                        {"work_share", {{"cpu", 1.0 - gpu_share}, {"gpu", gpu_share}}},
+                        {"hit_rate", device ? json(ex.total.hit_rate()) : json(nullptr)},
+                        {"placement",
+                         {{"plan", p.plan},
+                          {"profile", p.profile},
+                          {"capacity", p.capacity},
+                          {"budget_bytes", p.budget_bytes},
+                          {"expert_bytes", p.expert_bytes},
+                          {"expected_hit_rate", p.expected_hit_rate >= 0 ? json(p.expected_hit_rate) : json(nullptr)},
+                          {"latency_model", p.latency_source}}},
+                        {"execution_total", execution_json(ex.total)},
+                        {"execution_last", execution_json(ex.last)}});
     }
 
     void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -522,6 +576,7 @@ struct HttpServer::Impl {
             eo.model_dir = options.model_dir;
             eo.ctx = options.ctx;
             eo.threads = options.threads;
+            eo.device = options.device;
             engine = std::make_unique<Engine>(eo);
         } catch (const std::exception& e) {
             {
@@ -532,6 +587,7 @@ struct HttpServer::Impl {
             return;
         }
         if (!engine->load_warning().empty()) std::fprintf(stderr, "moe-server: %s\n", engine->load_warning().c_str());
+        std::fprintf(stderr, "moe-server: %s\n", engine->placement_summary().c_str());
         ready.store(true);
         std::fprintf(stderr, "moe-server: model '%s' ready (context %d tokens, %d threads) on http://%s:%d/\n",
                      model_id.c_str(), engine->ctx(), engine->threads(), options.host.c_str(), bound_port);

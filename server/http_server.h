@@ -11,7 +11,8 @@
 #include <memory>
 #include <string>
 
-class Engine;
+#include "engine/engine.h"
+
 
 struct ServerOptions {
     std::filesystem::path model_dir;
@@ -24,6 +25,7 @@ struct ServerOptions {
     std::string cors_origin;                  // empty = no CORS headers
     size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
     bool log_requests = true;                 // one stderr line per request
+    DeviceOptions device;                     // --emulate-gpu, --profile
 };
 
 class HttpServer {

@@ -9,6 +9,8 @@
 #include "engine/errors.h"
 #include "profiles/profile_error.h"
 #include "server/cli.h"
+#include "server/cli_calibrate.h"
+#include "server/cli_profile.h"
 #include "server/serve.h"
 
 namespace {
@@ -27,8 +29,17 @@ const char* USAGE =
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
     "               [--shard-mb N]\n"
+    "  profile      --model DIR --prompts FILE --out FILE [--format auto|sharegpt|mtbench|jsonl|text]\n"
+    "               [--limit N] [--spread] [--gen-tokens N] [--chat-template on|off] [--ctx N] [--threads N]\n"
+    "               : expert-popularity profile of a prompt workload (profiles/README.md)\n"
+    "  calibrate    --model DIR [--threads N] [--cpu-isa ISA] [--out FILE] [--force]: measures the CPU\n"
+    "               expert FFN, fits the latency model, caches it under $XDG_CACHE_HOME/moe-server/calibration\n"
+    "  serve, generate, perplexity, bench decode|prefill|server also take [--emulate-gpu GiB|N%]\n"
+    "               [--profile FILE]: a dry run of expert placement on an emulated GPU (computes on the CPU)\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
-    "               prefill --model DIR [--tokens N] | server --model DIR   (JSON lines)\n"
+    "               prefill --model DIR [--tokens N] | server --model DIR |\n"
+    "               latency --model DIR [--threads N] [--cpu-isa ISA] |\n"
+    "               placement --model DIR --profile A.json --eval B.json [--seeds N]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
@@ -39,7 +50,8 @@ struct Subcommand {
 
 const Subcommand SUBCOMMANDS[] = {
     {"serve", serve_main},          {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
-    {"synth-model", cli_synth_model}, {"bench", cli_bench},
+    {"synth-model", cli_synth_model}, {"bench", cli_bench},       {"calibrate", cli_calibrate},
+    {"profile", cli_profile},
 };
 
 }  // namespace

@@ -128,3 +128,33 @@ std::string Metrics::render(size_t queue_waiting, bool running) const {
     out += "moe_beam_last_expert_tokens_mean " + number(last_beam_mean_) + "\n";
     return out;
 }
+
+std::string Metrics::render_experts(const ExpertMetrics& e) {
+    static const char* SITES[3] = {"cpu", "device", "copy"};
+    std::string out;
+    header(out, "moe_device_info", "gauge", "The expert device: none, or emulated (a dry run that computes on the CPU).");
+    out += "moe_device_info{device=\"" + e.device + "\"} 1\n";
+    header(out, "moe_experts_resident", "gauge", "Experts resident on the device.");
+    out += "moe_experts_resident " + std::to_string(e.resident) + "\n";
+    header(out, "moe_experts", "gauge", "Experts of the model (all layers).");
+    out += "moe_experts " + std::to_string(e.total) + "\n";
+    header(out, "moe_expert_runs_total", "counter", "Expert executions, by site (cpu, device = resident, copy).");
+    for (int s = 0; s < 3; s++)
+        out += std::string("moe_expert_runs_total{site=\"") + SITES[s] + "\"} " + std::to_string(e.runs[s]) + "\n";
+    header(out, "moe_expert_tokens_total", "counter", "Routed tokens computed, by site.");
+    for (int s = 0; s < 3; s++)
+        out += std::string("moe_expert_tokens_total{site=\"") + SITES[s] + "\"} " + std::to_string(e.tokens[s]) + "\n";
+    header(out, "moe_expert_copy_bytes_total", "counter", "Expert weights copied to the device.");
+    out += "moe_expert_copy_bytes_total " + std::to_string(e.copy_bytes) + "\n";
+    header(out, "moe_moe_layers_total", "counter", "MoE layer executions.");
+    out += "moe_moe_layers_total " + std::to_string(e.layers) + "\n";
+    header(out, "moe_expert_phase_predicted_ms_total", "counter", "Latency model's prediction of the expert phases.");
+    out += "moe_expert_phase_predicted_ms_total " + number(e.predicted_ms) + "\n";
+    header(out, "moe_expert_phase_measured_ms_total", "counter", "Measured wall time of the expert phases.");
+    out += "moe_expert_phase_measured_ms_total " + number(e.measured_ms) + "\n";
+    header(out, "moe_expert_cpu_predicted_ms_total", "counter", "Predicted time of the CPU side.");
+    out += "moe_expert_cpu_predicted_ms_total " + number(e.predicted_cpu_ms) + "\n";
+    header(out, "moe_expert_cpu_measured_ms_total", "counter", "Measured time of the CPU side.");
+    out += "moe_expert_cpu_measured_ms_total " + number(e.measured_cpu_ms) + "\n";
+    return out;
+}

@@ -14,6 +14,19 @@
 #include <utility>
 #include <vector>
 
+// Where experts ran since start (plain numbers, filled by the caller from
+// the engine's execution statistics).
+struct ExpertMetrics {
+    std::string device = "none";
+    int resident = 0, total = 0;     // resident experts of all experts
+    uint64_t runs[3] = {0, 0, 0};    // by site: cpu, device, copy
+    uint64_t tokens[3] = {0, 0, 0};  // by site
+    uint64_t copy_bytes = 0;
+    uint64_t layers = 0;
+    double predicted_ms = 0, measured_ms = 0;          // expert phase, summed over layers
+    double predicted_cpu_ms = 0, measured_cpu_ms = 0;  // its CPU side
+};
+
 class Metrics {
 public:
     // route: a known route ("/v1/chat/completions") or "other".
@@ -29,6 +42,8 @@ public:
 
     // Prometheus exposition text; queue state is sampled by the caller.
     std::string render(size_t queue_waiting, bool running) const;
+    // The expert-placement part of the exposition.
+    static std::string render_experts(const ExpertMetrics& e);
 
     // Upper bounds of the time-to-first-token buckets, in seconds.
     static constexpr std::array<double, 12> TTFT_BUCKETS = {0.01, 0.025, 0.05, 0.1,  0.25, 0.5,

@@ -12,6 +12,7 @@
 
 #include "engine/errors.h"
 #include "server/args.h"
+#include "server/cli.h"
 #include "server/demo_model.h"
 #include "server/http_server.h"
 
@@ -28,6 +29,7 @@ ServerOptions parse_serve_args(const std::vector<std::string>& words) {
     o.threads = int(args.get_int("--threads", o.threads, 0, 1024));
     o.max_queue = int(args.get_int("--max-queue", o.max_queue, 0, 1024));
     o.cors_origin = args.get("--cors-origin", "");
+    o.device = parse_device_flags(args);
     args.finish();
     return o;
 }

@@ -417,6 +417,45 @@ TEST_CASE("experts endpoint reports routing counts in the agreed shape", "[serve
     }
 }
 
+TEST_CASE("experts endpoint and metrics show an emulated device's placement and work", "[server]") {
+    ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%"});
+    auto c = server.client();
+    JsonReply r =
+        post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 6}})));
+    REQUIRE(r.status == 200);
+    JsonReply e = get_json(c, "/v1/experts");
+    INFO(e.raw);
+    REQUIRE(e.status == 200);
+    const json& j = e.body;
+    CHECK(j["device"] == "emulated");
+    int resident = 0;
+    for (const json& row : j["resident"])
+        for (const json& x : row) resident += x.get<bool>() ? 1 : 0;
+    CHECK(resident == 4);  // half of 2 layers x 4 experts
+    CHECK(j["placement"]["capacity"] == 4);
+    CHECK(j["placement"]["plan"] == "even");
+    REQUIRE(j["hit_rate"].is_number());
+    double hit = j["hit_rate"];
+    CHECK(hit > 0.0);
+    CHECK(hit < 1.0);
+    double gpu = j["work_share"]["gpu"], cpu = j["work_share"]["cpu"];
+    CHECK(gpu >= hit);
+    CHECK(gpu + cpu == Approx(1.0));
+    // Tokens by site add up to the routed tokens of the last request.
+    long routed = 0;
+    for (const json& row : j["counts_last"])
+        for (const json& x : row) routed += x.get<long>();
+    long by_site = 0;
+    for (const char* site : {"cpu", "device", "copy"}) by_site += j["execution_last"]["sites"][site]["tokens"].get<long>();
+    CHECK(by_site == routed);
+    CHECK(j["execution_total"]["layers"].get<long>() > 0);
+
+    CHECK(metric_value(c, "moe_device_info{device=\"emulated\"}") == 1);
+    CHECK(metric_value(c, "moe_experts_resident") == 4);
+    CHECK(metric_value(c, "moe_expert_runs_total{site=\"device\"}") > 0);
+    CHECK(metric_value(c, "moe_moe_layers_total") > 0);
+}
+
 TEST_CASE("the web UI is served from the embedded bundle at /", "[server]") {
     ServerProcess server(test_model_dir("tiny"), {"--api-key", "k"});
     auto c = server.client();

@@ -102,7 +102,8 @@ export class ExpertsPanel {
     share_gpu.style.width = `${100 * gpu}%`;
     share_cpu.style.width = `${100 * cpu}%`;
     const hit = typeof d.hit_rate === 'number' ? ` GPU hit rate ${percent(d.hit_rate)}.` : '';
-    share_text.textContent = `${d.device}: ${n_resident} of ${n_total} experts resident. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}`;
+    const device = d.device === 'emulated' ? 'Emulated GPU (dry run of placement; it computes on the CPU)' : d.device;
+    share_text.textContent = `${device}: ${n_resident} of ${n_total} experts resident. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}`;
     share.dataset.device = 'gpu';
   }
 

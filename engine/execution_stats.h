@@ -1,0 +1,38 @@
+// ExecutionStats: where each routed expert ran (CPU, resident on the device,
+// copied to the device), how many bytes the copies moved, and the predicted
+// against the measured time of each MoE layer's expert phase. Filled by the
+// HybridExpertExecutor, merged by the engine per request and in total, read
+// by /metrics, /v1/experts and the CLI's stats line. Bookkeeping only.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "placement/layer_plan.h"
+
+struct ExecutionStats {
+    int n_layers = 0, n_experts = 0;
+    // (n_layers, n_experts) tokens computed per site, indexed by ExpertSite.
+    std::vector<uint64_t> tokens[3];
+    uint64_t runs[3] = {0, 0, 0};  // expert executions per site
+    uint64_t copy_bytes = 0;       // weights copied to the device
+    uint64_t layers = 0;           // MoE layers executed
+    // Sums over layers, in ms: the plan's prediction of each side and of the
+    // makespan, and the measured wall time of each side and of the phase.
+    double predicted_cpu_ms = 0, predicted_device_ms = 0, predicted_ms = 0;
+    double measured_cpu_ms = 0, measured_device_ms = 0, measured_ms = 0;
+
+    ExecutionStats() = default;
+    ExecutionStats(int n_layers, int n_experts);
+    void clear();
+    void merge(const ExecutionStats& other);  // this += other (same shape)
+
+    uint64_t tokens_at(ExpertSite site, int layer, int expert) const {
+        return tokens[int(site)][size_t(layer) * n_experts + expert];
+    }
+    uint64_t total_tokens(ExpertSite site) const;
+    uint64_t total_tokens() const;
+    // Share of routed tokens whose expert was resident on the device.
+    double hit_rate() const;
+    // Share of routed tokens computed on the device (resident or copied).
+    double device_share() const;
+};

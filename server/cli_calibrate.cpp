@@ -1,0 +1,291 @@
+// calibrate and bench latency (see cli_calibrate.h). The CPU expert FFN is
+// timed over the model's real expert weights at n = 1, 2, 4, ..., 256
+// tokens; every call takes the next (layer, expert) of a cycle far larger
+// than the caches, so the weights stream from memory as in decoding. The
+// sweep over n is repeated and each n keeps its median, so every n sees the
+// same moments of a noisy machine. The device side (copies, device compute)
+// is measured by the CUDA executor, not here: the file records it as absent.
+#include "server/cli_calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cpu_kernels/bench.h"
+#include "cpu_kernels/kernels.h"
+#include "engine/cost.h"
+#include "engine/errors.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+#include "placement/latency_model.h"
+#include "profiles/calibration.h"
+#include "profiles/profile_error.h"
+#ifdef MOE_HAVE_CUDA
+#include "gpu_kernels/device.h"
+#endif
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int CALIBRATE_MAX_N = 256;
+constexpr int CALIBRATE_REPS = 21;  // sweeps over n; each n keeps the median
+constexpr double LATENCY_TARGET_PCT = 15.0;
+
+// 1, 2, 4, ..., max_n.
+std::vector<int> token_counts(int max_n) {
+    std::vector<int> ns;
+    for (int n = 1; n <= max_n; n *= 2) ns.push_back(n);
+    return ns;
+}
+
+// The accelerator the calibration key names ("none" without one).
+std::string device_name() {
+#ifdef MOE_HAVE_CUDA
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (!devices.empty()) return devices[0].name;
+#endif
+    return "none";
+}
+
+// Every (layer, expert) of the model whose flat index % stride == phase.
+std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, int stride, int phase) {
+    std::vector<ExpertWeights> out;
+    int index = 0;
+    for (const LayerWeights& layer : w.layers)
+        for (const ExpertWeights& e : layer.experts)
+            if (index++ % stride == phase) out.push_back(e);
+    return out;
+}
+
+// Median ms of expert_ffn_bf16 (active ISA) at each n of ns over `reps`
+// sweeps, for each cycle of experts: every call runs the next expert of its
+// cycle, and the sweeps of the cycles alternate, so on a shared machine each
+// cycle sees the same moments. The warm-up maps every expert's pages and
+// runs one sweep of each cycle.
+std::vector<std::vector<TimingPoint>> measure_expert_ffn(const ModelConfig& c,
+                                                         const std::vector<std::vector<ExpertWeights>>& cycles,
+                                                         const std::vector<int>& ns, int reps, ThreadPool& pool) {
+    int max_n = ns.back();
+    std::vector<float> x(size_t(max_n) * c.dim), y(size_t(max_n) * c.dim), scratch(2 * size_t(max_n) * c.hidden_dim);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (float& v : x) v = d(rng);
+    std::vector<size_t> next(cycles.size(), 0);
+    auto run = [&](size_t cycle, int n) {
+        const std::vector<ExpertWeights>& experts = cycles[cycle];
+        const ExpertWeights& e = experts[next[cycle]++ % experts.size()];
+        expert_ffn_bf16(y.data(), x.data(), e.w1, e.w3, e.w2, n, c.dim, c.hidden_dim, scratch.data(), pool);
+    };
+    for (size_t k = 0; k < cycles.size(); k++) {
+        for (size_t i = 0; i < cycles[k].size(); i++) run(k, 1);
+        for (int n : ns) run(k, n);
+    }
+    // ms[cycle][point][rep]
+    std::vector<std::vector<std::vector<double>>> ms(cycles.size(), std::vector<std::vector<double>>(ns.size()));
+    for (int r = 0; r < reps; r++)
+        for (size_t k = 0; k < cycles.size(); k++)
+            for (size_t i = 0; i < ns.size(); i++) {
+                Clock::time_point t0 = Clock::now();
+                run(k, ns[i]);
+                ms[k][i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+            }
+    std::vector<std::vector<TimingPoint>> out(cycles.size());
+    for (size_t k = 0; k < cycles.size(); k++)
+        for (size_t i = 0; i < ns.size(); i++) {
+            std::vector<double>& v = ms[k][i];
+            std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+            out[k].push_back({double(ns[i]), v[v.size() / 2]});
+        }
+    return out;
+}
+
+// A loaded model, this machine's ceiling and the expert's roofline curve.
+struct CalibrationRun {
+    ModelConfig config;
+    ModelWeights weights;
+    Ceiling ceiling;
+    LatencyCurve roofline;
+};
+
+CalibrationRun calibration_start(const std::string& model_dir, ThreadPool& pool, bool print_ceiling) {
+    CalibrationRun run;
+    run.config = model_config_load(model_dir);
+    run.weights = weights_load(run.config, model_dir);
+    run.ceiling = bench_ceiling(pool, print_ceiling);
+    StageCost one = cost_expert(run.config, 1);
+    run.roofline = latency_curve_roofline(one.bytes, one.flops, run.ceiling.read_gbs, run.ceiling.fma_gflops);
+    return run;
+}
+
+// Where the active kernels switch to their blocked path (the fit's second
+// segment); the scalar path never does.
+int kernel_large_from() {
+    int m = kernel_table(isa_active()).packed_min_m;
+    return m < CALIBRATE_MAX_N * 16 ? m : 0;
+}
+
+json curve_json(const LatencyCurve& c) {
+    return {{"fixed_ms", c.fixed_ms},     {"stream_ms", c.stream_ms}, {"per_token_ms", c.per_token_ms},
+            {"large_from", c.large_from}, {"pack_ms", c.pack_ms},     {"large_per_token_ms", c.large_per_token_ms}};
+}
+
+double error_pct(double predicted, double measured) {
+    return 100.0 * (predicted - measured) / measured;
+}
+
+void print_table(const Calibration& cal) {
+    LatencyModel model = latency_model_from_calibration(cal);
+    LatencyCurve roof =
+        latency_curve_roofline(cal.expert_bytes, cal.expert_flops_per_token, cal.read_gbs, cal.fma_gflops);
+    std::printf("calibration %s\n", calibration_key(cal).c_str());
+    std::printf("  cpu %s, isa %s, %d threads, device %s, expert %dx%d %s\n", cal.cpu_name.c_str(), cal.isa.c_str(),
+                cal.threads, cal.device_name.c_str(), cal.dim, cal.hidden_dim, cal.dtype.c_str());
+    std::printf("  ceiling: read %.2f GB/s, FMA %.1f GFLOP/s (roofline: %.4f ms to stream, %.5f ms per token)\n",
+                cal.read_gbs, cal.fma_gflops, roof.stream_ms, roof.per_token_ms);
+    std::printf("  cpu fit: ms(n) = %.4f + max(%.4f, n * %.5f)", model.cpu.fixed_ms, model.cpu.stream_ms,
+                model.cpu.per_token_ms);
+    if (model.cpu.large_from > 0)
+        std::printf("; from n = %d: %.4f + %.4f + n * %.5f", model.cpu.large_from, model.cpu.fixed_ms,
+                    model.cpu.pack_ms, model.cpu.large_per_token_ms);
+    std::printf("\n");
+    std::printf("  %6s %12s %12s %9s %12s\n", "n", "measured_ms", "fitted_ms", "error_%", "roofline_ms");
+    double worst = 0;
+    for (const CalibrationPoint& p : cal.cpu_points) {
+        double fit = model.cpu_ms(int(p.x)), err = error_pct(fit, p.ms);
+        worst = std::max(worst, std::abs(err));
+        std::printf("  %6d %12.4f %12.4f %+9.2f %12.4f\n", int(p.x), p.ms, fit, err, roof.ms(p.x));
+    }
+    std::printf("  max |fit error| %.2f %%\n", worst);
+    if (!cal.has_device)
+        std::printf("  device: %s\n", cal.device_name == "none"
+                                          ? "none (CPU only)"
+                                          : "present but not measured (device and copy curves come with the CUDA "
+                                            "executor); has_device false");
+}
+
+}  // namespace
+
+int cli_calibrate(const std::vector<std::string>& words) {
+    Args args(words);
+    auto model_dir = args.get("--model");
+    if (!model_dir) throw MoeError("calibrate: --model is required");
+    int threads = bench_threads_flag(args);
+    bench_isa_flag(args);
+    auto out = args.get("--out");
+    bool force = args.flag("--force");
+    // Hidden, for quick tests: fewer sweeps and a smaller largest n.
+    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
+    int max_n = int(args.get_int("--max-n", CALIBRATE_MAX_N, 2, 4096));
+    args.finish();
+
+    ModelConfig config = model_config_load(*model_dir);
+    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, device_name(), config.dim,
+                                      config.hidden_dim, "bf16");
+    fs::path path = calibration_cache_path(key);
+    if (!force) {
+        std::optional<Calibration> cached;
+        try {
+            cached = calibration_find_cached(key);
+        } catch (const ProfileError& e) {
+            std::printf("calibration: the cached file is unusable (%s); measuring again\n", e.what());
+        }
+        if (cached) {
+            std::printf("calibration: reusing %s (same key; --force measures again)\n", path.c_str());
+            print_table(*cached);
+            if (out) calibration_write(*cached, *out), std::printf("wrote %s\n", out->c_str());
+            return 0;
+        }
+    }
+
+    ThreadPool pool(threads);
+    CalibrationRun run = calibration_start(*model_dir, pool, false);
+    std::vector<TimingPoint> points =
+        measure_expert_ffn(run.config, {expert_cycle(run.weights, 1, 0)}, token_counts(max_n), reps, pool)[0];
+    LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
+
+    Calibration cal;
+    cal.cpu_name = cpu_model_name();
+    cal.isa = isa_name(isa_active());
+    cal.threads = threads;
+    cal.device_name = device_name();
+    cal.dim = run.config.dim;
+    cal.hidden_dim = run.config.hidden_dim;
+    cal.dtype = "bf16";
+    cal.read_gbs = run.ceiling.read_gbs;
+    cal.fma_gflops = run.ceiling.fma_gflops;
+    StageCost one = cost_expert(run.config, 1);
+    cal.expert_bytes = one.bytes;
+    cal.expert_flops_per_token = one.flops;
+    for (const TimingPoint& p : points) cal.cpu_points.push_back({p.x, p.ms});
+    cal.cpu = {fit.fixed_ms, fit.stream_ms, fit.per_token_ms, fit.large_from, fit.pack_ms, fit.large_per_token_ms};
+    print_table(cal);
+    calibration_write(cal, path);
+    std::printf("wrote %s\n", path.c_str());
+    if (out) calibration_write(cal, *out), std::printf("wrote %s\n", out->c_str());
+    return 0;
+}
+
+int bench_latency(Args& args) {
+    auto model_dir = args.get("--model");
+    if (!model_dir) throw MoeError("bench latency: --model is required");
+    int threads = bench_threads_flag(args);
+    bench_isa_flag(args);
+    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
+    args.finish();
+
+    ThreadPool pool(threads);
+    CalibrationRun run = calibration_start(*model_dir, pool, true);
+    // Fit on the even (layer, expert) pairs, check on the odd ones (their
+    // sweeps interleaved, so both see the same load on a shared machine); a
+    // model with a single expert checks on the same one (said in the output).
+    std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, 2, 0), check_set = expert_cycle(run.weights, 2, 1);
+    bool independent = !check_set.empty();
+    if (!independent) check_set = fit_set;
+    std::vector<int> ns = token_counts(CALIBRATE_MAX_N);
+    std::vector<std::vector<TimingPoint>> passes = measure_expert_ffn(run.config, {fit_set, check_set}, ns, reps, pool);
+    const std::vector<TimingPoint>&fit_points = passes[0], &check = passes[1];
+    LatencyCurve fit = latency_curve_fit(fit_points, kernel_large_from());
+
+    double worst = 0;
+    for (size_t i = 0; i < ns.size(); i++) {
+        double predicted = fit.ms(ns[i]), err = error_pct(predicted, check[i].ms);
+        worst = std::max(worst, std::abs(err));
+        std::printf("%s\n", json{{"bench", "latency"},
+                                 {"isa", isa_name(isa_active())},
+                                 {"threads", threads},
+                                 {"n", ns[i]},
+                                 {"measured_ms", check[i].ms},
+                                 {"predicted_ms", predicted},
+                                 {"error_pct", err},
+                                 {"fit_pass_ms", fit_points[i].ms},
+                                 {"roofline_ms", run.roofline.ms(ns[i])},
+                                 {"read_gbs", run.ceiling.read_gbs},
+                                 {"fma_gflops", run.ceiling.fma_gflops}}
+                                .dump()
+                                .c_str());
+    }
+    std::printf("%s\n", json{{"bench", "latency"},
+                             {"summary", true},
+                             {"isa", isa_name(isa_active())},
+                             {"threads", threads},
+                             {"dim", run.config.dim},
+                             {"hidden_dim", run.config.hidden_dim},
+                             {"fit", curve_json(fit)},
+                             {"roofline", curve_json(run.roofline)},
+                             {"independent_experts", independent},
+                             {"max_abs_error_pct", worst},
+                             {"target_pct", LATENCY_TARGET_PCT},
+                             {"within_target", worst <= LATENCY_TARGET_PCT},
+                             {"read_gbs", run.ceiling.read_gbs},
+                             {"fma_gflops", run.ceiling.fma_gflops}}
+                            .dump()
+                            .c_str());
+    return 0;
+}

@@ -1,0 +1,75 @@
+// `moe-server calibrate` on the tiny model: writes a valid calibration file
+// with nine points under $XDG_CACHE_HOME, reuses it on the next run unless
+// --force, writes --out as well, and fails cleanly on bad flags.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+
+#include "profiles/calibration.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+CommandResult moe(std::vector<std::string> args) {
+    args.insert(args.begin(), moe_server_binary().string());
+    return run_command(args);
+}
+
+}  // namespace
+
+TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[calibrate]") {
+    fs::path cache = test_temp_dir("calibrate-cache");
+    // The child inherits it; nothing else in this test binary reads it.
+    setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+    std::string model = test_model_dir("tiny").string();
+    // --reps: fewer sweeps than the default, for speed (hidden test flag).
+    CommandResult r = moe({"calibrate", "--model", model, "--threads", "1", "--reps", "3"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    fs::path dir = cache / "moe-server" / "calibration";
+    REQUIRE(fs::is_directory(dir));
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+    REQUIRE(files.size() == 1);
+    Calibration c = calibration_read(files[0]);  // validates
+    REQUIRE(files[0].filename() == calibration_key(c) + ".json");
+    REQUIRE(c.cpu_points.size() == 9);
+    REQUIRE(c.cpu_points.front().x == 1);
+    REQUIRE(c.cpu_points.back().x == 256);
+    REQUIRE(c.threads == 1);
+    REQUIRE(c.dim == 64);
+    REQUIRE(c.hidden_dim == 128);
+    REQUIRE_FALSE(c.has_device);
+    REQUIRE(c.read_gbs > 0);
+    REQUIRE(r.out.find("roofline_ms") != std::string::npos);
+    REQUIRE(r.out.find("wrote " + files[0].string()) != std::string::npos);
+
+    // Same key: reused, not measured again; --out copies it.
+    fs::path out = test_temp_dir("calibrate-out") / "cal.json";
+    CommandResult again = moe({"calibrate", "--model", model, "--threads", "1", "--out", out.string()});
+    INFO(again.out << again.err);
+    REQUIRE(again.exit_code == 0);
+    REQUIRE(again.out.find("reusing") != std::string::npos);
+    REQUIRE(calibration_read(out).cpu_points[3].ms == c.cpu_points[3].ms);
+
+    // --force measures again.
+    CommandResult forced = moe({"calibrate", "--model", model, "--threads", "1", "--reps", "3", "--force"});
+    INFO(forced.out << forced.err);
+    REQUIRE(forced.exit_code == 0);
+    REQUIRE(forced.out.find("reusing") == std::string::npos);
+    REQUIRE(calibration_read(files[0]).cpu_points.size() == 9);
+}
+
+TEST_CASE("calibrate: bad flags are one-line errors with exit code 2", "[calibrate]") {
+    CommandResult none = moe({"calibrate"});
+    REQUIRE(none.exit_code == 2);
+    REQUIRE(none.err.find("--model is required") != std::string::npos);
+    CommandResult isa = moe({"calibrate", "--model", test_model_dir("tiny").string(), "--cpu-isa", "sse9"});
+    REQUIRE(isa.exit_code == 2);
+    REQUIRE(isa.err.find("--cpu-isa") != std::string::npos);
+    CommandResult missing = moe({"calibrate", "--model", "/nonexistent/model"});
+    REQUIRE(missing.exit_code == 2);
+    REQUIRE(missing.err.find("/nonexistent/model") != std::string::npos);
+}

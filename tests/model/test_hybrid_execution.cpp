@@ -1,0 +1,263 @@
+// Hybrid expert execution: any placement of experts (all on the CPU,
+// resident on the emulated device, copied to it per layer, or a mix the
+// planner chooses) gives bitwise the same logits as all-CPU, on prefill and
+// decode. Bitwise, because every expert is computed by the same kernel on
+// the same rows whichever side runs it (the kernels split work over output
+// rows, so the thread count does not change any sum), and the MoE layer
+// combines the outputs in a fixed order. Also: the statistics add up, the
+// emulated device counts the bytes it copies, and the engine, CLI and flags
+// behave.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <memory>
+
+#include "cpu_kernels/kernels.h"
+#include "engine/emulated_device.h"
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/expert_executor.h"
+#include "engine/forward.h"
+#include "engine/hybrid_executor.h"
+#include "engine/kv_cache.h"
+#include "engine/weights.h"
+#include "placement/residency.h"
+#include "test_support.h"
+
+namespace {
+
+// Latency models that force the planner's hand, and one that makes it mix.
+LatencyModel model_cpu_slow() {  // every non-resident expert is copied
+    LatencyModel m;
+    m.cpu = {0, 1000, 1000};
+    m.device = {0, 0.001, 0.0001};
+    m.copy = {0.001, 1e12};
+    m.has_device = true;
+    return m;
+}
+
+LatencyModel model_device_slow() {  // every non-resident expert stays on the CPU
+    LatencyModel m;
+    m.cpu = {0, 0.001, 0.0001};
+    m.device = {0, 1000, 1000};
+    m.copy = {1000, 1};
+    m.has_device = true;
+    return m;
+}
+
+LatencyModel model_mixed(double expert_bytes) {  // copying pays off only for busy experts
+    LatencyModel m;
+    m.cpu = {0.01, 1.0, 0.2};
+    m.device = {0.01, 0.05, 0.002};
+    m.copy = {0.05, expert_bytes / 2.0};  // 2 ms per expert
+    m.has_device = true;
+    return m;
+}
+
+struct Run {
+    std::vector<float> logits;  // every position of the prefill, then each decode step
+    ExecutionStats exec;
+    RoutingStats routing{0, 0};
+    uint64_t device_copied = 0;
+};
+
+// Prefill of n_prompt tokens in one batch (all logits), then n_decode
+// greedy steps; residency null = no device.
+Run run_model(const std::filesystem::path& dir, const Residency* residency, const LatencyModel& model, int n_prompt,
+              int n_decode) {
+    ModelConfig c = model_config_load(dir);
+    ModelWeights w = weights_load(c, dir);
+    ThreadPool pool(2);
+    const int max_batch = 512;
+    KvCache cache(c.n_layers, 1, n_prompt + n_decode + 1, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor cpu(c, w, pool, max_batch);
+    std::unique_ptr<EmulatedDevice> device;
+    if (residency)
+        device = std::make_unique<EmulatedDevice>(c, w, *residency,
+                                                  double(residency->n_resident() + 1) * double(expert_bytes(c)),
+                                                  max_batch);
+    HybridExpertExecutor hybrid(c, cpu, device.get(), residency ? model : LatencyModel{});
+    ForwardPass forward(c, w, cache, hybrid, pool, max_batch, max_batch);
+
+    Run r;
+    r.routing = RoutingStats(c.n_layers, c.n_experts);
+    Batch batch;
+    batch.reserve(max_batch);
+    for (int i = 0; i < n_prompt; i++) batch.add(1 + (i * 7919 + 13) % (c.vocab_size - 1), i, 0, true);
+    const float* logits = forward.run(batch, &r.routing);
+    r.logits.assign(logits, logits + size_t(n_prompt) * c.vocab_size);
+    int token = int(std::max_element(logits + size_t(n_prompt - 1) * c.vocab_size, logits + size_t(n_prompt) * c.vocab_size) -
+                    (logits + size_t(n_prompt - 1) * c.vocab_size));
+    for (int s = 0; s < n_decode; s++) {
+        batch.clear();
+        batch.add(token, n_prompt + s, 0, true);
+        logits = forward.run(batch, &r.routing);
+        r.logits.insert(r.logits.end(), logits, logits + c.vocab_size);
+        token = int(std::max_element(logits, logits + c.vocab_size) - logits);
+    }
+    r.exec = hybrid.step();
+    if (device) r.device_copied = device->copied_bytes();
+    return r;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Tokens by site add up to the routed tokens of every (layer, expert).
+void check_stats_add_up(const Run& r, int n_layers, int n_experts) {
+    for (int l = 0; l < n_layers; l++)
+        for (int e = 0; e < n_experts; e++) {
+            uint64_t sum = r.exec.tokens_at(ExpertSite::CPU, l, e) + r.exec.tokens_at(ExpertSite::DEVICE, l, e) +
+                           r.exec.tokens_at(ExpertSite::COPY, l, e);
+            REQUIRE(sum == r.routing.get(l, e));
+        }
+    REQUIRE(r.exec.copy_bytes == r.device_copied);
+}
+
+}  // namespace
+
+TEST_CASE("any placement gives the all-CPU logits bitwise, prefill and decode", "[hybrid]") {
+    // small: 8 experts per layer; a 300-token prefill sends over 128 tokens to
+    // busy experts, so the large-batch GEMM paths run on both sides too.
+    const auto dir = test_model_dir("small", 3);
+    ModelConfig c = model_config_load(dir);
+    const int n_prompt = 300, n_decode = 6;
+    const double eb = double(expert_bytes(c));
+    Run reference = run_model(dir, nullptr, LatencyModel{}, n_prompt, n_decode);
+    REQUIRE(reference.exec.runs[int(ExpertSite::DEVICE)] + reference.exec.runs[int(ExpertSite::COPY)] == 0);
+
+    const int total = c.n_layers * c.n_experts;
+    struct Case {
+        const char* name;
+        Residency residency;
+        LatencyModel model;
+    } cases[] = {
+        {"nothing resident, every expert copied", static_plan_even(c.n_layers, c.n_experts, 0), model_cpu_slow()},
+        {"half resident (even), rest on the CPU", static_plan_even(c.n_layers, c.n_experts, total / 2), model_device_slow()},
+        {"quarter resident (random), rest copied", static_plan_random(c.n_layers, c.n_experts, total / 4, 7), model_cpu_slow()},
+        {"a quarter resident, the planner mixes", static_plan_random(c.n_layers, c.n_experts, total / 4, 11), model_mixed(eb)},
+        {"all resident", static_plan_even(c.n_layers, c.n_experts, total), model_device_slow()},
+    };
+    for (const Case& k : cases) {
+        INFO(k.name);
+        Run r = run_model(dir, &k.residency, k.model, n_prompt, n_decode);
+        REQUIRE(bitwise_equal(r.logits, reference.logits));
+        check_stats_add_up(r, c.n_layers, c.n_experts);
+        const ExecutionStats& s = r.exec;
+        if (k.residency.n_resident() == 0) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == 0);
+        if (k.residency.n_resident() == total) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == s.runs[0] + s.runs[1] + s.runs[2]);
+        if (k.model.cpu.stream_ms == 1000) REQUIRE(s.runs[int(ExpertSite::CPU)] == 0);
+        if (k.model.device.stream_ms == 1000) REQUIRE(s.runs[int(ExpertSite::COPY)] == 0);
+        REQUIRE(s.layers == uint64_t(c.n_layers) * (1 + n_decode));
+    }
+}
+
+TEST_CASE("the mixed plan copies busy experts and leaves single tokens on the CPU", "[hybrid]") {
+    const auto dir = test_model_dir("small", 3);
+    ModelConfig c = model_config_load(dir);
+    Residency none = static_plan_even(c.n_layers, c.n_experts, 0);
+    Run prefill = run_model(dir, &none, model_mixed(double(expert_bytes(c))), 300, 0);
+    REQUIRE(prefill.exec.runs[int(ExpertSite::COPY)] > 0);
+    Run decode_only = run_model(dir, &none, model_mixed(double(expert_bytes(c))), 1, 8);
+    // One token per expert: 2 ms copy + device never beats ~1 ms on the CPU.
+    REQUIRE(decode_only.exec.runs[int(ExpertSite::COPY)] == 0);
+    REQUIRE(decode_only.exec.runs[int(ExpertSite::CPU)] > 0);
+}
+
+TEST_CASE("the emulated device refuses a budget without room for its experts and a staging slot", "[hybrid]") {
+    const auto dir = test_model_dir("tiny", 1);
+    ModelConfig c = model_config_load(dir);
+    ModelWeights w = weights_load(c, dir);
+    Residency half = static_plan_even(c.n_layers, c.n_experts, 4);
+    double eb = double(expert_bytes(c));
+    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 4 * eb, 16), MoeError);  // no staging slot
+    EmulatedDevice ok(c, w, half, 5 * eb, 16);
+    REQUIRE(ok.resident_bytes() == 4 * eb);
+}
+
+TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports placement", "[hybrid]") {
+    const auto dir = test_model_dir("tiny", 1);
+    GenerateRequest req;
+    req.prompt = {1, 415, 2936, 9060, 285, 1142, 754, 28705};
+    req.max_tokens = 24;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+
+    EngineOptions plain;
+    plain.model_dir = dir;
+    plain.threads = 2;
+    Engine a(plain);
+    GenerateResult ra = a.generate(req, [](const TokenEvent&) { return true; });
+    REQUIRE(a.placement().device == "none");
+    REQUIRE(a.execution_stats().last.runs[int(ExpertSite::CPU)] > 0);
+
+    EngineOptions emulated = plain;
+    emulated.device.emulate_gpu_expert_share = 0.5;
+    Engine b(emulated);
+    GenerateResult rb = b.generate(req, [](const TokenEvent&) { return true; });
+    REQUIRE(rb.tokens == ra.tokens);
+    const PlacementInfo& p = b.placement();
+    REQUIRE(p.device == "emulated");
+    REQUIRE(p.capacity == (p.n_layers * p.n_experts) / 2);
+    int resident = 0;
+    for (uint8_t r : p.resident) resident += r;
+    REQUIRE(resident == p.capacity);
+    ExecutionStats last = b.execution_stats().last;
+    REQUIRE(last.total_tokens() == uint64_t(req.prompt.size() + ra.n_generated - 1) * 2 * 2);  // tokens x top-2 x 2 layers
+    REQUIRE(last.hit_rate() > 0);
+    REQUIRE(last.hit_rate() < 1);
+    REQUIRE(b.placement_summary().find("emulated") != std::string::npos);
+}
+
+TEST_CASE("--emulate-gpu on the command line: a dry run with a stats line; bad values refused", "[hybrid][cli]") {
+    const auto dir = test_model_dir("tiny", 1).string();
+    auto bin = moe_server_binary().string();
+    CommandResult ok = run_command({bin, "generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "8",
+                                    "--greedy", "--emulate-gpu", "50%"});
+    INFO(ok.err);
+    REQUIRE(ok.exit_code == 0);
+    REQUIRE(ok.err.find("device: emulated") != std::string::npos);
+    REQUIRE(ok.err.find("hit rate") != std::string::npos);
+
+    for (const char* bad : {"abc", "0", "-1", "150%", "%", "12GB"}) {
+        CommandResult r = run_command({bin, "generate", "--model", dir, "--prompt", "Hi", "--emulate-gpu", bad});
+        INFO(bad << ": " << r.err);
+        REQUIRE(r.exit_code == 2);
+        REQUIRE(r.err.find("--emulate-gpu") != std::string::npos);
+    }
+    // 1 MiB is less than the tiny model's dense weights and KV cache.
+    CommandResult small = run_command({bin, "generate", "--model", dir, "--prompt", "Hi", "--emulate-gpu", "0.001"});
+    REQUIRE(small.exit_code == 2);
+    REQUIRE(small.err.find("leaves no room for one expert") != std::string::npos);
+}
+
+TEST_CASE("--profile places the most popular experts and reports the expected hit rate", "[hybrid][cli]") {
+    const auto tiny = test_model_dir("tiny", 1).string();
+    const auto small = test_model_dir("small", 3).string();
+    auto bin = moe_server_binary().string();
+    auto dir = test_temp_dir("hybrid-profile");
+    std::string prof = (dir / "tiny.json").string();
+    std::string prompts = (shared_data_dir() / "prompts" / "mt_bench_question.jsonl").string();
+    CommandResult p = run_command({bin, "profile", "--model", tiny, "--prompts", prompts, "--limit", "3", "--gen-tokens",
+                                   "4", "--out", prof});
+    INFO(p.err);
+    REQUIRE(p.exit_code == 0);
+
+    CommandResult g = run_command({bin, "generate", "--model", tiny, "--prompt", "Hello", "--max-tokens", "4", "--greedy",
+                                   "--emulate-gpu", "25%", "--profile", prof});
+    INFO(g.err);
+    REQUIRE(g.exit_code == 0);
+    REQUIRE(g.err.find("plan: popularity") != std::string::npos);
+    REQUIRE(g.err.find("expected hit rate") != std::string::npos);
+
+    // The same profile on another model: refused, naming the fingerprints.
+    CommandResult m = run_command({bin, "generate", "--model", small, "--prompt", "Hello", "--max-tokens", "2",
+                                   "--emulate-gpu", "25%", "--profile", prof});
+    REQUIRE(m.exit_code == 2);
+    REQUIRE(m.err.find(prof) != std::string::npos);
+    // A profile needs a device to place experts on.
+    CommandResult n = run_command({bin, "generate", "--model", tiny, "--prompt", "Hello", "--profile", prof});
+    REQUIRE(n.exit_code == 2);
+    REQUIRE(n.err.find("--profile") != std::string::npos);
+}

@@ -1,0 +1,237 @@
+// `moe-server profile` on the tiny synthetic model as a user runs it: the
+// file validates, carries the model's fingerprint, and every layer's counts
+// sum to tokens x top-k for prefill and for decode (prefill tokens checked
+// against an independent tokenization of the same prompts); Ctrl-C writes
+// what was completed; a profile of one preset is refused by another model;
+// the fingerprint's tensor list matches a real synthetic checkpoint.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/chat_template.h"
+#include "engine/fingerprint.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+#include "engine/synth_model.h"
+#include "engine/tokenizer.h"
+#include "profiles/profile.h"
+#include "profiles/profile_error.h"
+#include "profiles/prompts.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+CommandResult moe(std::vector<std::string> args) {
+    args.insert(args.begin(), moe_server_binary().string());
+    return run_command(args);
+}
+
+fs::path sharegpt_file() { return shared_data_dir() / "prompts" / "sharegpt_v3_filtered_1000.json"; }
+
+// Sum of counts[layer][*] of a (n_layers, n_experts) table.
+uint64_t layer_sum(const std::vector<uint64_t>& t, int layer, int n_experts) {
+    uint64_t s = 0;
+    for (int e = 0; e < n_experts; e++) s += t[size_t(layer) * n_experts + e];
+    return s;
+}
+
+// Prompt tokens of prompts[indices], tokenized here as the CLI should.
+uint64_t expected_prompt_tokens(const fs::path& model, const std::vector<int>& indices, bool chat) {
+    PromptSet set = prompts_read(sharegpt_file());
+    Tokenizer tok = Tokenizer::load(model / "tokenizer.model");
+    std::string warning;
+    ChatTemplate tmpl = ChatTemplate::from_model_dir(model, &warning);
+    uint64_t n = 0;
+    for (int i : indices) {
+        ChatMessage user{"user", set.prompts[size_t(i)]};
+        n += chat ? tmpl.encode(tok, {&user, 1}).size() : 1 + tok.encode(user.content).size();
+    }
+    return n;
+}
+
+void require_phase_sums(const Profile& p) {
+    const int k = p.model.n_experts_active;
+    for (int l = 0; l < p.model.n_layers; l++) {
+        INFO("layer " << l);
+        REQUIRE(layer_sum(p.prefill, l, p.model.n_experts) == p.workload.prefill_tokens * k);
+        REQUIRE(layer_sum(p.decode, l, p.model.n_experts) == p.workload.decode_tokens * k);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("profile on the tiny model counts tokens x top-k per layer for prefill and decode", "[profile_cli]") {
+    const fs::path model = test_model_dir("tiny", 1);
+    const fs::path out = test_temp_dir("profile-cli") / "tiny.json";
+    CommandResult r = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "3",
+                           "--gen-tokens", "4", "--threads", "2", "--out", out.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.err.find("3/3 prompts 100%") != std::string::npos);  // the last progress line (not a terminal)
+    REQUIRE(r.err.find("-> " + out.string()) != std::string::npos);
+
+    Profile p = profile_read(out);  // validates
+    REQUIRE(p.model == model_fingerprint(model_config_load(model)));
+    profile_check(p, model_fingerprint(model_config_load(model)), out.string());
+    const ProfileWorkload& w = p.workload;
+    REQUIRE(w.prompt_indices == std::vector<int>{0, 1, 2});
+    REQUIRE(w.prompts_available == 1000);
+    REQUIRE(w.prompt_format == "sharegpt");
+    REQUIRE(w.chat_template);
+    REQUIRE_FALSE(w.interrupted);
+    REQUIRE(w.prefill_tokens == expected_prompt_tokens(model, {0, 1, 2}, true));
+    REQUIRE(w.generated_tokens >= 3);
+    REQUIRE(w.generated_tokens <= 12);
+    REQUIRE(w.decode_tokens == w.generated_tokens - 3);
+    require_phase_sums(p);
+    REQUIRE(p.decode != std::vector<uint64_t>(p.decode.size(), 0));
+
+    // Raw text (BOS + text), prompts spread over the file, one token each: no decode step.
+    const fs::path raw = test_temp_dir("profile-cli-raw") / "raw.json";
+    CommandResult r2 = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "3",
+                            "--spread", "--gen-tokens", "1", "--chat-template", "off", "--threads", "2", "--out",
+                            raw.string()});
+    INFO(r2.err);
+    REQUIRE(r2.exit_code == 0);
+    Profile q = profile_read(raw);
+    REQUIRE(q.workload.prompt_indices == std::vector<int>{0, 333, 666});
+    REQUIRE_FALSE(q.workload.chat_template);
+    REQUIRE(q.workload.prefill_tokens == expected_prompt_tokens(model, {0, 333, 666}, false));
+    REQUIRE(q.workload.generated_tokens == 3);
+    REQUIRE(q.workload.decode_tokens == 0);
+    REQUIRE(q.decode == std::vector<uint64_t>(q.decode.size(), 0));
+    require_phase_sums(q);
+
+    // A context too small for some prompts: they are skipped and counted.
+    const fs::path small_ctx = test_temp_dir("profile-cli-ctx") / "ctx.json";
+    CommandResult r3 = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "20",
+                            "--gen-tokens", "2", "--ctx", "128", "--threads", "2", "--out", small_ctx.string()});
+    INFO(r3.err);
+    REQUIRE(r3.exit_code == 0);
+    Profile s = profile_read(small_ctx);
+    REQUIRE(s.workload.prompts_skipped > 0);
+    REQUIRE(s.workload.prompt_indices.size() + size_t(s.workload.prompts_skipped) == 20);
+    REQUIRE(s.workload.prefill_tokens == expected_prompt_tokens(model, s.workload.prompt_indices, true));
+    require_phase_sums(s);
+}
+
+TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]") {
+    const fs::path tiny = test_model_dir("tiny", 1);
+    const fs::path out = test_temp_dir("profile-mismatch") / "tiny.json";
+    CommandResult r = moe({"profile", "--model", tiny.string(), "--prompts",
+                           (shared_data_dir() / "prompts" / "vicuna_bench_question.jsonl").string(), "--limit", "2",
+                           "--gen-tokens", "2", "--threads", "2", "--out", out.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    Profile p = profile_read(out);
+    REQUIRE(p.workload.prompt_format == "mtbench");
+    const ModelFingerprint small = model_fingerprint(synth_preset("small"));
+    try {
+        profile_check(p, small, out.string());
+        FAIL("accepted a tiny profile for the small model");
+    } catch (const ProfileError& e) {
+        std::string msg = e.what();
+        INFO(msg);
+        REQUIRE(msg.find(out.string() + ": profile is for another model") == 0);
+        REQUIRE(msg.find("profile " + fingerprint_describe(p.model)) != std::string::npos);
+        REQUIRE(msg.find("model " + fingerprint_describe(small)) != std::string::npos);
+    }
+}
+
+TEST_CASE("profile refuses bad input with one line and exit code 2", "[profile_cli]") {
+    const fs::path tiny = test_model_dir("tiny", 1);
+    const fs::path dir = test_temp_dir("profile-bad-input");
+    const fs::path bad = dir / "bad.jsonl";
+    {
+        std::FILE* f = std::fopen(bad.c_str(), "w");
+        std::fputs("{\"prompt\": \"ok\"}\n{\"prompt\": 3}\n", f);
+        std::fclose(f);
+    }
+    auto error_of = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{"profile", "--model", tiny.string(), "--out", (dir / "out.json").string()};
+        args.insert(args.end(), extra.begin(), extra.end());
+        CommandResult r = moe(args);
+        INFO(r.err);
+        REQUIRE(r.exit_code == 2);
+        REQUIRE(r.err.rfind("moe-server: error: ", 0) == 0);
+        REQUIRE(r.err.find('\n') == r.err.size() - 1);
+        return r.err;
+    };
+    REQUIRE(error_of({"--prompts", bad.string()}).find(bad.string() + ":2: none of \"prompt\"") != std::string::npos);
+    REQUIRE(error_of({"--prompts", sharegpt_file().string(), "--format", "csv"}).find("--format: unknown format 'csv'") !=
+            std::string::npos);
+    REQUIRE(error_of({"--prompts", sharegpt_file().string(), "--chat-template", "maybe"})
+                .find("--chat-template: expected on or off") != std::string::npos);
+    REQUIRE(error_of({"--limit", "2"}).find("--prompts is required") != std::string::npos);
+    REQUIRE_FALSE(fs::exists(dir / "out.json"));
+}
+
+TEST_CASE("Ctrl-C during profile writes the prompts completed and exits 0", "[profile_cli]") {
+    const fs::path tiny = test_model_dir("tiny", 1);
+    const fs::path out = test_temp_dir("profile-sigint") / "partial.json";
+    const std::vector<std::string> argv{moe_server_binary().string(), "profile", "--model", tiny.string(), "--prompts",
+                                        sharegpt_file().string(), "--gen-tokens", "8", "--threads", "2", "--out",
+                                        out.string()};
+    int pipe_fd[2];
+    REQUIRE(pipe(pipe_fd) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(pipe_fd[1], STDERR_FILENO);
+        close(pipe_fd[0]);
+        close(pipe_fd[1]);
+        std::vector<char*> args;
+        for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    close(pipe_fd[1]);
+    // The first progress line comes after the first prompt; interrupt then.
+    std::string err;
+    char buf[4096];
+    bool signalled = false;
+    for (ssize_t n; (n = read(pipe_fd[0], buf, sizeof buf)) > 0;) {
+        err.append(buf, size_t(n));
+        if (!signalled && err.find("prompts") != std::string::npos && err.find("ETA") != std::string::npos) {
+            kill(pid, SIGINT);
+            signalled = true;
+        }
+    }
+    close(pipe_fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    INFO(err);
+    REQUIRE(signalled);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    REQUIRE(err.find("interrupted: wrote the") != std::string::npos);
+    Profile p = profile_read(out);
+    REQUIRE(p.workload.interrupted);
+    REQUIRE(p.workload.prompt_indices.size() >= 1);
+    REQUIRE(p.workload.prompt_indices.size() < 1000);
+    require_phase_sums(p);
+}
+
+TEST_CASE("fingerprint tensor list matches a synthetic checkpoint", "[profile_cli]") {
+    const fs::path model = test_model_dir("tiny", 1);
+    const ModelConfig config = model_config_load(model);
+    REQUIRE(model_fingerprint(config) == model_fingerprint(synth_preset("tiny")));
+    SafetensorsSet files(model);
+    const auto tensors = model_tensor_shapes(config);
+    REQUIRE(tensors.size() == files.tensors().size());
+    for (const TensorShape& t : tensors) {
+        INFO(t.name);
+        const TensorView* v = files.find(t.name);
+        REQUIRE(v);
+        REQUIRE(v->shape == t.shape);
+    }
+}
