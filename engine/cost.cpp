@@ -33,6 +33,14 @@ StageCost cost_decode_token(const ModelConfig& c) {
     return double(c.n_layers) * layer + cost_lm_head(c, 1);
 }
 
+StageCost cost_decode_step(const ModelConfig& c, int n_tokens, double routed_experts) {
+    int active = c.is_moe() ? c.n_experts_active : 1;
+    StageCost layer = cost_attention_proj(c, n_tokens) + cost_router(c, n_tokens);
+    StageCost experts{routed_experts * cost_expert(c, 0).bytes,
+                      double(c.n_layers) * active * cost_expert(c, n_tokens).flops};
+    return double(c.n_layers) * layer + experts + cost_lm_head(c, n_tokens);
+}
+
 StageCost cost_prefill(const ModelConfig& c, int n_tokens) {
     int active = c.is_moe() ? c.n_experts_active : 1;
     int experts = c.is_moe() ? c.n_experts : 1;

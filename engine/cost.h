@@ -25,6 +25,11 @@ double cost_dense_bytes(const ModelConfig& c);
 // One decode step (one token): every layer's projections and router, its
 // n_experts_active experts, and lm_head. Bytes = the weights it must read.
 StageCost cost_decode_token(const ModelConfig& c);
+// One decode step of n sequences (one token each, as beam search runs its
+// beams) that sends tokens to routed_experts distinct (layer, expert) pairs
+// in all: every layer's projections and router, each routed expert's
+// weights once, and lm_head.
+StageCost cost_decode_step(const ModelConfig& c, int n_tokens, double routed_experts);
 // Prefill of n tokens, over the expert and projection GEMMs (attention scores
 // excluded): each token visits n_experts_active experts per layer; logits for
 // the last token only.

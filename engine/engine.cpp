@@ -129,6 +129,13 @@ struct Engine::Impl {
         return logits;
     }
 
+    // A request starts: the "last request" statistics start over.
+    void clear_last_stats() {
+        std::lock_guard lock(stats_mutex);
+        stats_last.clear();
+        exec_last.clear();
+    }
+
     void record_stats() {
         std::lock_guard lock(stats_mutex);
         stats_total.merge(stats_step);
@@ -215,11 +222,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
 
     GenerateResult result;
     result.n_prompt = n_prompt;
-    {
-        std::lock_guard lock(m.stats_mutex);
-        m.stats_last.clear();
-        m.exec_last.clear();
-    }
+    m.clear_last_stats();
 
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
@@ -310,10 +313,7 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
                        std::to_string(m.forward.max_batch()));
     BeamResult result;
     result.n_prompt = int(request.prompt.size());
-    {
-        std::lock_guard lock(m.stats_mutex);
-        m.stats_last.clear();
-    }
+    m.clear_last_stats();
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
 

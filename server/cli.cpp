@@ -189,6 +189,7 @@ void print_beam_result(const Engine& engine, const BeamResult& r, const std::opt
                  r.n_steps, r.n_beam_tokens, r.steps_per_s(), r.n_generated(), r.best_tok_s(),
                  best ? best->score : 0.0, r.expert_load.max(), r.expert_load.mean(),
                  finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
+    std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().last).c_str());
 }
 
 }  // namespace

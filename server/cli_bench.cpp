@@ -1,14 +1,17 @@
-// `moe-server bench ceiling|kernels|decode|prefill|server|latency`: benchmarks print
+// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency`: benchmarks print
 // JSON lines holding each figure beside the machine's ceiling measured in the
 // same run, so the ratios hold on a noisy shared machine. Not tests.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
+#include "engine/beam_search.h"
 #include "engine/cost.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -125,10 +128,127 @@ int bench_decode(Args& args, bool prefill) {
     return 0;
 }
 
+// Where the experts of `steps` decode steps ran, per step: the difference
+// of the request's execution statistics after and before them (the prompt's
+// prefill and the first step excluded).
+json placement_per_step(const ExecutionStats& before, const ExecutionStats& after, int steps) {
+    auto runs = [&](ExpertSite site) { return double(after.runs[int(site)] - before.runs[int(site)]) / steps; };
+    auto tokens = [&](ExpertSite site) { return double(after.total_tokens(site) - before.total_tokens(site)); };
+    double all = tokens(ExpertSite::CPU) + tokens(ExpertSite::DEVICE) + tokens(ExpertSite::COPY);
+    return json{{"expert_runs", {{"cpu", runs(ExpertSite::CPU)}, {"device", runs(ExpertSite::DEVICE)},
+                                 {"copy", runs(ExpertSite::COPY)}}},
+                {"copy_mib", double(after.copy_bytes - before.copy_bytes) / steps / (1 << 20)},
+                {"device_share", all > 0 ? (tokens(ExpertSite::DEVICE) + tokens(ExpertSite::COPY)) / all : 0.0}};
+}
+
+// "1,4,8,16" -> {1, 4, 8, 16}, each a beam width.
+std::vector<int> parse_widths(const std::string& text) {
+    std::vector<int> widths;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+        size_t end = text.find(',', pos);
+        if (end == std::string::npos) end = text.size();
+        std::string item = text.substr(pos, end - pos);
+        char* stop = nullptr;
+        long w = std::strtol(item.c_str(), &stop, 10);
+        if (item.empty() || *stop != '\0' || w < 1 || w > BEAM_WIDTH_MAX)
+            throw MoeError("--widths: '" + item + "' is not a beam width in [1, " + std::to_string(BEAM_WIDTH_MAX) +
+                           "] (give a list like 1,4,8,16)");
+        widths.push_back(int(w));
+        pos = end + 1;
+    }
+    return widths;
+}
+
+// `bench beam`: per width, the returned sequence's tok/s, forward passes per
+// second against the roofline of the weights one pass reads (its routed
+// experts counted once each), and the tokens per routed expert per step.
+int bench_beam(Args& args) {
+    EngineOptions o;
+    auto model = args.get("--model");
+    if (!model) throw MoeError("--model is required");
+    o.model_dir = *model;
+    o.threads = bench_threads_flag(args);
+    std::vector<int> widths = parse_widths(args.get("--widths", "1,4,8,16"));
+    int n_tokens = int(args.get_int("--tokens", 32, 2, 1 << 14));
+    int repeats = int(args.get_int("--repeat", 2, 1, 100));
+    auto prompt_text = args.get("--prompt");
+    o.device = parse_device_flags(args);
+    bench_isa_flag(args);
+    args.finish();
+    o.ctx = std::max(256, n_tokens + 512);
+    Engine engine(o);
+    Ceiling ceiling;
+    {
+        ThreadPool pool(engine.threads());
+        ceiling = bench_ceiling(pool, true);
+    }
+    const ModelConfig& c = engine.config();
+    BeamRequest req;
+    if (prompt_text) {
+        req.prompt = engine.tokenizer().encode(*prompt_text);
+        req.prompt.insert(req.prompt.begin(), c.bos_token_id);
+    } else {
+        req.prompt = bench_prompt(engine, 16);
+    }
+    req.max_tokens = n_tokens;
+    req.ignore_eos = true;
+    req.reuse_prefix = false;
+    for (int width : widths) {
+        req.beam_width = width;
+        BeamResult best;
+        ExecutionStats after_first, after_last;  // of the best run: after its first and its last step
+        for (int r = 0; r < repeats; r++) {
+            ExecutionStats first;
+            BeamResult res = engine.beam_search(req, [&](const BeamStep& s) {
+                if (s.step == 0) first = engine.execution_stats().last;
+                return true;
+            });
+            if (r == 0 || res.decode_ms < best.decode_ms) {
+                best = std::move(res);
+                after_first = first;
+                after_last = engine.execution_stats().last;
+            }
+        }
+        const ExpertLoad& load = best.expert_load;
+        uint64_t pairs = 0;
+        for (uint64_t h : load.histogram) pairs += h;
+        double experts_per_step = best.n_steps ? double(pairs) / best.n_steps : 0;
+        double tokens_per_step = best.n_steps ? double(best.n_beam_tokens) / best.n_steps : 0;
+        StageCost step = cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step);
+        double roofline_passes = ceiling.read_gbs * 1e9 / step.bytes;
+        json line{{"bench", "beam"},
+                  {"model", engine.model_id()},
+                  {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()},
+                  {"width", width},
+                  {"prompt_tokens", int(req.prompt.size())},
+                  {"tokens", best.n_generated()},
+                  {"steps", best.n_steps},
+                  {"beam_tokens_per_step", tokens_per_step},
+                  {"best_tok_s", best.best_tok_s()},
+                  {"passes_s", best.steps_per_s()},
+                  {"beam_tok_s", best.decode_ms > 0 ? best.n_beam_tokens * 1000.0 / best.decode_ms : 0},
+                  {"routed_experts_per_step", experts_per_step},
+                  {"weight_bytes_per_pass", step.bytes},
+                  {"read_gbs", ceiling.read_gbs},
+                  {"roofline_passes_s", roofline_passes},
+                  {"ratio_to_roofline", best.steps_per_s() / roofline_passes},
+                  {"expert_tokens_per_step",
+                   {{"max", load.max()}, {"mean", load.mean()}, {"histogram", load.histogram}}}};
+        add_placement_fields(line, engine);
+        if (line.contains("device") && best.n_steps > 1)
+            line["per_step"] = placement_per_step(after_first, after_last, best.n_steps - 1);
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+    }
+    return 0;
+}
+
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
-    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, server, latency");
+    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
@@ -136,6 +256,7 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what == "decode") return bench_decode(args, false);
     if (what == "prefill") return bench_decode(args, true);
     if (what == "latency") return bench_latency(args);
+    if (what == "beam") return bench_beam(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");
