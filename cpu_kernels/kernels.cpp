@@ -170,46 +170,62 @@ void silu_mul(float* a, const float* b, int n) { active_table().silu_mul(a, b, n
 
 namespace {
 
-// K or V rows of positions [0, n_pos): chunks of block_size rows, chunk c at
-// blocks[c] + offset. Contiguous rows are one chunk of n_pos.
+// K or V rows of positions [0, n_pos): blocks of block_size rows, block c
+// at blocks[c] + offset, rows row_stride floats apart. Contiguous rows are
+// one block of n_pos.
 struct KvRows {
     const float* const* blocks;
     long offset;
     int block_size;
-    const float* chunk(int c) const { return blocks[c] + offset; }
+    long row_stride;
+    const float* at(int p0) const { return blocks[p0 / block_size] + offset; }
+    // Positions from p0 (a block start) to the end of the run of blocks
+    // whose rows follow each other in memory, at most n_pos - p0.
+    int run(int p0, int n_pos) const {
+        int c = p0 / block_size, len = block_size;
+        while (p0 + len < n_pos && blocks[c + 1] == blocks[c] + long(block_size) * row_stride) {
+            c++;
+            len += block_size;
+        }
+        return std::min(len, n_pos - p0);
+    }
 };
 
 // Softmax-weighted sum of V for n_q query heads of one kv head over n_pos
-// positions. s: n_q x n_pos scores (overwritten). The scores of each chunk go
-// to their columns of s, so the softmax and the V sum see the same row and
-// order whatever the chunking.
+// positions. s: n_q x n_pos scores (overwritten). The scores of each run of
+// rows go to their columns of s, so the softmax and the V sum see the same
+// row and order however the rows are split.
 void attend_group(const KernelTable& t, float* out, const float* q, KvRows k, KvRows v, int n_pos, int n_q,
-                  int head_dim, int kv_stride, float* s) {
+                  int head_dim, float* s) {
     float scale = 1.0f / std::sqrt(float(head_dim));
-    for (int c = 0, p0 = 0; p0 < n_pos; c++, p0 += k.block_size)
-        t.attn_scores(s + p0, n_pos, q, head_dim, n_q, k.chunk(c), kv_stride, std::min(k.block_size, n_pos - p0),
-                      head_dim, scale);
+    for (int p0 = 0, len = 0; p0 < n_pos; p0 += len) {
+        len = k.run(p0, n_pos);
+        t.attn_scores(s + p0, n_pos, q, head_dim, n_q, k.at(p0), k.row_stride, len, head_dim, scale);
+    }
     for (int g = 0; g < n_q; g++) {
         float* sg = s + long(g) * n_pos;
         float sum = t.exp_sum_f32(sg, n_pos, t.max_f32(sg, n_pos));
         t.scale_f32(sg, 1.0f / sum, n_pos);
     }
     std::fill(out, out + long(n_q) * head_dim, 0.0f);
-    for (int c = 0, p0 = 0; p0 < n_pos; c++, p0 += v.block_size)
-        t.attn_accum(out, head_dim, s + p0, n_pos, n_q, v.chunk(c), kv_stride, std::min(v.block_size, n_pos - p0),
-                     head_dim);
+    for (int p0 = 0, len = 0; p0 < n_pos; p0 += len) {
+        len = v.run(p0, n_pos);
+        t.attn_accum(out, head_dim, s + p0, n_pos, n_q, v.at(p0), v.row_stride, len, head_dim);
+    }
 }
 
 // Every query head of one token, each against its kv head (GQA).
 void attend_heads(float* out, const float* q, KvRows k, KvRows v, int n_pos, int n_heads, int n_kv_heads,
-                  int head_dim, int kv_stride, float* scratch) {
+                  int head_dim, float* scratch) {
     assert(n_pos > 0 && k.block_size > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     const KernelTable& t = active_table();
     int group = n_heads / n_kv_heads;
     for (int h = 0; h < n_heads; h++) {
         long kv_off = long(h / group) * head_dim;
-        attend_group(t, out + long(h) * head_dim, q + long(h) * head_dim, KvRows{k.blocks, k.offset + kv_off, k.block_size},
-                     KvRows{v.blocks, v.offset + kv_off, v.block_size}, n_pos, 1, head_dim, kv_stride, scratch);
+        KvRows kh = k, vh = v;
+        kh.offset += kv_off;
+        vh.offset += kv_off;
+        attend_group(t, out + long(h) * head_dim, q + long(h) * head_dim, kh, vh, n_pos, 1, head_dim, scratch);
     }
 }
 
@@ -217,15 +233,15 @@ void attend_heads(float* out, const float* q, KvRows k, KvRows v, int n_pos, int
 
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
                    int n_kv_heads, int head_dim, int kv_stride, float* scratch) {
-    attend_heads(out, q, KvRows{&k, 0, n_pos}, KvRows{&v, 0, n_pos}, n_pos, n_heads, n_kv_heads, head_dim, kv_stride,
-                 scratch);
+    attend_heads(out, q, KvRows{&k, 0, n_pos, kv_stride}, KvRows{&v, 0, n_pos, kv_stride}, n_pos, n_heads, n_kv_heads,
+                 head_dim, scratch);
 }
 
 void attention_paged(float* out, const float* q, const float* const* blocks, long k_offset, long v_offset,
                      int block_size, int n_pos, int n_heads, int n_kv_heads, int head_dim, int kv_stride,
                      float* scratch) {
-    attend_heads(out, q, KvRows{blocks, k_offset, block_size}, KvRows{blocks, v_offset, block_size}, n_pos, n_heads,
-                 n_kv_heads, head_dim, kv_stride, scratch);
+    attend_heads(out, q, KvRows{blocks, k_offset, block_size, kv_stride}, KvRows{blocks, v_offset, block_size, kv_stride},
+                 n_pos, n_heads, n_kv_heads, head_dim, scratch);
 }
 
 void attention_decode(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
@@ -239,8 +255,8 @@ void attention_decode(float* out, const float* q, const float* k, const float* v
             long off = long(j) * head_dim;
             const float* kj = k + off;
             const float* vj = v + off;
-            attend_group(t, out + off * group, q + off * group, KvRows{&kj, 0, n_pos}, KvRows{&vj, 0, n_pos}, n_pos,
-                         group, head_dim, kv_stride, s);
+            attend_group(t, out + off * group, q + off * group, KvRows{&kj, 0, n_pos, kv_stride},
+                         KvRows{&vj, 0, n_pos, kv_stride}, n_pos, group, head_dim, s);
         }
     });
 }

@@ -37,9 +37,11 @@ void attention_one(float* out, const float* q, const float* k, const float* v, i
 // block_size rows; block b holds positions [b * block_size, (b + 1) *
 // block_size), its K rows start at blocks[b] + k_offset and its V rows at
 // blocks[b] + v_offset (rows kv_stride apart, kv head j at column
-// j * head_dim). Scores go block by block into one scratch row, one softmax,
-// then V block by block: the same arithmetic in the same order as
-// attention_one over contiguous rows, so the results are bitwise equal.
+// j * head_dim). Consecutive blocks whose rows follow each other in memory
+// (blocks[b + 1] == blocks[b] + block_size * kv_stride) are read as one run.
+// Scores go run by run into one scratch row, one softmax, then V run by
+// run: the same arithmetic in the same order as attention_one over
+// contiguous rows, so the results are bitwise equal.
 void attention_paged(float* out, const float* q, const float* const* blocks, long k_offset, long v_offset,
                      int block_size, int n_pos, int n_heads, int n_kv_heads, int head_dim, int kv_stride,
                      float* scratch);

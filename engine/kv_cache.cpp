@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 #include <string>
 
 #include "engine/errors.h"
@@ -12,27 +13,30 @@ namespace {
 
 int blocks_for(int n_pos) { return (n_pos + KV_BLOCK - 1) / KV_BLOCK; }
 
+// Blocks per slab at most: 4096 positions (a slab is one allocation; the
+// engine's first one holds one whole context).
+constexpr int SLAB_BLOCKS_MAX = 256;
+
 }  // namespace
 
 KvCache::KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks)
-    : n_layers_(n_layers), ctx_(ctx), kv_dim_(kv_dim), block_floats_(size_t(n_layers) * 2 * KV_BLOCK * kv_dim) {
+    : n_layers_(n_layers), ctx_(ctx), kv_dim_(kv_dim), slab_blocks_(std::min(blocks_for(ctx), SLAB_BLOCKS_MAX)) {
     assert(n_layers > 0 && n_seqs > 0 && ctx > 0 && kv_dim > 0);
     reserve_seqs(n_seqs);
     reserve_blocks(n_blocks < 0 ? n_seqs * blocks_for(ctx) : n_blocks);
 }
 
 void KvCache::reserve_blocks(int n) {
-    int old = n_blocks();
-    if (n <= old) return;
-    storage_.reserve(n);
-    refs_.resize(n, 0);
-    free_.reserve(n);
-    // New blocks go under the free list: taken after the blocks already
-    // free, lowest id first.
-    std::vector<int> fresh;
-    for (int b = n - 1; b >= old; b--) fresh.push_back(b);
-    free_.insert(free_.begin(), fresh.begin(), fresh.end());
-    for (int b = old; b < n; b++) storage_.push_back(std::make_unique_for_overwrite<float[]>(block_floats_));
+    const size_t slab_floats = size_t(2) * n_layers_ * part_floats();
+    while (n_blocks() < n) {
+        int first = n_blocks();
+        slabs_.push_back(std::make_unique_for_overwrite<float[]>(slab_floats));
+        refs_.resize(first + slab_blocks_, 0);
+        for (int b = first; b < first + slab_blocks_; b++) {
+            free_.push_back(b);
+            std::push_heap(free_.begin(), free_.end(), std::greater<int>());
+        }
+    }
 }
 
 void KvCache::reserve_seqs(int n_seqs) {
@@ -53,6 +57,7 @@ int KvCache::alloc_block() {
     if (free_.empty())
         throw MoeError("KV cache: all " + std::to_string(n_blocks()) + " blocks of " + std::to_string(KV_BLOCK) +
                        " positions are in use");
+    std::pop_heap(free_.begin(), free_.end(), std::greater<int>());
     int b = free_.back();
     free_.pop_back();
     refs_[b] = 1;
@@ -61,7 +66,9 @@ int KvCache::alloc_block() {
 
 void KvCache::release(int block) {
     assert(refs_[block] > 0);
-    if (--refs_[block] == 0) free_.push_back(block);
+    if (--refs_[block] > 0) return;
+    free_.push_back(block);
+    std::push_heap(free_.begin(), free_.end(), std::greater<int>());
 }
 
 void KvCache::prepare_write(int seq, int pos) {
@@ -73,17 +80,18 @@ void KvCache::prepare_write(int seq, int pos) {
     while (int(table.size()) <= b) {
         int id = alloc_block();
         table.push_back(id);
-        bases.push_back(storage_[id].get());
+        bases.push_back(base(id));
     }
     int old = table[b];
     if (refs_[old] == 1) return;
-    // Shared: this sequence gets its own copy of the rows before pos.
+    // Shared: this sequence gets its own copy of the rows before pos, in
+    // every layer's K and V.
     int id = alloc_block();
     const size_t rows = size_t(pos % KV_BLOCK) * kv_dim_;
-    const float* src = storage_[old].get();
-    float* dst = storage_[id].get();
+    const float* src = base(old);
+    float* dst = base(id);
     for (int part = 0; part < 2 * n_layers_; part++) {
-        size_t off = size_t(part) * KV_BLOCK * kv_dim_;
+        long off = part * part_floats();
         std::copy_n(src + off, rows, dst + off);
     }
     release(old);

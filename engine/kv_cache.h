@@ -6,21 +6,26 @@
 // copies that one block (copy-on-write). Blocks are never moved once
 // allocated; the pool grows only through reserve_blocks(), never while a
 // forward pass runs. Must not know about tokens, models or beams.
+//
+// Memory: blocks live in slabs of slab_blocks() blocks, laid out
+// [layer][K or V][block of the slab][position in block][kv_dim], and a free
+// block is always the lowest free id. So a sequence written in one go (a
+// prompt) gets consecutive blocks whose K rows of a layer follow each other
+// in memory, exactly as a contiguous cache: attention reads them as one run.
 #pragma once
 #include <cstddef>
 #include <memory>
 #include <vector>
 
 // Positions per block: a fork shares all full blocks and copies at most the
-// one partial block it writes into; K rows of one layer in a block are
-// contiguous (16 x kv_dim floats), long enough for the attention kernels to
-// stream.
+// one partial block it writes into.
 constexpr int KV_BLOCK = 16;
 
 class KvCache {
 public:
     // n_seqs sequences of up to ctx positions each; a pool of n_blocks blocks
-    // (-1: n_seqs * ceil(ctx / KV_BLOCK), every sequence full with nothing shared).
+    // (-1: n_seqs * ceil(ctx / KV_BLOCK), every sequence full with nothing
+    // shared), rounded up to whole slabs.
     KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks = -1);
 
     // Makes position pos of seq writable: appends blocks up to it and, when
@@ -34,10 +39,11 @@ public:
 
     // Read side: the base pointer of each block of seq, in position order.
     // Layer l's K rows of block b start at blocks(seq)[b] + k_offset(l), its
-    // V rows at + v_offset(l), kv_dim floats apart.
+    // V rows at + v_offset(l), kv_dim floats apart; consecutive blocks of a
+    // slab have bases KV_BLOCK * kv_dim apart (their rows follow each other).
     const float* const* blocks(int seq) const { return bases_[seq].data(); }
-    long k_offset(int layer) const { return long(2 * layer) * KV_BLOCK * kv_dim_; }
-    long v_offset(int layer) const { return long(2 * layer + 1) * KV_BLOCK * kv_dim_; }
+    long k_offset(int layer) const { return long(2 * layer) * part_floats(); }
+    long v_offset(int layer) const { return long(2 * layer + 1) * part_floats(); }
 
     // dst shares the first n_pos positions of src (its old blocks released).
     // Costs O(blocks) integers; no key or value is copied.
@@ -45,34 +51,39 @@ public:
     // Keeps the blocks of seq's first n_pos positions, releases the rest.
     void truncate(int seq, int n_pos);
     void clear(int seq) { truncate(seq, 0); }
-    // Grows the pool to at least n blocks and the sequences to at least
-    // n_seqs (existing blocks and tables stay where they are). Between
-    // forward passes only.
+    // Grows the pool to at least n blocks (whole slabs) and the sequences to
+    // at least n_seqs; existing blocks and tables stay where they are.
+    // Between forward passes only.
     void reserve_blocks(int n);
     void reserve_seqs(int n_seqs);
 
     int blocks_in_use() const { return int(refs_.size() - free_.size()); }
     int n_blocks() const { return int(refs_.size()); }
+    int slab_blocks() const { return slab_blocks_; }
     long cow_copies() const { return cow_copies_; }  // blocks copied on write, since construction
     int ctx() const { return ctx_; }
     int n_seqs() const { return int(tables_.size()); }
     int kv_dim() const { return kv_dim_; }
-    size_t bytes() const { return size_t(n_blocks()) * block_floats_ * sizeof(float); }
+    size_t bytes() const { return size_t(n_blocks()) * 2 * n_layers_ * KV_BLOCK * kv_dim_ * sizeof(float); }
 
 private:
+    // Floats of one (layer, K or V) part of a slab: slab_blocks blocks of rows.
+    long part_floats() const { return long(slab_blocks_) * KV_BLOCK * kv_dim_; }
+    float* base(int block) const {
+        return slabs_[block / slab_blocks_].get() + long(block % slab_blocks_) * KV_BLOCK * kv_dim_;
+    }
     float* row(int layer, int seq, int pos, int kv) {
-        return bases_[seq][pos / KV_BLOCK] + long(2 * layer + kv) * KV_BLOCK * kv_dim_ + long(pos % KV_BLOCK) * kv_dim_;
+        return bases_[seq][pos / KV_BLOCK] + long(2 * layer + kv) * part_floats() + long(pos % KV_BLOCK) * kv_dim_;
     }
     int alloc_block();
     void release(int block);
     void check_seq(int seq) const;
 
-    int n_layers_, ctx_, kv_dim_;
-    size_t block_floats_;                            // n_layers * 2 * KV_BLOCK * kv_dim
-    std::vector<std::unique_ptr<float[]>> storage_;  // one allocation per block, never moved
-    std::vector<int> refs_;                          // per block: sequences holding it
-    std::vector<int> free_;                          // blocks with refs 0 (taken from the back)
-    std::vector<std::vector<int>> tables_;           // per sequence: block ids in position order
-    std::vector<std::vector<float*>> bases_;         // per sequence: their base pointers
+    int n_layers_, ctx_, kv_dim_, slab_blocks_;
+    std::vector<std::unique_ptr<float[]>> slabs_;  // never moved once allocated
+    std::vector<int> refs_;                        // per block: sequences holding it
+    std::vector<int> free_;                        // blocks with refs 0: a min-heap, lowest id first
+    std::vector<std::vector<int>> tables_;         // per sequence: block ids in position order
+    std::vector<std::vector<float*>> bases_;       // per sequence: their base pointers
     long cow_copies_ = 0;
 };

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
@@ -132,44 +133,51 @@ TEST_CASE("attention_one and attention_decode match naive attention", "[kernels]
     });
 }
 
-TEST_CASE("attention_paged over scattered blocks equals attention_one bit for bit", "[kernels]") {
+TEST_CASE("attention_paged over blocks in any order equals attention_one bit for bit", "[kernels]") {
     std::mt19937 rng(15);
     for_each_native_isa([&](Isa) {
         for (auto [n_heads, n_kv_heads, head_dim] : {std::tuple{4, 4, 16}, std::tuple{8, 2, 64}, std::tuple{6, 3, 10}})
             for (int block_size : {1, 16, 64})
-                for (int n_pos : {1, 15, 16, 17, 70}) {
-                    INFO("heads " << n_heads << "/" << n_kv_heads << " head_dim " << head_dim << " block " << block_size
-                                  << " positions " << n_pos);
-                    int kv_stride = n_kv_heads * head_dim + 3;
-                    auto q = rand_f32(rng, size_t(n_heads) * head_dim, 2.0f);
-                    auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
-                    // Blocks of [K rows | V rows] in a shuffled pool, with an
-                    // offset in front, as a paged cache lays them out.
-                    int n_blocks = (n_pos + block_size - 1) / block_size;
-                    long k_offset = 7, v_offset = k_offset + long(block_size) * kv_stride;
-                    long block_floats = v_offset + long(block_size) * kv_stride;
-                    std::vector<int> slot(n_blocks);
-                    for (int b = 0; b < n_blocks; b++) slot[b] = b;
-                    std::shuffle(slot.begin(), slot.end(), rng);
-                    std::vector<float> pool(size_t(n_blocks) * block_floats, NAN);
-                    std::vector<const float*> blocks(n_blocks);
-                    for (int b = 0; b < n_blocks; b++) blocks[b] = pool.data() + slot[b] * block_floats;
-                    for (int p = 0; p < n_pos; p++) {
-                        float* base = pool.data() + slot[p / block_size] * block_floats;
-                        long row = long(p % block_size) * kv_stride;
-                        std::copy_n(k.data() + size_t(p) * kv_stride, kv_stride, base + k_offset + row);
-                        std::copy_n(v.data() + size_t(p) * kv_stride, kv_stride, base + v_offset + row);
+                for (int n_pos : {1, 15, 16, 17, 70, 200})
+                    for (const char* order : {"shuffled", "in order", "two runs"}) {
+                        INFO("heads " << n_heads << "/" << n_kv_heads << " head_dim " << head_dim << " block "
+                                      << block_size << " positions " << n_pos << " blocks " << order);
+                        int kv_stride = n_kv_heads * head_dim + 3;
+                        auto q = rand_f32(rng, size_t(n_heads) * head_dim, 2.0f);
+                        auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f);
+                        auto v = rand_f32(rng, size_t(n_pos) * kv_stride);
+                        // A pool laid out as a paged cache lays out one
+                        // layer: all blocks' K rows, then all their V rows
+                        // (after 7 floats of something else). Block b sits
+                        // in slot[b]; slots in order make one run.
+                        int n_blocks = (n_pos + block_size - 1) / block_size;
+                        long block_floats = long(block_size) * kv_stride;
+                        long k_offset = 7, v_offset = k_offset + n_blocks * block_floats;
+                        std::vector<int> slot(n_blocks);
+                        for (int b = 0; b < n_blocks; b++) slot[b] = b;
+                        if (std::string(order) == "shuffled") std::shuffle(slot.begin(), slot.end(), rng);
+                        if (std::string(order) == "two runs") std::rotate(slot.begin(), slot.begin() + n_blocks / 2, slot.end());
+                        std::vector<float> pool(size_t(v_offset + n_blocks * block_floats), NAN);
+                        std::vector<const float*> blocks(n_blocks);
+                        for (int b = 0; b < n_blocks; b++) blocks[b] = pool.data() + slot[b] * block_floats;
+                        for (int p = 0; p < n_pos; p++) {
+                            const float* base = blocks[p / block_size];
+                            long row = long(p % block_size) * kv_stride;
+                            std::copy_n(k.data() + size_t(p) * kv_stride, kv_stride,
+                                        const_cast<float*>(base) + k_offset + row);
+                            std::copy_n(v.data() + size_t(p) * kv_stride, kv_stride,
+                                        const_cast<float*>(base) + v_offset + row);
+                        }
+                        std::vector<float> want(size_t(n_heads) * head_dim), got(want.size()), scratch(n_pos);
+                        attention_one(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
+                                      kv_stride, scratch.data());
+                        attention_paged(got.data(), q.data(), blocks.data(), k_offset, v_offset, block_size, n_pos,
+                                        n_heads, n_kv_heads, head_dim, kv_stride, scratch.data());
+                        REQUIRE(got == want);
+                        auto ref = attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
+                                                 kv_stride);
+                        for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(got[e] - ref[e]) <= 1e-5);
                     }
-                    std::vector<float> want(size_t(n_heads) * head_dim), got(want.size()), scratch(n_pos);
-                    attention_one(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
-                                  kv_stride, scratch.data());
-                    attention_paged(got.data(), q.data(), blocks.data(), k_offset, v_offset, block_size, n_pos,
-                                    n_heads, n_kv_heads, head_dim, kv_stride, scratch.data());
-                    REQUIRE(got == want);
-                    auto ref =
-                        attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim, kv_stride);
-                    for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(got[e] - ref[e]) <= 1e-5);
-                }
     });
 }
 

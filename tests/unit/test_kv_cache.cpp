@@ -48,15 +48,30 @@ bool rows_are(const KvCache& c, int seq, int from, int to, int writer) {
 
 TEST_CASE("kv cache: writes allocate blocks in order and read back through the block table", "[kv_cache]") {
     KvCache c(LAYERS, 2, 100, KV_DIM);
-    REQUIRE(c.n_blocks() == 2 * 7);  // ceil(100 / 16) per sequence
+    REQUIRE(c.slab_blocks() == 7);  // ceil(100 / 16): one context per slab
+    REQUIRE(c.n_blocks() == 2 * 7);
     REQUIRE(c.blocks_in_use() == 0);
     write_rows(c, 0, 0, 40, 1);
     REQUIRE(c.blocks_in_use() == 3);
     REQUIRE(rows_are(c, 0, 0, 40, 1));
+    // Written in one go: consecutive blocks whose rows follow each other
+    // (attention reads them as one run, like a contiguous cache).
+    for (int b = 0; b < 2; b++) {
+        REQUIRE(c.blocks(0)[b + 1] == c.blocks(0)[b] + KV_BLOCK * KV_DIM);
+        REQUIRE(c.k(1, 0, 16 * b + 15) + KV_DIM == c.k(1, 0, 16 * (b + 1)));
+        REQUIRE(c.v(0, 0, 16 * b + 15) + KV_DIM == c.v(0, 0, 16 * (b + 1)));
+    }
     write_rows(c, 1, 0, 5, 2);
     REQUIRE(c.blocks_in_use() == 4);
     REQUIRE(rows_are(c, 0, 0, 40, 1));
     REQUIRE(rows_are(c, 1, 0, 5, 2));
+    // Freed blocks are handed out again lowest first: sequence 1 holds
+    // block 3, then gets blocks 0 and 1 back.
+    c.clear(0);
+    write_rows(c, 1, 5, 40, 2);
+    REQUIRE(c.blocks(1)[1] == c.blocks(1)[0] - 3 * KV_BLOCK * KV_DIM);
+    REQUIRE(c.blocks(1)[2] == c.blocks(1)[1] + KV_BLOCK * KV_DIM);
+    REQUIRE(rows_are(c, 1, 0, 40, 2));
 }
 
 TEST_CASE("kv cache: a fork shares blocks and a write copies exactly one block", "[kv_cache]") {
@@ -125,7 +140,7 @@ TEST_CASE("kv cache: releasing the last holder frees a block; truncate and clear
 }
 
 TEST_CASE("kv cache: the pool grows on request and an exhausted pool is a clear error", "[kv_cache]") {
-    KvCache c(LAYERS, 2, 64, KV_DIM, 2);
+    KvCache c(LAYERS, 2, 32, KV_DIM, 2);  // slabs of 2 blocks, one of them
     write_rows(c, 0, 0, 32, 1);
     REQUIRE(c.blocks_in_use() == 2);
     const float* first = c.blocks(0)[0];
