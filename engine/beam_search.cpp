@@ -65,7 +65,10 @@ public:
             std::sort(allowed_.begin(), allowed_.end());
             allowed_.erase(std::unique(allowed_.begin(), allowed_.end()), allowed_.end());
         }
-        order_.resize(allowed_.size());
+        order_.resize(allowed_.size() * size_t(model.pool.size()));
+        top_.resize(size_t(width_) * width_);
+        n_top_.resize(width_);
+        lse_.resize(width_);
         for (int s = width_ - 1; s >= 0; s--) free_seqs_.push_back(model.first_seq + s);
         batch_.reserve(width_);
     }
@@ -113,26 +116,22 @@ private:
     // them), turned into children: finished ones go to finished_, the live
     // ones are returned with parent_ set.
     std::vector<Beam> select(const float* logits) {
+        const int n_live = int(live_.size());
+        const int k = std::min<int>(width_, int(allowed_.size()));
+        // Per beam, in parallel: its log-sum-exp and its k best tokens.
+        m_.pool.run([&](int thread) {
+            int* order = order_.data() + size_t(thread) * allowed_.size();
+            for (int i = thread; i < n_live; i += m_.pool.size()) rank_beam(i, logits + size_t(i) * vocab_, k, order);
+        });
         candidates_.clear();
         int greedy_beam = -1, greedy_token = -1;
-        const int k = std::min<int>(width_, int(allowed_.size()));
-        for (int i = 0; i < int(live_.size()); i++) {
-            const float* row = logits + size_t(i) * vocab_;
-            double lse = log_sum_exp(row);
-            std::copy(allowed_.begin(), allowed_.end(), order_.begin());
-            std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [row](int a, int b) {
-                double ka = logit_key(row[a]), kb = logit_key(row[b]);
-                return ka > kb || (ka == kb && a < b);
-            });
-            for (int j = 0; j < k; j++) {
-                int t = order_[j];
-                double key = logit_key(row[t]);
-                if (key == NEG_INF) break;
-                candidates_.push_back({i, t, live_[i].logprob + (key - lse)});
-            }
-            if (live_[i].greedy && logit_key(row[order_[0]]) > NEG_INF) {
+        for (int i = 0; i < n_live; i++) {
+            if (!std::isfinite(lse_[i])) throw MoeError("beam search: logits of a beam are all -inf or NaN, or hold +inf");
+            const Candidate* top = top_.data() + size_t(i) * width_;
+            candidates_.insert(candidates_.end(), top, top + n_top_[i]);
+            if (live_[i].greedy && n_top_[i] > 0) {
                 greedy_beam = i;
-                greedy_token = order_[0];
+                greedy_token = top[0].token;
             }
         }
         if (candidates_.empty()) throw MoeError("beam search: every allowed token has a -inf or NaN logit");
@@ -145,11 +144,7 @@ private:
             bool kept = std::any_of(candidates_.begin(), candidates_.end(), [&](const Candidate& c) {
                 return c.beam == greedy_beam && c.token == greedy_token;
             });
-            if (!kept) {
-                const float* row = logits + size_t(greedy_beam) * vocab_;
-                candidates_.back() = {greedy_beam, greedy_token,
-                                      live_[greedy_beam].logprob + (logit_key(row[greedy_token]) - log_sum_exp(row))};
-            }
+            if (!kept) candidates_.back() = top_[size_t(greedy_beam) * width_];
         }
 
         std::vector<Beam> next;
@@ -185,13 +180,33 @@ private:
         return next;
     }
 
-    double log_sum_exp(const float* row) const {
-        double mx = NEG_INF;
-        for (int v = 0; v < vocab_; v++) mx = std::max(mx, logit_key(row[v]));
-        if (mx == NEG_INF) throw MoeError("beam search: every logit is -inf or NaN");
+    // Beam i's log-sum-exp (-inf when every logit is -inf or NaN) and its k
+    // best allowed tokens with finite logits, best first. The terms are
+    // float exponentials (each within an ulp) summed in double: the sum is
+    // as exact as the fp32 logits.
+    void rank_beam(int i, const float* row, int k, int* order) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int v = 0; v < vocab_; v++)
+            if (row[v] > mx) mx = row[v];  // NaN never compares greater
         double sum = 0;
-        for (int v = 0; v < vocab_; v++) sum += std::exp(logit_key(row[v]) - mx);
-        return mx + std::log(sum);
+        if (std::isfinite(mx))
+            for (int v = 0; v < vocab_; v++)
+                if (!std::isnan(row[v])) sum += double(std::exp(row[v] - mx));
+        const double lse = std::isfinite(mx) ? double(mx) + std::log(sum) : (mx > 0 ? NAN : NEG_INF);
+        lse_[i] = lse;
+        std::copy(allowed_.begin(), allowed_.end(), order);
+        std::partial_sort(order, order + k, order + allowed_.size(), [row](int a, int b) {
+            double ka = logit_key(row[a]), kb = logit_key(row[b]);
+            return ka > kb || (ka == kb && a < b);
+        });
+        Candidate* top = top_.data() + size_t(i) * width_;
+        int n = 0;
+        for (int j = 0; j < k && lse > NEG_INF; j++) {
+            double key = logit_key(row[order[j]]);
+            if (key == NEG_INF) break;
+            top[n++] = {i, order[j], live_[i].logprob + (key - lse)};
+        }
+        n_top_[i] = n;
     }
 
     double score(double logprob, int length) const {
@@ -274,7 +289,10 @@ private:
     const int prompt_seq_, width_, n_prompt_, vocab_;
     const int max_length_;  // a hypothesis ends at this many scored tokens
     std::vector<int> allowed_;  // candidate tokens, ascending
-    std::vector<int> order_;    // scratch: allowed_ partially sorted by logit
+    std::vector<int> order_;    // per pool thread: allowed_ partially sorted by logit
+    std::vector<Candidate> top_;   // per live beam: its best candidates (width_ slots)
+    std::vector<int> n_top_;       // per live beam: how many
+    std::vector<double> lse_;      // per live beam: log-sum-exp of its logits
     std::vector<Candidate> candidates_;
     std::vector<Beam> live_;
     std::vector<int> parents_;  // for each beam select() returned: its parent's index in live_

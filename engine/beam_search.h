@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernels/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
@@ -94,6 +95,7 @@ struct BeamModel {
     // One forward pass; the routed counts of that pass are in step_stats after it.
     std::function<const float*(const Batch&)> forward;
     const RoutingStats& step_stats;
+    ThreadPool& pool;  // ranks the beams' candidates in parallel
 };
 
 // The decode part of beam search. The prompt's keys and values are in

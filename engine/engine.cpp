@@ -334,7 +334,7 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
                         m.record_stats();
                         return l;
                     },
-                    m.stats_step};
+                    m.stats_step, m.pool};
     beam_search_decode(model, request, 0, logits, on_step, result);
     return result;
 }
