@@ -33,13 +33,15 @@ using Clock = std::chrono::steady_clock;
 constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
 
 // NaN logits rank as -inf.
-double logit_key(float x) { return std::isnan(x) ? NEG_INF : double(x); }
+double logit_key(float x) {
+    return std::isnan(x) ? NEG_INF : double(x);
+}
 
 struct Beam {
     std::vector<int> tokens;  // generated so far
     double logprob = 0;
-    int seq = -1;             // KV-cache sequence
-    bool greedy = false;      // every token so far was its parent's argmax
+    int seq = -1;         // KV-cache sequence
+    bool greedy = false;  // every token so far was its parent's argmax
     Detokenizer detok;
     StopMatcher stops;
     std::string text;  // emitted so far
@@ -54,8 +56,13 @@ struct Candidate {
 class BeamDecoder {
 public:
     BeamDecoder(BeamModel& model, const BeamRequest& request, int prompt_seq, BeamResult& result)
-        : m_(model), r_(request), result_(result), prompt_seq_(prompt_seq), width_(request.beam_width),
-          n_prompt_(int(request.prompt.size())), vocab_(model.config.vocab_size),
+        : m_(model),
+          r_(request),
+          result_(result),
+          prompt_seq_(prompt_seq),
+          width_(request.beam_width),
+          n_prompt_(int(request.prompt.size())),
+          vocab_(model.config.vocab_size),
           max_length_(std::min(request.max_tokens, model.cache.ctx() - n_prompt_ + 1)) {
         if (r_.allowed_tokens.empty()) {
             allowed_.resize(vocab_);
@@ -126,7 +133,8 @@ private:
         candidates_.clear();
         int greedy_beam = -1, greedy_token = -1;
         for (int i = 0; i < n_live; i++) {
-            if (!std::isfinite(lse_[i])) throw MoeError("beam search: logits of a beam are all -inf or NaN, or hold +inf");
+            if (!std::isfinite(lse_[i]))
+                throw MoeError("beam search: logits of a beam are all -inf or NaN, or hold +inf");
             const Candidate* top = top_.data() + size_t(i) * width_;
             candidates_.insert(candidates_.end(), top, top + n_top_[i]);
             if (live_[i].greedy && n_top_[i] > 0) {
@@ -151,8 +159,13 @@ private:
         parents_.clear();
         for (const Candidate& c : candidates_) {
             const Beam& parent = live_[c.beam];
-            Beam child{parent.tokens, c.logprob, -1, parent.greedy && c.beam == greedy_beam && c.token == greedy_token,
-                       parent.detok, parent.stops, parent.text};
+            Beam child{parent.tokens,
+                       c.logprob,
+                       -1,
+                       parent.greedy && c.beam == greedy_beam && c.token == greedy_token,
+                       parent.detok,
+                       parent.stops,
+                       parent.text};
             const int length = int(parent.tokens.size()) + 1;
             if (is_eos(c.token)) {
                 auto r = child.stops.push(child.detok.flush());
@@ -274,8 +287,7 @@ private:
     // One forward pass: every live beam's newest token at its position.
     const float* forward() {
         batch_.clear();
-        for (const Beam& b : live_)
-            batch_.add(b.tokens.back(), n_prompt_ + int(b.tokens.size()) - 1, b.seq, true);
+        for (const Beam& b : live_) batch_.add(b.tokens.back(), n_prompt_ + int(b.tokens.size()) - 1, b.seq, true);
         const float* logits = m_.forward(batch_);
         result_.n_steps++;
         result_.n_beam_tokens += batch_.size();
@@ -287,12 +299,12 @@ private:
     const BeamRequest& r_;
     BeamResult& result_;
     const int prompt_seq_, width_, n_prompt_, vocab_;
-    const int max_length_;  // a hypothesis ends at this many scored tokens
-    std::vector<int> allowed_;  // candidate tokens, ascending
-    std::vector<int> order_;    // per pool thread: allowed_ partially sorted by logit
-    std::vector<Candidate> top_;   // per live beam: its best candidates (width_ slots)
-    std::vector<int> n_top_;       // per live beam: how many
-    std::vector<double> lse_;      // per live beam: log-sum-exp of its logits
+    const int max_length_;        // a hypothesis ends at this many scored tokens
+    std::vector<int> allowed_;    // candidate tokens, ascending
+    std::vector<int> order_;      // per pool thread: allowed_ partially sorted by logit
+    std::vector<Candidate> top_;  // per live beam: its best candidates (width_ slots)
+    std::vector<int> n_top_;      // per live beam: how many
+    std::vector<double> lse_;     // per live beam: log-sum-exp of its logits
     std::vector<Candidate> candidates_;
     std::vector<Beam> live_;
     std::vector<int> parents_;  // for each beam select() returned: its parent's index in live_
@@ -329,6 +341,19 @@ double ExpertLoad::mean() const {
         pairs += histogram[c];
     }
     return pairs ? double(tokens) / double(pairs) : 0.0;
+}
+
+BeamRequest beam_request_from(const GenerateRequest& g, int beam_width, float length_penalty, int num_return) {
+    BeamRequest b;
+    b.prompt = g.prompt;
+    b.beam_width = beam_width;
+    b.length_penalty = length_penalty;
+    b.num_return = num_return;
+    b.max_tokens = g.max_tokens;
+    b.stop = g.stop;
+    b.ignore_eos = g.ignore_eos;
+    b.reuse_prefix = g.reuse_prefix;
+    return b;
 }
 
 void beam_request_check(const BeamRequest& r, int vocab_size) {

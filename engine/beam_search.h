@@ -22,14 +22,14 @@
 constexpr int BEAM_WIDTH_MAX = 32;
 
 struct BeamRequest {
-    std::vector<int> prompt;       // BOS included when wanted
-    int beam_width = 4;            // beams kept per step, 1..BEAM_WIDTH_MAX
-    float length_penalty = 1.0f;   // alpha >= 0: a finished hypothesis scores logprob / length^alpha
-    int num_return = 1;            // best hypotheses returned, 1..beam_width
-    int max_tokens = 256;          // generated tokens at most (EOS counted)
-    std::vector<std::string> stop; // a stop string ends a hypothesis (its text cut before it)
-    bool ignore_eos = false;       // EOS is then an ordinary token
-    bool reuse_prefix = true;      // reuse the KV cache of the previous request's common prefix
+    std::vector<int> prompt;        // BOS included when wanted
+    int beam_width = 4;             // beams kept per step, 1..BEAM_WIDTH_MAX
+    float length_penalty = 1.0f;    // alpha >= 0: a finished hypothesis scores logprob / length^alpha
+    int num_return = 1;             // best hypotheses returned, 1..beam_width
+    int max_tokens = 256;           // generated tokens at most (EOS counted)
+    std::vector<std::string> stop;  // a stop string ends a hypothesis (its text cut before it)
+    bool ignore_eos = false;        // EOS is then an ordinary token
+    bool reuse_prefix = true;       // reuse the KV cache of the previous request's common prefix
     // Empty: every token may be chosen. Otherwise only these ids are
     // candidates (tests, constrained decoding); scores stay the model's
     // log-softmax over the full vocabulary.
@@ -53,8 +53,8 @@ struct ExpertLoad {
     std::vector<double> step_mean;    // per step
     std::vector<uint64_t> histogram;  // [c], c = 0..BEAM_WIDTH_MAX; [0] stays 0
     void add_step(const RoutingStats& step);
-    int max() const;                  // over all steps
-    double mean() const;              // routed (token, expert) pairs / (step, layer, expert) triples that got tokens
+    int max() const;      // over all steps
+    double mean() const;  // routed (token, expert) pairs / (step, layer, expert) triples that got tokens
 };
 
 // What on_step sees after each decode step's forward pass.
@@ -67,20 +67,24 @@ struct BeamStep {
 };
 
 struct BeamResult {
-    std::vector<BeamHypothesis> hypotheses;  // best first, num_return of them (fewer when fewer finished)
+    std::vector<BeamHypothesis> hypotheses;           // best first, num_return of them (fewer when fewer finished)
     FinishReason finish_reason = FinishReason::STOP;  // the best's, or CANCELLED
     int n_prompt = 0;
-    int n_cached = 0;         // prompt tokens whose KV was reused
-    int n_steps = 0;          // decode forward passes
-    long n_beam_tokens = 0;   // tokens those passes ran (live beams summed over steps)
+    int n_cached = 0;        // prompt tokens whose KV was reused
+    int n_steps = 0;         // decode forward passes
+    long n_beam_tokens = 0;  // tokens those passes ran (live beams summed over steps)
     double prefill_ms = 0;
-    double decode_ms = 0;     // first to last decode step, selection included
+    double decode_ms = 0;  // first to last decode step, selection included
     ExpertLoad expert_load;
     int n_generated() const { return hypotheses.empty() ? 0 : int(hypotheses[0].tokens.size()); }
     double steps_per_s() const { return decode_ms > 0 ? n_steps * 1000.0 / decode_ms : 0; }
     // Tokens of the returned (best) sequence per second of decoding.
     double best_tok_s() const { return decode_ms > 0 ? n_generated() * 1000.0 / decode_ms : 0; }
 };
+
+// A beam request with the prompt, max_tokens, stop strings, ignore_eos and
+// reuse_prefix of a sampling request (its sampling parameters do not apply).
+BeamRequest beam_request_from(const GenerateRequest& g, int beam_width, float length_penalty, int num_return);
 
 // Throws MoeError naming the field when a parameter is out of range
 // (width, penalty, num_return, max_tokens, allowed token ids).
@@ -104,4 +108,3 @@ struct BeamModel {
 // beams' sequences empty.
 void beam_search_decode(BeamModel& model, const BeamRequest& request, int prompt_seq, const float* logits,
                         const std::function<bool(const BeamStep&)>& on_step, BeamResult& result);
-

@@ -11,7 +11,9 @@
 
 namespace {
 
-int blocks_for(int n_pos) { return (n_pos + KV_BLOCK - 1) / KV_BLOCK; }
+int blocks_for(int n_pos) {
+    return (n_pos + KV_BLOCK - 1) / KV_BLOCK;
+}
 
 // Blocks per slab at most: 4096 positions (a slab is one allocation; the
 // engine's first one holds one whole context).

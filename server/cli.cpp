@@ -227,14 +227,7 @@ int cli_generate(const std::vector<std::string>& words) {
         request.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
     }
     if (beam.width > 0) {
-        BeamRequest b;
-        b.prompt = request.prompt;
-        b.beam_width = beam.width;
-        b.length_penalty = beam.length_penalty;
-        b.num_return = beam.num_return;
-        b.max_tokens = request.max_tokens;
-        b.stop = request.stop;
-        b.ignore_eos = request.ignore_eos;
+        BeamRequest b = beam_request_from(request, beam.width, beam.length_penalty, beam.num_return);
         print_beam_result(engine, engine.beam_search(b, [](const BeamStep&) { return true; }), prompt);
         return 0;
     }

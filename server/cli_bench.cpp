@@ -49,6 +49,14 @@ std::vector<int> bench_prompt(const Engine& engine, int n) {
     return ids;
 }
 
+// The machine's ceilings with the engine's thread count, measured on a pool
+// of its own that is gone before the engine runs (idle workers spin a while
+// after each job and would compete with the engine's threads).
+Ceiling engine_ceiling(const Engine& engine) {
+    ThreadPool pool(engine.threads());
+    return bench_ceiling(pool, true);
+}
+
 // With --emulate-gpu: the dry run's placement and where the last run's
 // experts went (the speed of an emulated device means nothing).
 void add_placement_fields(json& line, const Engine& engine) {
@@ -80,13 +88,7 @@ int bench_decode(Args& args, bool prefill) {
     o.ctx = std::max(256, n_tokens + 64);
     o.max_batch = prefill ? std::max(512, n_tokens) : 512;
     Engine engine(o);
-    Ceiling ceiling;
-    {
-        // Its own pool, gone before the engine runs: idle workers spin a
-        // while after each job and would compete with the engine's threads.
-        ThreadPool pool(engine.threads());
-        ceiling = bench_ceiling(pool, true);
-    }
+    Ceiling ceiling = engine_ceiling(engine);
     const ModelConfig& c = engine.config();
 
     GenerateRequest req;
@@ -178,11 +180,7 @@ int bench_beam(Args& args) {
     args.finish();
     o.ctx = std::max(256, n_tokens + 512);
     Engine engine(o);
-    Ceiling ceiling;
-    {
-        ThreadPool pool(engine.threads());
-        ceiling = bench_ceiling(pool, true);
-    }
+    Ceiling ceiling = engine_ceiling(engine);
     const ModelConfig& c = engine.config();
     BeamRequest req;
     if (prompt_text) {

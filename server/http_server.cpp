@@ -449,30 +449,22 @@ struct HttpServer::Impl {
                                " tokens, which leaves no room for a reply. Shorten the " + what +
                                " or start the server with a larger --ctx.",
                            what, "context_length_exceeded");
-        const int max_tokens = std::min(o.max_tokens.value_or(ctx - n_prompt), ctx - n_prompt);
+        GenerateRequest g;
+        g.prompt = std::move(prompt);
+        g.sampling = o.sampling;
+        g.max_tokens = std::min(o.max_tokens.value_or(ctx - n_prompt), ctx - n_prompt);
+        g.stop = o.stop;
+        g.ignore_eos = o.ignore_eos;
+        g.top_logprobs = o.top_logprobs;
+        g.reuse_prefix = o.cache_prompt;
+
         const bool is_chat = endpoint == Endpoint::CHAT;
         std::shared_ptr<Task> task;
         if (o.beam_width > 0) {
-            BeamRequest b;
-            b.prompt = std::move(prompt);
-            b.beam_width = o.beam_width;
-            b.length_penalty = o.length_penalty;
-            b.num_return = o.n;
-            b.max_tokens = max_tokens;
-            b.stop = o.stop;
-            b.ignore_eos = o.ignore_eos;
-            b.reuse_prefix = o.cache_prompt;
+            BeamRequest b = beam_request_from(g, o.beam_width, o.length_penalty, o.n);
             task = std::make_shared<Task>(
                 [this, b, is_chat](Engine& engine_, Task& t) { run_beam_search(engine_, t, b, is_chat); });
         } else {
-            GenerateRequest g;
-            g.prompt = std::move(prompt);
-            g.sampling = o.sampling;
-            g.max_tokens = max_tokens;
-            g.stop = o.stop;
-            g.ignore_eos = o.ignore_eos;
-            g.top_logprobs = o.top_logprobs;
-            g.reuse_prefix = o.cache_prompt;
             task = std::make_shared<Task>(
                 [this, g, is_chat](Engine& engine_, Task& t) { run_generation(engine_, t, g, is_chat); });
         }

@@ -10,9 +10,8 @@
 // prefill of prompt + prefix per prefix) and its own log-softmax in double,
 // so it shares only the forward pass with the engine. Batches of other
 // sizes round differently in the last bits: scores are compared to 1e-5.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -45,7 +44,8 @@ Engine make_engine(const char* preset, int ctx = 256) {
 }
 
 BeamResult beam(Engine& e, const BeamRequest& r, const std::function<bool(const BeamStep&)>& on_step = nullptr) {
-    return e.beam_search(r, on_step ? on_step : [](const BeamStep&) { return true; });
+    return e.beam_search(
+        r, on_step ? on_step : [](const BeamStep&) { return true; });
 }
 
 // log p(next token | prompt + prefix) for every token, from a fresh
@@ -53,9 +53,11 @@ BeamResult beam(Engine& e, const BeamRequest& r, const std::function<bool(const 
 class BruteForce {
 public:
     explicit BruteForce(const std::filesystem::path& dir)
-        : config_(model_config_load(dir)), weights_(weights_load(config_, dir)),
+        : config_(model_config_load(dir)),
+          weights_(weights_load(config_, dir)),
           cache_(config_.n_layers, 1, 128, config_.n_kv_heads * config_.head_dim),
-          executor_(config_, weights_, pool_, 128), forward_(config_, weights_, cache_, executor_, pool_, 128, 1) {}
+          executor_(config_, weights_, pool_, 128),
+          forward_(config_, weights_, cache_, executor_, pool_, 128, 1) {}
 
     const std::vector<double>& next_logprobs(const std::vector<int>& prompt, const std::vector<int>& prefix) {
         std::vector<int> key = prompt;
@@ -92,7 +94,9 @@ struct Scored {
     double score = 0;
 };
 
-double penalised(double logprob, int length, double alpha) { return logprob / std::pow(double(length), alpha); }
+double penalised(double logprob, int length, double alpha) {
+    return logprob / std::pow(double(length), alpha);
+}
 
 // Every sequence beam search could return: up to max_len tokens from
 // `allowed`, ended by EOS (when allowed and not ignored) or by the length.
@@ -291,8 +295,7 @@ TEST_CASE("narrow beams never score below greedy decoding", "[beam]") {
     // A case (found by a scan on the tiny model) where width 2 without the
     // greedy-path protection drops the greedy prefix and ends at -96.9
     // against greedy's -94.6.
-    std::vector<int> prompt{1}, allowed;
-    for (int i = 1; i < 4; i++) prompt.push_back(100 + (i * 7919 + 11 * 104729) % 31000);
+    std::vector<int> prompt = prompt_tokens(4, 11), allowed;
     for (int j = 0; j < 6; j++) allowed.push_back(300 + (j * 4909 + 11 * 811) % 31000);
     BeamRequest r;
     r.prompt = prompt;

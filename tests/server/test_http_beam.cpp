@@ -74,8 +74,12 @@ TEST_CASE("beam search over HTTP: n best choices, greedy at width 1, timings and
 
     // Text completions take the same fields.
     JsonReply t = post_json(c, "/v1/completions",
-                            {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"beam_width", 3}, {"n", 2},
-                             {"length_penalty", 0}, {"ignore_eos", true}});
+                            {{"prompt", "Once upon a time"},
+                             {"max_tokens", 6},
+                             {"beam_width", 3},
+                             {"n", 2},
+                             {"length_penalty", 0},
+                             {"ignore_eos", true}});
     INFO(t.raw);
     REQUIRE(t.status == 200);
     REQUIRE(t.body["choices"].size() == 2);
@@ -94,8 +98,7 @@ TEST_CASE("beam search over HTTP: n best choices, greedy at width 1, timings and
     CHECK(metric_value(c, "moe_beam_last_expert_tokens_max") >= 1);
 }
 
-TEST_CASE("streamed beam search: one delta per choice with the whole hypothesis, then finish and [DONE]",
-          "[server]") {
+TEST_CASE("streamed beam search: one delta per choice with the whole hypothesis, then finish and [DONE]", "[server]") {
     ServerProcess server(test_model_dir("tiny"));
     auto c = server.client();
     json base = chat_body({{"beam_width", 3}, {"n", 2}});
