@@ -382,6 +382,32 @@ TEST_CASE("all live beams run as one batch per step; expert load per step is rec
     REQUIRE(load.mean() > 1.0);
 }
 
+TEST_CASE("beam search with experts on the emulated device returns the same hypotheses", "[beam]") {
+    EngineOptions o;
+    o.model_dir = test_model_dir("small");
+    o.threads = 2;
+    o.ctx = 128;
+    Engine cpu(o);
+    o.device.emulate_gpu_expert_share = 0.5;
+    Engine hybrid(o);
+    BeamRequest r;
+    r.prompt = prompt_tokens(11, 60);
+    r.beam_width = 8;
+    r.num_return = 8;
+    r.max_tokens = 9;
+    r.ignore_eos = true;
+    BeamResult a = beam(cpu, r), b = beam(hybrid, r);
+    REQUIRE(a.hypotheses.size() == 8);
+    REQUIRE(b.hypotheses.size() == a.hypotheses.size());
+    for (size_t i = 0; i < a.hypotheses.size(); i++) {
+        REQUIRE(b.hypotheses[i].tokens == a.hypotheses[i].tokens);
+        REQUIRE(b.hypotheses[i].score == a.hypotheses[i].score);  // bitwise: placement never changes a sum
+    }
+    ExecutionStats s = hybrid.execution_stats().last;
+    REQUIRE(s.total_tokens(ExpertSite::DEVICE) + s.total_tokens(ExpertSite::COPY) > 0);
+    REQUIRE(s.total_tokens(ExpertSite::CPU) > 0);
+}
+
 TEST_CASE("beam KV memory stays within the prompt's and the live beams' own blocks", "[beam]") {
     Engine engine = make_engine("tiny", 512);
     for (int width : {1, 4, 16}) {
