@@ -6,6 +6,7 @@
 // the fingerprint's tensor list matches a real synthetic checkpoint.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <sys/wait.h>
@@ -134,6 +135,12 @@ TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]
     Profile p = profile_read(out);
     REQUIRE(p.workload.prompt_format == "mtbench");
     const ModelFingerprint small = model_fingerprint(synth_preset("small"));
+    // bench placement refuses it for the small model, one line, exit code 2.
+    CommandResult b = moe({"bench", "placement", "--model", test_model_dir("small", 1).string(), "--profile", out.string(),
+                           "--eval", out.string()});
+    INFO(b.err);
+    REQUIRE(b.exit_code == 2);
+    REQUIRE(b.err.find("moe-server: error: " + out.string() + ": profile is for another model") == 0);
     try {
         profile_check(p, small, out.string());
         FAIL("accepted a tiny profile for the small model");
@@ -143,6 +150,42 @@ TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]
         REQUIRE(msg.find(out.string() + ": profile is for another model") == 0);
         REQUIRE(msg.find("profile " + fingerprint_describe(p.model)) != std::string::npos);
         REQUIRE(msg.find("model " + fingerprint_describe(small)) != std::string::npos);
+    }
+}
+
+TEST_CASE("bench placement scores static plans against the eval profile", "[profile_cli]") {
+    const fs::path tiny = test_model_dir("tiny", 1);
+    const fs::path out = test_temp_dir("profile-bench") / "tiny.json";
+    CommandResult r = moe({"profile", "--model", tiny.string(), "--prompts", sharegpt_file().string(), "--limit", "4",
+                           "--gen-tokens", "3", "--threads", "2", "--out", out.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CommandResult b = moe({"bench", "placement", "--model", tiny.string(), "--profile", out.string(), "--eval",
+                           out.string(), "--seeds", "10"});
+    INFO(b.err);
+    REQUIRE(b.exit_code == 0);
+    std::vector<json> lines;
+    for (size_t pos = 0, end; (end = b.out.find('\n', pos)) != std::string::npos; pos = end + 1)
+        lines.push_back(json::parse(b.out.substr(pos, end - pos)));
+    REQUIRE(lines.size() == 7);  // workloads, then 3 budgets x {all, decode}
+    REQUIRE(lines[0]["bench"] == "placement_workloads");
+    const Profile p = profile_read(out);
+    for (size_t i = 1; i < lines.size(); i++) {
+        const json& l = lines[i];
+        INFO(l.dump());
+        REQUIRE(l["experts"] == 8);
+        REQUIRE(l["capacity"] == std::lround(l["budget_frac"].get<double>() * 8));
+        // Profiled and evaluated on the same workload, the popularity plan
+        // is the oracle (for "all"; the decode plan still ranks by all tokens).
+        if (l["phase"] == "all") REQUIRE(l["popularity"] == l["oracle"]);
+        REQUIRE(l["popularity"].get<double>() <= l["oracle"].get<double>() + 1e-12);
+        REQUIRE(l["popularity_in_sample"] == l["popularity"]);
+        REQUIRE(l["random_min"].get<double>() <= l["random_mean"].get<double>());
+        REQUIRE(l["random_mean"].get<double>() <= l["random_max"].get<double>());
+        REQUIRE(l["random_max"].get<double>() <= l["oracle"].get<double>() + 1e-12);
+        const uint64_t tokens = l["phase"] == "all" ? p.workload.prefill_tokens + p.workload.decode_tokens
+                                                    : p.workload.decode_tokens;
+        REQUIRE(l["eval_routed"] == tokens * 2 * 2);  // x top-2 x 2 layers
     }
 }
 
