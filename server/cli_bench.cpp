@@ -147,10 +147,14 @@ int bench_placement(Args& args) {
     profile_check(a, fp, a_path);
     Profile b = profile_read(b_path);
     profile_check(b, fp, b_path);
-    if (!b.has_phases()) throw MoeError(b_path + ": --eval needs a profile written by `moe-server profile` (prefill and decode counts)");
+    if (!b.has_phases())
+        throw MoeError(b_path + ": --eval needs a profile written by `moe-server profile` (prefill and decode counts)");
     const int n_layers = config.n_layers, n_experts = config.n_experts;
-    std::printf("%s\n", json{{"bench", "placement_workloads"}, {"model", model}, {"fingerprint", fingerprint_describe(fp)},
-                             {"profile", workload_json(a, a_path)}, {"eval", workload_json(b, b_path)}}
+    std::printf("%s\n", json{{"bench", "placement_workloads"},
+                             {"model", model},
+                             {"fingerprint", fingerprint_describe(fp)},
+                             {"profile", workload_json(a, a_path)},
+                             {"eval", workload_json(b, b_path)}}
                             .dump()
                             .c_str());
 
@@ -168,7 +172,8 @@ int bench_placement(Args& args) {
         for (const Phase& ph : phases) {
             std::vector<double> random_rates(static_cast<size_t>(n_seeds));
             for (int s = 0; s < n_seeds; s++)
-                random_rates[size_t(s)] = hit_rate(static_plan_random(n_layers, n_experts, capacity, uint64_t(s)), ph.eval);
+                random_rates[size_t(s)] =
+                    hit_rate(static_plan_random(n_layers, n_experts, capacity, uint64_t(s)), ph.eval);
             double mean = 0, var = 0;
             for (double x : random_rates) mean += x / n_seeds;
             for (double x : random_rates) var += (x - mean) * (x - mean) / (n_seeds - 1);
@@ -192,7 +197,8 @@ int bench_placement(Args& args) {
                       {"oracle", oracle},
                       {"popularity_minus_random_points", 100 * (pop - mean)},
                       {"popularity_to_oracle", oracle > 0 ? pop / oracle : 0.0}};
-            line["popularity_in_sample"] = ph.in_sample.empty() ? json(nullptr) : json(hit_rate(popularity, ph.in_sample));
+            line["popularity_in_sample"] =
+                ph.in_sample.empty() ? json(nullptr) : json(hit_rate(popularity, ph.in_sample));
             std::printf("%s\n", line.dump().c_str());
         }
     }
