@@ -301,7 +301,8 @@ json profile_to_json(const Profile& p) {
 std::string profile_to_text(const Profile& profile) {
     const json j = profile_to_json(profile);
     std::string s = "{\n";
-    for (const char* key : {"format", "version", "model"}) s += " \"" + std::string(key) + "\": " + j[key].dump() + ",\n";
+    for (const char* key : {"format", "version", "model"})
+        s += " \"" + std::string(key) + "\": " + j[key].dump() + ",\n";
     s += " \"workload\": {\n";
     const json& w = j["workload"];
     size_t i = 0;
@@ -364,7 +365,7 @@ void profile_file_write_atomic(const fs::path& path, const std::string& text) {
     tmp += ".tmp." + std::to_string(::getpid());
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ProfileError(tmp.string() + ": cannot create file");
+        if (!out) throw ProfileError(path.string() + ": cannot create the temporary file " + tmp.string());
         out << text;
         out.flush();
         if (!out) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -144,6 +145,11 @@ int cli_profile(const std::vector<std::string>& words) {
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
     args.finish();
+
+    // Refuse an unwritable --out now, not after the whole workload has run.
+    const std::filesystem::path out_dir = std::filesystem::absolute(out_path).parent_path();
+    if (!std::filesystem::is_directory(out_dir) || access(out_dir.c_str(), W_OK) != 0)
+        throw MoeError("--out: cannot write into " + out_dir.string());
 
     PromptSet set = prompts_read(prompts_path, *format);
     std::vector<int> selected = select_prompts(int(set.prompts.size()), limit, spread);

@@ -216,6 +216,10 @@ TEST_CASE("profile refuses bad input with one line and exit code 2", "[profile_c
     REQUIRE(error_of({"--prompts", sharegpt_file().string(), "--chat-template", "maybe"})
                 .find("--chat-template: expected on or off") != std::string::npos);
     REQUIRE(error_of({"--limit", "2"}).find("--prompts is required") != std::string::npos);
+    CommandResult r = moe({"profile", "--model", tiny.string(), "--prompts", sharegpt_file().string(), "--out",
+                           (dir / "no-such-dir" / "out.json").string()});
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(r.err == "moe-server: error: --out: cannot write into " + (dir / "no-such-dir").string() + "\n");
     REQUIRE_FALSE(fs::exists(dir / "out.json"));
 }
 
