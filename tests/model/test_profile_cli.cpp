@@ -18,6 +18,7 @@
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/synth_model.h"
+#include "engine/tensor_table.h"
 #include "engine/tokenizer.h"
 #include "profiles/profile.h"
 #include "profiles/profile_error.h"
@@ -284,9 +285,9 @@ TEST_CASE("fingerprint tensor list matches a synthetic checkpoint", "[profile_cl
     const ModelConfig config = model_config_load(model);
     REQUIRE(model_fingerprint(config) == model_fingerprint(synth_preset("tiny")));
     SafetensorsSet files(model);
-    const auto tensors = model_tensor_shapes(config);
+    const auto tensors = tensor_table(config);
     REQUIRE(tensors.size() == files.tensors().size());
-    for (const TensorShape& t : tensors) {
+    for (const TensorEntry& t : tensors) {
         INFO(t.name);
         const TensorView* v = files.find(t.name);
         REQUIRE(v);

@@ -11,6 +11,7 @@
 #include "engine/fingerprint.h"
 #include "engine/model_config.h"
 #include "engine/synth_model.h"
+#include "engine/tensor_table.h"
 #include "profiles/profile.h"
 #include "profiles/profile_error.h"
 #include "support/test_support.h"
@@ -234,7 +235,7 @@ TEST_CASE("model fingerprint follows the config and the tensor shapes", "[profil
 
     // One line per field, then one per tensor: embed, per layer 6 + router +
     // 3 per expert, final norm, lm_head.
-    const auto tensors = model_tensor_shapes(tiny);
+    const auto tensors = tensor_table(tiny);
     REQUIRE(tensors.size() == size_t(1 + tiny.n_layers * (7 + 3 * tiny.n_experts) + 2));
     REQUIRE(model_fingerprint_text(tiny).find("model.layers.1.block_sparse_moe.experts.3.w2.weight [" +
                                               std::to_string(tiny.dim) + ", " + std::to_string(tiny.hidden_dim) +
@@ -262,4 +263,28 @@ TEST_CASE("model fingerprint follows the config and the tensor shapes", "[profil
     const ModelFingerprint m = model_fingerprint(model_config_parse(mixtral, "config.json"));
     REQUIRE(fingerprint_describe(m).rfind("MixtralForCausalLM, 32 layers x 8 experts, top-2, hash ", 0) == 0);
     REQUIRE(m.hash != f.hash);
+}
+
+TEST_CASE("model fingerprint hashes stay those that existing profiles carry", "[profile]") {
+    // A profile stores this hash and is refused when the model's differs, so
+    // a change to the hashed config text or to the tensor table's names,
+    // shapes or order would orphan every profile already written. Change
+    // these values only on purpose, together with the profile format.
+    auto hash = [](const std::string& preset, bool dense, bool tied) {
+        ModelConfig c = synth_preset(preset);
+        if (dense) {
+            c.architecture = "MistralForCausalLM";
+            c.n_experts = 0;
+            c.n_experts_active = 0;
+        }
+        c.tie_embeddings = tied;
+        return model_fingerprint(c).hash;
+    };
+    CHECK(hash("tiny", false, false) == 0xb7623f9bdd0961edull);
+    CHECK(hash("small", false, false) == 0xccd1f39d4f50ec43ull);
+    CHECK(hash("mixtral-mini", false, false) == 0x753954ee3699c117ull);
+    CHECK(hash("mixtral-8x7b", false, false) == 0xfd5bb6ac9ca2f4daull);
+    CHECK(hash("tiny", false, true) == 0x83c22e659f1489ddull);
+    CHECK(hash("tiny", true, false) == 0x56af6de44581c868ull);
+    CHECK(hash("tiny", true, true) == 0xd8ec9ef54b1275bcull);
 }
