@@ -1,11 +1,13 @@
-// Model fingerprint (see fingerprint.h). The tensor list mirrors the name
-// table of engine/weights.cpp (Mixtral MoE layers, or the dense Mistral MLP
-// as one expert); a test checks that every listed tensor exists with this
-// shape in a synthetic checkpoint. No file is opened here.
+// Model fingerprint (see fingerprint.h). The tensor lines come from the
+// tensor table the loader walks (engine/tensor_table.h), in its load order;
+// changing that order, a name or a shape changes every model's hash and so
+// makes existing profiles refuse to load. No file is opened here.
 #include "engine/fingerprint.h"
 
 #include <cstdint>
 #include <cstdio>
+
+#include "engine/tensor_table.h"
 
 namespace {
 
@@ -27,38 +29,6 @@ std::string float_text(float x) {
 
 }  // namespace
 
-std::vector<TensorShape> model_tensor_shapes(const ModelConfig& c) {
-    const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
-    const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-    std::vector<TensorShape> t;
-    t.push_back({"model.embed_tokens.weight", {vocab, dim}});
-    for (int l = 0; l < c.n_layers; l++) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
-        t.push_back({p + "input_layernorm.weight", {dim}});
-        t.push_back({p + "self_attn.q_proj.weight", {q_dim, dim}});
-        t.push_back({p + "self_attn.k_proj.weight", {kv_dim, dim}});
-        t.push_back({p + "self_attn.v_proj.weight", {kv_dim, dim}});
-        t.push_back({p + "self_attn.o_proj.weight", {dim, q_dim}});
-        t.push_back({p + "post_attention_layernorm.weight", {dim}});
-        if (c.is_moe()) {
-            t.push_back({p + "block_sparse_moe.gate.weight", {int64_t(c.n_experts), dim}});
-            for (int e = 0; e < c.n_experts; e++) {
-                const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-                t.push_back({q + "w1.weight", {hidden, dim}});
-                t.push_back({q + "w3.weight", {hidden, dim}});
-                t.push_back({q + "w2.weight", {dim, hidden}});
-            }
-        } else {
-            t.push_back({p + "mlp.gate_proj.weight", {hidden, dim}});
-            t.push_back({p + "mlp.up_proj.weight", {hidden, dim}});
-            t.push_back({p + "mlp.down_proj.weight", {dim, hidden}});
-        }
-    }
-    t.push_back({"model.norm.weight", {dim}});
-    if (!c.tie_embeddings) t.push_back({"lm_head.weight", {vocab, dim}});
-    return t;
-}
-
 std::string model_fingerprint_text(const ModelConfig& c) {
     std::string s;
     auto field = [&](const char* key, const std::string& value) { s += std::string(key) + "=" + value + "\n"; };
@@ -76,7 +46,7 @@ std::string model_fingerprint_text(const ModelConfig& c) {
     field("rope_theta", float_text(c.rope_theta));
     field("rms_norm_eps", float_text(c.rms_norm_eps));
     field("tie_embeddings", c.tie_embeddings ? "true" : "false");
-    for (const TensorShape& t : model_tensor_shapes(c)) {
+    for (const TensorEntry& t : tensor_table(c)) {
         s += t.name + " [";
         for (size_t i = 0; i < t.shape.size(); i++) s += (i ? ", " : "") + std::to_string(t.shape[i]);
         s += "]\n";

@@ -7,7 +7,6 @@
 #pragma once
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "engine/model_config.h"
 #include "profiles/profile.h"
@@ -18,10 +17,3 @@ ModelFingerprint model_fingerprint(const ModelConfig& config);
 // then one "name [d0, d1]" line per tensor.
 std::string model_fingerprint_text(const ModelConfig& config);
 
-// Every tensor of the checkpoint with the shape the loader checks, in load
-// order (Hugging Face Mixtral / Mistral names).
-struct TensorShape {
-    std::string name;
-    std::vector<int64_t> shape;
-};
-std::vector<TensorShape> model_tensor_shapes(const ModelConfig& config);

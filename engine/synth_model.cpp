@@ -15,11 +15,13 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "cpu_kernels/bf16.h"
 #include "embedded_files.h"
 #include "engine/errors.h"
 #include "engine/safetensors.h"
+#include "engine/tensor_table.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -101,45 +103,66 @@ struct SynthTensor {
     int shard = 0;
 };
 
-SynthTensor synth_tensor(std::string name, std::vector<int64_t> shape, Init init, float scale) {
+struct SynthInit {
+    Init init;
+    float scale;
+};
+
+// Initialisation and scale of a tensor by its role. Matrix scales are
+// 1/sqrt(fan_in) (fan_in = columns) so each projection keeps unit RMS;
+// lm_head is larger so the logits have a standard deviation of about 2.5
+// (peaked but not one-hot).
+SynthInit synth_init(const TensorEntry& t) {
+    const float fan_in = t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 0.0f;
+    switch (t.role) {
+    case TensorRole::EMBED: return {Init::EMBED, 1.0f};
+    case TensorRole::ATTN_NORM:
+    case TensorRole::FFN_NORM:
+    case TensorRole::FINAL_NORM: return {Init::NORM, 0.05f};
+    case TensorRole::ROUTER: return {Init::ROUTER, fan_in};
+    case TensorRole::LM_HEAD: return {Init::UNIFORM, 2.5f * fan_in};
+    case TensorRole::WQ:
+    case TensorRole::WK:
+    case TensorRole::WV:
+    case TensorRole::WO:
+    case TensorRole::EXPERT_W1:
+    case TensorRole::EXPERT_W3:
+    case TensorRole::EXPERT_W2: break;
+    }
+    return {Init::UNIFORM, fan_in};
+}
+
+SynthTensor synth_tensor(const TensorEntry& entry) {
     SynthTensor t;
-    t.view.name = std::move(name);
+    t.view.name = entry.name;
     t.view.dtype = DType::BF16;
-    t.view.shape = std::move(shape);
+    t.view.shape = entry.shape;
     t.view.nbytes = safetensors_nbytes(DType::BF16, t.view.shape, t.view.name);
-    t.init = init;
-    t.scale = scale;
+    const SynthInit init = synth_init(entry);
+    t.init = init.init;
+    t.scale = init.scale;
     return t;
 }
 
-// Every tensor, in Hugging Face order, with its initialisation. Scales are
-// 1/sqrt(fan_in) so each projection keeps unit RMS; lm_head is larger so the
-// logits have a standard deviation of about 2.5 (peaked but not one-hot).
+// Where a tensor goes in the files, as a sort key: embed; per layer the
+// attention, the router, each expert's w1, w2, w3, then the post-attention
+// norm; the final norm and lm_head. This writer's order differs from the
+// table's load order and is kept so every seed keeps giving the same bytes.
+std::tuple<int, int, int, int> synth_file_order(const TensorEntry& t, int n_layers) {
+    const int block = t.role == TensorRole::EMBED ? 0 : t.layer >= 0 ? 1 + t.layer : 1 + n_layers;
+    const int part = t.role == TensorRole::FFN_NORM ? 2 : t.expert >= 0 ? 1 : 0;
+    const int matrix = t.role == TensorRole::EXPERT_W2 ? 1 : t.role == TensorRole::EXPERT_W3 ? 2 : 0;
+    return {block, part, t.expert, matrix};
+}
+
+// Every tensor of the table, in file order, with its initialisation.
 std::vector<SynthTensor> synth_tensors(const ModelConfig& c) {
-    const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
-    const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-    const float in_dim = 1.0f / std::sqrt(float(dim)), in_q = 1.0f / std::sqrt(float(q_dim));
-    const float in_hidden = 1.0f / std::sqrt(float(hidden));
+    std::vector<TensorEntry> table = tensor_table(c);
+    std::stable_sort(table.begin(), table.end(), [&](const TensorEntry& a, const TensorEntry& b) {
+        return synth_file_order(a, c.n_layers) < synth_file_order(b, c.n_layers);
+    });
     std::vector<SynthTensor> ts;
-    ts.push_back(synth_tensor("model.embed_tokens.weight", {vocab, dim}, Init::EMBED, 1.0f));
-    for (int l = 0; l < c.n_layers; l++) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
-        ts.push_back(synth_tensor(p + "input_layernorm.weight", {dim}, Init::NORM, 0.05f));
-        ts.push_back(synth_tensor(p + "self_attn.q_proj.weight", {q_dim, dim}, Init::UNIFORM, in_dim));
-        ts.push_back(synth_tensor(p + "self_attn.k_proj.weight", {kv_dim, dim}, Init::UNIFORM, in_dim));
-        ts.push_back(synth_tensor(p + "self_attn.v_proj.weight", {kv_dim, dim}, Init::UNIFORM, in_dim));
-        ts.push_back(synth_tensor(p + "self_attn.o_proj.weight", {dim, q_dim}, Init::UNIFORM, in_q));
-        ts.push_back(synth_tensor(p + "block_sparse_moe.gate.weight", {c.n_experts, dim}, Init::ROUTER, in_dim));
-        for (int e = 0; e < c.n_experts; e++) {
-            const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-            ts.push_back(synth_tensor(q + "w1.weight", {hidden, dim}, Init::UNIFORM, in_dim));
-            ts.push_back(synth_tensor(q + "w2.weight", {dim, hidden}, Init::UNIFORM, in_hidden));
-            ts.push_back(synth_tensor(q + "w3.weight", {hidden, dim}, Init::UNIFORM, in_dim));
-        }
-        ts.push_back(synth_tensor(p + "post_attention_layernorm.weight", {dim}, Init::NORM, 0.05f));
-    }
-    ts.push_back(synth_tensor("model.norm.weight", {dim}, Init::NORM, 0.05f));
-    ts.push_back(synth_tensor("lm_head.weight", {vocab, dim}, Init::UNIFORM, 2.5f * in_dim));
+    for (const TensorEntry& t : table) ts.push_back(synth_tensor(t));
     return ts;
 }
 

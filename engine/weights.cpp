@@ -1,16 +1,16 @@
-// Weight loading: the one table from logical tensors to Hugging Face
-// checkpoint names (Mixtral MoE and dense Mistral), with every tensor's
-// presence, dtype and shape checked against the ModelConfig. bf16 matrices
-// stay in the memory mapping; F16/F32 matrices are converted to bf16 once and
-// norm vectors to fp32. Builds the result in a local object so a failure
-// releases everything and never returns a half-loaded model. Does no math
-// beyond these conversions.
+// Weight loading: walks the tensor table (engine/tensor_table.h) and checks
+// every tensor's presence, dtype and shape against it, storing each pointer
+// by its role. bf16 matrices stay in the memory mapping; F16/F32 matrices are
+// converted to bf16 once and norm vectors to fp32. Builds the result in a
+// local object so a failure releases everything and never returns a
+// half-loaded model. Does no math beyond these conversions.
 #include "engine/weights.h"
 
 #include <cstring>
 #include <string>
 
 #include "engine/errors.h"
+#include "engine/tensor_table.h"
 
 namespace fs = std::filesystem;
 
@@ -73,9 +73,9 @@ public:
 
     // A (rows, cols) matrix as bf16: the mapping itself when it already is
     // aligned bf16, otherwise a converted copy owned by the weights.
-    const bf16* matrix(const std::string& name, int64_t rows, int64_t cols) {
-        const TensorView& t = get(name, {rows, cols});
-        size_t n = size_t(rows) * size_t(cols);
+    const bf16* matrix(const TensorEntry& entry) {
+        const TensorView& t = get(entry.name, entry.shape);
+        size_t n = size_t(entry.shape[0]) * size_t(entry.shape[1]);
         if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(bf16) == 0)
             return static_cast<const bf16*>(t.data);
         auto out = std::make_unique<bf16[]>(n);
@@ -89,10 +89,11 @@ public:
     }
 
     // A (n,) vector converted to fp32.
-    const float* vector(const std::string& name, int64_t n) {
-        const TensorView& t = get(name, {n});
-        auto out = std::make_unique<float[]>(size_t(n));
-        for (size_t i = 0; i < size_t(n); i++) out[i] = element_f32(t, i);
+    const float* vector(const TensorEntry& entry) {
+        const TensorView& t = get(entry.name, entry.shape);
+        const size_t n = size_t(entry.shape[0]);
+        auto out = std::make_unique<float[]>(n);
+        for (size_t i = 0; i < n; i++) out[i] = element_f32(t, i);
         w_.owned_f32.push_back(std::move(out));
         return w_.owned_f32.back().get();
     }
@@ -118,42 +119,29 @@ ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
     w.files = std::make_unique<SafetensorsSet>(dir);
     Loader load(w);
 
-    const int64_t dim = config.dim, hidden = config.hidden_dim, vocab = config.vocab_size;
-    const int64_t q_dim = int64_t(config.n_heads) * config.head_dim;
-    const int64_t kv_dim = int64_t(config.n_kv_heads) * config.head_dim;
-
-    w.embed = load.matrix("model.embed_tokens.weight", vocab, dim);
     w.layers.resize(size_t(config.n_layers));
-    for (int l = 0; l < config.n_layers; l++) {
-        LayerWeights& L = w.layers[size_t(l)];
-        const std::string p = "model.layers." + std::to_string(l) + ".";
-        L.attn_norm = load.vector(p + "input_layernorm.weight", dim);
-        L.wq = load.matrix(p + "self_attn.q_proj.weight", q_dim, dim);
-        L.wk = load.matrix(p + "self_attn.k_proj.weight", kv_dim, dim);
-        L.wv = load.matrix(p + "self_attn.v_proj.weight", kv_dim, dim);
-        L.wo = load.matrix(p + "self_attn.o_proj.weight", dim, q_dim);
-        L.ffn_norm = load.vector(p + "post_attention_layernorm.weight", dim);
-        if (config.is_moe()) {
-            L.router = load.matrix(p + "block_sparse_moe.gate.weight", config.n_experts, dim);
-            L.experts.resize(size_t(config.n_experts));
-            for (int e = 0; e < config.n_experts; e++) {
-                const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-                ExpertWeights& E = L.experts[size_t(e)];
-                E.w1 = load.matrix(q + "w1.weight", hidden, dim);
-                E.w3 = load.matrix(q + "w3.weight", hidden, dim);
-                E.w2 = load.matrix(q + "w2.weight", dim, hidden);
-            }
-        } else {
-            // Dense Mistral MLP as the single "expert" 0: gate = w1, up = w3, down = w2.
-            ExpertWeights E;
-            E.w1 = load.matrix(p + "mlp.gate_proj.weight", hidden, dim);
-            E.w3 = load.matrix(p + "mlp.up_proj.weight", hidden, dim);
-            E.w2 = load.matrix(p + "mlp.down_proj.weight", dim, hidden);
-            L.experts.push_back(E);
+    // A dense Mistral MLP is the single "expert" 0: gate = w1, up = w3, down = w2.
+    for (LayerWeights& L : w.layers) L.experts.resize(config.is_moe() ? size_t(config.n_experts) : 1);
+    for (const TensorEntry& t : tensor_table(config)) {
+        LayerWeights* L = t.layer >= 0 ? &w.layers[size_t(t.layer)] : nullptr;
+        ExpertWeights* E = t.expert >= 0 ? &L->experts[size_t(t.expert)] : nullptr;
+        switch (t.role) {
+        case TensorRole::EMBED: w.embed = load.matrix(t); break;
+        case TensorRole::ATTN_NORM: L->attn_norm = load.vector(t); break;
+        case TensorRole::WQ: L->wq = load.matrix(t); break;
+        case TensorRole::WK: L->wk = load.matrix(t); break;
+        case TensorRole::WV: L->wv = load.matrix(t); break;
+        case TensorRole::WO: L->wo = load.matrix(t); break;
+        case TensorRole::FFN_NORM: L->ffn_norm = load.vector(t); break;
+        case TensorRole::ROUTER: L->router = load.matrix(t); break;
+        case TensorRole::EXPERT_W1: E->w1 = load.matrix(t); break;
+        case TensorRole::EXPERT_W3: E->w3 = load.matrix(t); break;
+        case TensorRole::EXPERT_W2: E->w2 = load.matrix(t); break;
+        case TensorRole::FINAL_NORM: w.final_norm = load.vector(t); break;
+        case TensorRole::LM_HEAD: w.lm_head = load.matrix(t); break;
         }
     }
-    w.final_norm = load.vector("model.norm.weight", dim);
-    w.lm_head = config.tie_embeddings ? w.embed : load.matrix("lm_head.weight", vocab, dim);
+    if (config.tie_embeddings) w.lm_head = w.embed;
     return w;
 }
 

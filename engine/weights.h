@@ -1,8 +1,8 @@
 // ModelWeights: typed pointers to every tensor of a model, looked up by the
-// one name table (Hugging Face Mixtral/Mistral names) with dtype and shape
-// checked against the ModelConfig at load time. bf16 matrices point straight
-// into the memory mapping; F16/F32 checkpoints are converted to bf16 once.
-// Norm vectors are kept as fp32.
+// one tensor table (engine/tensor_table.h: Hugging Face Mixtral/Mistral
+// names) with dtype and shape checked against the ModelConfig at load time.
+// bf16 matrices point straight into the memory mapping; F16/F32 checkpoints
+// are converted to bf16 once. Norm vectors are kept as fp32.
 #pragma once
 #include <filesystem>
 #include <memory>

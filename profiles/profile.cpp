@@ -4,13 +4,14 @@
 // what was expected; nothing here knows how a model runs.
 #include "profiles/profile.h"
 
+#include <unistd.h>
+
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unistd.h>
 
 #include "profiles/profile_error.h"
 
@@ -100,8 +101,8 @@ public:
             std::string row_field = field + "[" + std::to_string(l) + "]";
             if (!row.is_array()) fail(row_field, std::string("must be an array of experts, found ") + json_kind(row));
             if (int(row.size()) != n_experts)
-                fail(row_field, "has " + std::to_string(row.size()) + " experts, expected " + std::to_string(n_experts) +
-                                    " (" + dims_from + ")");
+                fail(row_field, "has " + std::to_string(row.size()) + " experts, expected " +
+                                    std::to_string(n_experts) + " (" + dims_from + ")");
             for (int e = 0; e < n_experts; e++)
                 out.push_back(count(row[size_t(e)], row_field + "[" + std::to_string(e) + "]", allow_integral_float));
         }
@@ -139,9 +140,10 @@ void check_layer_sums(const FieldReader& r, const std::vector<uint64_t>& t, cons
         uint64_t sum = 0;
         for (int e = 0; e < m.n_experts; e++) sum += t[size_t(l) * m.n_experts + e];
         if (sum != want)
-            r.fail(field + "[" + std::to_string(l) + "]",
-                   "sums to " + std::to_string(sum) + ", expected workload." + tokens_field + " x top-k = " +
-                       std::to_string(tokens) + " x " + std::to_string(m.n_experts_active) + " = " + std::to_string(want));
+            r.fail(field + "[" + std::to_string(l) + "]", "sums to " + std::to_string(sum) + ", expected workload." +
+                                                              tokens_field + " x top-k = " + std::to_string(tokens) +
+                                                              " x " + std::to_string(m.n_experts_active) + " = " +
+                                                              std::to_string(want));
     }
 }
 
@@ -165,8 +167,8 @@ Profile parse_ours(const FieldReader& r, const json& j) {
     if (format != PROFILE_FORMAT) r.fail("format", "'" + format + "', expected '" + PROFILE_FORMAT + "'");
     const json& version = r.get(j, "", "version");
     if (!version.is_number_integer() || version.get<int64_t>() != PROFILE_VERSION)
-        r.fail("version", version.dump() + " is not supported (this build reads version " +
-                              std::to_string(PROFILE_VERSION) + ")");
+        r.fail("version",
+               version.dump() + " is not supported (this build reads version " + std::to_string(PROFILE_VERSION) + ")");
 
     const json& m = r.object(j, "", "model");
     p.model.architecture = r.string(m, "model", "architecture");
@@ -174,8 +176,8 @@ Profile parse_ours(const FieldReader& r, const json& j) {
     p.model.n_experts = r.small_int(m, "model", "n_experts", 1);
     p.model.n_experts_active = r.small_int(m, "model", "n_experts_active", 1);
     if (p.model.n_experts_active > p.model.n_experts)
-        r.fail("model.n_experts_active", std::to_string(p.model.n_experts_active) + " exceeds n_experts " +
-                                             std::to_string(p.model.n_experts));
+        r.fail("model.n_experts_active",
+               std::to_string(p.model.n_experts_active) + " exceeds n_experts " + std::to_string(p.model.n_experts));
     p.model.hash = parse_hash(r, r.string(m, "model", "hash"));
 
     const json& w = r.object(j, "", "workload");
@@ -189,7 +191,8 @@ Profile parse_ours(const FieldReader& r, const json& j) {
     wl.prompts_available = r.small_int(w, "workload", "prompts_available", 0);
     wl.prompts_skipped = r.small_int(w, "workload", "prompts_skipped", 0);
     const json& indices = r.get(w, "workload", "prompt_indices");
-    if (!indices.is_array()) r.fail("workload.prompt_indices", std::string("must be an array, found ") + json_kind(indices));
+    if (!indices.is_array())
+        r.fail("workload.prompt_indices", std::string("must be an array, found ") + json_kind(indices));
     for (size_t i = 0; i < indices.size(); i++) {
         uint64_t x = r.count(indices[i], "workload.prompt_indices[" + std::to_string(i) + "]");
         if (x >= uint64_t(wl.prompts_available))
@@ -240,8 +243,9 @@ Profile profile_parse(const json& j, const std::string& source) {
     if (!j.is_object()) throw ProfileError(source + ": not a profile: the top level must be a JSON object");
     if (j.contains("format")) return parse_ours(r, j);
     if (j.contains("expert_popularity")) return parse_fiddler(r, j);
-    throw ProfileError(source + ": not a profile: neither a moe-server profile (no \"format\") nor a Fiddler "
-                                "popularity file (no \"expert_popularity\")");
+    throw ProfileError(source +
+                       ": not a profile: neither a moe-server profile (no \"format\") nor a Fiddler "
+                       "popularity file (no \"expert_popularity\")");
 }
 
 Profile profile_read(const fs::path& path) {
@@ -294,8 +298,28 @@ json profile_to_json(const Profile& p) {
     };
 }
 
+std::string profile_to_text(const Profile& profile) {
+    const json j = profile_to_json(profile);
+    std::string s = "{\n";
+    for (const char* key : {"format", "version", "model"})
+        s += " \"" + std::string(key) + "\": " + j[key].dump() + ",\n";
+    s += " \"workload\": {\n";
+    const json& w = j["workload"];
+    size_t i = 0;
+    for (const auto& [key, value] : w.items())
+        s += "  \"" + key + "\": " + value.dump() + (++i < w.size() ? ",\n" : "\n");
+    s += " },\n \"counts\": {\n";
+    for (const char* phase : {"prefill", "decode"}) {
+        const json& rows = j["counts"][phase];
+        s += "  \"" + std::string(phase) + "\": [\n";
+        for (size_t l = 0; l < rows.size(); l++) s += "   " + rows[l].dump() + (l + 1 < rows.size() ? ",\n" : "\n");
+        s += std::string("  ]") + (std::string(phase) == "prefill" ? ",\n" : "\n");
+    }
+    return s + " }\n}\n";
+}
+
 void profile_write(const Profile& profile, const fs::path& path) {
-    profile_file_write_atomic(path, profile_to_json(profile).dump(1) + "\n");
+    profile_file_write_atomic(path, profile_to_text(profile));
 }
 
 void profile_check(const Profile& profile, const ModelFingerprint& expected, const std::string& path) {
@@ -341,7 +365,7 @@ void profile_file_write_atomic(const fs::path& path, const std::string& text) {
     tmp += ".tmp." + std::to_string(::getpid());
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ProfileError(tmp.string() + ": cannot create file");
+        if (!out) throw ProfileError(path.string() + ": cannot create the temporary file " + tmp.string());
         out << text;
         out.flush();
         if (!out) {

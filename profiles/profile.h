@@ -9,13 +9,12 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 inline constexpr const char* PROFILE_FORMAT = "moe-server-expert-popularity";  // the "format" field
-inline constexpr int PROFILE_VERSION = 1;                                       // the "version" this build reads and writes
+inline constexpr int PROFILE_VERSION = 1;  // the "version" this build reads and writes
 
 // What a profile was measured on. Two models with equal fingerprints route
 // over the same (layer, expert) grid with the same top-k and have the same
@@ -37,24 +36,24 @@ std::string fingerprint_hash_hex(uint64_t hash);
 
 // How the counts were gathered.
 struct ProfileWorkload {
-    std::string source;          // the prompt file as given on the command line
-    std::string prompt_format;   // sharegpt | mtbench | jsonl | text | fiddler (imported)
-    bool chat_template = true;   // prompts went through the model's chat template
+    std::string source;         // the prompt file as given on the command line
+    std::string prompt_format;  // sharegpt | mtbench | jsonl | text | fiddler (imported)
+    bool chat_template = true;  // prompts went through the model's chat template
     std::string sampling = "greedy";
-    int gen_tokens = 0;          // tokens asked for per prompt (--gen-tokens)
-    int ctx = 0;                 // context positions; longer prompts were skipped
-    int prompts_available = 0;   // usable prompts the source holds (prompt_indices point into them)
+    int gen_tokens = 0;               // tokens asked for per prompt (--gen-tokens)
+    int ctx = 0;                      // context positions; longer prompts were skipped
+    int prompts_available = 0;        // usable prompts the source holds (prompt_indices point into them)
     std::vector<int> prompt_indices;  // completed prompts, as indices into the reader's prompt list
-    int prompts_skipped = 0;     // too long for the context (prompt + gen_tokens > ctx)
-    uint64_t prefill_tokens = 0; // prompt tokens run, summed over completed prompts
-    uint64_t generated_tokens = 0;  // tokens sampled (the first comes from the prefill's logits)
-    uint64_t decode_tokens = 0;  // decode forward passes: generated - 1 per prompt
-    bool interrupted = false;    // stopped early by Ctrl-C
+    int prompts_skipped = 0;          // too long for the context (prompt + gen_tokens > ctx)
+    uint64_t prefill_tokens = 0;      // prompt tokens run, summed over completed prompts
+    uint64_t generated_tokens = 0;    // tokens sampled (the first comes from the prefill's logits)
+    uint64_t decode_tokens = 0;       // decode forward passes: generated - 1 per prompt
+    bool interrupted = false;         // stopped early by Ctrl-C
 };
 
 struct Profile {
-    ModelFingerprint model;         // a Fiddler import has only n_layers and n_experts (from its table)
-    bool from_fiddler = false;      // imported: no fingerprint, no prefill/decode split
+    ModelFingerprint model;     // a Fiddler import has only n_layers and n_experts (from its table)
+    bool from_fiddler = false;  // imported: no fingerprint, no prefill/decode split
     ProfileWorkload workload;
     // (n_layers, n_experts), row-major: tokens routed to each expert.
     std::vector<uint64_t> counts;   // all tokens (prefill + decode); what placement ranks by
@@ -78,6 +77,9 @@ Profile profile_parse(const nlohmann::json& j, const std::string& source);
 // atomically (temporary file + rename), so an existing file is never left
 // half-written.
 nlohmann::json profile_to_json(const Profile& profile);
+// The file's text: the same JSON laid out with one line per table row, so a
+// profile reads (and diffs) layer by layer.
+std::string profile_to_text(const Profile& profile);
 void profile_write(const Profile& profile, const std::filesystem::path& path);
 
 // Refuses a profile that does not belong to the model with fingerprint

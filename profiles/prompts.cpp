@@ -18,7 +18,9 @@ namespace {
 
 const char* const FORMAT_NAMES[] = {"auto", "sharegpt", "mtbench", "jsonl", "text"};
 
-bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+bool blank(std::string_view s) {
+    return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
 
 // The lines of text without their "\n" or "\r\n".
 std::vector<std::string_view> lines_of(const std::string& text) {
@@ -50,7 +52,8 @@ void read_sharegpt(const std::string& text, const std::string& source, PromptSet
     } catch (const json::exception& e) {
         throw ProfileError(source + ": not JSON (sharegpt format): " + e.what());
     }
-    if (!j.is_array()) throw ProfileError(source + ": sharegpt format: the top level must be an array of conversations");
+    if (!j.is_array())
+        throw ProfileError(source + ": sharegpt format: the top level must be an array of conversations");
     for (size_t i = 0; i < j.size(); i++) {
         const json& item = j[i];
         std::string where = source + ": [" + std::to_string(i) + "]";
@@ -165,7 +168,9 @@ PromptFormat detect(const std::string& text, const std::string& source) {
 
 }  // namespace
 
-const char* prompt_format_name(PromptFormat format) { return FORMAT_NAMES[int(format)]; }
+const char* prompt_format_name(PromptFormat format) {
+    return FORMAT_NAMES[int(format)];
+}
 
 std::optional<PromptFormat> prompt_format_parse(std::string_view name) {
     for (int i = 0; i < int(std::size(FORMAT_NAMES)); i++)
@@ -177,11 +182,18 @@ PromptSet prompts_parse(const std::string& text, const std::string& source, Prom
     PromptSet set;
     set.format = format == PromptFormat::AUTO ? detect(text, source) : format;
     switch (set.format) {
-    case PromptFormat::SHAREGPT: read_sharegpt(text, source, set); break;
+    case PromptFormat::SHAREGPT:
+        read_sharegpt(text, source, set);
+        break;
     case PromptFormat::MTBENCH:
-    case PromptFormat::JSONL: read_jsonl(text, source, set.format, set); break;
-    case PromptFormat::TEXT: read_text(text, set); break;
-    case PromptFormat::AUTO: break;
+    case PromptFormat::JSONL:
+        read_jsonl(text, source, set.format, set);
+        break;
+    case PromptFormat::TEXT:
+        read_text(text, set);
+        break;
+    case PromptFormat::AUTO:
+        break;
     }
     if (set.prompts.empty())
         throw ProfileError(source + ": no prompts found (read as " + prompt_format_name(set.format) + ", " +

@@ -19,7 +19,7 @@ std::optional<PromptFormat> prompt_format_parse(std::string_view name);
 struct PromptSet {
     PromptFormat format = PromptFormat::AUTO;  // the reader used (never AUTO)
     std::vector<std::string> prompts;
-    int n_skipped = 0;                         // entries without a usable prompt
+    int n_skipped = 0;  // entries without a usable prompt
 };
 
 // Reads every prompt of `path`:

@@ -1,6 +1,8 @@
-// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency`: benchmarks print
-// JSON lines holding each figure beside the machine's ceiling measured in the
-// same run, so the ratios hold on a noisy shared machine. Not tests.
+// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency|placement`:
+// benchmarks print JSON lines holding each figure beside the machine's
+// ceiling measured in the same run, so the ratios hold on a noisy shared
+// machine (for placement the ceiling is the best static plan for the
+// evaluated workload itself). Not tests.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +17,9 @@
 #include "engine/cost.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/fingerprint.h"
+#include "placement/residency.h"
+#include "profiles/profile.h"
 #include "server/cli.h"
 #include "server/cli_calibrate.h"
 #include "server/serve.h"
@@ -243,10 +248,103 @@ int bench_beam(Args& args) {
     return 0;
 }
 
+std::string required_flag(Args& args, const std::string& flag) {
+    auto v = args.get(flag);
+    if (!v) throw MoeError(flag + " is required");
+    return *v;
+}
+
+json workload_json(const Profile& p, const std::string& path) {
+    const ProfileWorkload& w = p.workload;
+    return {{"file", path},
+            {"source", w.source},
+            {"prompts", w.prompt_indices.size()},
+            {"prefill_tokens", w.prefill_tokens},
+            {"decode_tokens", w.decode_tokens},
+            {"gen_tokens", w.gen_tokens}};
+}
+
+// Hit rates on the eval workload (B) of static plans at 10, 25 and 50 % of
+// all experts: popularity from the profile (A), random (over --seeds seeds),
+// even spread, and the oracle, the popularity plan built from B itself (the
+// best any static plan can do on B). One line per budget and token phase
+// (all routed tokens; decode tokens only).
+int bench_placement(Args& args) {
+    const std::string model = required_flag(args, "--model");
+    const std::string a_path = required_flag(args, "--profile");
+    const std::string b_path = required_flag(args, "--eval");
+    const int n_seeds = int(args.get_int("--seeds", 100, 2, 100000));
+    args.finish();
+    ModelConfig config = model_config_load(model);
+    if (!config.is_moe()) throw MoeError(model + ": a dense model (no experts): nothing to place");
+    const ModelFingerprint fp = model_fingerprint(config);
+    Profile a = profile_read(a_path);
+    profile_check(a, fp, a_path);
+    Profile b = profile_read(b_path);
+    profile_check(b, fp, b_path);
+    if (!b.has_phases())
+        throw MoeError(b_path + ": --eval needs a profile written by `moe-server profile` (prefill and decode counts)");
+    const int n_layers = config.n_layers, n_experts = config.n_experts;
+    std::printf("%s\n", json{{"bench", "placement_workloads"},
+                             {"model", model},
+                             {"fingerprint", fingerprint_describe(fp)},
+                             {"profile", workload_json(a, a_path)},
+                             {"eval", workload_json(b, b_path)}}
+                            .dump()
+                            .c_str());
+
+    struct Phase {
+        const char* name;
+        const std::vector<uint64_t>& in_sample;  // A's counts of this phase (empty for a Fiddler import's decode)
+        const std::vector<uint64_t>& eval;       // B's counts of this phase
+    };
+    const Phase phases[] = {{"all", a.counts, b.counts}, {"decode", a.decode, b.decode}};
+    for (double frac : {0.10, 0.25, 0.50}) {
+        const int capacity = int(std::lround(frac * n_layers * n_experts));
+        // Serving ranks by all of A's tokens, so one plan is scored on both phases.
+        const Residency popularity = static_plan_popularity(a.counts, n_layers, n_experts, capacity);
+        const Residency even = static_plan_even(n_layers, n_experts, capacity);
+        for (const Phase& ph : phases) {
+            std::vector<double> random_rates(static_cast<size_t>(n_seeds));
+            for (int s = 0; s < n_seeds; s++)
+                random_rates[size_t(s)] =
+                    hit_rate(static_plan_random(n_layers, n_experts, capacity, uint64_t(s)), ph.eval);
+            double mean = 0, var = 0;
+            for (double x : random_rates) mean += x / n_seeds;
+            for (double x : random_rates) var += (x - mean) * (x - mean) / (n_seeds - 1);
+            const double pop = hit_rate(popularity, ph.eval);
+            const double oracle = hit_rate(static_plan_popularity(ph.eval, n_layers, n_experts, capacity), ph.eval);
+            uint64_t routed = 0;
+            for (uint64_t x : ph.eval) routed += x;
+            json line{{"bench", "placement"},
+                      {"phase", ph.name},
+                      {"budget_frac", frac},
+                      {"capacity", capacity},
+                      {"experts", n_layers * n_experts},
+                      {"eval_routed", routed},
+                      {"popularity", pop},
+                      {"random_mean", mean},
+                      {"random_sd", std::sqrt(var)},
+                      {"random_min", *std::min_element(random_rates.begin(), random_rates.end())},
+                      {"random_max", *std::max_element(random_rates.begin(), random_rates.end())},
+                      {"random_seeds", n_seeds},
+                      {"even", hit_rate(even, ph.eval)},
+                      {"oracle", oracle},
+                      {"popularity_minus_random_points", 100 * (pop - mean)},
+                      {"popularity_to_oracle", oracle > 0 ? pop / oracle : 0.0}};
+            line["popularity_in_sample"] =
+                ph.in_sample.empty() ? json(nullptr) : json(hit_rate(popularity, ph.in_sample));
+            std::printf("%s\n", line.dump().c_str());
+        }
+    }
+    return 0;
+}
+
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
-    if (words.empty()) throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency");
+    if (words.empty())
+        throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
@@ -255,6 +353,7 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what == "prefill") return bench_decode(args, true);
     if (what == "latency") return bench_latency(args);
     if (what == "beam") return bench_beam(args);
+    if (what == "placement") return bench_placement(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");

@@ -8,12 +8,14 @@
 // the profile validator. Runs the engine; owns no model math.
 #include "server/cli_profile.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -28,7 +30,9 @@ using Clock = std::chrono::steady_clock;
 
 volatile std::sig_atomic_t g_profile_stop = 0;
 
-extern "C" void profile_on_sigint(int) { g_profile_stop = 1; }
+extern "C" void profile_on_sigint(int) {
+    g_profile_stop = 1;
+}
 
 // Ctrl-C handling for the run: the first SIGINT sets g_profile_stop and the
 // handler resets itself (SA_RESETHAND), so a second SIGINT kills as usual.
@@ -132,7 +136,8 @@ int cli_profile(const std::vector<std::string>& words) {
     const std::string out_path = required("--out");
     const std::string format_name = args.get("--format", "auto");
     auto format = prompt_format_parse(format_name);
-    if (!format) throw MoeError("--format: unknown format '" + format_name + "' (auto, sharegpt, mtbench, jsonl, text)");
+    if (!format)
+        throw MoeError("--format: unknown format '" + format_name + "' (auto, sharegpt, mtbench, jsonl, text)");
     const int limit = int(args.get_int("--limit", 0, 0, 1 << 30));
     const bool spread = args.flag("--spread");
     const int gen_tokens = int(args.get_int("--gen-tokens", 32, 1, 1 << 20));
@@ -141,11 +146,17 @@ int cli_profile(const std::vector<std::string>& words) {
     options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
     args.finish();
 
+    // Refuse an unwritable --out now, not after the whole workload has run.
+    const std::filesystem::path out_dir = std::filesystem::absolute(out_path).parent_path();
+    if (!std::filesystem::is_directory(out_dir) || access(out_dir.c_str(), W_OK) != 0)
+        throw MoeError("--out: cannot write into " + out_dir.string());
+
     PromptSet set = prompts_read(prompts_path, *format);
     std::vector<int> selected = select_prompts(int(set.prompts.size()), limit, spread);
 
     Engine engine(options);
-    if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
+    if (!engine.load_warning().empty())
+        std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
     const ModelConfig& config = engine.config();
     if (!config.is_moe())
         throw MoeError(options.model_dir.string() + ": a dense model (no experts): there is nothing to profile");
@@ -159,8 +170,9 @@ int cli_profile(const std::vector<std::string>& words) {
     w.gen_tokens = gen_tokens;
     w.ctx = engine.ctx();
     w.prompts_available = int(set.prompts.size());
-    std::fprintf(stderr, "profile: %zu of %zu prompts from %s (%s, %d entries without a prompt skipped), %d tokens each, "
-                         "%d threads\n",
+    std::fprintf(stderr,
+                 "profile: %zu of %zu prompts from %s (%s, %d entries without a prompt skipped), %d tokens each, "
+                 "%d threads\n",
                  selected.size(), set.prompts.size(), prompts_path.c_str(), w.prompt_format.c_str(), set.n_skipped,
                  gen_tokens, engine.threads());
 

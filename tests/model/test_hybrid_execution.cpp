@@ -210,7 +210,7 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     REQUIRE(b.placement_summary().find("emulated") != std::string::npos);
 }
 
-TEST_CASE("--emulate-gpu on the command line: a dry run with a stats line; bad values refused", "[hybrid][cli]") {
+TEST_CASE("emulate-gpu flag: a dry run with a stats line; bad values refused", "[hybrid][cli]") {
     const auto dir = test_model_dir("tiny", 1).string();
     auto bin = moe_server_binary().string();
     CommandResult ok = run_command({bin, "generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "8",
@@ -232,7 +232,7 @@ TEST_CASE("--emulate-gpu on the command line: a dry run with a stats line; bad v
     REQUIRE(small.err.find("leaves no room for one expert") != std::string::npos);
 }
 
-TEST_CASE("--profile places the most popular experts and reports the expected hit rate", "[hybrid][cli]") {
+TEST_CASE("profile flag places the most popular experts and reports the expected hit rate", "[hybrid][cli]") {
     const auto tiny = test_model_dir("tiny", 1).string();
     const auto small = test_model_dir("small", 3).string();
     auto bin = moe_server_binary().string();

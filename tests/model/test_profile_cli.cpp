@@ -4,13 +4,13 @@
 // against an independent tokenization of the same prompts); Ctrl-C writes
 // what was completed; a profile of one preset is refused by another model;
 // the fingerprint's tensor list matches a real synthetic checkpoint.
-#include <catch2/catch.hpp>
-
-#include <csignal>
-#include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/chat_template.h"
@@ -18,6 +18,7 @@
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/synth_model.h"
+#include "engine/tensor_table.h"
 #include "engine/tokenizer.h"
 #include "profiles/profile.h"
 #include "profiles/profile_error.h"
@@ -34,7 +35,9 @@ CommandResult moe(std::vector<std::string> args) {
     return run_command(args);
 }
 
-fs::path sharegpt_file() { return shared_data_dir() / "prompts" / "sharegpt_v3_filtered_1000.json"; }
+fs::path sharegpt_file() {
+    return shared_data_dir() / "prompts" / "sharegpt_v3_filtered_1000.json";
+}
 
 // Sum of counts[layer][*] of a (n_layers, n_experts) table.
 uint64_t layer_sum(const std::vector<uint64_t>& t, int layer, int n_experts) {
@@ -96,9 +99,9 @@ TEST_CASE("profile on the tiny model counts tokens x top-k per layer for prefill
 
     // Raw text (BOS + text), prompts spread over the file, one token each: no decode step.
     const fs::path raw = test_temp_dir("profile-cli-raw") / "raw.json";
-    CommandResult r2 = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "3",
-                            "--spread", "--gen-tokens", "1", "--chat-template", "off", "--threads", "2", "--out",
-                            raw.string()});
+    CommandResult r2 =
+        moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "3", "--spread",
+             "--gen-tokens", "1", "--chat-template", "off", "--threads", "2", "--out", raw.string()});
     INFO(r2.err);
     REQUIRE(r2.exit_code == 0);
     Profile q = profile_read(raw);
@@ -112,8 +115,8 @@ TEST_CASE("profile on the tiny model counts tokens x top-k per layer for prefill
 
     // A context too small for some prompts: they are skipped and counted.
     const fs::path small_ctx = test_temp_dir("profile-cli-ctx") / "ctx.json";
-    CommandResult r3 = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "20",
-                            "--gen-tokens", "2", "--ctx", "128", "--threads", "2", "--out", small_ctx.string()});
+    CommandResult r3 = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit",
+                            "20", "--gen-tokens", "2", "--ctx", "128", "--threads", "2", "--out", small_ctx.string()});
     INFO(r3.err);
     REQUIRE(r3.exit_code == 0);
     Profile s = profile_read(small_ctx);
@@ -134,6 +137,12 @@ TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]
     Profile p = profile_read(out);
     REQUIRE(p.workload.prompt_format == "mtbench");
     const ModelFingerprint small = model_fingerprint(synth_preset("small"));
+    // bench placement refuses it for the small model, one line, exit code 2.
+    CommandResult b = moe({"bench", "placement", "--model", test_model_dir("small", 1).string(), "--profile",
+                           out.string(), "--eval", out.string()});
+    INFO(b.err);
+    REQUIRE(b.exit_code == 2);
+    REQUIRE(b.err.find("moe-server: error: " + out.string() + ": profile is for another model") == 0);
     try {
         profile_check(p, small, out.string());
         FAIL("accepted a tiny profile for the small model");
@@ -143,6 +152,42 @@ TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]
         REQUIRE(msg.find(out.string() + ": profile is for another model") == 0);
         REQUIRE(msg.find("profile " + fingerprint_describe(p.model)) != std::string::npos);
         REQUIRE(msg.find("model " + fingerprint_describe(small)) != std::string::npos);
+    }
+}
+
+TEST_CASE("bench placement scores static plans against the eval profile", "[profile_cli]") {
+    const fs::path tiny = test_model_dir("tiny", 1);
+    const fs::path out = test_temp_dir("profile-bench") / "tiny.json";
+    CommandResult r = moe({"profile", "--model", tiny.string(), "--prompts", sharegpt_file().string(), "--limit", "4",
+                           "--gen-tokens", "3", "--threads", "2", "--out", out.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CommandResult b = moe({"bench", "placement", "--model", tiny.string(), "--profile", out.string(), "--eval",
+                           out.string(), "--seeds", "10"});
+    INFO(b.err);
+    REQUIRE(b.exit_code == 0);
+    std::vector<json> lines;
+    for (size_t pos = 0, end; (end = b.out.find('\n', pos)) != std::string::npos; pos = end + 1)
+        lines.push_back(json::parse(b.out.substr(pos, end - pos)));
+    REQUIRE(lines.size() == 7);  // workloads, then 3 budgets x {all, decode}
+    REQUIRE(lines[0]["bench"] == "placement_workloads");
+    const Profile p = profile_read(out);
+    for (size_t i = 1; i < lines.size(); i++) {
+        const json& l = lines[i];
+        INFO(l.dump());
+        REQUIRE(l["experts"] == 8);
+        REQUIRE(l["capacity"] == std::lround(l["budget_frac"].get<double>() * 8));
+        // Profiled and evaluated on the same workload, the popularity plan
+        // is the oracle (for "all"; the decode plan still ranks by all tokens).
+        if (l["phase"] == "all") REQUIRE(l["popularity"] == l["oracle"]);
+        REQUIRE(l["popularity"].get<double>() <= l["oracle"].get<double>() + 1e-12);
+        REQUIRE(l["popularity_in_sample"] == l["popularity"]);
+        REQUIRE(l["random_min"].get<double>() <= l["random_mean"].get<double>());
+        REQUIRE(l["random_mean"].get<double>() <= l["random_max"].get<double>());
+        REQUIRE(l["random_max"].get<double>() <= l["oracle"].get<double>() + 1e-12);
+        const uint64_t tokens =
+            l["phase"] == "all" ? p.workload.prefill_tokens + p.workload.decode_tokens : p.workload.decode_tokens;
+        REQUIRE(l["eval_routed"] == tokens * 2 * 2);  // x top-2 x 2 layers
     }
 }
 
@@ -166,19 +211,33 @@ TEST_CASE("profile refuses bad input with one line and exit code 2", "[profile_c
         return r.err;
     };
     REQUIRE(error_of({"--prompts", bad.string()}).find(bad.string() + ":2: none of \"prompt\"") != std::string::npos);
-    REQUIRE(error_of({"--prompts", sharegpt_file().string(), "--format", "csv"}).find("--format: unknown format 'csv'") !=
-            std::string::npos);
+    REQUIRE(
+        error_of({"--prompts", sharegpt_file().string(), "--format", "csv"}).find("--format: unknown format 'csv'") !=
+        std::string::npos);
     REQUIRE(error_of({"--prompts", sharegpt_file().string(), "--chat-template", "maybe"})
                 .find("--chat-template: expected on or off") != std::string::npos);
     REQUIRE(error_of({"--limit", "2"}).find("--prompts is required") != std::string::npos);
+    CommandResult r = moe({"profile", "--model", tiny.string(), "--prompts", sharegpt_file().string(), "--out",
+                           (dir / "no-such-dir" / "out.json").string()});
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(r.err == "moe-server: error: --out: cannot write into " + (dir / "no-such-dir").string() + "\n");
     REQUIRE_FALSE(fs::exists(dir / "out.json"));
 }
 
 TEST_CASE("Ctrl-C during profile writes the prompts completed and exits 0", "[profile_cli]") {
     const fs::path tiny = test_model_dir("tiny", 1);
     const fs::path out = test_temp_dir("profile-sigint") / "partial.json";
-    const std::vector<std::string> argv{moe_server_binary().string(), "profile", "--model", tiny.string(), "--prompts",
-                                        sharegpt_file().string(), "--gen-tokens", "8", "--threads", "2", "--out",
+    const std::vector<std::string> argv{moe_server_binary().string(),
+                                        "profile",
+                                        "--model",
+                                        tiny.string(),
+                                        "--prompts",
+                                        sharegpt_file().string(),
+                                        "--gen-tokens",
+                                        "8",
+                                        "--threads",
+                                        "2",
+                                        "--out",
                                         out.string()};
     int pipe_fd[2];
     REQUIRE(pipe(pipe_fd) == 0);
@@ -226,9 +285,9 @@ TEST_CASE("fingerprint tensor list matches a synthetic checkpoint", "[profile_cl
     const ModelConfig config = model_config_load(model);
     REQUIRE(model_fingerprint(config) == model_fingerprint(synth_preset("tiny")));
     SafetensorsSet files(model);
-    const auto tensors = model_tensor_shapes(config);
+    const auto tensors = tensor_table(config);
     REQUIRE(tensors.size() == files.tensors().size());
-    for (const TensorShape& t : tensors) {
+    for (const TensorEntry& t : tensors) {
         INFO(t.name);
         const TensorView* v = files.find(t.name);
         REQUIRE(v);

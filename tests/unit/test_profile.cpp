@@ -4,15 +4,14 @@
 // mismatch), the Fiddler import, and the model fingerprint computed from a
 // ModelConfig.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/fingerprint.h"
 #include "engine/model_config.h"
 #include "engine/synth_model.h"
+#include "engine/tensor_table.h"
 #include "profiles/profile.h"
 #include "profiles/profile_error.h"
 #include "support/test_support.h"
@@ -109,8 +108,11 @@ TEST_CASE("profile round trip keeps every field", "[profile]") {
     int files = 0;
     for (const auto& entry : fs::directory_iterator(path.parent_path())) files += entry.is_regular_file();
     REQUIRE(files == 1);
-    // The documented layout.
-    json j = json::parse(read_file(path));
+    // The documented layout, one line per table row.
+    const std::string text = read_file(path);
+    REQUIRE(text.find("   [0,20,0,0],\n") != std::string::npos);
+    json j = json::parse(text);
+    REQUIRE(j == profile_to_json(p));
     REQUIRE(j["format"] == PROFILE_FORMAT);
     REQUIRE(j["version"] == 1);
     REQUIRE(j["model"]["hash"] == "0123456789abcdef");
@@ -139,7 +141,8 @@ TEST_CASE("profile validator refuses each kind of bad file with a message that s
     has(with([](json& j) { j["workload"].erase("prefill_tokens"); }), "workload.prefill_tokens: missing");
     has(with([](json& j) { j["model"].erase("hash"); }), "model.hash: missing");
     has(with([](json& j) { j["model"]["hash"] = "xyz"; }), "model.hash: 'xyz' is not 16 lower-case hex digits");
-    has(with([](json& j) { j["model"]["n_layers"] = "3"; }), "model.n_layers: must be a non-negative integer, found a string");
+    has(with([](json& j) { j["model"]["n_layers"] = "3"; }),
+        "model.n_layers: must be a non-negative integer, found a string");
     has(with([](json& j) { j["counts"]["prefill"].erase(2); }),
         "counts.prefill: has 2 layers, expected 3 (model.n_layers x model.n_experts)");
     has(with([](json& j) { j["counts"]["decode"][1].push_back(0); }),
@@ -170,8 +173,10 @@ TEST_CASE("profile of another model is refused naming both fingerprints", "[prof
     std::string msg = check_error(p, other);
     INFO(msg);
     REQUIRE(msg.rfind("p.json: profile is for another model", 0) == 0);
-    REQUIRE(msg.find("profile MixtralForCausalLM, 3 layers x 4 experts, top-2, hash 0123456789abcdef") != std::string::npos);
-    REQUIRE(msg.find("model MixtralForCausalLM, 3 layers x 4 experts, top-2, hash 0123456789abcdee") != std::string::npos);
+    REQUIRE(msg.find("profile MixtralForCausalLM, 3 layers x 4 experts, top-2, hash 0123456789abcdef") !=
+            std::string::npos);
+    REQUIRE(msg.find("model MixtralForCausalLM, 3 layers x 4 experts, top-2, hash 0123456789abcdee") !=
+            std::string::npos);
     other = small_fingerprint();
     other.n_experts_active = 1;
     REQUIRE(check_error(p, other).find("top-1") != std::string::npos);
@@ -179,8 +184,7 @@ TEST_CASE("profile of another model is refused naming both fingerprints", "[prof
 
 TEST_CASE("Fiddler popularity file is imported as total counts and checked by its dimensions", "[profile]") {
     fs::path dir = test_temp_dir("profile-fiddler");
-    json fiddler = {{"total_input_tokens", 9},
-                    {"expert_popularity", {{3, 5, 0, 10}, {1.0, 2, 7, 8}, {0, 0, 9, 9}}}};
+    json fiddler = {{"total_input_tokens", 9}, {"expert_popularity", {{3, 5, 0, 10}, {1.0, 2, 7, 8}, {0, 0, 9, 9}}}};
     write_text(dir / "fiddler.json", fiddler.dump());
     Profile p = profile_read(dir / "fiddler.json");
     REQUIRE(p.from_fiddler);
@@ -212,8 +216,10 @@ TEST_CASE("Fiddler popularity file is imported as total counts and checked by it
     bad({{"total_input_tokens", 9}, {"expert_popularity", {{1, 2}, {3}}}},
         "expert_popularity[1]: has 1 experts, expected 2 (the size of layer 0)");
     bad({{"total_input_tokens", 9}, {"expert_popularity", {{1, -2}}}}, "expert_popularity[0][1]: -2 is negative");
-    bad({{"total_input_tokens", 9}, {"expert_popularity", {{1, 2.5}}}}, "expert_popularity[0][1]: 2.5 is not an integer");
-    bad({{"total_input_tokens", 9}, {"expert_popularity", json::array()}}, "expert_popularity: must be a non-empty array");
+    bad({{"total_input_tokens", 9}, {"expert_popularity", {{1, 2.5}}}},
+        "expert_popularity[0][1]: 2.5 is not an integer");
+    bad({{"total_input_tokens", 9}, {"expert_popularity", json::array()}},
+        "expert_popularity: must be a non-empty array");
     bad({{"expert_popularity", {{1, 2}}}}, "total_input_tokens: missing");
 }
 
@@ -229,11 +235,11 @@ TEST_CASE("model fingerprint follows the config and the tensor shapes", "[profil
 
     // One line per field, then one per tensor: embed, per layer 6 + router +
     // 3 per expert, final norm, lm_head.
-    const auto tensors = model_tensor_shapes(tiny);
+    const auto tensors = tensor_table(tiny);
     REQUIRE(tensors.size() == size_t(1 + tiny.n_layers * (7 + 3 * tiny.n_experts) + 2));
     REQUIRE(model_fingerprint_text(tiny).find("model.layers.1.block_sparse_moe.experts.3.w2.weight [" +
-                                              std::to_string(tiny.dim) + ", " + std::to_string(tiny.hidden_dim) + "]") !=
-            std::string::npos);
+                                              std::to_string(tiny.dim) + ", " + std::to_string(tiny.hidden_dim) +
+                                              "]") != std::string::npos);
 
     // Every field that shapes routing or tensors changes the hash.
     auto changed = [&](auto&& change) {
@@ -252,8 +258,33 @@ TEST_CASE("model fingerprint follows the config and the tensor shapes", "[profil
     REQUIRE_FALSE(changed([](ModelConfig& c) { c.eos_token_ids.push_back(7); }));
 
     // The real Mixtral-8x7B config: 32 layers x 8 experts, top-2.
-    json mixtral = json::parse(read_file(shared_data_dir() / "model_configs" / "mixtral-8x7b-instruct-v0.1.config.json"));
+    json mixtral =
+        json::parse(read_file(shared_data_dir() / "model_configs" / "mixtral-8x7b-instruct-v0.1.config.json"));
     const ModelFingerprint m = model_fingerprint(model_config_parse(mixtral, "config.json"));
     REQUIRE(fingerprint_describe(m).rfind("MixtralForCausalLM, 32 layers x 8 experts, top-2, hash ", 0) == 0);
     REQUIRE(m.hash != f.hash);
+}
+
+TEST_CASE("model fingerprint hashes stay those that existing profiles carry", "[profile]") {
+    // A profile stores this hash and is refused when the model's differs, so
+    // a change to the hashed config text or to the tensor table's names,
+    // shapes or order would orphan every profile already written. Change
+    // these values only on purpose, together with the profile format.
+    auto hash = [](const std::string& preset, bool dense, bool tied) {
+        ModelConfig c = synth_preset(preset);
+        if (dense) {
+            c.architecture = "MistralForCausalLM";
+            c.n_experts = 0;
+            c.n_experts_active = 0;
+        }
+        c.tie_embeddings = tied;
+        return model_fingerprint(c).hash;
+    };
+    CHECK(hash("tiny", false, false) == 0xb7623f9bdd0961edull);
+    CHECK(hash("small", false, false) == 0xccd1f39d4f50ec43ull);
+    CHECK(hash("mixtral-mini", false, false) == 0x753954ee3699c117ull);
+    CHECK(hash("mixtral-8x7b", false, false) == 0xfd5bb6ac9ca2f4daull);
+    CHECK(hash("tiny", false, true) == 0x83c22e659f1489ddull);
+    CHECK(hash("tiny", true, false) == 0x56af6de44581c868ull);
+    CHECK(hash("tiny", true, true) == 0xd8ec9ef54b1275bcull);
 }

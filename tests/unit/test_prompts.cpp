@@ -3,7 +3,6 @@
 // files), explicit formats, the text format, and malformed files refused
 // with the file and the line or index.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 
@@ -15,7 +14,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path prompts_dir() { return shared_data_dir() / "prompts"; }
+fs::path prompts_dir() {
+    return shared_data_dir() / "prompts";
+}
 
 // The ProfileError message of parsing `text` as a file named `name`.
 std::string parse_error(const std::string& text, const std::string& name, PromptFormat format = PromptFormat::AUTO) {
@@ -44,7 +45,8 @@ TEST_CASE("every shared prompt file loads with auto", "[prompts]") {
         {"sharegpt_v3_filtered_1000.json", PromptFormat::SHAREGPT, 1000, 0, "a. A blog is a type of website"},
         {"sharegpt_sg90k_first_sampled_sorted.json", PromptFormat::SHAREGPT, 2957, 21,
          "Below is the payment determination algorithm"},
-        {"mt_bench_question.jsonl", PromptFormat::MTBENCH, 80, 0, "Compose an engaging travel blog post about a recent trip to Hawaii"},
+        {"mt_bench_question.jsonl", PromptFormat::MTBENCH, 80, 0,
+         "Compose an engaging travel blog post about a recent trip to Hawaii"},
         {"vicuna_bench_question.jsonl", PromptFormat::MTBENCH, 80, 0, "How can I improve my time management skills?"},
         {"arena_bench_v1_question.jsonl", PromptFormat::MTBENCH, 300, 0, "What is the  equation of straight line"},
         {"arena_hard_v0.1_question.jsonl", PromptFormat::JSONL, 500, 0, "Use ABC notation to write a melody"},
@@ -71,8 +73,8 @@ TEST_CASE("every shared prompt file loads with auto", "[prompts]") {
 }
 
 TEST_CASE("prompt format names and the text format", "[prompts]") {
-    for (PromptFormat f : {PromptFormat::AUTO, PromptFormat::SHAREGPT, PromptFormat::MTBENCH, PromptFormat::JSONL,
-                           PromptFormat::TEXT})
+    for (PromptFormat f :
+         {PromptFormat::AUTO, PromptFormat::SHAREGPT, PromptFormat::MTBENCH, PromptFormat::JSONL, PromptFormat::TEXT})
         REQUIRE(prompt_format_parse(prompt_format_name(f)) == f);
     REQUIRE_FALSE(prompt_format_parse("csv"));
 
@@ -81,8 +83,9 @@ TEST_CASE("prompt format names and the text format", "[prompts]") {
     REQUIRE(t.format == PromptFormat::TEXT);
     REQUIRE(t.prompts == std::vector<std::string>{"First line\nsame prompt", "Second", "Third"});
     // No extension: decided by the first character.
-    REQUIRE(prompts_parse("[{\"conversations\":[{\"from\":\"user\",\"value\":\"hi\"}]}]", "p", PromptFormat::AUTO).format ==
-            PromptFormat::SHAREGPT);
+    REQUIRE(
+        prompts_parse("[{\"conversations\":[{\"from\":\"user\",\"value\":\"hi\"}]}]", "p", PromptFormat::AUTO).format ==
+        PromptFormat::SHAREGPT);
     REQUIRE(prompts_parse("{\"prompt\":\"hi\",\"turns\":[\"x\"]}\n", "p", PromptFormat::AUTO).prompts ==
             std::vector<std::string>{"hi"});
     REQUIRE(prompts_parse("hello [world]", "p", PromptFormat::AUTO).format == PromptFormat::TEXT);
@@ -109,7 +112,8 @@ TEST_CASE("malformed prompt files are refused naming the file and the entry", "[
     has(parse_error("{\"turns\":[\"a\"]}\n\n{\"turns\":[\"b\"]\n", "m.jsonl"), "m.jsonl:3: not JSON (mtbench format)");
     has(parse_error("{\"turns\":[\"a\"]}\n{\"turns\":[]}\n", "m.jsonl"),
         "m.jsonl:2: needs \"turns\": a non-empty array of strings");
-    has(parse_error("{\"prompt\":\"a\"}\n[1]\n", "j.jsonl"), "j.jsonl:2: jsonl format: each line must be a JSON object");
+    has(parse_error("{\"prompt\":\"a\"}\n[1]\n", "j.jsonl"),
+        "j.jsonl:2: jsonl format: each line must be a JSON object");
     has(parse_error("{\"prompt\":\"a\"}\n{\"prompt\":3}\n", "j.jsonl"),
         "j.jsonl:2: none of \"prompt\", \"text\", \"question\", \"turns\"[0], \"choices\"[0].\"turns\"[0] is a string");
     has(parse_error("\n  \n", "t.txt"), "t.txt: no prompts found (read as text");
