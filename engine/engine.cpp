@@ -317,16 +317,13 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
 
-    // Sequence 0 keeps the prompt; beams use 1..w. Blocks for the worst
-    // case: the prompt's, plus per beam its generated positions and one
-    // partial block copied on write.
-    const int n_blocks = [&] {
-        int longest = std::min(request.max_tokens, m.ctx - result.n_prompt);
-        int prompt_blocks = (result.n_prompt + KV_BLOCK - 1) / KV_BLOCK;
-        return prompt_blocks + request.beam_width * ((longest + KV_BLOCK - 1) / KV_BLOCK + 1);
-    }();
+    // Sequence 0 keeps the prompt (its blocks are all that is in use now);
+    // beams use 1..w. Blocks for the worst case: per beam its generated
+    // positions and one partial block copied on write.
+    const int longest = std::min(request.max_tokens, m.ctx - result.n_prompt);
+    const int beam_blocks = request.beam_width * ((longest + KV_BLOCK - 1) / KV_BLOCK + 1);
     m.cache.reserve_seqs(1 + request.beam_width);
-    m.cache.reserve_blocks(m.cache.blocks_in_use() + n_blocks);
+    m.cache.reserve_blocks(m.cache.blocks_in_use() + beam_blocks);
     BeamModel model{m.config, m.tokenizer, m.cache, 1,
                     [&m](const Batch& batch) {
                         m.stats_step.clear();

@@ -38,7 +38,9 @@ public:
     // Runs the batch, writes its keys/values into the cache, and returns the
     // logits (n_logits, vocab_size) of the entries with want_logits, in order.
     // Entries of one sequence must come in position order; an entry attends
-    // to positions [0, position] of its sequence. Routed-token counts are
+    // to positions [0, position] of its sequence (writing a position makes
+    // the sequence's own copy of a block it shares, see KvCache). Throws
+    // MoeError when the cache has no free block. Routed-token counts are
     // added to stats when it is not null.
     const float* run(const Batch& batch, RoutingStats* stats = nullptr);
 
