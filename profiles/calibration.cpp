@@ -13,6 +13,7 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;  // written in schema order, for people reading the file
 
 namespace {
 
@@ -88,18 +89,22 @@ private:
     std::string source_;
 };
 
-json curve_json(const CalibrationCurve& c) {
+ordered_json curve_json(const CalibrationCurve& c) {
     return {{"fixed_ms", c.fixed_ms},     {"stream_ms", c.stream_ms}, {"per_token_ms", c.per_token_ms},
             {"large_from", c.large_from}, {"pack_ms", c.pack_ms},     {"large_per_token_ms", c.large_per_token_ms}};
 }
 
-json points_json(const std::vector<CalibrationPoint>& points, const char* x_name) {
-    json arr = json::array();
-    for (const CalibrationPoint& p : points) arr.push_back({{x_name, p.x}, {"ms", p.ms}});
+// Token counts are written as integers, byte counts as numbers.
+ordered_json points_json(const std::vector<CalibrationPoint>& points, const char* x_name) {
+    ordered_json arr = ordered_json::array();
+    for (const CalibrationPoint& p : points) {
+        ordered_json x = std::string(x_name) == "n" ? ordered_json(int64_t(p.x)) : ordered_json(p.x);
+        arr.push_back({{x_name, x}, {"ms", p.ms}});
+    }
     return arr;
 }
 
-// Flat field names, as in the file ("cpu.fixed_ms", "copy_points[2].ms").
+// Field names are dotted paths into the file ("cpu.fixed_ms", "copy.points[2].ms").
 void check_value(double v, const std::string& field, std::string_view source, bool positive) {
     if (!std::isfinite(v) || v < 0 || (positive && v == 0))
         throw ProfileError(std::string(source) + ": " + field + ": " + std::to_string(v) +
@@ -123,6 +128,9 @@ void check_points(const std::vector<CalibrationPoint>& points, const std::string
     for (size_t i = 0; i < points.size(); i++) {
         std::string item = field + "[" + std::to_string(i) + "]";
         check_value(points[i].x, item + "." + x_name, source, true);
+        if (std::string_view(x_name) == "n" && points[i].x != std::floor(points[i].x))
+            throw ProfileError(std::string(source) + ": " + item + ".n: " + std::to_string(points[i].x) +
+                               " (must be a whole number of tokens)");
         check_value(points[i].ms, item + ".ms", source, true);
     }
 }
@@ -237,20 +245,20 @@ Calibration calibration_read(const fs::path& path) {
 void calibration_write(const Calibration& c, const fs::path& path) {
     std::string source = path.string();
     calibration_validate(c, source);
-    json j = {{"version", c.version},
-              {"key", calibration_key(c)},
-              {"cpu_name", c.cpu_name},
-              {"isa", c.isa},
-              {"threads", c.threads},
-              {"device_name", c.device_name},
-              {"expert",
-               {{"dim", c.dim},
-                {"hidden_dim", c.hidden_dim},
-                {"dtype", c.dtype},
-                {"bytes", c.expert_bytes},
-                {"flops_per_token", c.expert_flops_per_token}}},
-              {"ceiling", {{"read_gbs", c.read_gbs}, {"fma_gflops", c.fma_gflops}}},
-              {"has_device", c.has_device}};
+    ordered_json j = {{"version", c.version},
+                      {"key", calibration_key(c)},
+                      {"cpu_name", c.cpu_name},
+                      {"isa", c.isa},
+                      {"threads", c.threads},
+                      {"device_name", c.device_name},
+                      {"expert",
+                       {{"dim", c.dim},
+                        {"hidden_dim", c.hidden_dim},
+                        {"dtype", c.dtype},
+                        {"bytes", c.expert_bytes},
+                        {"flops_per_token", c.expert_flops_per_token}}},
+                      {"ceiling", {{"read_gbs", c.read_gbs}, {"fma_gflops", c.fma_gflops}}},
+                      {"has_device", c.has_device}};
     j["cpu"] = curve_json(c.cpu);
     j["cpu"]["points"] = points_json(c.cpu_points, "n");
     if (c.has_device) {
