@@ -4,6 +4,7 @@
 #include "profiles/calibration.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -42,31 +43,24 @@ public:
         throw ProfileError(source_ + ": " + field + ": " + what);
     }
     const json& at(const json& obj, const std::string& parent, const char* name) const {
-        std::string field = parent.empty() ? name : parent + "." + name;
         if (!obj.is_object()) fail(parent.empty() ? "(top level)" : parent, "expected an object");
         auto it = obj.find(name);
-        if (it == obj.end()) fail(field, "missing");
+        if (it == obj.end()) fail(path(parent, name), "missing");
         return *it;
     }
     double number(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_number()) fail(parent.empty() ? name : parent + "." + name, "expected a number");
-        return v.get<double>();
+        return typed<double>(obj, parent, name, &json::is_number, "a number");
     }
     int integer(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_number_integer()) fail(parent.empty() ? name : parent + "." + name, "expected an integer");
-        return v.get<int>();
+        int64_t v = typed<int64_t>(obj, parent, name, &json::is_number_integer, "an integer");
+        if (v < INT32_MIN || v > INT32_MAX) fail(path(parent, name), std::to_string(v) + " is out of range");
+        return int(v);
     }
     std::string string(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_string()) fail(parent.empty() ? name : parent + "." + name, "expected a string");
-        return v.get<std::string>();
+        return typed<std::string>(obj, parent, name, &json::is_string, "a string");
     }
     bool boolean(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_boolean()) fail(parent.empty() ? name : parent + "." + name, "expected true or false");
-        return v.get<bool>();
+        return typed<bool>(obj, parent, name, &json::is_boolean, "true or false");
     }
     CalibrationCurve curve(const json& obj, const std::string& field) const {
         const json& c = at(obj, "", field.c_str());
@@ -86,6 +80,18 @@ public:
     }
 
 private:
+    static std::string path(const std::string& parent, const char* name) {
+        return parent.empty() ? name : parent + "." + name;
+    }
+    // The field, when is_type says it has the right JSON type.
+    template <class T>
+    T typed(const json& obj, const std::string& parent, const char* name, bool (json::*is_type)() const noexcept,
+            const char* expected) const {
+        const json& v = at(obj, parent, name);
+        if (!(v.*is_type)()) fail(path(parent, name), std::string("expected ") + expected);
+        return v.get<T>();
+    }
+
     std::string source_;
 };
 
