@@ -39,10 +39,10 @@ constexpr int CALIBRATE_REPS = 21;  // sweeps over n; each n keeps the median
 constexpr double LATENCY_TARGET_PCT = 15.0;
 constexpr double CYCLE_BYTES = 2e9;  // weights one cycle of experts streams through
 
-// 1, 2, 4, ..., max_n.
-std::vector<int> token_counts(int max_n) {
+// 1, 2, 4, ..., CALIBRATE_MAX_N.
+std::vector<int> token_counts() {
     std::vector<int> ns;
-    for (int n = 1; n <= max_n; n *= 2) ns.push_back(n);
+    for (int n = 1; n <= CALIBRATE_MAX_N; n *= 2) ns.push_back(n);
     return ns;
 }
 
@@ -187,9 +187,8 @@ int cli_calibrate(const std::vector<std::string>& words) {
     bench_isa_flag(args);
     auto out = args.get("--out");
     bool force = args.flag("--force");
-    // Hidden, for quick tests: fewer sweeps and a smaller largest n.
+    // Hidden (not in the usage text), for quick tests: fewer sweeps.
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
-    int max_n = int(args.get_int("--max-n", CALIBRATE_MAX_N, 2, 4096));
     args.finish();
 
     ModelConfig config = model_config_load(*model_dir);
@@ -213,9 +212,8 @@ int cli_calibrate(const std::vector<std::string>& words) {
 
     ThreadPool pool(threads);
     CalibrationRun run = calibration_start(*model_dir, pool, false);
-    std::vector<TimingPoint> points =
-        measure_expert_ffn(run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0)},
-                           token_counts(max_n), reps, pool)[0];
+    std::vector<TimingPoint> points = measure_expert_ffn(
+        run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0)}, token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
     Calibration cal;
@@ -245,7 +243,7 @@ int bench_latency(Args& args) {
     if (!model_dir) throw MoeError("bench latency: --model is required");
     int threads = bench_threads_flag(args);
     bench_isa_flag(args);
-    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
+    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));  // sweeps over n (more: steadier medians)
     args.finish();
 
     ThreadPool pool(threads);
@@ -258,7 +256,7 @@ int bench_latency(Args& args) {
     std::vector<ExpertWeights> check_set = expert_cycle(run.weights, bytes, 2, 1);
     bool independent = !check_set.empty();
     if (!independent) check_set = fit_set;
-    std::vector<int> ns = token_counts(CALIBRATE_MAX_N);
+    std::vector<int> ns = token_counts();
     std::vector<std::vector<TimingPoint>> passes = measure_expert_ffn(run.config, {fit_set, check_set}, ns, reps, pool);
     const std::vector<TimingPoint>&fit_points = passes[0], &check = passes[1];
     LatencyCurve fit = latency_curve_fit(fit_points, kernel_large_from());
