@@ -31,7 +31,7 @@ const char* USAGE =
     "               expert FFN, fits the latency model, caches it under $XDG_CACHE_HOME/moe-server/calibration\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
     "               prefill --model DIR [--tokens N] | server --model DIR |\n"
-    "               latency --model DIR [--threads N] [--cpu-isa ISA]   (JSON lines)\n"
+    "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
