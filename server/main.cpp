@@ -37,7 +37,7 @@ const char* USAGE =
     "               [--profile FILE]: a dry run of expert placement on an emulated GPU (computes on the CPU)\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
     "               prefill --model DIR [--tokens N] | server --model DIR |\n"
-    "               latency --model DIR [--threads N] [--cpu-isa ISA] |\n"
+    "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N] |\n"
     "               placement --model DIR --profile A.json --eval B.json [--seeds N]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
