@@ -5,6 +5,7 @@
 // sweep over n is repeated and each n keeps its median, so every n sees the
 // same moments of a noisy machine. The device side (copies, device compute)
 // is measured by the CUDA executor, not here: the file records it as absent.
+#include "server/cli.h"
 #include "server/cli_calibrate.h"
 
 #include <algorithm>
@@ -184,7 +185,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     auto model_dir = args.get("--model");
     if (!model_dir) throw MoeError("calibrate: --model is required");
     int threads = bench_threads_flag(args);
-    bench_isa_flag(args);
+    apply_isa_flag(args);
     auto out = args.get("--out");
     bool force = args.flag("--force");
     // Hidden (not in the usage text), for quick tests: fewer sweeps.
@@ -242,7 +243,7 @@ int bench_latency(Args& args) {
     auto model_dir = args.get("--model");
     if (!model_dir) throw MoeError("bench latency: --model is required");
     int threads = bench_threads_flag(args);
-    bench_isa_flag(args);
+    apply_isa_flag(args);
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));  // sweeps over n (more: steadier medians)
     args.finish();
 
