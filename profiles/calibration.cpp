@@ -6,10 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "profiles/profile.h"
 #include "profiles/profile_error.h"
 
 namespace fs = std::filesystem;
@@ -204,13 +203,10 @@ void calibration_validate(const Calibration& c, std::string_view source) {
 
 Calibration calibration_read(const fs::path& path) {
     std::string source = path.string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ProfileError(source + ": cannot open file");
-    std::stringstream text;
-    text << in.rdbuf();
+    std::string text = profile_file_read(path);
     json j;
     try {
-        j = json::parse(text.str());
+        j = json::parse(text);
     } catch (const json::exception& e) {
         throw ProfileError(source + ": not valid JSON: " + e.what());
     }
@@ -276,15 +272,7 @@ void calibration_write(const Calibration& c, const fs::path& path) {
     std::error_code ec;
     if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
     // Written whole to a temporary name, then renamed: a reader never sees half a file.
-    fs::path tmp = path;
-    tmp += ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << j.dump(2) << "\n";
-        if (!out) throw ProfileError(source + ": cannot write file");
-    }
-    fs::rename(tmp, path, ec);
-    if (ec) throw ProfileError(source + ": cannot write file: " + ec.message());
+    profile_file_write_atomic(path, j.dump(2) + "\n");
 }
 
 std::optional<Calibration> calibration_find_cached(std::string_view key) {
