@@ -144,10 +144,10 @@ PlanCost LayerPlanner::plan(std::span<const PlanInput> inputs, std::span<ExpertS
         uint8_t* choice = choice_.data() + size_t(k) * cells;
         for (int g = cells - 1; g >= 0; g--) {
             double copy = best_[g] + dev_cost_[k];
-            double cpu = g >= w ? best_[g - w] : INF;
-            choice[g] = cpu <= copy;
-            if (cpu <= copy) {
-                best_[g] = cpu;
+            bool take_cpu = g >= w && best_[g - w] <= copy;
+            choice[g] = take_cpu;
+            if (take_cpu) {
+                best_[g] = best_[g - w];
                 cpu_sum_[g] = cpu_sum_[g - w] + cpu_cost_[k];
             } else {
                 best_[g] = copy;

@@ -10,7 +10,7 @@
 // An expert with no tokens costs nothing and runs nowhere: the planners
 // give it DEVICE when resident, CPU otherwise, and the executor skips it.
 //
-// plan() is polynomial and its bound is exact: for the m routed
+// plan() is polynomial with a proven bound: for the m routed
 // non-resident experts of a layer it returns a plan of makespan
 //     <= min(per-expert rule, OPT + PLAN_EPSILON * L) <= (1 + PLAN_EPSILON) OPT
 // where OPT is the best of the 2^m assignments and L <= OPT the lower bound

@@ -4,15 +4,16 @@
 #include "profiles/calibration.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "profiles/profile.h"
 #include "profiles/profile_error.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;  // written in schema order, for people reading the file
 
 namespace {
 
@@ -41,31 +42,24 @@ public:
         throw ProfileError(source_ + ": " + field + ": " + what);
     }
     const json& at(const json& obj, const std::string& parent, const char* name) const {
-        std::string field = parent.empty() ? name : parent + "." + name;
         if (!obj.is_object()) fail(parent.empty() ? "(top level)" : parent, "expected an object");
         auto it = obj.find(name);
-        if (it == obj.end()) fail(field, "missing");
+        if (it == obj.end()) fail(path(parent, name), "missing");
         return *it;
     }
     double number(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_number()) fail(parent.empty() ? name : parent + "." + name, "expected a number");
-        return v.get<double>();
+        return typed<double>(obj, parent, name, &json::is_number, "a number");
     }
     int integer(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_number_integer()) fail(parent.empty() ? name : parent + "." + name, "expected an integer");
-        return v.get<int>();
+        int64_t v = typed<int64_t>(obj, parent, name, &json::is_number_integer, "an integer");
+        if (v < INT32_MIN || v > INT32_MAX) fail(path(parent, name), std::to_string(v) + " is out of range");
+        return int(v);
     }
     std::string string(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_string()) fail(parent.empty() ? name : parent + "." + name, "expected a string");
-        return v.get<std::string>();
+        return typed<std::string>(obj, parent, name, &json::is_string, "a string");
     }
     bool boolean(const json& obj, const std::string& parent, const char* name) const {
-        const json& v = at(obj, parent, name);
-        if (!v.is_boolean()) fail(parent.empty() ? name : parent + "." + name, "expected true or false");
-        return v.get<bool>();
+        return typed<bool>(obj, parent, name, &json::is_boolean, "true or false");
     }
     CalibrationCurve curve(const json& obj, const std::string& field) const {
         const json& c = at(obj, "", field.c_str());
@@ -85,21 +79,37 @@ public:
     }
 
 private:
+    static std::string path(const std::string& parent, const char* name) {
+        return parent.empty() ? name : parent + "." + name;
+    }
+    // The field, when is_type says it has the right JSON type.
+    template <class T>
+    T typed(const json& obj, const std::string& parent, const char* name, bool (json::*is_type)() const noexcept,
+            const char* expected) const {
+        const json& v = at(obj, parent, name);
+        if (!(v.*is_type)()) fail(path(parent, name), std::string("expected ") + expected);
+        return v.get<T>();
+    }
+
     std::string source_;
 };
 
-json curve_json(const CalibrationCurve& c) {
+ordered_json curve_json(const CalibrationCurve& c) {
     return {{"fixed_ms", c.fixed_ms},     {"stream_ms", c.stream_ms}, {"per_token_ms", c.per_token_ms},
             {"large_from", c.large_from}, {"pack_ms", c.pack_ms},     {"large_per_token_ms", c.large_per_token_ms}};
 }
 
-json points_json(const std::vector<CalibrationPoint>& points, const char* x_name) {
-    json arr = json::array();
-    for (const CalibrationPoint& p : points) arr.push_back({{x_name, p.x}, {"ms", p.ms}});
+// Token counts are written as integers, byte counts as numbers.
+ordered_json points_json(const std::vector<CalibrationPoint>& points, const char* x_name) {
+    ordered_json arr = ordered_json::array();
+    for (const CalibrationPoint& p : points) {
+        ordered_json x = std::string(x_name) == "n" ? ordered_json(int64_t(p.x)) : ordered_json(p.x);
+        arr.push_back({{x_name, x}, {"ms", p.ms}});
+    }
     return arr;
 }
 
-// Flat field names, as in the file ("cpu.fixed_ms", "copy_points[2].ms").
+// Field names are dotted paths into the file ("cpu.fixed_ms", "copy.points[2].ms").
 void check_value(double v, const std::string& field, std::string_view source, bool positive) {
     if (!std::isfinite(v) || v < 0 || (positive && v == 0))
         throw ProfileError(std::string(source) + ": " + field + ": " + std::to_string(v) +
@@ -123,6 +133,9 @@ void check_points(const std::vector<CalibrationPoint>& points, const std::string
     for (size_t i = 0; i < points.size(); i++) {
         std::string item = field + "[" + std::to_string(i) + "]";
         check_value(points[i].x, item + "." + x_name, source, true);
+        if (std::string_view(x_name) == "n" && points[i].x != std::floor(points[i].x))
+            throw ProfileError(std::string(source) + ": " + item + ".n: " + std::to_string(points[i].x) +
+                               " (must be a whole number of tokens)");
         check_value(points[i].ms, item + ".ms", source, true);
     }
 }
@@ -190,13 +203,10 @@ void calibration_validate(const Calibration& c, std::string_view source) {
 
 Calibration calibration_read(const fs::path& path) {
     std::string source = path.string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ProfileError(source + ": cannot open file");
-    std::stringstream text;
-    text << in.rdbuf();
+    std::string text = profile_file_read(path);
     json j;
     try {
-        j = json::parse(text.str());
+        j = json::parse(text);
     } catch (const json::exception& e) {
         throw ProfileError(source + ": not valid JSON: " + e.what());
     }
@@ -237,20 +247,20 @@ Calibration calibration_read(const fs::path& path) {
 void calibration_write(const Calibration& c, const fs::path& path) {
     std::string source = path.string();
     calibration_validate(c, source);
-    json j = {{"version", c.version},
-              {"key", calibration_key(c)},
-              {"cpu_name", c.cpu_name},
-              {"isa", c.isa},
-              {"threads", c.threads},
-              {"device_name", c.device_name},
-              {"expert",
-               {{"dim", c.dim},
-                {"hidden_dim", c.hidden_dim},
-                {"dtype", c.dtype},
-                {"bytes", c.expert_bytes},
-                {"flops_per_token", c.expert_flops_per_token}}},
-              {"ceiling", {{"read_gbs", c.read_gbs}, {"fma_gflops", c.fma_gflops}}},
-              {"has_device", c.has_device}};
+    ordered_json j = {{"version", c.version},
+                      {"key", calibration_key(c)},
+                      {"cpu_name", c.cpu_name},
+                      {"isa", c.isa},
+                      {"threads", c.threads},
+                      {"device_name", c.device_name},
+                      {"expert",
+                       {{"dim", c.dim},
+                        {"hidden_dim", c.hidden_dim},
+                        {"dtype", c.dtype},
+                        {"bytes", c.expert_bytes},
+                        {"flops_per_token", c.expert_flops_per_token}}},
+                      {"ceiling", {{"read_gbs", c.read_gbs}, {"fma_gflops", c.fma_gflops}}},
+                      {"has_device", c.has_device}};
     j["cpu"] = curve_json(c.cpu);
     j["cpu"]["points"] = points_json(c.cpu_points, "n");
     if (c.has_device) {
@@ -262,15 +272,7 @@ void calibration_write(const Calibration& c, const fs::path& path) {
     std::error_code ec;
     if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
     // Written whole to a temporary name, then renamed: a reader never sees half a file.
-    fs::path tmp = path;
-    tmp += ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << j.dump(2) << "\n";
-        if (!out) throw ProfileError(source + ": cannot write file");
-    }
-    fs::rename(tmp, path, ec);
-    if (ec) throw ProfileError(source + ": cannot write file: " + ec.message());
+    profile_file_write_atomic(path, j.dump(2) + "\n");
 }
 
 std::optional<Calibration> calibration_find_cached(std::string_view key) {

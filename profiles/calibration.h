@@ -82,8 +82,9 @@ std::filesystem::path calibration_cache_path(std::string_view key);
 
 // Throws ProfileError "<source>: <field>: <what is wrong>" for a version
 // other than CALIBRATION_VERSION, an empty key field, a negative or
-// non-finite number, a point with x <= 0 or ms <= 0, or fewer than two CPU
-// points (and two device and copy points when has_device).
+// non-finite number, a point with x <= 0, ms <= 0 or a fractional token
+// count, or fewer than two CPU points (and two device and copy points when
+// has_device).
 void calibration_validate(const Calibration& c, std::string_view source);
 
 // Reads and validates a file: ProfileError naming the file for a file that

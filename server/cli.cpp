@@ -23,14 +23,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// --cpu-isa overrides the detected path for this process.
-void apply_isa_flag(Args& args) {
-    auto name = args.get("--cpu-isa");
-    if (!name) return;
-    auto isa = isa_parse(*name);
-    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
-    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
-}
 
 std::string require(Args& args, const std::string& flag) {
     auto v = args.get(flag);
@@ -39,6 +31,14 @@ std::string require(Args& args, const std::string& flag) {
 }
 
 }  // namespace
+
+void apply_isa_flag(Args& args) {
+    auto name = args.get("--cpu-isa");
+    if (!name) return;
+    auto isa = isa_parse(*name);
+    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
+    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
+}
 
 SamplingParams parse_sampling_flags(Args& args) {
     SamplingParams p;

@@ -16,6 +16,9 @@ int cli_perplexity(const std::vector<std::string>& words);
 int cli_synth_model(const std::vector<std::string>& words);
 int cli_bench(const std::vector<std::string>& words);
 
+// --cpu-isa NAME: this process runs that kernel path (MoeError when unknown
+// or not supported by this CPU).
+void apply_isa_flag(Args& args);
 // Sampling flags shared by the subcommands that generate.
 SamplingParams parse_sampling_flags(Args& args);
 // --emulate-gpu GiB|N% and --profile FILE, shared by serve, generate,

@@ -26,13 +26,6 @@
 
 using json = nlohmann::json;
 
-void bench_isa_flag(Args& args) {
-    auto name = args.get("--cpu-isa");
-    if (!name) return;
-    auto isa = isa_parse(*name);
-    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
-    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
-}
 
 int bench_threads_flag(Args& args) {
     int t = int(args.get_int("--threads", 0, 0, 1024));
@@ -88,7 +81,7 @@ int bench_decode(Args& args, bool prefill) {
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
     o.device = parse_device_flags(args);
-    bench_isa_flag(args);
+    apply_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
     o.max_batch = prefill ? std::max(512, n_tokens) : 512;
@@ -181,7 +174,7 @@ int bench_beam(Args& args) {
     int repeats = int(args.get_int("--repeat", 2, 1, 100));
     auto prompt_text = args.get("--prompt");
     o.device = parse_device_flags(args);
-    bench_isa_flag(args);
+    apply_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 512);
     Engine engine(o);

@@ -5,6 +5,7 @@
 // sweep over n is repeated and each n keeps its median, so every n sees the
 // same moments of a noisy machine. The device side (copies, device compute)
 // is measured by the CUDA executor, not here: the file records it as absent.
+#include "server/cli.h"
 #include "server/cli_calibrate.h"
 
 #include <algorithm>
@@ -37,11 +38,12 @@ using Clock = std::chrono::steady_clock;
 constexpr int CALIBRATE_MAX_N = 256;
 constexpr int CALIBRATE_REPS = 21;  // sweeps over n; each n keeps the median
 constexpr double LATENCY_TARGET_PCT = 15.0;
+constexpr double CYCLE_BYTES = 2e9;  // weights one cycle of experts streams through
 
-// 1, 2, 4, ..., max_n.
-std::vector<int> token_counts(int max_n) {
+// 1, 2, 4, ..., CALIBRATE_MAX_N.
+std::vector<int> token_counts() {
     std::vector<int> ns;
-    for (int n = 1; n <= max_n; n *= 2) ns.push_back(n);
+    for (int n = 1; n <= CALIBRATE_MAX_N; n *= 2) ns.push_back(n);
     return ns;
 }
 
@@ -54,13 +56,20 @@ std::string device_name() {
     return "none";
 }
 
-// Every (layer, expert) of the model whose flat index % stride == phase.
-std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, int stride, int phase) {
-    std::vector<ExpertWeights> out;
+// The (layer, expert) pairs whose flat index % stride == phase, thinned
+// evenly over the layers to at most enough experts for CYCLE_BYTES: far more
+// than any last-level cache, far less than a large model (mixtral-8x7b
+// cycles over 6 experts, not 256 that would not fit in memory).
+std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, double expert_bytes, int stride, int phase) {
+    std::vector<ExpertWeights> all;
     int index = 0;
     for (const LayerWeights& layer : w.layers)
         for (const ExpertWeights& e : layer.experts)
-            if (index++ % stride == phase) out.push_back(e);
+            if (index++ % stride == phase) all.push_back(e);
+    size_t keep = std::max<size_t>(2, size_t(std::ceil(CYCLE_BYTES / expert_bytes)));
+    if (all.size() <= keep) return all;
+    std::vector<ExpertWeights> out;
+    for (size_t i = 0; i < keep; i++) out.push_back(all[i * all.size() / keep]);
     return out;
 }
 
@@ -124,11 +133,10 @@ CalibrationRun calibration_start(const std::string& model_dir, ThreadPool& pool,
     return run;
 }
 
-// Where the active kernels switch to their blocked path (the fit's second
-// segment); the scalar path never does.
+// Where the active kernels switch to their blocked path: the fit's second
+// segment (the scalar path never switches; its INT_MAX leaves one segment).
 int kernel_large_from() {
-    int m = kernel_table(isa_active()).packed_min_m;
-    return m < CALIBRATE_MAX_N * 16 ? m : 0;
+    return kernel_table(isa_active()).packed_min_m;
 }
 
 json curve_json(const LatencyCurve& c) {
@@ -177,12 +185,11 @@ int cli_calibrate(const std::vector<std::string>& words) {
     auto model_dir = args.get("--model");
     if (!model_dir) throw MoeError("calibrate: --model is required");
     int threads = bench_threads_flag(args);
-    bench_isa_flag(args);
+    apply_isa_flag(args);
     auto out = args.get("--out");
     bool force = args.flag("--force");
-    // Hidden, for quick tests: fewer sweeps and a smaller largest n.
+    // Hidden (not in the usage text), for quick tests: fewer sweeps.
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
-    int max_n = int(args.get_int("--max-n", CALIBRATE_MAX_N, 2, 4096));
     args.finish();
 
     ModelConfig config = model_config_load(*model_dir);
@@ -206,8 +213,8 @@ int cli_calibrate(const std::vector<std::string>& words) {
 
     ThreadPool pool(threads);
     CalibrationRun run = calibration_start(*model_dir, pool, false);
-    std::vector<TimingPoint> points =
-        measure_expert_ffn(run.config, {expert_cycle(run.weights, 1, 0)}, token_counts(max_n), reps, pool)[0];
+    std::vector<TimingPoint> points = measure_expert_ffn(
+        run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0)}, token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
     Calibration cal;
@@ -236,8 +243,8 @@ int bench_latency(Args& args) {
     auto model_dir = args.get("--model");
     if (!model_dir) throw MoeError("bench latency: --model is required");
     int threads = bench_threads_flag(args);
-    bench_isa_flag(args);
-    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
+    apply_isa_flag(args);
+    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));  // sweeps over n (more: steadier medians)
     args.finish();
 
     ThreadPool pool(threads);
@@ -245,10 +252,12 @@ int bench_latency(Args& args) {
     // Fit on the even (layer, expert) pairs, check on the odd ones (their
     // sweeps interleaved, so both see the same load on a shared machine); a
     // model with a single expert checks on the same one (said in the output).
-    std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, 2, 0), check_set = expert_cycle(run.weights, 2, 1);
+    double bytes = cost_expert(run.config, 1).bytes;
+    std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, bytes, 2, 0);
+    std::vector<ExpertWeights> check_set = expert_cycle(run.weights, bytes, 2, 1);
     bool independent = !check_set.empty();
     if (!independent) check_set = fit_set;
-    std::vector<int> ns = token_counts(CALIBRATE_MAX_N);
+    std::vector<int> ns = token_counts();
     std::vector<std::vector<TimingPoint>> passes = measure_expert_ffn(run.config, {fit_set, check_set}, ns, reps, pool);
     const std::vector<TimingPoint>&fit_points = passes[0], &check = passes[1];
     LatencyCurve fit = latency_curve_fit(fit_points, kernel_large_from());

@@ -13,8 +13,6 @@ int cli_calibrate(const std::vector<std::string>& words);
 // `bench latency` (its flags, after the word "latency").
 int bench_latency(Args& args);
 
-// Flags shared by the benchmarks and calibrate (defined in cli_bench.cpp):
-// --cpu-isa selects the kernel path for this process; --threads (0 or
-// absent: physical cores).
-void bench_isa_flag(Args& args);
+// --threads for the benchmarks and calibrate (defined in cli_bench.cpp):
+// 0 or absent means physical cores. (--cpu-isa: apply_isa_flag, server/cli.h.)
 int bench_threads_flag(Args& args);

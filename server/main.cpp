@@ -39,7 +39,7 @@ const char* USAGE =
     "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
     "               prefill --model DIR [--tokens N] | server --model DIR |\n"
     "               beam --model DIR [--widths 1,4,8,16] [--tokens N] [--prompt TEXT] [--repeat N] |\n"
-    "               latency --model DIR [--threads N] [--cpu-isa ISA] |\n"
+    "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N] |\n"
     "               placement --model DIR --profile A.json --eval B.json [--seeds N]   (JSON lines)\n"
     "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";

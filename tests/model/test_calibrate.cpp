@@ -21,7 +21,9 @@ CommandResult moe(std::vector<std::string> args) {
 
 TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[calibrate]") {
     fs::path cache = test_temp_dir("calibrate-cache");
-    // The child inherits it; nothing else in this test binary reads it.
+    // The child inherits it. (ctest runs each test case in a process of its
+    // own; run directly, later cases see this empty cache, which only
+    // isolates them further.)
     setenv("XDG_CACHE_HOME", cache.c_str(), 1);
     std::string model = test_model_dir("tiny").string();
     // --reps: fewer sweeps than the default, for speed (hidden test flag).

@@ -218,6 +218,8 @@ TEST_CASE("bad calibration files: one ProfileError naming the file and the probl
         require_error(edited_file("neg-bw", [](json& j) { j["ceiling"]["read_gbs"] = 0; }), "ceiling.read_gbs",
                       "positive");
         require_error(edited_file("neg-threads", [](json& j) { j["threads"] = 0; }), "threads", ">= 1");
+        require_error(edited_file("frac-n", [](json& j) { j["cpu"]["points"][1]["n"] = 1.5; }), "cpu.points[1].n",
+                      "whole number");
     }
     SECTION("too few points") {
         require_error(edited_file("points",

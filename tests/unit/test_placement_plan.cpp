@@ -3,6 +3,10 @@
 // mostly-empty token counts, random residency, random latency models), and
 // Fiddler's per-expert rule as the floor it must never lose to.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -13,6 +17,21 @@
 #include <vector>
 
 #include "placement/layer_plan.h"
+
+// Every global allocation of this test binary is counted, so a test can
+// check that a hot path allocates nothing (replaceable global operator new;
+// the array and sized forms route here by default).
+namespace {
+std::atomic<long> global_allocations{0};
+}
+
+void* operator new(size_t bytes) {
+    global_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(bytes ? bytes : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -261,4 +280,23 @@ TEST_CASE("plan vs brute force: never worse than the per-expert rule, within its
         "%.4f, plan beat the rule in %d, optimal in %d\n",
         CASES, worst_ratio, 1 + PLAN_EPSILON, worst_rule_ratio, beat_rule, exact);
     REQUIRE(beat_rule > 0);  // the random cases do reach the rule's blind spot
+}
+
+TEST_CASE("plan allocates nothing once constructed", "[placement]") {
+    std::mt19937_64 rng(99);
+    LatencyModel model = random_model(rng);
+    model.has_device = true;
+    LayerPlanner planner(model, 3e8, 64);
+    std::vector<PlanInput> in(64);
+    std::vector<ExpertSite> sites(64);
+    for (int i = 0; i < 64; i++) in[i] = {int(rng() % 512), i % 3 == 0};
+    long before = global_allocations.load();
+    std::vector<int>(10).swap(*std::make_unique<std::vector<int>>());  // the counter does count
+    REQUIRE(global_allocations.load() > before);
+    before = global_allocations.load();
+    for (int t = 0; t < 100; t++) {
+        in[t % 64].n_tokens = int(rng() % 512);
+        planner.plan(in, sites);
+    }
+    REQUIRE(global_allocations.load() == before);
 }
