@@ -35,12 +35,38 @@ std::vector<int> prompt_tokens(int n, int salt) {
     return t;
 }
 
-Engine make_engine(const char* preset, int ctx = 256) {
+// device_share > 0: that share of the experts on the emulated device.
+Engine make_engine(const char* preset, int ctx = 256, double device_share = 0) {
     EngineOptions o;
     o.model_dir = test_model_dir(preset);
     o.threads = 2;
     o.ctx = ctx;
+    o.device.emulate_gpu_expert_share = device_share;
     return Engine(o);
+}
+
+// A request whose hypotheses all end by length (EOS ignored), unless
+// allowed tokens and EOS say otherwise.
+BeamRequest beam_request(std::vector<int> prompt, int width, int max_tokens, int num_return = 1,
+                         float length_penalty = 1.0f, std::vector<int> allowed = {}, bool ignore_eos = true) {
+    BeamRequest r;
+    r.prompt = std::move(prompt);
+    r.beam_width = width;
+    r.max_tokens = max_tokens;
+    r.num_return = num_return;
+    r.length_penalty = length_penalty;
+    r.allowed_tokens = std::move(allowed);
+    r.ignore_eos = ignore_eos;
+    return r;
+}
+
+// Same tokens and bitwise the same scores, in the same order.
+void require_same_hypotheses(const BeamResult& a, const BeamResult& b) {
+    REQUIRE(b.hypotheses.size() == a.hypotheses.size());
+    for (size_t i = 0; i < a.hypotheses.size(); i++) {
+        REQUIRE(b.hypotheses[i].tokens == a.hypotheses[i].tokens);
+        REQUIRE(b.hypotheses[i].score == a.hypotheses[i].score);
+    }
 }
 
 BeamResult beam(Engine& e, const BeamRequest& r, const std::function<bool(const BeamStep&)>& on_step = nullptr) {
@@ -230,14 +256,8 @@ TEST_CASE("a wide enough beam finds the best sequence a brute force finds", "[be
                 const std::vector<double>& next = bf.next_logprobs(prompt, {});
                 t = int(std::min_element(next.begin(), next.end()) - next.begin());
             }
-            BeamRequest r;
-            r.prompt = prompt;
-            r.beam_width = c.width;
-            r.length_penalty = c.alpha;
-            r.max_tokens = c.length;
-            r.ignore_eos = c.ignore_eos;
-            r.allowed_tokens = allowed;
-            r.num_return = std::min(c.width, 3);
+            BeamRequest r =
+                beam_request(prompt, c.width, c.length, std::min(c.width, 3), c.alpha, allowed, c.ignore_eos);
             BeamResult got = beam(engine, r);
             std::vector<Scored> all = enumerate(bf, prompt, allowed, c.length, c.alpha, !c.ignore_eos);
             REQUIRE(got.hypotheses.size() == size_t(r.num_return));
@@ -274,14 +294,7 @@ TEST_CASE("narrow beams never score below greedy decoding", "[beam]") {
                     std::vector<int> allowed = {500 + salt, 1500, 2500 + 7 * salt, 3500, 4500, 8000 + salt};
                     if (with_eos) allowed.push_back(eos);
                     std::vector<int> prompt = prompt_tokens(4, salt);
-                    BeamRequest r;
-                    r.prompt = prompt;
-                    r.beam_width = width;
-                    r.length_penalty = alpha;
-                    r.max_tokens = 7;
-                    r.ignore_eos = !with_eos;
-                    r.allowed_tokens = allowed;
-                    BeamResult got = beam(engine, r);
+                    BeamResult got = beam(engine, beam_request(prompt, width, 7, 1, alpha, allowed, !with_eos));
                     Scored g = greedy(bf, prompt, allowed, 7, alpha, with_eos);
                     REQUIRE(got.hypotheses.at(0).score >= g.score - SCORE_TOL);
                     if (got.hypotheses[0].score > g.score + SCORE_TOL) strictly_better++;
@@ -297,38 +310,21 @@ TEST_CASE("narrow beams never score below greedy decoding", "[beam]") {
     // against greedy's -94.6.
     std::vector<int> prompt = prompt_tokens(4, 11), allowed;
     for (int j = 0; j < 6; j++) allowed.push_back(300 + (j * 4909 + 11 * 811) % 31000);
-    BeamRequest r;
-    r.prompt = prompt;
-    r.beam_width = 2;
-    r.length_penalty = 0;
-    r.max_tokens = 8;
-    r.ignore_eos = true;
-    r.allowed_tokens = allowed;
     Scored g = greedy(bf, prompt, allowed, 8, 0.0, false);
-    REQUIRE(beam(engine, r).hypotheses.at(0).score >= g.score - SCORE_TOL);
+    REQUIRE(beam(engine, beam_request(prompt, 2, 8, 1, 0.0f, allowed)).hypotheses.at(0).score >= g.score - SCORE_TOL);
 }
 
 TEST_CASE("beam search is deterministic and returns n distinct best hypotheses", "[beam]") {
     Engine engine = make_engine("tiny");
-    BeamRequest r;
-    r.prompt = prompt_tokens(9, 21);
-    r.beam_width = 6;
-    r.num_return = 4;
-    r.max_tokens = 12;
-    r.ignore_eos = true;
+    BeamRequest r = beam_request(prompt_tokens(9, 21), 6, 12, 4);
     BeamResult a = beam(engine, r);
     BeamResult b = beam(engine, r);  // prompt reused from the cache
     REQUIRE(b.n_cached == 8);
     r.reuse_prefix = false;
     BeamResult c = beam(engine, r);
     REQUIRE(a.hypotheses.size() == 4);
-    for (const BeamResult* other : {&b, &c}) {
-        REQUIRE(other->hypotheses.size() == a.hypotheses.size());
-        for (size_t i = 0; i < a.hypotheses.size(); i++) {
-            REQUIRE(other->hypotheses[i].tokens == a.hypotheses[i].tokens);
-            REQUIRE(other->hypotheses[i].score == a.hypotheses[i].score);
-        }
-    }
+    require_same_hypotheses(a, b);
+    require_same_hypotheses(a, c);
     for (size_t i = 0; i < a.hypotheses.size(); i++) {
         REQUIRE(a.hypotheses[i].finish_reason == FinishReason::LENGTH);
         REQUIRE(a.hypotheses[i].tokens.size() == 12);
@@ -339,16 +335,11 @@ TEST_CASE("beam search is deterministic and returns n distinct best hypotheses",
     }
 }
 
-TEST_CASE("all live beams run as one batch per step; expert load per step is recorded", "[beam]") {
+TEST_CASE("all live beams run as one batch per step and expert load per step is recorded", "[beam]") {
     Engine engine = make_engine("tiny");
     const ModelConfig& cfg = engine.config();
-    BeamRequest r;
-    r.prompt = prompt_tokens(7, 30);
-    r.beam_width = 4;
-    r.max_tokens = 10;
-    r.ignore_eos = true;
     std::vector<int> live;
-    BeamResult res = beam(engine, r, [&](const BeamStep& s) {
+    BeamResult res = beam(engine, beam_request(prompt_tokens(7, 30), 4, 10), [&](const BeamStep& s) {
         live.push_back(s.n_live);
         return true;
     });
@@ -383,26 +374,12 @@ TEST_CASE("all live beams run as one batch per step; expert load per step is rec
 }
 
 TEST_CASE("beam search with experts on the emulated device returns the same hypotheses", "[beam]") {
-    EngineOptions o;
-    o.model_dir = test_model_dir("small");
-    o.threads = 2;
-    o.ctx = 128;
-    Engine cpu(o);
-    o.device.emulate_gpu_expert_share = 0.5;
-    Engine hybrid(o);
-    BeamRequest r;
-    r.prompt = prompt_tokens(11, 60);
-    r.beam_width = 8;
-    r.num_return = 8;
-    r.max_tokens = 9;
-    r.ignore_eos = true;
+    Engine cpu = make_engine("small", 128);
+    Engine hybrid = make_engine("small", 128, 0.5);
+    BeamRequest r = beam_request(prompt_tokens(11, 60), 8, 9, 8);
     BeamResult a = beam(cpu, r), b = beam(hybrid, r);
     REQUIRE(a.hypotheses.size() == 8);
-    REQUIRE(b.hypotheses.size() == a.hypotheses.size());
-    for (size_t i = 0; i < a.hypotheses.size(); i++) {
-        REQUIRE(b.hypotheses[i].tokens == a.hypotheses[i].tokens);
-        REQUIRE(b.hypotheses[i].score == a.hypotheses[i].score);  // bitwise: placement never changes a sum
-    }
+    require_same_hypotheses(a, b);  // bitwise: placement never changes a sum
     ExecutionStats s = hybrid.execution_stats().last;
     REQUIRE(s.total_tokens(ExpertSite::DEVICE) + s.total_tokens(ExpertSite::COPY) > 0);
     REQUIRE(s.total_tokens(ExpertSite::CPU) > 0);
@@ -412,11 +389,8 @@ TEST_CASE("beam KV memory stays within the prompt's and the live beams' own bloc
     Engine engine = make_engine("tiny", 512);
     for (int width : {1, 4, 16}) {
         INFO("width " << width);
-        BeamRequest r;
-        r.prompt = prompt_tokens(21, 40 + width);  // a partial last block, shared by all beams
-        r.beam_width = width;
-        r.max_tokens = 70;
-        r.ignore_eos = true;
+        // 21 prompt tokens: a partial last block, shared by all beams.
+        BeamRequest r = beam_request(prompt_tokens(21, 40 + width), width, 70);
         const int prompt_blocks = (21 + KV_BLOCK - 1) / KV_BLOCK;
         int steps = 0;
         BeamResult res = beam(engine, r, [&](const BeamStep& s) {

@@ -116,7 +116,7 @@ TEST_CASE("kv cache: a fork shares blocks and a write copies exactly one block",
     REQUIRE(rows_are(c, 2, 32, 37, 1));
 }
 
-TEST_CASE("kv cache: releasing the last holder frees a block; truncate and clear", "[kv_cache]") {
+TEST_CASE("kv cache: releasing the last holder frees a block, truncate and clear", "[kv_cache]") {
     KvCache c(LAYERS, 3, 64, KV_DIM);
     write_rows(c, 0, 0, 48, 1);
     c.fork(1, 0, 48);
