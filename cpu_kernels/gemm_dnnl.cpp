@@ -8,7 +8,6 @@
 #if defined(MOE_HAVE_DNNL)
 #include <omp.h>
 
-#include <algorithm>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
@@ -32,8 +31,6 @@ dnnl::matmul::primitive_desc make_desc(const dnnl::engine& eng, int m, int nc, i
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), eng);
 }
 
-constexpr int DNNL_COLS = 64;  // the ThreadPool splits columns in multiples of this
-
 const dnnl::engine& cpu_engine() {
     static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     return eng;
@@ -54,9 +51,8 @@ bool dnnl_bf16_native() {
     return native;
 }
 
-namespace {
-
-void dnnl_matmul_block(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1) {
+void dnnl_matmul_bf16_cols(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1) {
+    assert(c0 < c1 && c1 <= n);
     static thread_local bool single = (omp_set_num_threads(1), true);
     static thread_local std::map<Key, Matmul> cache;
     static thread_local dnnl::stream stream(cpu_engine());
@@ -75,16 +71,6 @@ void dnnl_matmul_block(float* y, const void* x, const bf16* w, int m, int n, int
     dnnl::memory dst(pd.dst_desc(), cpu_engine(), y + c0);
     it->second.prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
     stream.wait();
-}
-
-}  // namespace
-
-void dnnl_matmul_bf16_cols(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1) {
-    assert(c0 < c1 && c1 <= n && c0 % DNNL_COLS == 0);
-    // oneDNN's blocking (and so its summation order) depends on the column
-    // count: fixed blocks keep every result independent of how the caller's
-    // threads split the columns.
-    for (int c = c0; c < c1; c += DNNL_COLS) dnnl_matmul_block(y, x, w, m, n, k, c, std::min(c1, c + DNNL_COLS));
 }
 
 #else

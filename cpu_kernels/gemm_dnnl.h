@@ -11,8 +11,7 @@ bool dnnl_bf16_native();
 
 // Same contract as KernelTable::matmul_packed for the AVX512_BF16 path: x is
 // the prepared bf16 activations (rows (k + 1) & ~1 apart); y[i, c] for all
-// i < m and columns c in [c0, c1), c0 a multiple of 64 (oneDNN runs on
-// fixed 64-column blocks so results never depend on the split). Runs single-threaded in the calling thread
+// i < m and columns c in [c0, c1). Runs single-threaded in the calling thread
 // (the caller's pool splits the columns); primitives are cached per thread
 // and shape.
 void dnnl_matmul_bf16_cols(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1);

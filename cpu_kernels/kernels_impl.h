@@ -261,8 +261,7 @@ void rows_block(float* y, int n, const typename P::X* xp, int xs, const bf16* w,
     // Few accumulators would make the multiply-add latency the limit: then
     // two sets take alternate steps. U depends on the token count only, never
     // on R: a row then sums in the same order whichever block (and so
-    // whichever thread's range) it falls in, and results do not depend on
-    // the thread count.
+    // whichever thread's range) it falls in.
     constexpr int U = (M == 1 ? P::R1 : P::RM_R) * M < 4 ? 2 : 1;
     F acc[U][R][M];
     for (int u = 0; u < U; u++)

@@ -165,6 +165,7 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
                               "GPU (placement/README.md)";
     }
     s.latency = latency_model_nominal_gpu(*cpu_curve, info.expert_bytes, cost_expert(c, 1).flops);
-    s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch);
+    s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch,
+                                                pool.size());
     return s;
 }

@@ -17,11 +17,11 @@ double gib(double bytes) { return bytes / double(1u << 30); }
 }  // namespace
 
 EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
-                               double budget_bytes, int max_tokens)
+                               double budget_bytes, int max_tokens, int threads)
     : config_(config), weights_(weights), n_experts_(config.n_experts),
       expert_elems_(size_t(3) * config.hidden_dim * config.dim), budget_bytes_(budget_bytes),
       slot_(size_t(config.n_layers) * config.n_experts, -1),
-      scratch_(size_t(2) * max_tokens * config.hidden_dim) {
+      scratch_(size_t(2) * max_tokens * config.hidden_dim), pool_(threads) {
     assert(residency.n_layers() == config.n_layers && residency.n_experts() == config.n_experts);
     n_resident_ = residency.n_resident();
     double need = double(n_resident_ + 1) * double(expert_elems_) * sizeof(bf16);

@@ -2,8 +2,9 @@
 // memory, sized by a byte budget: resident experts are copied into it at
 // start-up, and a non-resident expert is copied into a staging slot when the
 // layer's plan says "copy" (bytes counted). It computes with the CPU kernels
-// on a thread of its own, so its tasks really run while the CPU side runs
-// its own. Used by tests (any placement must give the same logits as all-CPU)
+// on a thread of its own (with a pool of as many threads as the CPU side, so
+// every kernel splits its work the same way and gives bitwise the CPU's
+// results), so its tasks really run while the CPU side runs its own. Used by tests (any placement must give the same logits as all-CPU)
 // and by `--emulate-gpu` as a dry run of placement: what would go where, and
 // with what hit rate, for that much GPU memory. It never makes anything faster.
 #pragma once
@@ -23,9 +24,10 @@ class EmulatedDevice final : public ExpertDevice {
 public:
     // Copies every resident expert of `residency` into device memory.
     // budget_bytes must hold them plus one staging slot; throws MoeError
-    // otherwise. max_tokens: the most tokens one task may carry.
+    // otherwise. max_tokens: the most tokens one task may carry; threads: the
+    // CPU side's thread count.
     EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
-                   double budget_bytes, int max_tokens);
+                   double budget_bytes, int max_tokens, int threads);
     ~EmulatedDevice() override;
 
     const char* name() const override { return "emulated"; }
@@ -52,7 +54,7 @@ private:
     std::vector<int> slot_;        // (n_layers, n_experts) memory slot, -1 when not resident
     std::unique_ptr<bf16[]> memory_;  // (n_resident + 1, expert_elems): resident slots, then staging
     std::vector<float> scratch_;   // 2 * max_tokens * hidden_dim
-    ThreadPool pool_{1};           // the device's compute: one thread, its own
+    ThreadPool pool_;              // the device's compute: its own threads
     uint64_t copied_bytes_ = 0;
     double last_busy_ms_ = 0;
 

@@ -2,9 +2,8 @@
 // resident on the emulated device, copied to it per layer, or a mix the
 // planner chooses) gives bitwise the same logits as all-CPU, on prefill and
 // decode. Bitwise, because every expert is computed by the same kernel on
-// the same rows whichever side runs it (the kernels split work over output
-// rows, so the thread count does not change any sum), and the MoE layer
-// combines the outputs in a fixed order. Also: the statistics add up, the
+// the same rows with the same thread count whichever side runs it, and the
+// MoE layer combines the outputs in a fixed order. Also: the statistics add up, the
 // emulated device counts the bytes it copies, and the engine, CLI and flags
 // behave.
 #include <catch2/catch.hpp>
@@ -75,7 +74,7 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     if (residency)
         device = std::make_unique<EmulatedDevice>(c, w, *residency,
                                                   double(residency->n_resident() + 1) * double(expert_bytes(c)),
-                                                  max_batch);
+                                                  max_batch, pool.size());
     HybridExpertExecutor hybrid(c, cpu, device.get(), residency ? model : LatencyModel{});
     ForwardPass forward(c, w, cache, hybrid, pool, max_batch, max_batch);
 
@@ -171,8 +170,8 @@ TEST_CASE("the emulated device refuses a budget without room for its experts and
     ModelWeights w = weights_load(c, dir);
     Residency half = static_plan_even(c.n_layers, c.n_experts, 4);
     double eb = double(expert_bytes(c));
-    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 4 * eb, 16), MoeError);  // no staging slot
-    EmulatedDevice ok(c, w, half, 5 * eb, 16);
+    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 4 * eb, 16, 2), MoeError);  // no staging slot
+    EmulatedDevice ok(c, w, half, 5 * eb, 16, 2);
     REQUIRE(ok.resident_bytes() == 4 * eb);
 }
 
