@@ -19,4 +19,4 @@ target_compile_definitions(test_client PRIVATE
   MOE_NODE_EXECUTABLE="${MOE_NODE_EXECUTABLE}")
 target_link_libraries(test_client PRIVATE moe_test_support)
 add_dependencies(test_client moe-server)
-catch_discover_tests(test_client TEST_PREFIX "client: " PROPERTIES LABELS client TIMEOUT 600)
+catch_discover_tests(test_client TEST_PREFIX "client: " PROPERTIES LABELS client TIMEOUT 600 FAIL_REGULAR_EXPRESSION "${MOE_CATCH_FAIL_REGEX}")

@@ -24,7 +24,7 @@ if(SIMDE_INCLUDE_DIR)
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx512bf16_simde.cpp
     PROPERTIES COMPILE_OPTIONS -Wno-psabi)
   target_link_libraries(test_kernels PRIVATE moe_cpu_kernels Catch2::Catch2)
-  catch_discover_tests(test_kernels TEST_PREFIX "unit: " PROPERTIES LABELS unit TIMEOUT 600)
+  catch_discover_tests(test_kernels TEST_PREFIX "unit: " PROPERTIES LABELS unit TIMEOUT 600 FAIL_REGULAR_EXPRESSION "${MOE_CATCH_FAIL_REGEX}")
 else()
   message(WARNING "SIMDe (libsimde-dev) not found: test_kernels not built")
 endif()

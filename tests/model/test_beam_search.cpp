@@ -381,8 +381,10 @@ TEST_CASE("beam search with experts on the emulated device returns the same hypo
     REQUIRE(a.hypotheses.size() == 8);
     require_same_hypotheses(a, b);  // bitwise: placement never changes a sum
     ExecutionStats s = hybrid.execution_stats().last;
-    REQUIRE(s.total_tokens(ExpertSite::DEVICE) + s.total_tokens(ExpertSite::COPY) > 0);
-    REQUIRE(s.total_tokens(ExpertSite::CPU) > 0);
+    // Half the experts are resident, so the device computes some; how many
+    // of the rest stay on the CPU depends on this machine's measured
+    // latency, so it is not asserted.
+    REQUIRE(s.total_tokens(ExpertSite::DEVICE) > 0);
 }
 
 TEST_CASE("beam KV memory stays within the prompt's and the live beams' own blocks", "[beam]") {

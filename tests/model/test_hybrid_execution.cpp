@@ -209,7 +209,7 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     REQUIRE(b.placement_summary().find("emulated") != std::string::npos);
 }
 
-TEST_CASE("emulate-gpu flag: a dry run with a stats line; bad values refused", "[hybrid][cli]") {
+TEST_CASE("emulate-gpu flag: a dry run with a stats line, bad values refused", "[hybrid][cli]") {
     const auto dir = test_model_dir("tiny", 1).string();
     auto bin = moe_server_binary().string();
     CommandResult ok = run_command({bin, "generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "8",

@@ -146,7 +146,7 @@ TEST_CASE("expert_site_name", "[placement]") {
     REQUIRE(std::string(expert_site_name(ExpertSite::COPY)) == "copy");
 }
 
-TEST_CASE("plan_cost sums each side; zero tokens cost nothing", "[placement]") {
+TEST_CASE("plan_cost sums each side, zero tokens cost nothing", "[placement]") {
     LatencyModel m;
     m.cpu = {0.1, 1.0, 0.05};
     m.device = {0.02, 0.1, 0.001};

@@ -80,7 +80,7 @@ TEST_CASE("tensor table: Mixtral tensors in load order with roles and indices", 
     CHECK(l1[per_layer - 1].expert == c.n_experts - 1);
 }
 
-TEST_CASE("tensor table: dense Mistral MLP is expert 0; tied embeddings have no lm_head", "[tensor_table]") {
+TEST_CASE("tensor table: dense Mistral MLP is expert 0, tied embeddings have no lm_head", "[tensor_table]") {
     for (bool tied : {false, true}) {
         INFO("tied " << tied);
         const ModelConfig c = dense_config(tied);
