@@ -10,15 +10,6 @@
 
 namespace fs = std::filesystem;
 
-namespace {
-
-CommandResult moe(std::vector<std::string> args) {
-    args.insert(args.begin(), moe_server_binary().string());
-    return run_command(args);
-}
-
-}  // namespace
-
 TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[calibrate]") {
     fs::path cache = test_temp_dir("calibrate-cache");
     // The child inherits it. (ctest runs each test case in a process of its

@@ -17,11 +17,6 @@ using json = nlohmann::json;
 
 namespace {
 
-CommandResult moe(std::vector<std::string> args) {
-    args.insert(args.begin(), moe_server_binary().string());
-    return run_command(args);
-}
-
 // A private copy of the tiny model that a test may damage.
 fs::path copy_of_tiny(const std::string& tag) {
     fs::path dir = test_temp_dir(tag) / "model";

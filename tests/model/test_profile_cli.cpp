@@ -30,11 +30,6 @@ using json = nlohmann::json;
 
 namespace {
 
-CommandResult moe(std::vector<std::string> args) {
-    args.insert(args.begin(), moe_server_binary().string());
-    return run_command(args);
-}
-
 fs::path sharegpt_file() {
     return shared_data_dir() / "prompts" / "sharegpt_v3_filtered_1000.json";
 }

@@ -59,3 +59,8 @@ CommandResult run_command(const std::vector<std::string>& argv) {
     fs::remove_all(dir);
     return r;
 }
+
+CommandResult moe(std::vector<std::string> args) {
+    args.insert(args.begin(), moe_server_binary().string());
+    return run_command(args);
+}

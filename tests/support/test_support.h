@@ -30,3 +30,5 @@ struct CommandResult {
 
 // Runs a program with arguments (no shell), capturing stdout and stderr.
 CommandResult run_command(const std::vector<std::string>& argv);
+// Runs the built moe-server with these arguments.
+CommandResult moe(std::vector<std::string> args);
