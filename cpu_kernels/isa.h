@@ -49,6 +49,10 @@ struct KernelTable {
     // and reused by a register-blocked micro-kernel over all m tokens.
     bool packed_x_prepared;
     int packed_min_m;  // m from which matmul_packed beats matmul_rows
+    // m from which the fused expert FFN takes the packed path (>= packed_min_m):
+    // it runs w1 and w3 in 64-row pieces, so packing pays off later than in
+    // one matmul (measured on mixtral-mini's expert shape, 2 threads).
+    int ffn_packed_min_m;
     void (*matmul_packed)(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1);
 
     // fp32 vector helpers.

@@ -107,9 +107,10 @@ void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16*
     assert(m > 0 && dim > 0 && hidden > 0);
     float* h1 = scratch;
     float* h3 = scratch + long(m) * hidden;
-    bool packed = m >= t.packed_min_m;
+    assert(t.ffn_packed_min_m >= t.packed_min_m);
+    bool packed = m >= t.ffn_packed_min_m;
     const void* xa = prepared(t, packed, WS_X, x, m, dim);
-    MatmulKernel kernel = matmul_kernel(t, m);
+    MatmulKernel kernel = packed ? matmul_kernel(t, m) : t.matmul_rows;
     // The hidden activations go straight into the form the w2 pass reads:
     // each thread prepares its own columns, so there is no extra pass.
     bool prepare_h = t.prepare_x && (!packed || t.packed_x_prepared);

@@ -15,7 +15,7 @@ using MatAvx2 = MatF32<VecAvx2, 1, 3, 2, 6, 2, 256, 256>;
 KernelTable make_table() {
     KernelTable t{};
     t.isa = Isa::AVX2;
-    fill_matmul<MatAvx2>(t, 32);
+    fill_matmul<MatAvx2>(t, 32, 48);
     fill_vector_ops<VecAvx2>(t);
     return t;
 }

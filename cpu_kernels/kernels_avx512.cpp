@@ -2,6 +2,8 @@
 // shift, fp32 FMA. For Skylake-SP .. Ice Lake and Zen 4 without the BF16
 // path selected. Only instantiates kernels_impl.h. Compiled a second time
 // against SIMDe (MOE_SIMDE) for the tests.
+#include <climits>
+
 #include "cpu_kernels/kernels_impl.h"
 #include "cpu_kernels/vec_avx512.h"
 
@@ -17,7 +19,8 @@ using MatAvx512 = MatF32<VecAvx512, 1, 4, 4, 12, 2, 128, 256>;
 KernelTable make_table() {
     KernelTable t{};
     t.isa = Isa::AVX512;
-    fill_matmul<MatAvx512>(t, 128);
+    // The FFN's rows path beat its packed path at every m up to 384.
+    fill_matmul<MatAvx512>(t, 128, INT_MAX);
     fill_vector_ops<VecAvx512>(t);
     return t;
 }

@@ -555,13 +555,14 @@ struct MatF32 {
 };
 
 template <class P>
-void fill_matmul(KernelTable& t, int packed_min_m) {
+void fill_matmul(KernelTable& t, int packed_min_m, int ffn_packed_min_m) {
     t.x_elem_bytes = int(sizeof(typename P::X));
     t.x_stride = P::x_stride;
     t.prepare_x = prepare_x<P>;
     t.matmul_rows = matmul_rows<P>;
     t.packed_x_prepared = P::X_PREPARED;
     t.packed_min_m = packed_min_m;
+    t.ffn_packed_min_m = ffn_packed_min_m;
     t.matmul_packed = matmul_packed<P>;
 }
 

@@ -116,6 +116,7 @@ KernelTable make_table() {
     // The rows loop is also the scalar "packed" path: columns are rows of W.
     t.packed_x_prepared = false;
     t.packed_min_m = INT_MAX;
+    t.ffn_packed_min_m = INT_MAX;
     t.matmul_packed = matmul_rows_scalar;
     t.dot_f32 = dot_f32_scalar;
     t.axpy_f32 = axpy_f32_scalar;

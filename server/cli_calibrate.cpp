@@ -136,7 +136,7 @@ CalibrationRun calibration_start(const std::string& model_dir, ThreadPool& pool,
 // Where the active kernels switch to their blocked path: the fit's second
 // segment (the scalar path never switches; its INT_MAX leaves one segment).
 int kernel_large_from() {
-    return kernel_table(isa_active()).packed_min_m;
+    return kernel_table(isa_active()).ffn_packed_min_m;
 }
 
 json curve_json(const LatencyCurve& c) {

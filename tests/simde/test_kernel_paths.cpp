@@ -89,7 +89,9 @@ TEST_CASE("expert_ffn_bf16 equals silu(x W1) * (x W3) then W2", "[kernels]") {
     std::mt19937 rng(11);
     ThreadPool pool(2);
     for (const auto& [name, t] : tables_under_test()) {
-        for (int m : {1, 3, t->packed_min_m + 1})
+        std::vector<int> ms{1, 3, t->packed_min_m + 1};
+        if (t->ffn_packed_min_m < 1000) ms.push_back(t->ffn_packed_min_m + 1);  // the FFN's own switch
+        for (int m : ms)
             for (auto [dim, hidden] : {std::pair{64, 200}, std::pair{100, 130}}) {
                 INFO(name << " m " << m << " dim " << dim << " hidden " << hidden);
                 auto x = rand_f32(rng, size_t(m) * dim);
