@@ -212,7 +212,12 @@ int bench_beam(Args& args) {
         double experts_per_step = best.n_steps ? double(pairs) / best.n_steps : 0;
         double tokens_per_step = best.n_steps ? double(best.n_beam_tokens) / best.n_steps : 0;
         StageCost step = cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step);
-        double roofline_passes = ceiling.read_gbs * 1e9 / step.bytes;
+        // Hierarchical roofline of one pass: the weight bytes at the read
+        // bandwidth, or its FLOPs at the fp32 FMA peak, whichever is slower
+        // (the AVX512_BF16 path can beat the fp32 peak).
+        double memory_passes = ceiling.read_gbs * 1e9 / step.bytes;
+        double compute_passes = ceiling.fma_gflops * 1e9 / step.flops;
+        double roofline_passes = std::min(memory_passes, compute_passes);
         json line{{"bench", "beam"},
                   {"model", engine.model_id()},
                   {"isa", isa_name(isa_active())},
@@ -227,7 +232,11 @@ int bench_beam(Args& args) {
                   {"beam_tok_s", best.decode_ms > 0 ? best.n_beam_tokens * 1000.0 / best.decode_ms : 0},
                   {"routed_experts_per_step", experts_per_step},
                   {"weight_bytes_per_pass", step.bytes},
+                  {"flops_per_pass", step.flops},
                   {"read_gbs", ceiling.read_gbs},
+                  {"fma_gflops", ceiling.fma_gflops},
+                  {"memory_roofline_passes_s", memory_passes},
+                  {"compute_roofline_passes_s", compute_passes},
                   {"roofline_passes_s", roofline_passes},
                   {"ratio_to_roofline", best.steps_per_s() / roofline_passes},
                   {"expert_tokens_per_step",
