@@ -2,7 +2,6 @@
 #include "engine/device_setup.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -12,6 +11,7 @@
 #include "engine/cost.h"
 #include "engine/emulated_device.h"
 #include "engine/errors.h"
+#include "engine/expert_timing.h"
 #include "engine/fingerprint.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
@@ -27,26 +27,14 @@ constexpr double GIB = double(1u << 30);
 double margin_for(double budget_bytes) { return std::min(0.1 * budget_bytes, GIB); }
 
 // A quick measurement of the CPU expert curve when no calibration file
-// exists: n = 1, 4, 16, 64 over experts of different layers (so weights come
-// from memory, as in decoding), best of three, fitted.
+// exists: n = 1, 4, 16, 64, 128 over a 256 MB cycle of experts (so weights
+// come from memory, as in decoding), median of 3 sweeps, fitted like
+// `calibrate` does.
 LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool) {
-    const int ns[] = {1, 4, 16, 64};
-    std::vector<float> x(size_t(64) * c.dim, 0.01f), y(size_t(64) * c.dim), scratch(size_t(2) * 64 * c.hidden_dim);
-    std::vector<TimingPoint> points;
-    int which = 0;
-    for (int n : ns) {
-        double best = 1e30;
-        for (int rep = 0; rep < 4; rep++) {
-            const ExpertWeights& e = w.layers[which % c.n_layers].experts[(which / c.n_layers) % c.n_experts];
-            which++;
-            auto t0 = std::chrono::steady_clock::now();
-            expert_ffn_bf16(y.data(), x.data(), e.w1, e.w3, e.w2, n, c.dim, c.hidden_dim, scratch.data(), pool);
-            double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            if (rep > 0) best = std::min(best, ms);  // the first run warms the code path
-        }
-        points.push_back({double(n), std::max(best, 1e-6)});
-    }
-    return latency_curve_fit(points);
+    std::vector<ExpertWeights> cycle = expert_cycle(w, double(expert_bytes(c)), 1, 0, 256e6);
+    std::vector<TimingPoint> points = measure_expert_ffn(c, {cycle}, {1, 4, 16, 64, 128}, 3, pool)[0];
+    for (TimingPoint& p : points) p.ms = std::max(p.ms, 1e-6);
+    return latency_curve_fit(points, kernel_table(isa_active()).ffn_packed_min_m);
 }
 
 // MemAvailable from /proc/meminfo; 0 when unknown.

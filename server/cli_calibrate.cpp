@@ -19,6 +19,7 @@
 #include "cpu_kernels/kernels.h"
 #include "engine/cost.h"
 #include "engine/errors.h"
+#include "engine/expert_timing.h"
 #include "engine/model_config.h"
 #include "engine/weights.h"
 #include "placement/latency_model.h"
@@ -33,12 +34,10 @@ using json = nlohmann::json;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr int CALIBRATE_MAX_N = 256;
 constexpr int CALIBRATE_REPS = 21;  // sweeps over n; each n keeps the median
 constexpr double LATENCY_TARGET_PCT = 15.0;
-constexpr double CYCLE_BYTES = 2e9;  // weights one cycle of experts streams through
+constexpr double CYCLE_BYTES = 2e9;  // weights one cycle of experts streams through: far more than any cache
 
 // 1, 2, 4, ..., CALIBRATE_MAX_N.
 std::vector<int> token_counts() {
@@ -54,65 +53,6 @@ std::string device_name() {
     if (!devices.empty()) return devices[0].name;
 #endif
     return "none";
-}
-
-// The (layer, expert) pairs whose flat index % stride == phase, thinned
-// evenly over the layers to at most enough experts for CYCLE_BYTES: far more
-// than any last-level cache, far less than a large model (mixtral-8x7b
-// cycles over 6 experts, not 256 that would not fit in memory).
-std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, double expert_bytes, int stride, int phase) {
-    std::vector<ExpertWeights> all;
-    int index = 0;
-    for (const LayerWeights& layer : w.layers)
-        for (const ExpertWeights& e : layer.experts)
-            if (index++ % stride == phase) all.push_back(e);
-    size_t keep = std::max<size_t>(2, size_t(std::ceil(CYCLE_BYTES / expert_bytes)));
-    if (all.size() <= keep) return all;
-    std::vector<ExpertWeights> out;
-    for (size_t i = 0; i < keep; i++) out.push_back(all[i * all.size() / keep]);
-    return out;
-}
-
-// Median ms of expert_ffn_bf16 (active ISA) at each n of ns over `reps`
-// sweeps, for each cycle of experts: every call runs the next expert of its
-// cycle, and the sweeps of the cycles alternate, so on a shared machine each
-// cycle sees the same moments. The warm-up maps every expert's pages and
-// runs one sweep of each cycle.
-std::vector<std::vector<TimingPoint>> measure_expert_ffn(const ModelConfig& c,
-                                                         const std::vector<std::vector<ExpertWeights>>& cycles,
-                                                         const std::vector<int>& ns, int reps, ThreadPool& pool) {
-    int max_n = ns.back();
-    std::vector<float> x(size_t(max_n) * c.dim), y(size_t(max_n) * c.dim), scratch(2 * size_t(max_n) * c.hidden_dim);
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    for (float& v : x) v = d(rng);
-    std::vector<size_t> next(cycles.size(), 0);
-    auto run = [&](size_t cycle, int n) {
-        const std::vector<ExpertWeights>& experts = cycles[cycle];
-        const ExpertWeights& e = experts[next[cycle]++ % experts.size()];
-        expert_ffn_bf16(y.data(), x.data(), e.w1, e.w3, e.w2, n, c.dim, c.hidden_dim, scratch.data(), pool);
-    };
-    for (size_t k = 0; k < cycles.size(); k++) {
-        for (size_t i = 0; i < cycles[k].size(); i++) run(k, 1);
-        for (int n : ns) run(k, n);
-    }
-    // ms[cycle][point][rep]
-    std::vector<std::vector<std::vector<double>>> ms(cycles.size(), std::vector<std::vector<double>>(ns.size()));
-    for (int r = 0; r < reps; r++)
-        for (size_t k = 0; k < cycles.size(); k++)
-            for (size_t i = 0; i < ns.size(); i++) {
-                Clock::time_point t0 = Clock::now();
-                run(k, ns[i]);
-                ms[k][i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-            }
-    std::vector<std::vector<TimingPoint>> out(cycles.size());
-    for (size_t k = 0; k < cycles.size(); k++)
-        for (size_t i = 0; i < ns.size(); i++) {
-            std::vector<double>& v = ms[k][i];
-            std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-            out[k].push_back({double(ns[i]), v[v.size() / 2]});
-        }
-    return out;
 }
 
 // A loaded model, this machine's ceiling and the expert's roofline curve.
@@ -214,7 +154,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     ThreadPool pool(threads);
     CalibrationRun run = calibration_start(*model_dir, pool, false);
     std::vector<TimingPoint> points = measure_expert_ffn(
-        run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0)}, token_counts(), reps, pool)[0];
+        run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0, CYCLE_BYTES)}, token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
     Calibration cal;
@@ -253,8 +193,8 @@ int bench_latency(Args& args) {
     // sweeps interleaved, so both see the same load on a shared machine); a
     // model with a single expert checks on the same one (said in the output).
     double bytes = cost_expert(run.config, 1).bytes;
-    std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, bytes, 2, 0);
-    std::vector<ExpertWeights> check_set = expert_cycle(run.weights, bytes, 2, 1);
+    std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, bytes, 2, 0, CYCLE_BYTES);
+    std::vector<ExpertWeights> check_set = expert_cycle(run.weights, bytes, 2, 1, CYCLE_BYTES);
     bool independent = !check_set.empty();
     if (!independent) check_set = fit_set;
     std::vector<int> ns = token_counts();
