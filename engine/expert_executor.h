@@ -12,18 +12,28 @@
 #include "engine/model_config.h"
 #include "engine/weights.h"
 
+// One routed expert of a layer: its tokens are rows [row, row + n_tokens)
+// of the layer's gathered rows (ExpertRows), grouped by expert.
 struct ExpertTask {
     int expert = 0;
     int n_tokens = 0;
-    const float* x = nullptr;  // (n_tokens, dim) gathered inputs
-    float* y = nullptr;        // (n_tokens, dim) outputs, written by the executor
+    int row = 0;
+};
+
+// A layer's gathered expert inputs x and outputs y, (rows, dim) each, in one
+// memory (host, or a device's): task t reads x rows [t.row, t.row +
+// t.n_tokens) and writes the same rows of y.
+struct ExpertRows {
+    const float* x = nullptr;
+    float* y = nullptr;
 };
 
 class ExpertExecutor {
 public:
     virtual ~ExpertExecutor() = default;
-    // Computes every task of one layer; returns when all outputs are written.
-    virtual void run_layer(int layer, std::span<const ExpertTask> tasks) = 0;
+    // Computes every task of one layer from rows; returns when all outputs
+    // are written.
+    virtual void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) = 0;
     virtual const char* name() const = 0;
 };
 
@@ -33,7 +43,8 @@ class CpuExpertExecutor final : public ExpertExecutor {
 public:
     // max_tokens: the most tokens one expert may receive in one call.
     CpuExpertExecutor(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int max_tokens);
-    void run_layer(int layer, std::span<const ExpertTask> tasks) override;
+    // rows in host memory.
+    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override;
     const char* name() const override { return "cpu"; }
 
 private:

@@ -21,18 +21,40 @@ constexpr int SLAB_BLOCKS_MAX = 256;
 
 }  // namespace
 
-KvCache::KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks)
-    : n_layers_(n_layers), ctx_(ctx), kv_dim_(kv_dim), slab_blocks_(std::min(blocks_for(ctx), SLAB_BLOCKS_MAX)) {
+namespace {
+
+class HostKvMemory final : public KvMemory {
+public:
+    float* alloc(size_t floats) override { return new float[floats]; }
+    void free(float* p) override { delete[] p; }
+    void copy(float* dst, const float* src, size_t floats) override { std::copy_n(src, floats, dst); }
+};
+
+}  // namespace
+
+KvMemory& host_kv_memory() {
+    static HostKvMemory memory;
+    return memory;
+}
+
+KvCache::KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks, KvMemory& memory)
+    : memory_(memory), n_layers_(n_layers), ctx_(ctx), kv_dim_(kv_dim),
+      slab_blocks_(std::min(blocks_for(ctx), SLAB_BLOCKS_MAX)) {
     assert(n_layers > 0 && n_seqs > 0 && ctx > 0 && kv_dim > 0);
     reserve_seqs(n_seqs);
     reserve_blocks(n_blocks < 0 ? n_seqs * blocks_for(ctx) : n_blocks);
+}
+
+KvCache::~KvCache() {
+    for (float* slab : slabs_) memory_.free(slab);
 }
 
 void KvCache::reserve_blocks(int n) {
     const size_t slab_floats = size_t(2) * n_layers_ * part_floats();
     while (n_blocks() < n) {
         int first = n_blocks();
-        slabs_.push_back(std::make_unique_for_overwrite<float[]>(slab_floats));
+        slabs_.reserve(slabs_.size() + 1);  // push_back below cannot throw and leak the slab
+        slabs_.push_back(memory_.alloc(slab_floats));
         refs_.resize(first + slab_blocks_, 0);
         for (int b = first; b < first + slab_blocks_; b++) {
             free_.push_back(b);
@@ -94,7 +116,7 @@ void KvCache::prepare_write(int seq, int pos) {
     float* dst = base(id);
     for (int part = 0; part < 2 * n_layers_; part++) {
         long off = part * part_floats();
-        std::copy_n(src + off, rows, dst + off);
+        memory_.copy(dst + off, src + off, rows);
     }
     release(old);
     table[b] = id;

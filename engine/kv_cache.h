@@ -17,6 +17,21 @@
 #include <memory>
 #include <vector>
 
+// Where the blocks live: host memory (host_kv_memory()) or a device's
+// (the CUDA backend's). The cache keeps only pointers into it and asks it to
+// copy a block's rows on copy-on-write.
+class KvMemory {
+public:
+    virtual ~KvMemory() = default;
+    // floats of uninitialised memory; freed with free().
+    virtual float* alloc(size_t floats) = 0;
+    virtual void free(float* p) = 0;
+    // dst <- src, floats each; ordered before the next forward pass reads them.
+    virtual void copy(float* dst, const float* src, size_t floats) = 0;
+};
+// new[] / memcpy.
+KvMemory& host_kv_memory();
+
 // Positions per block: a fork shares all full blocks and copies at most the
 // one partial block it writes into.
 constexpr int KV_BLOCK = 16;
@@ -26,7 +41,11 @@ public:
     // n_seqs sequences of up to ctx positions each; a pool of n_blocks blocks
     // (-1: n_seqs * ceil(ctx / KV_BLOCK), every sequence full with nothing
     // shared), rounded up to whole slabs.
-    KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks = -1);
+    // Blocks come from memory (host memory by default).
+    KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks = -1, KvMemory& memory = host_kv_memory());
+    ~KvCache();
+    KvCache(const KvCache&) = delete;
+    KvCache& operator=(const KvCache&) = delete;
 
     // Makes position pos of seq writable: appends blocks up to it and, when
     // its block is shared, replaces it with a private copy of rows
@@ -36,6 +55,11 @@ public:
     // Row pos (kv_dim floats) of a layer; for k/v writes after prepare_write.
     float* k(int layer, int seq, int pos) { return row(layer, seq, pos, 0); }
     float* v(int layer, int seq, int pos) { return row(layer, seq, pos, 1); }
+    // Where position pos of seq starts in its block: layer l's K row is at
+    // row_base(seq, pos) + k_offset(l), its V row at + v_offset(l).
+    float* row_base(int seq, int pos) const {
+        return bases_[seq][pos / KV_BLOCK] + long(pos % KV_BLOCK) * kv_dim_;
+    }
 
     // Read side: the base pointer of each block of seq, in position order.
     // Layer l's K rows of block b start at blocks(seq)[b] + k_offset(l), its
@@ -70,7 +94,7 @@ private:
     // Floats of one (layer, K or V) part of a slab: slab_blocks blocks of rows.
     long part_floats() const { return long(slab_blocks_) * KV_BLOCK * kv_dim_; }
     float* base(int block) const {
-        return slabs_[block / slab_blocks_].get() + long(block % slab_blocks_) * KV_BLOCK * kv_dim_;
+        return slabs_[block / slab_blocks_] + long(block % slab_blocks_) * KV_BLOCK * kv_dim_;
     }
     float* row(int layer, int seq, int pos, int kv) {
         return bases_[seq][pos / KV_BLOCK] + long(2 * layer + kv) * part_floats() + long(pos % KV_BLOCK) * kv_dim_;
@@ -80,7 +104,8 @@ private:
     void check_seq(int seq) const;
 
     int n_layers_, ctx_, kv_dim_, slab_blocks_;
-    std::vector<std::unique_ptr<float[]>> slabs_;  // never moved once allocated
+    KvMemory& memory_;
+    std::vector<float*> slabs_;                    // from memory_, never moved once allocated
     std::vector<int> refs_;                        // per block: sequences holding it
     std::vector<int> free_;                        // blocks with refs 0: a min-heap, lowest id first
     std::vector<std::vector<int>> tables_;         // per sequence: block ids in position order
