@@ -67,9 +67,10 @@ public:
     // y[slots[i*k + r]]; slots and weights are host arrays.
     virtual void combine(float* out, const float* y, const int* slots, const float* weights, int rows, int k,
                          int dim) = 0;
-    // x (n floats, this backend's memory) readable on the host: x itself on
-    // the CPU, else copied into host (n floats) and returned. Blocks.
-    virtual const float* to_host(const float* x, size_t n, float* host) = 0;
+    // x (n floats of this backend's memory, at most the logits of a
+    // full batch) readable on the host until the next call:
+    // x itself on the CPU, else a copy in the backend's host buffer. Blocks.
+    virtual const float* to_host(const float* x, size_t n) = 0;
 
     // The expert phase. expert_rows(): the layer's gathered inputs x and
     // outputs y, (max_rows, dim) each, in this backend's memory: ForwardPass

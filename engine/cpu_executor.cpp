@@ -9,12 +9,13 @@ CpuExpertExecutor::CpuExpertExecutor(const ModelConfig& config, const ModelWeigh
     : config_(config), weights_(weights), pool_(pool), max_tokens_(max_tokens),
       scratch_(size_t(2) * max_tokens * config.hidden_dim) {}
 
-void CpuExpertExecutor::run_layer(int layer, std::span<const ExpertTask> tasks) {
+void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) {
     const LayerWeights& lw = weights_.layers[layer];
+    const size_t dim = size_t(config_.dim);
     for (const ExpertTask& t : tasks) {
         assert(t.n_tokens > 0 && t.n_tokens <= max_tokens_);
         const ExpertWeights& e = lw.experts[t.expert];
-        expert_ffn_bf16(t.y, t.x, e.w1, e.w3, e.w2, t.n_tokens, config_.dim, config_.hidden_dim, scratch_.data(),
-                        pool_);
+        expert_ffn_bf16(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, config_.dim,
+                        config_.hidden_dim, scratch_.data(), pool_);
     }
 }

@@ -10,6 +10,10 @@
 #include "cpu_kernels/kernels.h"
 #include "engine/cost.h"
 #include "engine/emulated_device.h"
+#ifdef MOE_HAVE_CUDA
+#include "engine/cuda_setup.h"
+#include "gpu_kernels/gpu_runtime.h"
+#endif
 #include "engine/errors.h"
 #include "engine/expert_timing.h"
 #include "engine/fingerprint.h"
@@ -19,6 +23,9 @@
 #include "profiles/profile_error.h"
 
 namespace {
+
+// Staging slots of the emulated device (a dry run of the CUDA device's two).
+constexpr int EMULATED_STAGING_SLOTS = 2;
 
 constexpr double GIB = double(1u << 30);
 
@@ -69,72 +76,86 @@ std::optional<LatencyCurve> cached_cpu_curve(const ModelConfig& c, int threads, 
 
 }  // namespace
 
-DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
-                         ThreadPool& pool) {
-    DeviceSetup s;
-    PlacementInfo& info = s.info;
-    info.n_layers = c.n_layers;
-    info.n_experts = std::max(1, c.n_experts);
-    info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
-    info.expert_bytes = double(expert_bytes(c));
-    bool want_device = o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0;
-    std::string calibration;
-    std::optional<LatencyCurve> cpu_curve = c.is_moe() ? cached_cpu_curve(c, pool.size(), &calibration, &info.warning) : std::nullopt;
-    if (!want_device) {
-        if (!o.device.profile.empty()) throw MoeError("--profile: needs a device (--emulate-gpu) to place experts on");
-        // Every expert runs on the CPU; a calibration, when there is one,
-        // still gives the predicted times in the statistics.
-        if (cpu_curve) s.latency.cpu = *cpu_curve;
-        info.latency_source = cpu_curve ? "CPU: " + calibration : "none (no calibration: predictions are 0)";
-        return s;
+}  // namespace
+
+double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
+
+Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
+    Residency residency;
+    if (!o.profile.empty()) {
+        Profile profile = profile_read(o.profile);
+        profile_check(profile, model_fingerprint(c), o.profile.string());
+        residency = static_plan_popularity(profile.counts, c.n_layers, c.n_experts, capacity);
+        info.plan = "popularity";
+        info.profile = o.profile.string();
+        info.expected_hit_rate = hit_rate(residency, profile.counts);
+    } else {
+        residency = static_plan_even(c.n_layers, c.n_experts, capacity);
+        info.plan = "even";
     }
+    for (int l = 0; l < c.n_layers; l++)
+        for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
+    return residency;
+}
+
+double kv_cache_bytes(const ModelConfig& c, int ctx) {
+    return double(c.n_layers) * ctx * c.n_kv_heads * c.head_dim * 2.0 * sizeof(float);
+}
+
+LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
+                                const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
+                                std::string* source) {
+    if (cached) {
+        *source = "CPU: " + calibration;
+        return *cached;
+    }
+    *source = "CPU: quick probe at load (run 'moe-server calibrate' for a full fit)";
+    return probe_cpu_curve(c, weights, pool);
+}
+
+namespace {
+
+// The dry run: an emulated device (a test double that computes on the
+// CPU) with a budget in GiB or a share of all experts.
+void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+                    ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration) {
+    PlacementInfo& info = s.info;
     if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
     if (o.device.emulate_gpu_bytes > 0 && o.device.emulate_gpu_expert_share > 0)
         throw MoeError("--emulate-gpu: give a size in GiB or a share of experts, not both");
 
     const int total = c.n_layers * c.n_experts;
+    const int staging = EMULATED_STAGING_SLOTS;
     info.device = "emulated";
+    info.device_name = "emulated GPU (test double, computes on the CPU)";
+    info.staging_slots = staging;
     info.dense_bytes = cost_dense_bytes(c);
-    info.kv_bytes = double(c.n_layers) * ctx * c.n_kv_heads * c.head_dim * 2.0 * 2.0;
+    info.kv_bytes = kv_cache_bytes(c, ctx);
     double device_expert_bytes = 0;
     if (o.device.emulate_gpu_bytes > 0) {
         info.budget_bytes = o.device.emulate_gpu_bytes;
         info.margin_bytes = margin_for(o.device.emulate_gpu_bytes);
-        DeviceBudget b{info.budget_bytes, info.dense_bytes, info.kv_bytes, info.margin_bytes, info.expert_bytes, 1};
+        DeviceBudget b{info.budget_bytes, info.dense_bytes, info.kv_bytes, info.margin_bytes, info.expert_bytes, staging};
         info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
         device_expert_bytes = info.budget_bytes - info.dense_bytes - info.kv_bytes - info.margin_bytes;
-        if (device_expert_bytes < info.expert_bytes) {
-            char msg[256];
+        if (device_expert_bytes < staging * info.expert_bytes) {
+            char msg[320];
             std::snprintf(msg, sizeof msg,
-                          "--emulate-gpu: %.2f GiB leaves no room for one expert (%.3f GiB) after the dense weights "
-                          "(%.2f GiB), the KV cache (%.2f GiB) and the margin (%.2f GiB)",
-                          info.budget_bytes / GIB, info.expert_bytes / GIB, info.dense_bytes / GIB, info.kv_bytes / GIB,
-                          info.margin_bytes / GIB);
+                          "--emulate-gpu: %.2f GiB leaves no room for %d staging slots of one expert (%.3f GiB) "
+                          "after the dense weights (%.2f GiB), the KV cache (%.2f GiB) and the margin (%.2f GiB)",
+                          info.budget_bytes / GIB, staging, info.expert_bytes / GIB, info.dense_bytes / GIB,
+                          info.kv_bytes / GIB, info.margin_bytes / GIB);
             throw MoeError(msg);
         }
     } else {
         if (o.device.emulate_gpu_expert_share > 1) throw MoeError("--emulate-gpu: a share of experts must be at most 100%");
         info.capacity = int(std::lround(o.device.emulate_gpu_expert_share * total));
-        device_expert_bytes = double(info.capacity + 1) * info.expert_bytes;
+        device_expert_bytes = double(info.capacity + staging) * info.expert_bytes;
         info.budget_bytes = device_expert_bytes;
     }
+    Residency residency = plan_residency(o.device, c, info.capacity, info);
 
-    Residency residency;
-    if (!o.device.profile.empty()) {
-        Profile profile = profile_read(o.device.profile);
-        profile_check(profile, model_fingerprint(c), o.device.profile.string());
-        residency = static_plan_popularity(profile.counts, c.n_layers, c.n_experts, info.capacity);
-        info.plan = "popularity";
-        info.profile = o.device.profile.string();
-        info.expected_hit_rate = hit_rate(residency, profile.counts);
-    } else {
-        residency = static_plan_even(c.n_layers, c.n_experts, info.capacity);
-        info.plan = "even";
-    }
-    for (int l = 0; l < c.n_layers; l++)
-        for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
-
-    double host_bytes = double(residency.n_resident() + 1) * info.expert_bytes;
+    double host_bytes = double(residency.n_resident() + staging) * info.expert_bytes;
     double available = memory_available_bytes();
     if (available > 0 && host_bytes > 0.8 * available) {
         char msg[256];
@@ -144,16 +165,65 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
                       host_bytes / GIB, available / GIB);
         throw MoeError(msg);
     }
+    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
+    info.latency_source += "; device: nominal GPU (placement/README.md)";
+    s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
+    s.latency.staging_slots = staging;
+    s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * c.n_experts_active);
+    s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch, pool.size(),
+                                                staging);
+}
 
-    if (cpu_curve) {
-        info.latency_source = "CPU: " + calibration + "; device: nominal GPU (placement/README.md)";
-    } else {
-        cpu_curve = probe_cpu_curve(c, weights, pool);
-        info.latency_source = "CPU: quick probe at load (run 'moe-server calibrate' for a full fit); device: nominal "
-                              "GPU (placement/README.md)";
+}  // namespace
+
+DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+                         ThreadPool& pool) {
+    DeviceSetup s;
+    PlacementInfo& info = s.info;
+    info.n_layers = c.n_layers;
+    info.n_experts = std::max(1, c.n_experts);
+    info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
+    info.expert_bytes = double(expert_bytes(c));
+    std::string calibration;
+    std::optional<LatencyCurve> cpu_curve =
+        c.is_moe() ? cached_cpu_curve(c, pool.size(), &calibration, &info.warning) : std::nullopt;
+    if (o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0) {
+        emulated_setup(s, o, c, weights, ctx, pool, cpu_curve, calibration);
+        return s;
     }
-    s.latency = latency_model_nominal_gpu(*cpu_curve, info.expert_bytes, cost_expert(c, 1).flops);
-    s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch,
-                                                pool.size());
+
+    // A CUDA device when there is one; else the CPU, and a line that says why.
+    std::string why_cpu;
+    if (o.device.gpu_device < 0) {
+        why_cpu = "--gpu-device none";
+    } else if (!c.is_moe()) {
+        why_cpu = "dense model (the GPU path places experts)";
+    } else {
+#ifdef MOE_HAVE_CUDA
+        try {
+            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, calibration, &why_cpu)) return s;
+        } catch (const GpuError& e) {
+            why_cpu = std::string("CUDA failed at start: ") + e.what();
+        }
+#else
+        why_cpu = "built without CUDA";
+#endif
+        if (o.device.gpu_required) throw MoeError("--gpu-device/--gpu-memory: " + why_cpu);
+    }
+    if (!o.device.profile.empty())
+        throw MoeError("--profile: needs a device (a GPU, or --emulate-gpu) to place experts on (" + why_cpu + ")");
+    std::string warning = info.warning;
+    s = DeviceSetup{};
+    s.info.warning = warning;
+    s.info.n_layers = info.n_layers;
+    s.info.n_experts = info.n_experts;
+    s.info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
+    s.info.expert_bytes = double(expert_bytes(c));
+    s.info.device_name = "CPU only: " + why_cpu;
+    // Every expert runs on the CPU; a calibration, when there is one, still
+    // gives the predicted times in the statistics.
+    if (cpu_curve) s.latency.cpu = *cpu_curve;
+    s.info.latency_source = cpu_curve ? "CPU: " + calibration : "none (no calibration: predictions are 0)";
+    s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * std::max(1, c.n_experts_active));
     return s;
 }

@@ -1,21 +1,39 @@
 // Device setup at load time: turns EngineOptions' device flags into a
 // budget, a static plan (popularity profile or even spread), a latency model
-// and the device itself. Today the only device is the emulated one (a test
-// double and dry run); the CUDA device plugs in here.
+// and the device itself: a CUDA device when there is one (cuda_setup.h),
+// the emulated one for a dry run (a test double), or none (CPU only).
 #pragma once
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "cpu_kernels/thread_pool.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/expert_device.h"
 #include "engine/weights.h"
 #include "placement/latency_model.h"
+#include "placement/residency.h"
 
 struct DeviceSetup {
     PlacementInfo info;
     LatencyModel latency;
+    std::unique_ptr<Backend> backend;      // where the dense ops run
     std::unique_ptr<ExpertDevice> device;  // null: every expert on the CPU
 };
+
+// Shared by the emulated and the CUDA setups:
+// the margin kept free of a device budget (workspace, fragmentation);
+double device_margin_bytes(double budget_bytes);
+// the fp32 KV cache of one sequence of ctx positions;
+double kv_cache_bytes(const ModelConfig& c, int ctx);
+// the static plan of `capacity` resident experts (profile or even spread),
+// recorded in info (plan, profile, hit rate, resident flags);
+Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info);
+// the CPU expert curve: the cached calibration, or a quick probe; *source says which.
+LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
+                                const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
+                                std::string* source);
 
 // Throws MoeError for a budget too small for one expert, a device on a dense
 // model, or a bad profile.

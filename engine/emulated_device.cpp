@@ -56,12 +56,14 @@ EmulatedDevice::~EmulatedDevice() {
     thread_.join();
 }
 
-void EmulatedDevice::start(int layer, std::span<const ExpertTask> tasks, std::span<const uint8_t> copy) {
+void EmulatedDevice::start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                           std::span<const uint8_t> copy) {
     assert(tasks.size() == copy.size());
     {
         std::lock_guard lock(mutex_);
         assert(started_ == finished_);
         layer_ = layer;
+        rows_ = rows;
         tasks_.assign(tasks.begin(), tasks.end());
         copy_.assign(copy.begin(), copy.end());
         started_++;
@@ -108,8 +110,9 @@ void EmulatedDevice::run_tasks() {
         }
         assert(slot >= 0);
         const bf16* base = slot_memory(slot);
-        expert_ffn_bf16(t.y, t.x, base, base + mat, base + 2 * mat, t.n_tokens, config_.dim, config_.hidden_dim,
-                        scratch_.data(), pool_);
+        const size_t at = size_t(t.row) * config_.dim;
+        expert_ffn_bf16(rows_.y + at, rows_.x + at, base, base + mat, base + 2 * mat, t.n_tokens, config_.dim,
+                        config_.hidden_dim, scratch_.data(), pool_);
     }
     last_busy_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -32,7 +32,9 @@ public:
 
     const char* name() const override { return "emulated"; }
     bool resident(int layer, int expert) const override { return slot_of(layer, expert) >= 0; }
-    void start(int layer, std::span<const ExpertTask> tasks, std::span<const uint8_t> copy) override;
+    void start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+               std::span<const uint8_t> copy) override;
+    int staging_slots() const override { return 1; }
     void wait() override;
     double last_busy_ms() const override { return last_busy_ms_; }
     double budget_bytes() const override { return budget_bytes_; }
@@ -61,6 +63,7 @@ private:
     std::mutex mutex_;
     std::condition_variable cv_;
     int layer_ = 0;
+    ExpertRows rows_;
     std::vector<ExpertTask> tasks_;
     std::vector<uint8_t> copy_;
     uint64_t started_ = 0, finished_ = 0;

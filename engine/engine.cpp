@@ -49,9 +49,9 @@ struct Engine::Impl {
     ChatTemplate chat_template;
     int ctx;
     ThreadPool pool;
+    DeviceSetup device;  // the backend, and the device experts may run on
     KvCache cache;
     CpuExpertExecutor cpu_executor;
-    DeviceSetup device;
     HybridExpertExecutor executor;
     ForwardPass forward;
     Batch batch;
@@ -65,10 +65,11 @@ struct Engine::Impl {
           tokenizer(Tokenizer::load(o.model_dir / "tokenizer.model")),
           chat_template(ChatTemplate::from_model_dir(o.model_dir, &template_warning)),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
-          pool(n_threads), cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim),
-          cpu_executor(config, weights, pool, o.max_batch), device(device_setup(o, config, weights, ctx, pool)),
-          executor(config, cpu_executor, device.device.get(), device.latency),
-          forward(config, weights, cache, executor, pool, o.max_batch, o.max_batch),
+          pool(n_threads), device(device_setup(o, config, weights, ctx, pool)),
+          cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
+          cpu_executor(config, weights, pool, o.max_batch),
+          executor(config, *device.backend, cpu_executor, device.device.get(), device.latency),
+          forward(config, *device.backend, cache, executor, o.max_batch, o.max_batch),
           stats_total(config.n_layers, std::max(1, config.n_experts)),
           stats_last(config.n_layers, std::max(1, config.n_experts)),
           stats_step(config.n_layers, std::max(1, config.n_experts)),
@@ -188,21 +189,30 @@ Engine::Execution Engine::execution_stats() const {
 
 std::string Engine::placement_summary() const {
     const PlacementInfo& p = impl_->device.info;
-    if (p.device == "none") return "device: none (every expert on the CPU)";
+    if (p.device == "none") return "device: none, every expert on the CPU (" + p.device_name + ")";
     constexpr double GIB = double(1u << 30);
-    char line[512];
-    int n = p.margin_bytes > 0
-                ? std::snprintf(line, sizeof line,
-                                "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
-                                "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB), plan: %s",
-                                p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
-                                p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB,
-                                p.margin_bytes / GIB, p.plan.c_str())
-                : std::snprintf(line, sizeof line,
-                                "device: %s (test double, computes on the CPU): %d of %d experts resident (%.1f MiB "
-                                "each, %.2f GiB with a staging slot; dense weights and KV not counted), plan: %s",
-                                p.device.c_str(), p.capacity, p.n_layers * p.n_experts, p.expert_bytes / (1 << 20),
-                                p.budget_bytes / GIB, p.plan.c_str());
+    char line[640];
+    int n = 0;
+    if (p.device == "cuda")
+        n = std::snprintf(line, sizeof line,
+                          "device: %s, %.2f GiB: %d of %d experts resident (%.1f MiB each; dense %.2f GiB, KV %.2f "
+                          "GiB, activations %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
+                          p.device_name.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB,
+                          p.activation_bytes / GIB, p.margin_bytes / GIB, p.staging_slots, p.plan.c_str());
+    else if (p.margin_bytes > 0)
+        n = std::snprintf(line, sizeof line,
+                          "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
+                          "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
+                          p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB, p.margin_bytes / GIB,
+                          p.staging_slots, p.plan.c_str());
+    else
+        n = std::snprintf(line, sizeof line,
+                          "device: %s (test double, computes on the CPU): %d of %d experts resident (%.1f MiB each, "
+                          "%.2f GiB with %d staging slots; dense weights and KV not counted), plan: %s",
+                          p.device.c_str(), p.capacity, p.n_layers * p.n_experts, p.expert_bytes / (1 << 20),
+                          p.budget_bytes / GIB, p.staging_slots, p.plan.c_str());
     std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
     if (!p.profile.empty()) s += " from " + p.profile;
     if (p.expected_hit_rate >= 0) {

@@ -17,8 +17,18 @@
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
-// Where experts may run besides the CPU.
+// Where the model runs: a CUDA device when there is one (dense weights, KV
+// cache and the popular experts on it), else the CPU; or the emulated device
+// as a dry run of placement.
 struct DeviceOptions {
+    // CUDA: the device (-1 = none: CPU only) and the memory moe-server may
+    // use on it in bytes (0 = its free memory at load). Without CUDA or a
+    // device the CPU serves, said in one line.
+    int gpu_device = 0;
+    double gpu_memory_bytes = 0;
+    // --gpu-device or --gpu-memory was given: a GPU that cannot be used is
+    // an error (exit 2) instead of a fallback to the CPU.
+    bool gpu_required = false;
     // Dry run of placement on an emulated device (a test double that computes
     // on the CPU, see engine/emulated_device.h): its memory in bytes, or the
     // share of all experts it holds (0..1). Both 0 = no device.
@@ -39,11 +49,14 @@ struct EngineOptions {
 
 // Where experts live: the device, its budget and the static plan.
 struct PlacementInfo {
-    std::string device = "none";      // "none" or "emulated"
+    std::string device = "none";      // "none", "emulated" or "cuda"
+    std::string device_name;          // e.g. "NVIDIA H100 80GB HBM3 (cuda:0)"; for "none", why the CPU serves
+    int staging_slots = 0;            // device slots copied experts run from
     double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
     double dense_bytes = 0;           // non-expert weights a GPU would hold
-    double kv_bytes = 0;              // the KV cache a GPU would hold (bf16)
-    double margin_bytes = 0;          // activations and workspace
+    double kv_bytes = 0;              // the KV cache on the device (fp32 keys and values)
+    double activation_bytes = 0;      // activations, expert rows, batch metadata (CUDA)
+    double margin_bytes = 0;          // workspace and fragmentation (emulated: activations too)
     double expert_bytes = 0;          // one expert
     int capacity = 0;                 // resident experts
     std::string plan = "none";        // "popularity", "even" or "none"

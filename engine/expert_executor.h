@@ -24,7 +24,7 @@ struct ExpertTask {
 // memory (host, or a device's): task t reads x rows [t.row, t.row +
 // t.n_tokens) and writes the same rows of y.
 struct ExpertRows {
-    const float* x = nullptr;
+    float* x = nullptr;  // read by executors; written by the gather before them
     float* y = nullptr;
 };
 

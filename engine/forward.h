@@ -2,13 +2,14 @@
 // every layer, Hugging Face Mixtral semantics (RMSNorm, rotate-half RoPE, GQA
 // causal attention over the KV cache, softmax router + top-k renormalised,
 // SwiGLU experts through an ExpertExecutor). Prefill, decode and beam search
-// all use it. All buffers are allocated in the constructor: run() never
-// allocates.
+// all use it. It says what happens; a Backend (backend.h: CPU or CUDA) does
+// each dense op in its own memory. All buffers are allocated in the
+// constructor: run() never allocates.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "cpu_kernels/thread_pool.h"
+#include "engine/backend.h"
 #include "engine/expert_executor.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
@@ -32,8 +33,11 @@ class ForwardPass {
 public:
     // max_batch: the most entries one run() takes; max_logits: the most
     // entries with want_logits set.
-    ForwardPass(const ModelConfig& config, const ModelWeights& weights, KvCache& cache, ExpertExecutor& executor,
-                ThreadPool& pool, int max_batch, int max_logits);
+    // The backend's expert_rows() must hold max_batch * experts-per-token
+    // rows; executor computes from them (with a backend other than the CPU,
+    // a HybridExpertExecutor over the same backend).
+    ForwardPass(const ModelConfig& config, Backend& backend, KvCache& cache, ExpertExecutor& executor, int max_batch,
+                int max_logits);
 
     // Runs the batch, writes its keys/values into the cache, and returns the
     // logits (n_logits, vocab_size) of the entries with want_logits, in order.
@@ -47,34 +51,34 @@ public:
     int max_batch() const { return max_batch_; }
 
 private:
-    void attention(int layer, const Batch& batch);
     void moe(int layer, int n, RoutingStats* stats);
 
     const ModelConfig& config_;
-    const ModelWeights& weights_;
+    Backend& backend_;
+    const ModelWeights& weights_;  // the backend's view of the dense weights
     KvCache& cache_;
     ExpertExecutor& executor_;
-    ThreadPool& pool_;
     int max_batch_, max_logits_;
     int q_dim_, kv_dim_, n_route_;  // n_route_: experts per token (1 for dense)
 
-    std::vector<float> x_;         // (max_batch, dim) residual stream
-    std::vector<float> xb_;        // (max_batch, dim) normed input
-    std::vector<float> q_;         // (max_batch, q_dim)
-    std::vector<float> k_;         // (max_batch, kv_dim)
-    std::vector<float> v_;         // (max_batch, kv_dim)
-    std::vector<float> att_;       // (max_batch, q_dim)
-    std::vector<float> out_;       // (max_batch, dim)
-    std::vector<float> router_;    // (max_batch, n_experts)
+    // In the backend's memory:
+    float* x_;          // (max_batch, dim) residual stream
+    float* xb_;         // (max_batch, dim) normed input
+    float* q_;          // (max_batch, q_dim)
+    float* k_;          // (max_batch, kv_dim)
+    float* v_;          // (max_batch, kv_dim)
+    float* att_;        // (max_batch, q_dim)
+    float* out_;        // (max_batch, dim)
+    float* router_;     // (max_batch, n_experts)
+    float* logit_rows_; // (max_logits, dim) rows that want logits, then their final norm
+    float* logits_;     // (max_logits, vocab)
+    // On the host:
     std::vector<int> route_expert_;    // (max_batch, n_route) chosen experts
     std::vector<float> route_weight_;  // (max_batch, n_route) their weights
-    std::vector<int> route_slot_;      // (max_batch, n_route) row in gathered buffers
-    std::vector<float> gathered_;  // (max_batch * n_route, dim) expert inputs, grouped by expert
-    std::vector<float> expert_out_;// (max_batch * n_route, dim)
-    std::vector<int> expert_count_;// (n_experts)
-    std::vector<int> expert_start_;// (n_experts)
+    std::vector<int> route_slot_;      // (max_batch, n_route) row in the expert rows
+    std::vector<int> slot_src_;        // (max_batch * n_route) batch entry of each expert row
+    std::vector<int> logit_src_;       // (max_logits) batch entry of each logits row
+    std::vector<int> expert_count_;    // (n_experts)
+    std::vector<int> expert_start_;    // (n_experts)
     std::vector<ExpertTask> tasks_;
-    std::vector<float> att_scratch_;  // (threads, ctx)
-    std::vector<float> logits_;    // (max_logits, vocab)
-    std::vector<float> logit_rows_;// (max_logits, dim)
 };

@@ -16,9 +16,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-HybridExpertExecutor::HybridExpertExecutor(const ModelConfig& config, ExpertExecutor& cpu, ExpertDevice* device,
-                                           const LatencyModel& model)
-    : cpu_(cpu), device_(device), planner_(model, double(expert_bytes(config)), std::max(1, config.n_experts)),
+HybridExpertExecutor::HybridExpertExecutor(const ModelConfig& config, Backend& backend, ExpertExecutor& cpu,
+                                           ExpertDevice* device, const LatencyModel& model)
+    : backend_(backend), cpu_(cpu), device_(device), planner_(model, double(expert_bytes(config)), std::max(1, config.n_experts)),
       expert_bytes_(double(expert_bytes(config))), step_(config.n_layers, std::max(1, config.n_experts)) {
     assert(!device || model.has_device);
     size_t n = size_t(std::max(1, config.n_experts));
@@ -29,7 +29,7 @@ HybridExpertExecutor::HybridExpertExecutor(const ModelConfig& config, ExpertExec
     device_copy_.reserve(n);
 }
 
-void HybridExpertExecutor::run_layer(int layer, std::span<const ExpertTask> tasks) {
+void HybridExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) {
     const size_t n = tasks.size();
     assert(n <= inputs_.size());
     for (size_t i = 0; i < n; i++)
@@ -54,8 +54,19 @@ void HybridExpertExecutor::run_layer(int layer, std::span<const ExpertTask> task
     }
 
     auto t0 = Clock::now();
-    if (!device_tasks_.empty()) device_->start(layer, device_tasks_, device_copy_);
-    if (!cpu_tasks_.empty()) cpu_.run_layer(layer, cpu_tasks_);
+    if (!device_tasks_.empty()) device_->start(layer, rows, device_tasks_, device_copy_);
+    if (!cpu_tasks_.empty()) {
+        try {
+            backend_.rows_to_host(cpu_tasks_);
+            cpu_.run_layer(layer, backend_.host_rows(), cpu_tasks_);
+            backend_.rows_from_host(cpu_tasks_);
+        } catch (...) {
+            // The device's tasks still read and write the rows: let them
+            // finish before the error leaves the layer.
+            if (!device_tasks_.empty()) device_->wait();
+            throw;
+        }
+    }
     auto t_cpu = Clock::now();
     if (!device_tasks_.empty()) device_->wait();
     auto t_end = Clock::now();

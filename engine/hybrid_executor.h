@@ -9,6 +9,7 @@
 #pragma once
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/execution_stats.h"
 #include "engine/expert_device.h"
 #include "engine/expert_executor.h"
@@ -17,10 +18,12 @@
 class HybridExpertExecutor final : public ExpertExecutor {
 public:
     // device may be null (CPU only). The planner's model must have
-    // has_device set when device is not null.
-    HybridExpertExecutor(const ModelConfig& config, ExpertExecutor& cpu, ExpertDevice* device,
+    // has_device set when device is not null. backend: where the rows live;
+    // the CPU experts' rows cross to the host through it.
+    HybridExpertExecutor(const ModelConfig& config, Backend& backend, ExpertExecutor& cpu, ExpertDevice* device,
                          const LatencyModel& model);
-    void run_layer(int layer, std::span<const ExpertTask> tasks) override;
+    // rows in the backend's memory.
+    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override;
     const char* name() const override { return device_ ? "hybrid" : "cpu"; }
 
     ExpertDevice* device() const { return device_; }
@@ -30,6 +33,7 @@ public:
     void clear_step() { step_.clear(); }
 
 private:
+    Backend& backend_;
     ExpertExecutor& cpu_;
     ExpertDevice* device_;
     LayerPlanner planner_;

@@ -103,8 +103,8 @@ private:
     void release(int block);
     void check_seq(int seq) const;
 
-    int n_layers_, ctx_, kv_dim_, slab_blocks_;
     KvMemory& memory_;
+    int n_layers_, ctx_, kv_dim_, slab_blocks_;
     std::vector<float*> slabs_;                    // from memory_, never moved once allocated
     std::vector<int> refs_;                        // per block: sequences holding it
     std::vector<int> free_;                        // blocks with refs 0: a min-heap, lowest id first

@@ -94,6 +94,31 @@ DeviceOptions parse_device_flags(Args& args) {
         else
             d.emulate_gpu_bytes = value * double(1u << 30);
     }
+    if (auto v = args.get("--gpu-device")) {
+        if (*v == "none") {
+            d.gpu_device = -1;
+        } else {
+            size_t used = 0;
+            int index = -1;
+            try {
+                index = std::stoi(*v, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used == 0 || used != v->size() || index < 0)
+                throw MoeError("--gpu-device: expected a device index (0, 1, ...) or 'none', got '" + *v + "'");
+            d.gpu_device = index;
+        }
+        d.gpu_required = true;
+    }
+    if (args.get("--gpu-memory")) {
+        d.gpu_memory_bytes = args.get_double("--gpu-memory", 0, 0.01, 1 << 20) * double(1u << 30);
+        d.gpu_required = true;
+    }
+    if (d.gpu_device < 0 && d.gpu_memory_bytes > 0) throw MoeError("--gpu-memory: --gpu-device none uses no GPU");
+    if ((d.emulate_gpu_bytes > 0 || d.emulate_gpu_expert_share > 0) && d.gpu_required)
+        throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
+                       "--gpu-device");
     d.profile = args.get("--profile", "");
     return d;
 }
@@ -218,7 +243,7 @@ int cli_generate(const std::vector<std::string>& words) {
 
     Engine engine(options);
     if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
-    if (engine.placement().device != "none") std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
     if (prompt) {
         request.prompt = engine.tokenizer().encode(*prompt);
         request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
@@ -298,7 +323,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     if (window < 2) throw MoeError("--ctx: must be at least 2");
     options.ctx = std::max(16, window);
     Engine engine(options);
-    if (engine.placement().device != "none") std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
     auto t0 = std::chrono::steady_clock::now();
     Engine::Score s = engine.score(tokens, window);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -5,7 +5,10 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
+
+#include "gpu_kernels/device.h"
 
 #include "server_fixture.h"
 #include "support/test_support.h"
@@ -22,6 +25,38 @@ TEST_CASE("openai npm SDK: models, chat, streaming, completions, errors", "[clie
     const std::string key = "client-test-key";
     ServerProcess server(test_model_dir("tiny"), {"--api-key", key});
     fs::path dir = test_temp_dir("openai-sdk");
+    std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" + " MOE_API_KEY=" + key +
+                      " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
+                      " MOE_NODE_MODULES=" + node_modules.string() + " " + MOE_NODE_EXECUTABLE + " " +
+                      (fs::path(MOE_SOURCE_DIR) / "tests" / "client" / "openai_sdk.test.mjs").string() + " > " +
+                      (dir / "out.txt").string() + " 2>&1";
+    int status = std::system(cmd.c_str());
+    std::string out = read_file(dir / "out.txt");
+    INFO("node output:\n" << out << "\nserver log:\n" << server.log());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(out.find("not ok") == std::string::npos);
+    CHECK(out.find("6/6 checks passed") != std::string::npos);
+}
+
+// The same checks against a server whose model runs on a CUDA device
+// (--gpu-memory): labelled gpu too, and skipped where no device exists.
+TEST_CASE("openai npm SDK against a server on the GPU (--gpu-memory)", "[gpu]") {
+    if (gpu_devices().empty()) {
+        std::printf("gpu: skipped: no CUDA device (no driver, or none visible)\n");
+        return;
+    }
+    fs::path node_modules = MOE_NODE_MODULES;
+    INFO("node_modules: " << node_modules);
+    REQUIRE(std::string(MOE_NODE_EXECUTABLE) != "");
+    INFO("the openai package must be installed there: run scripts/setup_test_tools.sh");
+    REQUIRE(fs::exists(node_modules / "openai" / "package.json"));
+
+    const std::string key = "client-test-key";
+    ServerProcess server(test_model_dir("tiny"), {"--api-key", key, "--gpu-memory", "2"});
+    INFO("server log:\n" << server.log());
+    REQUIRE(server.log().find("device: NVIDIA") != std::string::npos);
+    fs::path dir = test_temp_dir("openai-sdk-gpu");
     std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" + " MOE_API_KEY=" + key +
                       " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
                       " MOE_NODE_MODULES=" + node_modules.string() + " " + MOE_NODE_EXECUTABLE + " " +

@@ -81,9 +81,10 @@ public:
     explicit BruteForce(const std::filesystem::path& dir)
         : config_(model_config_load(dir)),
           weights_(weights_load(config_, dir)),
+          backend_(make_cpu_backend(config_, weights_, pool_, 128, 128 * config_.n_experts_active)),
           cache_(config_.n_layers, 1, 128, config_.n_kv_heads * config_.head_dim),
           executor_(config_, weights_, pool_, 128),
-          forward_(config_, weights_, cache_, executor_, pool_, 128, 1) {}
+          forward_(config_, *backend_, cache_, executor_, 128, 1) {}
 
     const std::vector<double>& next_logprobs(const std::vector<int>& prompt, const std::vector<int>& prefix) {
         std::vector<int> key = prompt;
@@ -107,6 +108,7 @@ private:
     ModelConfig config_;
     ModelWeights weights_;
     ThreadPool pool_{2};
+    std::unique_ptr<Backend> backend_;
     KvCache cache_;
     CpuExpertExecutor executor_;
     ForwardPass forward_;
@@ -421,7 +423,8 @@ TEST_CASE("forked sequences in one batch give the logits of separate sequences",
     ThreadPool pool(2);
     KvCache cache(config.n_layers, 4, 128, config.n_kv_heads * config.head_dim);
     CpuExpertExecutor executor(config, weights, pool, 64);
-    ForwardPass forward(config, weights, cache, executor, pool, 64, 64);
+    std::unique_ptr<Backend> backend = make_cpu_backend(config, weights, pool, 128, 64 * config.n_experts_active);
+    ForwardPass forward(config, *backend, cache, executor, 64, 64);
     const int vocab = config.vocab_size;
     std::vector<int> prompt = prompt_tokens(19, 7);  // 19: the fork shares a partial block
 

@@ -45,13 +45,15 @@ struct Loaded {
     ModelConfig config;
     ModelWeights weights;
     ThreadPool pool{2};
+    std::unique_ptr<Backend> backend;
     KvCache cache;
     CpuExpertExecutor executor;
     ForwardPass forward;
     explicit Loaded(const std::filesystem::path& dir, int slots = 2, int ctx = 256)
         : config(model_config_load(dir)), weights(weights_load(config, dir)),
+          backend(make_cpu_backend(config, weights, pool, ctx, 64 * std::max(1, config.n_experts_active))),
           cache(config.n_layers, slots, ctx, config.n_kv_heads * config.head_dim),
-          executor(config, weights, pool, 64), forward(config, weights, cache, executor, pool, 64, 64) {}
+          executor(config, weights, pool, 64), forward(config, *backend, cache, executor, 64, 64) {}
 };
 
 std::vector<int> prompt_tokens(int n, int salt) {

@@ -75,8 +75,9 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
         device = std::make_unique<EmulatedDevice>(c, w, *residency,
                                                   double(residency->n_resident() + 1) * double(expert_bytes(c)),
                                                   max_batch, pool.size());
-    HybridExpertExecutor hybrid(c, cpu, device.get(), residency ? model : LatencyModel{});
-    ForwardPass forward(c, w, cache, hybrid, pool, max_batch, max_batch);
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
+    HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{});
+    ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);
 
     Run r;
     r.routing = RoutingStats(c.n_layers, c.n_experts);
