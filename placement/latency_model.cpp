@@ -185,6 +185,7 @@ LatencyModel latency_model_nominal_gpu(const LatencyCurve& cpu, double weight_by
     m.device.fixed_ms = NOMINAL_GPU_FIXED_MS;
     m.copy = {NOMINAL_PCIE_LATENCY_MS, NOMINAL_PCIE_GB_S * BYTES_PER_MS_PER_GB_S};
     m.has_device = true;
+    m.staging_slots = NOMINAL_GPU_STAGING_SLOTS;
     return m;
 }
 

@@ -41,11 +41,27 @@ struct CopyCurve {
     double ms(double bytes) const;
 };
 
+// Staging slots: the device buffers a non-resident expert is copied into
+// before it computes there. With S slots the copy of the j-th copied expert
+// of a layer waits for the compute of the (j - S)-th (which held the same
+// slot), so S = 1 runs copy and compute in series and S = 2 (double
+// buffering) lets one copy overlap the previous expert's compute. The
+// pipeline is priced in placement/layer_plan.h. A device allocates
+// DEFAULT_STAGING_SLOTS unless told otherwise; at most MAX_STAGING_SLOTS
+// (more buy nothing: a layer never copies more experts than it routes).
+constexpr int DEFAULT_STAGING_SLOTS = 2;
+constexpr int MAX_STAGING_SLOTS = 64;
+
 struct LatencyModel {
     LatencyCurve cpu;
     LatencyCurve device;
     CopyCurve copy;
     bool has_device = false;
+    // The device's staging slots, in [1, MAX_STAGING_SLOTS]: whoever builds
+    // the model for a device sets it to the slots that device allocates, and
+    // the device budget (residency.h DeviceBudget::staging) reserves the same
+    // number. Meaningless without a device.
+    int staging_slots = DEFAULT_STAGING_SLOTS;
 
     double cpu_ms(int n_tokens) const { return cpu.ms(n_tokens); }
     double device_ms(int n_tokens) const { return device.ms(n_tokens); }
@@ -74,11 +90,15 @@ CopyCurve copy_curve_fit(std::span<const TimingPoint> points);
 LatencyCurve latency_curve_roofline(double weight_bytes, double flops_per_token, double bandwidth_gb_s,
                                     double peak_gflop_s);
 
-// A nominal desktop GPU for dry runs (`--emulate-gpu`): PCIe 4.0 x16 copies
-// and a device curve of an RTX 4090-class card for the given expert shape.
+// A nominal desktop GPU for dry runs (`--emulate-gpu`): PCIe 4.0 x16 copies,
+// a device curve of an RTX 4090-class card for the given expert shape, and
+// NOMINAL_GPU_STAGING_SLOTS (2, double buffering) staging slots.
 // Documented in placement/README.md; never presented as a measurement.
+constexpr int NOMINAL_GPU_STAGING_SLOTS = 2;
 LatencyModel latency_model_nominal_gpu(const LatencyCurve& cpu, double weight_bytes, double flops_per_token);
 
 // The model a calibration file describes (has_device and the device and copy
-// curves only when the file has them).
+// curves only when the file has them). The file measures times, not the
+// executor's buffers: staging_slots stays DEFAULT_STAGING_SLOTS, and the
+// caller sets the slots of the device it runs on.
 LatencyModel latency_model_from_calibration(const Calibration& c);

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "placement/latency_model.h"
+
 class Residency {
 public:
     Residency() = default;
@@ -27,14 +29,16 @@ private:
 
 // How many experts fit on the device: (budget - dense - kv - margin) /
 // expert_bytes, minus `staging` slots kept free for copied experts; never
-// negative, never more than n_layers * n_experts.
+// negative, never more than n_layers * n_experts. Callers pass the device's
+// staging slots, the same number as its LatencyModel::staging_slots (the
+// planner prices the pipeline with that many); nothing here assumes one.
 struct DeviceBudget {
-    double budget_bytes = 0;   // the device memory given to moe-server
-    double dense_bytes = 0;    // non-expert weights (attention, norms, router, embeddings, lm_head)
-    double kv_bytes = 0;       // KV cache
-    double margin_bytes = 0;   // activations, workspace, fragmentation
-    double expert_bytes = 0;   // one expert's w1 + w3 + w2
-    int staging = 1;           // slots a copied (non-resident) expert runs from
+    double budget_bytes = 0;              // the device memory given to moe-server
+    double dense_bytes = 0;               // non-expert weights (attention, norms, router, embeddings, lm_head)
+    double kv_bytes = 0;                  // KV cache
+    double margin_bytes = 0;              // activations, workspace, fragmentation
+    double expert_bytes = 0;              // one expert's w1 + w3 + w2
+    int staging = DEFAULT_STAGING_SLOTS;  // slots a copied (non-resident) expert runs from
 };
 int expert_capacity(const DeviceBudget& budget, int n_layers, int n_experts);
 

@@ -1,6 +1,7 @@
 // The latency model: curve evaluation, the fits on synthetic timings from
 // known parameters (exact and with +-3 % noise), bad input, the roofline
-// curve, the nominal GPU and the conversion from a calibration file.
+// curve, the nominal GPU (and its staging slots) and the conversion from a
+// calibration file.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -148,6 +149,7 @@ TEST_CASE("roofline curve and the nominal GPU", "[placement]") {
     LatencyCurve cpu{0.2, 0.8, 0.07};
     LatencyModel m = latency_model_nominal_gpu(cpu, bytes, flops);
     REQUIRE(m.has_device);
+    REQUIRE(m.staging_slots == 2);  // double buffering
     REQUIRE(m.cpu_ms(4) == cpu.ms(4));
     REQUIRE(m.copy_ms(bytes) == Approx(0.01 + bytes / 25e9 * 1e3));  // PCIe 4.0 x16
     REQUIRE(m.device_ms(1) == Approx(0.02 + bytes / 1000e9 * 1e3));  // 1000 GB/s
@@ -167,6 +169,7 @@ TEST_CASE("latency_model_from_calibration carries every curve field", "[placemen
     c.copy = {0.01, 2e7};
     m = latency_model_from_calibration(c);
     REQUIRE(m.has_device);
+    REQUIRE(m.staging_slots == DEFAULT_STAGING_SLOTS);  // not in the file: the caller sets its device's
     REQUIRE(m.device_ms(1) == Approx(0.05));
     REQUIRE(m.copy_ms(2e7) == Approx(1.01));
 }
