@@ -42,7 +42,7 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
         throw MoeError(line);
     }
 
-    const int staging = CUDA_STAGING_SLOTS;
+    const int staging = DEFAULT_STAGING_SLOTS;
     const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
     info.device = "cuda";
     info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
@@ -82,8 +82,10 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
     s.latency.staging_slots = staging;
 
     auto backend = std::make_unique<CudaBackend>(c, weights, index, ctx, o.max_batch, max_rows);
-    s.device = std::make_unique<CudaExpertDevice>(c, weights, residency, staging, o.max_batch, backend->stream(),
-                                                  backend->blas());
+    auto device = std::make_unique<CudaExpertDevice>(c, weights, residency, info.budget_bytes - fixed, o.max_batch,
+                                                     backend->stream(), backend->blas(), staging);
+    info.copy_source = device->copy_source().describe();
     s.backend = std::move(backend);
+    s.device = std::move(device);
     return true;
 }

@@ -17,6 +17,7 @@
 #include "engine/errors.h"
 #include "engine/expert_timing.h"
 #include "engine/fingerprint.h"
+#include "gpu_kernels/device.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
 #include "profiles/profile.h"
@@ -76,9 +77,22 @@ std::optional<LatencyCurve> cached_cpu_curve(const ModelConfig& c, int threads, 
 
 }  // namespace
 
-}  // namespace
-
 double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
+
+std::optional<LatencyModel> cached_device_model(const ModelConfig& c, int threads, int gpu_device) {
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (gpu_device < 0 || gpu_device >= int(devices.size())) return std::nullopt;
+    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, devices[size_t(gpu_device)].name,
+                                      c.dim, c.hidden_dim);
+    std::optional<Calibration> cal;
+    try {
+        cal = calibration_find_cached(key);
+    } catch (const ProfileError&) {
+        return std::nullopt;  // cached_cpu_curve has said why
+    }
+    if (!cal || !cal->has_device) return std::nullopt;
+    return latency_model_from_calibration(*cal);
+}
 
 Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
     Residency residency;

@@ -12,38 +12,38 @@
 
 namespace {
 
-double gib(double bytes) { return bytes / double(1u << 30); }
+double gib(double bytes) {
+    return bytes / double(1u << 30);
+}
 
 }  // namespace
 
 EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
-                               double budget_bytes, int max_tokens, int threads)
-    : config_(config), weights_(weights), n_experts_(config.n_experts),
-      expert_elems_(size_t(3) * config.hidden_dim * config.dim), budget_bytes_(budget_bytes),
-      slot_(size_t(config.n_layers) * config.n_experts, -1),
-      scratch_(size_t(2) * max_tokens * config.hidden_dim), pool_(threads) {
+                               double budget_bytes, int max_tokens, int threads, int staging_slots)
+    : config_(config),
+      weights_(weights),
+      pipeline_(residency, staging_slots),
+      expert_elems_(size_t(3) * config.hidden_dim * config.dim),
+      budget_bytes_(budget_bytes),
+      max_tokens_(max_tokens),
+      scratch_(size_t(2) * max_tokens * config.hidden_dim),
+      pool_(threads) {
     assert(residency.n_layers() == config.n_layers && residency.n_experts() == config.n_experts);
-    n_resident_ = residency.n_resident();
-    double need = double(n_resident_ + 1) * double(expert_elems_) * sizeof(bf16);
+    const int n_slots = pipeline_.n_resident() + staging_slots;
+    const double need = double(n_slots) * double(expert_elems_) * sizeof(bf16);
     if (need > budget_bytes)
-        throw MoeError("emulated device: " + std::to_string(n_resident_) + " resident experts plus one staging slot need " +
-                       std::to_string(gib(need)) + " GiB, more than its budget of " + std::to_string(gib(budget_bytes)) +
-                       " GiB");
-    memory_.reset(new bf16[size_t(n_resident_ + 1) * expert_elems_]);
-    int slot = 0;
-    const size_t mat = size_t(config.hidden_dim) * config.dim;
-    for (int l = 0; l < config.n_layers; l++)
-        for (int e = 0; e < config.n_experts; e++) {
-            if (!residency.resident(l, e)) continue;
-            const ExpertWeights& w = weights.layers[l].experts[e];
-            bf16* dst = slot_memory(slot);
-            std::memcpy(dst, w.w1, mat * sizeof(bf16));
-            std::memcpy(dst + mat, w.w3, mat * sizeof(bf16));
-            std::memcpy(dst + 2 * mat, w.w2, mat * sizeof(bf16));
-            slot_[size_t(l) * n_experts_ + e] = slot++;
-        }
-    tasks_.reserve(n_experts_);
-    copy_.reserve(n_experts_);
+        throw MoeError("emulated device: " + std::to_string(pipeline_.n_resident()) + " resident experts plus " +
+                       std::to_string(staging_slots) + " staging slots need " + std::to_string(gib(need)) +
+                       " GiB, more than its budget of " + std::to_string(gib(budget_bytes)) + " GiB");
+    memory_.reset(new bf16[size_t(n_slots) * expert_elems_]);
+    for (int r = 0; r < pipeline_.n_resident(); r++) {
+        const ExpertPipeline::Expert& e = pipeline_.residents()[size_t(r)];
+        copy_expert(slot_memory({false, r}), e.layer, e.expert);
+    }
+    const size_t max_ops = size_t(2) * config.n_experts;  // a copy and a compute per expert
+    enqueued_.reserve(max_ops);
+    ops_.reserve(max_ops);
+    running_.reserve(max_ops);
     thread_ = std::thread([this] { worker(); });
 }
 
@@ -56,63 +56,80 @@ EmulatedDevice::~EmulatedDevice() {
     thread_.join();
 }
 
+void EmulatedDevice::copy_expert(bf16* dst, int layer, int expert) const {
+    const ExpertWeights& w = weights_.layers[layer].experts[expert];
+    const size_t mat = expert_elems_ / 3;
+    std::memcpy(dst, w.w1, mat * sizeof(bf16));
+    std::memcpy(dst + mat, w.w3, mat * sizeof(bf16));
+    std::memcpy(dst + 2 * mat, w.w2, mat * sizeof(bf16));
+}
+
+void EmulatedDevice::OpQueue::copy(int layer, int expert, int slot) {
+    Op op;
+    op.copy = true;
+    op.layer = layer;
+    op.task.expert = expert;
+    op.weights = {true, slot};
+    device_.enqueued_.push_back(op);
+    device_.copied_bytes_ += device_.expert_elems_ * sizeof(bf16);
+}
+
+void EmulatedDevice::OpQueue::compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) {
+    assert(task.n_tokens <= device_.max_tokens_);
+    device_.enqueued_.push_back({false, layer, task, weights, rows});
+}
+
 void EmulatedDevice::start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
                            std::span<const uint8_t> copy) {
-    assert(tasks.size() == copy.size());
+    enqueued_.clear();
+    pipeline_.start(queue_, layer, rows, tasks, copy);
     {
         std::lock_guard lock(mutex_);
-        assert(started_ == finished_);
-        layer_ = layer;
-        rows_ = rows;
-        tasks_.assign(tasks.begin(), tasks.end());
-        copy_.assign(copy.begin(), copy.end());
-        started_++;
+        ops_.insert(ops_.end(), enqueued_.begin(), enqueued_.end());
+        ops_in_ += enqueued_.size();
     }
     cv_.notify_all();
 }
 
 void EmulatedDevice::wait() {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return finished_ == started_; });
+    pipeline_.wait(queue_);
 }
 
+void EmulatedDevice::wait_for_ops() {
+    std::unique_lock lock(mutex_);
+    const uint64_t target = ops_in_;
+    cv_.wait(lock, [&] { return ops_done_ >= target; });
+}
+
+void EmulatedDevice::run(const Op& op) {
+    if (op.copy) {
+        copy_expert(slot_memory(op.weights), op.layer, op.task.expert);
+        return;
+    }
+    const ExpertTask& t = op.task;
+    if (t.n_tokens == 0) return;
+    const bf16* base = slot_memory(op.weights);
+    const size_t mat = expert_elems_ / 3, row = size_t(t.row) * config_.dim;
+    expert_ffn_bf16(op.rows.y + row, op.rows.x + row, base, base + mat, base + 2 * mat, t.n_tokens, config_.dim,
+                    config_.hidden_dim, scratch_.data(), pool_);
+}
+
+// The device thread: runs the ops in the order they were enqueued, which
+// honours every event of the pipeline (each wait follows its record).
 void EmulatedDevice::worker() {
     std::unique_lock lock(mutex_);
     for (;;) {
-        cv_.wait(lock, [&] { return stop_ || started_ != finished_; });
+        cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
         if (stop_) return;
+        running_.swap(ops_);
         lock.unlock();
-        run_tasks();
+        auto t0 = std::chrono::steady_clock::now();
+        for (const Op& op : running_) run(op);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         lock.lock();
-        finished_ = started_;
+        last_busy_ms_ = ms;
+        ops_done_ += running_.size();
+        running_.clear();
         cv_.notify_all();
     }
-}
-
-// Runs on the device thread; tasks_ and copy_ are not touched by start()
-// until finished_ catches up.
-void EmulatedDevice::run_tasks() {
-    auto t0 = std::chrono::steady_clock::now();
-    const size_t mat = size_t(config_.hidden_dim) * config_.dim;
-    const int staging = n_resident_;
-    for (size_t i = 0; i < tasks_.size(); i++) {
-        const ExpertTask& t = tasks_[i];
-        int slot = slot_of(layer_, t.expert);
-        if (copy_[i]) {
-            assert(slot < 0);
-            const ExpertWeights& w = weights_.layers[layer_].experts[t.expert];
-            bf16* dst = slot_memory(staging);
-            std::memcpy(dst, w.w1, mat * sizeof(bf16));
-            std::memcpy(dst + mat, w.w3, mat * sizeof(bf16));
-            std::memcpy(dst + 2 * mat, w.w2, mat * sizeof(bf16));
-            copied_bytes_ += 3 * mat * sizeof(bf16);
-            slot = staging;
-        }
-        assert(slot >= 0);
-        const bf16* base = slot_memory(slot);
-        const size_t at = size_t(t.row) * config_.dim;
-        expert_ffn_bf16(rows_.y + at, rows_.x + at, base, base + mat, base + 2 * mat, t.n_tokens, config_.dim,
-                        config_.hidden_dim, scratch_.data(), pool_);
-    }
-    last_busy_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

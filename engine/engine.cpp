@@ -215,6 +215,7 @@ std::string Engine::placement_summary() const {
                           p.budget_bytes / GIB, p.staging_slots, p.plan.c_str());
     std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
     if (!p.profile.empty()) s += " from " + p.profile;
+    if (!p.copy_source.empty()) s += "; copies: " + p.copy_source;
     if (p.expected_hit_rate >= 0) {
         std::snprintf(line, sizeof line, ", expected hit rate %.1f%%", 100.0 * p.expected_hit_rate);
         s += line;

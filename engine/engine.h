@@ -52,6 +52,7 @@ struct PlacementInfo {
     std::string device = "none";      // "none", "emulated" or "cuda"
     std::string device_name;          // e.g. "NVIDIA H100 80GB HBM3 (cuda:0)"; for "none", why the CPU serves
     int staging_slots = 0;            // device slots copied experts run from
+    std::string copy_source;          // CUDA: how copies reach the device (pinned staging or registered mapping, measured)
     double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
     double dense_bytes = 0;           // non-expert weights a GPU would hold
     double kv_bytes = 0;              // the KV cache on the device (fp32 keys and values)

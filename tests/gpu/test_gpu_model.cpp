@@ -40,7 +40,7 @@ LatencyModel model_copy_all() {
     m.device = {0, 0.001, 0.0001};
     m.copy = {0.001, 1e12};
     m.has_device = true;
-    m.staging_slots = CUDA_STAGING_SLOTS;
+    m.staging_slots = DEFAULT_STAGING_SLOTS;
     return m;
 }
 
@@ -50,14 +50,14 @@ LatencyModel model_cpu_rest() {
     m.device = {0, 1000, 1000};
     m.copy = {1000, 1};
     m.has_device = true;
-    m.staging_slots = CUDA_STAGING_SLOTS;
+    m.staging_slots = DEFAULT_STAGING_SLOTS;
     return m;
 }
 
 LatencyModel model_planner(const ModelConfig& c) {
     LatencyModel m = latency_model_nominal_gpu(LatencyCurve{0.05, 0.6, 0.05}, double(expert_bytes(c)),
                                                6.0 * c.dim * c.hidden_dim);
-    m.staging_slots = CUDA_STAGING_SLOTS;
+    m.staging_slots = DEFAULT_STAGING_SLOTS;
     return m;
 }
 
@@ -78,8 +78,9 @@ struct Stack {
         const int max_rows = MAX_BATCH * config.n_experts_active;
         if (residency) {
             auto cuda = std::make_unique<CudaBackend>(config, weights, 0, CTX, MAX_BATCH, max_rows);
-            device = std::make_unique<CudaExpertDevice>(config, weights, *residency, CUDA_STAGING_SLOTS, MAX_BATCH,
-                                                        cuda->stream(), cuda->blas());
+            const double budget = double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * double(expert_bytes(config));
+            device = std::make_unique<CudaExpertDevice>(config, weights, *residency, budget, MAX_BATCH, cuda->stream(),
+                                                        cuda->blas(), DEFAULT_STAGING_SLOTS);
             backend = std::move(cuda);
         } else {
             backend = make_cpu_backend(config, weights, pool, CTX, max_rows);

@@ -73,7 +73,8 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     std::unique_ptr<EmulatedDevice> device;
     if (residency)
         device = std::make_unique<EmulatedDevice>(c, w, *residency,
-                                                  double(residency->n_resident() + 1) * double(expert_bytes(c)),
+                                                  double(residency->n_resident() + DEFAULT_STAGING_SLOTS) *
+                                                      double(expert_bytes(c)),
                                                   max_batch, pool.size());
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
     HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{});
@@ -165,14 +166,14 @@ TEST_CASE("the mixed plan copies busy experts and leaves single tokens on the CP
     REQUIRE(decode_only.exec.runs[int(ExpertSite::CPU)] > 0);
 }
 
-TEST_CASE("the emulated device refuses a budget without room for its experts and a staging slot", "[hybrid]") {
+TEST_CASE("the emulated device refuses a budget without room for its experts and staging slots", "[hybrid]") {
     const auto dir = test_model_dir("tiny", 1);
     ModelConfig c = model_config_load(dir);
     ModelWeights w = weights_load(c, dir);
     Residency half = static_plan_even(c.n_layers, c.n_experts, 4);
     double eb = double(expert_bytes(c));
-    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 4 * eb, 16, 2), MoeError);  // no staging slot
-    EmulatedDevice ok(c, w, half, 5 * eb, 16, 2);
+    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 5 * eb, 16, 2), MoeError);  // one of two staging slots
+    EmulatedDevice ok(c, w, half, 6 * eb, 16, 2);
     REQUIRE(ok.resident_bytes() == 4 * eb);
 }
 
