@@ -17,6 +17,7 @@
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
+#include "engine/calibration_key.h"
 #include "engine/cost.h"
 #include "engine/errors.h"
 #include "engine/expert_timing.h"
@@ -24,9 +25,6 @@
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
 #include "profiles/profile_error.h"
-#ifdef MOE_HAVE_CUDA
-#include "gpu_kernels/device.h"
-#endif
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -43,15 +41,6 @@ std::vector<int> token_counts() {
     std::vector<int> ns;
     for (int n = 1; n <= CALIBRATE_MAX_N; n *= 2) ns.push_back(n);
     return ns;
-}
-
-// The accelerator the calibration key names ("none" without one).
-std::string device_name() {
-#ifdef MOE_HAVE_CUDA
-    std::vector<GpuDevice> devices = gpu_devices();
-    if (!devices.empty()) return devices[0].name;
-#endif
-    return "none";
 }
 
 // A loaded model, this machine's ceiling and the expert's roofline curve.
@@ -131,8 +120,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     args.finish();
 
     ModelConfig config = model_source_config(source);
-    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, device_name(), config.dim,
-                                      config.hidden_dim, "bf16");
+    std::string key = engine_calibration_key(config, threads, GPU_DEVICE_DEFAULT);
     fs::path path = calibration_cache_path(key);
     if (!force) {
         std::optional<Calibration> cached;
@@ -155,14 +143,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
         run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0, CYCLE_BYTES)}, token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
-    Calibration cal;
-    cal.cpu_name = cpu_model_name();
-    cal.isa = isa_name(isa_active());
-    cal.threads = threads;
-    cal.device_name = device_name();
-    cal.dim = run.config.dim;
-    cal.hidden_dim = run.config.hidden_dim;
-    cal.dtype = "bf16";
+    Calibration cal = calibration_key_fields(run.config, threads, GPU_DEVICE_DEFAULT);
     cal.read_gbs = run.ceiling.read_gbs;
     cal.fma_gflops = run.ceiling.fma_gflops;
     StageCost one = cost_expert(run.config, 1);
