@@ -8,6 +8,7 @@
 
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/kernels.h"
+#include "engine/calibration_key.h"
 #include "engine/cost.h"
 #include "engine/emulated_device.h"
 #ifdef MOE_HAVE_CUDA
@@ -63,7 +64,7 @@ double memory_available_bytes() {
 // never keep the model from loading.
 std::optional<LatencyCurve> cached_cpu_curve(const ModelConfig& c, int threads, std::string* source,
                                              std::string* warning) {
-    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, "none", c.dim, c.hidden_dim);
+    std::string key = engine_calibration_key(c, threads, GPU_DEVICE_DEFAULT);
     std::optional<Calibration> cal;
     try {
         cal = calibration_find_cached(key);

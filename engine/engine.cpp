@@ -1,7 +1,7 @@
-// Engine: loads a model folder and runs generation and scoring requests on
-// the calling thread (see engine.h). The prompt's KV-cache prefix shared with
-// the previous request is reused, so a multi-turn chat only prefills what is
-// new.
+// Engine: loads a model (a folder or a synthetic source, engine/model_source.h)
+// and runs generation and scoring requests on the calling thread (see
+// engine.h). The prompt's KV-cache prefix shared with the previous request is
+// reused, so a multi-turn chat only prefills what is new.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "engine/forward.h"
 #include "engine/hybrid_executor.h"
 #include "engine/kv_cache.h"
+#include "engine/model_source.h"
 #include "engine/weights.h"
 #include "profiles/routing_stats.h"
 
@@ -41,7 +42,7 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 struct Engine::Impl {
-    std::filesystem::path dir;
+    ModelSource source;
     ModelConfig config;
     ModelWeights weights;
     Tokenizer tokenizer;
@@ -60,10 +61,10 @@ struct Engine::Impl {
     RoutingStats stats_total, stats_last, stats_step;
     ExecutionStats exec_total, exec_last;
 
-    Impl(const EngineOptions& o, ModelConfig cfg, int n_threads)
-        : dir(o.model_dir), config(std::move(cfg)), weights(weights_load(config, o.model_dir)),
-          tokenizer(Tokenizer::load(o.model_dir / "tokenizer.model")),
-          chat_template(ChatTemplate::from_model_dir(o.model_dir, &template_warning)),
+    Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
+        : source(std::move(src)), config(std::move(cfg)), weights(model_source_weights(source, config, n_threads)),
+          tokenizer(model_source_tokenizer(source, config)),
+          chat_template(model_source_chat_template(source, &template_warning)),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads), device(device_setup(o, config, weights, ctx, pool)),
           cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
@@ -75,10 +76,6 @@ struct Engine::Impl {
           stats_step(config.n_layers, std::max(1, config.n_experts)),
           exec_total(config.n_layers, std::max(1, config.n_experts)),
           exec_last(config.n_layers, std::max(1, config.n_experts)) {
-        if (tokenizer.vocab_size() > config.vocab_size)
-            throw MoeError((o.model_dir / "tokenizer.model").string() + ": vocabulary of " +
-                           std::to_string(tokenizer.vocab_size()) + " pieces exceeds the model's vocab_size " +
-                           std::to_string(config.vocab_size));
         batch.reserve(o.max_batch);
         if (!device.info.warning.empty())
             template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
@@ -150,9 +147,10 @@ struct Engine::Impl {
 Engine::Engine(const EngineOptions& options) {
     if (options.ctx < 16) throw MoeError("--ctx: must be at least 16, got " + std::to_string(options.ctx));
     if (options.max_batch < 1) throw MoeError("max_batch must be at least 1");
-    ModelConfig config = model_config_load(options.model_dir);
+    ModelSource source = model_source_parse(options.model_dir.string());
+    ModelConfig config = model_source_config(source);
     int threads = options.threads > 0 ? options.threads : physical_core_count();
-    impl_ = std::make_unique<Impl>(options, std::move(config), threads);
+    impl_ = std::make_unique<Impl>(options, std::move(source), std::move(config), threads);
 }
 
 Engine::~Engine() = default;
@@ -164,11 +162,7 @@ const std::string& Engine::load_warning() const { return impl_->template_warning
 int Engine::ctx() const { return impl_->ctx; }
 int Engine::threads() const { return impl_->pool.size(); }
 
-std::string Engine::model_id() const {
-    std::filesystem::path p = impl_->dir;
-    if (p.filename().empty()) p = p.parent_path();
-    return p.filename().string();
-}
+std::string Engine::model_id() const { return model_source_id(impl_->source); }
 
 RoutingCounts Engine::routing_counts() const {
     std::lock_guard lock(impl_->stats_mutex);

@@ -40,7 +40,7 @@ struct DeviceOptions {
 };
 
 struct EngineOptions {
-    std::filesystem::path model_dir;
+    std::filesystem::path model_dir;  // a model folder, or synth:PRESET[:SEED] (engine/model_source.h)
     int threads = 0;   // 0 = physical cores
     int ctx = 4096;    // KV-cache positions per sequence (capped by max_position_embeddings)
     int max_batch = 512;  // prefill chunk size (tokens per forward pass)
@@ -126,7 +126,7 @@ public:
     const ModelConfig& config() const;
     const Tokenizer& tokenizer() const;
     const ChatTemplate& chat_template() const;
-    std::string model_id() const;       // the model folder's name
+    std::string model_id() const;       // the model folder's name, or synth:PRESET:SEED
     int ctx() const;                    // usable positions per sequence
     int threads() const;
     // Non-fatal notes from loading (e.g. "no chat_template: using Mistral's"); empty when none.

@@ -1,23 +1,31 @@
 // synth-model: presets and the writer of random-weight checkpoints in the
-// exact Hugging Face Mixtral layout. Weights come from a fast PRNG
-// (splitmix64) seeded per tensor from (seed, tensor name), so the same seed
-// always gives the same bytes, and are streamed to disk in small chunks
-// (memory use stays a few MB whatever the model size). Everything is written into
-// "<out>.partial" and renamed at the end. Must not load or run a model.
+// exact Hugging Face Mixtral layout, and the same weights made in memory.
+// Weights come from a fast PRNG (splitmix64) seeded per tensor from (seed,
+// tensor name), so the same seed always gives the same bytes; one function
+// (synth_fill) makes any chunk of a tensor, for both. The writer streams to
+// disk in small chunks (memory use stays a few MB whatever the model size),
+// into "<out>.partial" renamed at the end; the in-memory weights are made on
+// a thread pool, chunk by chunk. Must not load or run a model.
 #include "engine/synth_model.h"
 
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <tuple>
+#include <unordered_map>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/thread_pool.h"
 #include "embedded_files.h"
 #include "engine/errors.h"
 #include "engine/safetensors.h"
@@ -38,14 +46,18 @@ constexpr size_t CHUNK_ELEMENTS = size_t(1) << 20;
 constexpr float SQRT3 = 1.7320508f;
 
 // splitmix64: one add and two multiply-xorshift rounds per 64 random bits.
+// The state only ever grows by GAMMA, so skipping ahead is one multiply:
+// any chunk of a tensor can be generated on its own, in any order.
 struct Rng {
+    static constexpr uint64_t GAMMA = 0x9e3779b97f4a7c15ull;
     uint64_t state;
     uint64_t next() {
-        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        uint64_t z = (state += GAMMA);
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         return z ^ (z >> 31);
     }
+    void skip(uint64_t draws) { state += draws * GAMMA; }
 };
 
 Rng tensor_rng(uint64_t seed, const std::string& name) {
@@ -212,60 +224,74 @@ private:
     std::FILE* f_;
 };
 
-// Streams one tensor's random values to the file. `common` is the shared
-// embedding direction (dim,).
-void write_tensor(OutFile& out, const SynthTensor& t, uint64_t seed, const std::vector<float>& common,
-                  std::vector<bf16>& buf) {
-    Rng rng = tensor_rng(seed, t.view.name);
-    size_t n = t.view.nbytes / sizeof(bf16);
-    if (t.init == Init::ROUTER) {
-        // Row e: noise with scale c_e in [0.7, 1.3], made orthogonal to the
-        // common direction, plus b_e * common scaled so the normalised hidden
-        // state's common part adds a logit bias b_e in [-ROUTER_BIAS,
-        // ROUTER_BIAS]. Scales and biases follow a seeded order, so some
-        // experts are clearly more popular than others.
-        size_t n_rows = size_t(t.view.shape[0]), cols = size_t(t.view.shape[1]);
-        std::vector<int> order(n_rows);
-        for (size_t e = 0; e < n_rows; e++) order[e] = int(e);
-        for (size_t e = n_rows; e > 1; e--) std::swap(order[e - 1], order[rng.next() % e]);
-        double mm = 0;
-        for (float x : common) mm += double(x) * x;
-        // h = rmsnorm(noise + common) ~ (noise + common) / sqrt(1 + COMMON_RMS^2), so h . common ~ mm / that.
-        double per_bias = std::sqrt(1.0 + double(COMMON_RMS) * COMMON_RMS) / mm;
-        std::vector<float> row(cols);
-        buf.resize(n);
-        for (size_t e = 0; e < n_rows; e++) {
-            double rank = n_rows > 1 ? double(order[e]) / double(n_rows - 1) : 0.5;
-            double next_rank = n_rows > 1 ? double(order[(e + 1) % n_rows]) / double(n_rows - 1) : 0.5;
-            double bias = ROUTER_BIAS * (2.0 * rank - 1.0);
-            float a = SQRT3 * float(0.7 + 0.6 * next_rank) * t.scale / 32768.0f;
-            for (size_t i = 0; i < cols; i += 4) {
-                uint64_t r = rng.next();
-                for (size_t j = 0; j < 4 && i + j < cols; j++) row[i + j] = (float(int16_t(r >> (16 * j))) + 0.5f) * a;
-            }
-            double along = 0;
-            for (size_t i = 0; i < cols; i++) along += double(row[i]) * common[i];
-            double k = bias * per_bias - along / mm;
-            for (size_t i = 0; i < cols; i++) buf[e * cols + i] = f32_to_bf16(float(row[i] + k * common[i]));
+// Router row e: noise with scale c_e in [0.7, 1.3], made orthogonal to the
+// common direction, plus b_e * common scaled so the normalised hidden state's
+// common part adds a logit bias b_e in [-ROUTER_BIAS, ROUTER_BIAS]. Scales
+// and biases follow a seeded order, so some experts are clearly more popular
+// than others. out: (n_experts, dim), the whole tensor.
+void fill_router(Rng& rng, const SynthTensor& t, const std::vector<float>& common, bf16* out) {
+    size_t n_rows = size_t(t.view.shape[0]), cols = size_t(t.view.shape[1]);
+    std::vector<int> order(n_rows);
+    for (size_t e = 0; e < n_rows; e++) order[e] = int(e);
+    for (size_t e = n_rows; e > 1; e--) std::swap(order[e - 1], order[rng.next() % e]);
+    double mm = 0;
+    for (float x : common) mm += double(x) * x;
+    // h = rmsnorm(noise + common) ~ (noise + common) / sqrt(1 + COMMON_RMS^2), so h . common ~ mm / that.
+    double per_bias = std::sqrt(1.0 + double(COMMON_RMS) * COMMON_RMS) / mm;
+    std::vector<float> row(cols);
+    for (size_t e = 0; e < n_rows; e++) {
+        double rank = n_rows > 1 ? double(order[e]) / double(n_rows - 1) : 0.5;
+        double next_rank = n_rows > 1 ? double(order[(e + 1) % n_rows]) / double(n_rows - 1) : 0.5;
+        double bias = ROUTER_BIAS * (2.0 * rank - 1.0);
+        float a = SQRT3 * float(0.7 + 0.6 * next_rank) * t.scale / 32768.0f;
+        for (size_t i = 0; i < cols; i += 4) {
+            uint64_t r = rng.next();
+            for (size_t j = 0; j < 4 && i + j < cols; j++) row[i + j] = (float(int16_t(r >> (16 * j))) + 0.5f) * a;
         }
-        out.write(buf.data(), n * sizeof(bf16));
+        double along = 0;
+        for (size_t i = 0; i < cols; i++) along += double(row[i]) * common[i];
+        double k = bias * per_bias - along / mm;
+        for (size_t i = 0; i < cols; i++) out[e * cols + i] = f32_to_bf16(float(row[i] + k * common[i]));
+    }
+}
+
+// Elements [start, start + n) of a tensor's random values (row-major), the
+// same whichever chunks they are asked in: start must be a multiple of 4 (one
+// draw gives 4 values), and a router is only ever made whole (start 0, all of
+// it). `common` is the shared embedding direction (dim,).
+void synth_fill(const SynthTensor& t, uint64_t seed, const std::vector<float>& common, size_t start, bf16* out,
+                size_t n) {
+    Rng rng = tensor_rng(seed, t.view.name);
+    if (t.init == Init::ROUTER) {
+        if (start != 0 || n != t.view.nbytes / sizeof(bf16))
+            throw MoeError("synth-model: " + t.view.name + ": a router is generated whole");
+        fill_router(rng, t, common, out);
         return;
     }
-    std::vector<float> one;
+    if (start % 4 != 0) throw MoeError("synth-model: " + t.view.name + ": chunk start not a multiple of 4");
+    rng.skip(start / 4);
+    const float one = 1.0f;
     const float* offset = nullptr;
     size_t cols = 0;
     if (t.init == Init::NORM) {
-        one.assign(1, 1.0f);
-        offset = one.data();
+        offset = &one;
         cols = 1;
     } else if (t.init == Init::EMBED) {
         offset = common.data();
         cols = common.size();
     }
-    buf.resize(std::min(n, CHUNK_ELEMENTS));
+    fill_uniform(rng, SQRT3 * t.scale, offset, cols, start, out, n);
+}
+
+// Streams one tensor's random values to the file.
+void write_tensor(OutFile& out, const SynthTensor& t, uint64_t seed, const std::vector<float>& common,
+                  std::vector<bf16>& buf) {
+    size_t n = t.view.nbytes / sizeof(bf16);
+    size_t chunk = t.init == Init::ROUTER ? n : CHUNK_ELEMENTS;
+    buf.resize(std::min(n, chunk));
     for (size_t done = 0; done < n;) {
-        size_t m = std::min(n - done, CHUNK_ELEMENTS);
-        fill_uniform(rng, SQRT3 * t.scale, offset, cols, done, buf.data(), m);
+        size_t m = std::min(n - done, chunk);
+        synth_fill(t, seed, common, done, buf.data(), m);
         out.write(buf.data(), m * sizeof(bf16));
         done += m;
     }
@@ -343,12 +369,7 @@ json tokenizer_config_json() {
 }
 
 std::string tokenizer_bytes(const fs::path& tokenizer) {
-    if (tokenizer.empty()) {
-        std::string_view bytes = embedded_file("mistral-v1.model");
-        if (bytes.empty())
-            throw MoeError("synth-model: the embedded tokenizer mistral-v1.model is missing from the binary");
-        return std::string(bytes);
-    }
+    if (tokenizer.empty()) return std::string(synth_embedded_tokenizer());
     std::FILE* f = std::fopen(tokenizer.string().c_str(), "rb");
     if (!f) throw MoeError(tokenizer.string() + ": cannot open tokenizer (" + std::strerror(errno) + ")");
     std::string bytes;
@@ -434,6 +455,79 @@ ModelConfig synth_preset(const std::string& name) {
     std::string names;
     for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
     throw MoeError("synth-model: unknown preset '" + name + "' (presets: " + names + ")");
+}
+
+std::string_view synth_embedded_tokenizer() {
+    std::string_view bytes = embedded_file("mistral-v1.model");
+    if (bytes.empty()) throw MoeError("synth-model: the embedded tokenizer mistral-v1.model is missing from the binary");
+    return bytes;
+}
+
+uint64_t synth_memory_bytes(const ModelConfig& config) {
+    uint64_t total = 0;
+    for (const TensorEntry& t : tensor_table(config)) {
+        uint64_t n = 1;
+        for (int64_t d : t.shape) n *= uint64_t(d);
+        total += n * (t.shape.size() == 1 ? sizeof(float) : sizeof(bf16));
+    }
+    return total;
+}
+
+ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
+    const std::vector<SynthTensor> ts = synth_tensors(c);
+    const std::vector<float> common = common_direction(seed, c.dim);
+    ModelWeights w;
+    // One allocation per tensor, left uninitialised: the generating threads
+    // touch every page first, so page faults are spread over them too.
+    std::vector<void*> out(ts.size());
+    std::unordered_map<std::string, const void*> by_name;
+    // Work items: a router or a norm vector whole, any other tensor in chunks.
+    struct Item {
+        size_t tensor, start, n;
+    };
+    std::vector<Item> items;
+    for (size_t i = 0; i < ts.size(); i++) {
+        const size_t n = ts[i].view.nbytes / sizeof(bf16);
+        if (ts[i].view.shape.size() == 1) {
+            w.owned_f32.push_back(std::make_unique_for_overwrite<float[]>(n));
+            out[i] = w.owned_f32.back().get();
+        } else {
+            w.owned_bf16.push_back(std::make_unique_for_overwrite<bf16[]>(n));
+            out[i] = w.owned_bf16.back().get();
+        }
+        by_name[ts[i].view.name] = out[i];
+        const size_t chunk = ts[i].init == Init::ROUTER || ts[i].view.shape.size() == 1 ? n : CHUNK_ELEMENTS;
+        for (size_t start = 0; start < n; start += chunk) items.push_back({i, start, std::min(chunk, n - start)});
+    }
+    weights_assign(w, c, [&](const TensorEntry& t) { return by_name.at(t.name); });
+
+    std::atomic<size_t> next{0};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+    ThreadPool pool(std::max(1, threads));
+    pool.run([&](int) {
+        std::vector<bf16> vector_buf;  // a norm vector before its fp32 conversion
+        try {
+            for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+                const Item& it = items[k];
+                const SynthTensor& t = ts[it.tensor];
+                if (t.view.shape.size() == 1) {
+                    vector_buf.resize(it.n);
+                    synth_fill(t, seed, common, it.start, vector_buf.data(), it.n);
+                    float* dst = static_cast<float*>(out[it.tensor]) + it.start;
+                    for (size_t j = 0; j < it.n; j++) dst[j] = bf16_to_f32(vector_buf[j]);
+                } else {
+                    synth_fill(t, seed, common, it.start, static_cast<bf16*>(out[it.tensor]) + it.start, it.n);
+                }
+            }
+        } catch (...) {
+            std::lock_guard lock(error_mutex);
+            if (!error) error = std::current_exception();
+            next.store(items.size());
+        }
+    });
+    if (error) std::rethrow_exception(error);
+    return w;
 }
 
 uint64_t synth_disk_bytes(const ModelConfig& config) {

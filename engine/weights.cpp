@@ -1,6 +1,6 @@
 // Weight loading: walks the tensor table (engine/tensor_table.h) and checks
 // every tensor's presence, dtype and shape against it, storing each pointer
-// by its role. bf16 matrices stay in the memory mapping; F16/F32 matrices are
+// by its role (weights_assign, which the in-memory synthetic weights use too). bf16 matrices stay in the memory mapping; F16/F32 matrices are
 // converted to bf16 once and norm vectors to fp32. Builds the result in a
 // local object so a failure releases everything and never returns a
 // half-loaded model. Does no math beyond these conversions.
@@ -10,7 +10,6 @@
 #include <string>
 
 #include "engine/errors.h"
-#include "engine/tensor_table.h"
 
 namespace fs = std::filesystem;
 
@@ -114,34 +113,44 @@ private:
 
 }  // namespace
 
-ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
-    ModelWeights w;
-    w.files = std::make_unique<SafetensorsSet>(dir);
-    Loader load(w);
-
-    w.layers.resize(size_t(config.n_layers));
+void weights_assign(ModelWeights& w, const ModelConfig& config,
+                    const std::function<const void*(const TensorEntry&)>& data) {
+    w.layers.assign(size_t(config.n_layers), LayerWeights{});
     // A dense Mistral MLP is the single "expert" 0: gate = w1, up = w3, down = w2.
     for (LayerWeights& L : w.layers) L.experts.resize(config.is_moe() ? size_t(config.n_experts) : 1);
     for (const TensorEntry& t : tensor_table(config)) {
         LayerWeights* L = t.layer >= 0 ? &w.layers[size_t(t.layer)] : nullptr;
         ExpertWeights* E = t.expert >= 0 ? &L->experts[size_t(t.expert)] : nullptr;
+        const void* p = data(t);
+        const bf16* m = static_cast<const bf16*>(p);
+        const float* v = static_cast<const float*>(p);
         switch (t.role) {
-        case TensorRole::EMBED: w.embed = load.matrix(t); break;
-        case TensorRole::ATTN_NORM: L->attn_norm = load.vector(t); break;
-        case TensorRole::WQ: L->wq = load.matrix(t); break;
-        case TensorRole::WK: L->wk = load.matrix(t); break;
-        case TensorRole::WV: L->wv = load.matrix(t); break;
-        case TensorRole::WO: L->wo = load.matrix(t); break;
-        case TensorRole::FFN_NORM: L->ffn_norm = load.vector(t); break;
-        case TensorRole::ROUTER: L->router = load.matrix(t); break;
-        case TensorRole::EXPERT_W1: E->w1 = load.matrix(t); break;
-        case TensorRole::EXPERT_W3: E->w3 = load.matrix(t); break;
-        case TensorRole::EXPERT_W2: E->w2 = load.matrix(t); break;
-        case TensorRole::FINAL_NORM: w.final_norm = load.vector(t); break;
-        case TensorRole::LM_HEAD: w.lm_head = load.matrix(t); break;
+        case TensorRole::EMBED: w.embed = m; break;
+        case TensorRole::ATTN_NORM: L->attn_norm = v; break;
+        case TensorRole::WQ: L->wq = m; break;
+        case TensorRole::WK: L->wk = m; break;
+        case TensorRole::WV: L->wv = m; break;
+        case TensorRole::WO: L->wo = m; break;
+        case TensorRole::FFN_NORM: L->ffn_norm = v; break;
+        case TensorRole::ROUTER: L->router = m; break;
+        case TensorRole::EXPERT_W1: E->w1 = m; break;
+        case TensorRole::EXPERT_W3: E->w3 = m; break;
+        case TensorRole::EXPERT_W2: E->w2 = m; break;
+        case TensorRole::FINAL_NORM: w.final_norm = v; break;
+        case TensorRole::LM_HEAD: w.lm_head = m; break;
         }
     }
     if (config.tie_embeddings) w.lm_head = w.embed;
+}
+
+ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
+    ModelWeights w;
+    w.files = std::make_unique<SafetensorsSet>(dir);
+    Loader load(w);
+    weights_assign(w, config, [&](const TensorEntry& t) -> const void* {
+        if (t.shape.size() == 1) return load.vector(t);
+        return load.matrix(t);
+    });
     return w;
 }
 

@@ -253,7 +253,7 @@ int bench_server_main(const std::vector<std::string>& words) {
     try {
         Args args(words);
         ServerOptions options;
-        options.model_dir = args.get("--model", "");
+        if (std::optional<ModelSource> source = parse_optional_model_flag(args)) options.model_dir = source->text;
         int tokens = int(args.get_int("--tokens", 128, 2, 1 << 16));
         options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
         options.threads = int(args.get_int("--threads", 0, 0, 1024));

@@ -18,7 +18,6 @@
 #include "engine/synth_model.h"
 #include "engine/tokenizer.h"
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
@@ -31,6 +30,20 @@ std::string require(Args& args, const std::string& flag) {
 }
 
 }  // namespace
+
+std::optional<ModelSource> parse_optional_model_flag(Args& args) {
+    auto text = args.get("--model");
+    if (!text) return std::nullopt;
+    ModelSource source = model_source_parse(*text);
+    if (source.synthetic) std::fprintf(stderr, "moe-server: %s\n", model_source_note(source).c_str());
+    return source;
+}
+
+ModelSource parse_model_flag(Args& args, const std::string& context) {
+    std::optional<ModelSource> source = parse_optional_model_flag(args);
+    if (!source) throw MoeError(context + "--model is required");
+    return *source;
+}
 
 void apply_isa_flag(Args& args) {
     auto name = args.get("--cpu-isa");
@@ -222,7 +235,7 @@ void print_beam_result(const Engine& engine, const BeamResult& r, const std::opt
 int cli_generate(const std::vector<std::string>& words) {
     Args args(words);
     EngineOptions options;
-    options.model_dir = require(args, "--model");
+    options.model_dir = parse_model_flag(args).text;
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
     auto prompt = args.get("--prompt");
@@ -275,22 +288,22 @@ int cli_generate(const std::vector<std::string>& words) {
 
 int cli_tokenize(const std::vector<std::string>& words) {
     Args args(words);
-    fs::path dir = require(args, "--model");
+    ModelSource source = parse_model_flag(args);
     auto text = args.get("--text");
     auto chat = args.get("--chat");
     bool no_bos = args.flag("--no-bos");
     if (bool(text) == bool(chat)) throw MoeError("give exactly one of --text TEXT or --chat FILE.json");
     std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
     args.finish();
-    ModelConfig config = model_config_load(dir);
-    Tokenizer tokenizer = Tokenizer::load(dir / "tokenizer.model");
+    ModelConfig config = model_source_config(source);
+    Tokenizer tokenizer = model_source_tokenizer(source, config);
     std::vector<int> tokens;
     if (text) {
         tokens = tokenizer.encode(*text);
         if (!no_bos) tokens.insert(tokens.begin(), config.bos_token_id);
     } else {
         std::string warning;
-        ChatTemplate tmpl = ChatTemplate::from_model_dir(dir, &warning);
+        ChatTemplate tmpl = model_source_chat_template(source, &warning);
         if (!warning.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", warning.c_str());
         tokens = tmpl.encode(tokenizer, messages);
         if (no_bos && !tokens.empty() && tokens[0] == config.bos_token_id) tokens.erase(tokens.begin());
@@ -302,7 +315,8 @@ int cli_tokenize(const std::vector<std::string>& words) {
 int cli_perplexity(const std::vector<std::string>& words) {
     Args args(words);
     EngineOptions options;
-    options.model_dir = require(args, "--model");
+    ModelSource source = parse_model_flag(args);
+    options.model_dir = source.text;
     std::string text_path = require(args, "--text");
     long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
@@ -312,8 +326,8 @@ int cli_perplexity(const std::vector<std::string>& words) {
     args.finish();
 
     std::string text = file_read_text(text_path);
-    ModelConfig config = model_config_load(options.model_dir);
-    Tokenizer tokenizer = Tokenizer::load(options.model_dir / "tokenizer.model");
+    ModelConfig config = model_source_config(source);
+    Tokenizer tokenizer = model_source_tokenizer(source, config);
     std::vector<int> tokens = tokenizer.encode(text);
     tokens.insert(tokens.begin(), config.bos_token_id);
     if (tokens.size() < 2) throw MoeError(text_path + ": too short to score (needs at least one token)");

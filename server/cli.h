@@ -2,11 +2,13 @@
 // tokenize, perplexity, synth-model, bench). Each takes the words after its
 // name and returns the process exit code; MoeError propagates to main().
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/chat_template.h"
 #include "engine/engine.h"
+#include "engine/model_source.h"
 #include "engine/sampler.h"
 #include "server/args.h"
 
@@ -16,6 +18,13 @@ int cli_perplexity(const std::vector<std::string>& words);
 int cli_synth_model(const std::vector<std::string>& words);
 int cli_bench(const std::vector<std::string>& words);
 
+// --model DIR | synth:PRESET[:SEED], checked before anything loads
+// (engine/model_source.h): MoeError "<context>--model is required" when
+// absent, the parser's one line for a malformed synthetic name. A synthetic
+// source is announced with one stderr line naming it a benchmark aid.
+ModelSource parse_model_flag(Args& args, const std::string& context = "");
+// The same where --model may be left out (serve, bench server): nothing then.
+std::optional<ModelSource> parse_optional_model_flag(Args& args);
 // --cpu-isa NAME: this process runs that kernel path (MoeError when unknown
 // or not supported by this CPU).
 void apply_isa_flag(Args& args);

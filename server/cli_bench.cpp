@@ -74,9 +74,7 @@ void add_placement_fields(json& line, const Engine& engine) {
 
 int bench_decode(Args& args, bool prefill) {
     EngineOptions o;
-    auto model = args.get("--model");
-    if (!model) throw MoeError("--model is required");
-    o.model_dir = *model;
+    o.model_dir = parse_model_flag(args).text;
     o.threads = bench_threads_flag(args);
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
@@ -165,9 +163,7 @@ std::vector<int> parse_widths(const std::string& text) {
 // experts counted once each), and the tokens per routed expert per step.
 int bench_beam(Args& args) {
     EngineOptions o;
-    auto model = args.get("--model");
-    if (!model) throw MoeError("--model is required");
-    o.model_dir = *model;
+    o.model_dir = parse_model_flag(args).text;
     o.threads = bench_threads_flag(args);
     std::vector<int> widths = parse_widths(args.get("--widths", "1,4,8,16"));
     int n_tokens = int(args.get_int("--tokens", 32, 2, 1 << 14));
@@ -272,12 +268,13 @@ json workload_json(const Profile& p, const std::string& path) {
 // best any static plan can do on B). One line per budget and token phase
 // (all routed tokens; decode tokens only).
 int bench_placement(Args& args) {
-    const std::string model = required_flag(args, "--model");
+    const ModelSource source = parse_model_flag(args);
+    const std::string& model = source.text;
     const std::string a_path = required_flag(args, "--profile");
     const std::string b_path = required_flag(args, "--eval");
     const int n_seeds = int(args.get_int("--seeds", 100, 2, 100000));
     args.finish();
-    ModelConfig config = model_config_load(model);
+    ModelConfig config = model_source_config(source);
     if (!config.is_moe()) throw MoeError(model + ": a dense model (no experts): nothing to place");
     const ModelFingerprint fp = model_fingerprint(config);
     Profile a = profile_read(a_path);

@@ -17,17 +17,14 @@
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
+#include "engine/calibration_key.h"
 #include "engine/cost.h"
 #include "engine/errors.h"
 #include "engine/expert_timing.h"
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/model_source.h"
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
 #include "profiles/profile_error.h"
-#ifdef MOE_HAVE_CUDA
-#include "gpu_kernels/device.h"
-#endif
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -46,15 +43,6 @@ std::vector<int> token_counts() {
     return ns;
 }
 
-// The accelerator the calibration key names ("none" without one).
-std::string device_name() {
-#ifdef MOE_HAVE_CUDA
-    std::vector<GpuDevice> devices = gpu_devices();
-    if (!devices.empty()) return devices[0].name;
-#endif
-    return "none";
-}
-
 // A loaded model, this machine's ceiling and the expert's roofline curve.
 struct CalibrationRun {
     ModelConfig config;
@@ -63,10 +51,10 @@ struct CalibrationRun {
     LatencyCurve roofline;
 };
 
-CalibrationRun calibration_start(const std::string& model_dir, ThreadPool& pool, bool print_ceiling) {
+CalibrationRun calibration_start(const ModelSource& source, ThreadPool& pool, bool print_ceiling) {
     CalibrationRun run;
-    run.config = model_config_load(model_dir);
-    run.weights = weights_load(run.config, model_dir);
+    run.config = model_source_config(source);
+    run.weights = model_source_weights(source, run.config, pool.size());
     run.ceiling = bench_ceiling(pool, print_ceiling);
     StageCost one = cost_expert(run.config, 1);
     run.roofline = latency_curve_roofline(one.bytes, one.flops, run.ceiling.read_gbs, run.ceiling.fma_gflops);
@@ -122,8 +110,7 @@ void print_table(const Calibration& cal) {
 
 int cli_calibrate(const std::vector<std::string>& words) {
     Args args(words);
-    auto model_dir = args.get("--model");
-    if (!model_dir) throw MoeError("calibrate: --model is required");
+    ModelSource source = parse_model_flag(args, "calibrate: ");
     int threads = bench_threads_flag(args);
     apply_isa_flag(args);
     auto out = args.get("--out");
@@ -132,9 +119,8 @@ int cli_calibrate(const std::vector<std::string>& words) {
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
     args.finish();
 
-    ModelConfig config = model_config_load(*model_dir);
-    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, device_name(), config.dim,
-                                      config.hidden_dim, "bf16");
+    ModelConfig config = model_source_config(source);
+    std::string key = engine_calibration_key(config, threads, GPU_DEVICE_DEFAULT);
     fs::path path = calibration_cache_path(key);
     if (!force) {
         std::optional<Calibration> cached;
@@ -152,19 +138,12 @@ int cli_calibrate(const std::vector<std::string>& words) {
     }
 
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_start(*model_dir, pool, false);
+    CalibrationRun run = calibration_start(source, pool, false);
     std::vector<TimingPoint> points = measure_expert_ffn(
         run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0, CYCLE_BYTES)}, token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
-    Calibration cal;
-    cal.cpu_name = cpu_model_name();
-    cal.isa = isa_name(isa_active());
-    cal.threads = threads;
-    cal.device_name = device_name();
-    cal.dim = run.config.dim;
-    cal.hidden_dim = run.config.hidden_dim;
-    cal.dtype = "bf16";
+    Calibration cal = calibration_key_fields(run.config, threads, GPU_DEVICE_DEFAULT);
     cal.read_gbs = run.ceiling.read_gbs;
     cal.fma_gflops = run.ceiling.fma_gflops;
     StageCost one = cost_expert(run.config, 1);
@@ -180,15 +159,14 @@ int cli_calibrate(const std::vector<std::string>& words) {
 }
 
 int bench_latency(Args& args) {
-    auto model_dir = args.get("--model");
-    if (!model_dir) throw MoeError("bench latency: --model is required");
+    ModelSource source = parse_model_flag(args, "bench latency: ");
     int threads = bench_threads_flag(args);
     apply_isa_flag(args);
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));  // sweeps over n (more: steadier medians)
     args.finish();
 
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_start(*model_dir, pool, true);
+    CalibrationRun run = calibration_start(source, pool, true);
     // Fit on the even (layer, expert) pairs, check on the odd ones (their
     // sweeps interleaved, so both see the same load on a shared machine); a
     // model with a single expert checks on the same one (said in the output).

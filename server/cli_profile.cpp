@@ -23,6 +23,7 @@
 #include "profiles/profile.h"
 #include "profiles/prompts.h"
 #include "server/args.h"
+#include "server/cli.h"
 
 namespace {
 
@@ -131,7 +132,7 @@ int cli_profile(const std::vector<std::string>& words) {
         return *v;
     };
     EngineOptions options;
-    options.model_dir = required("--model");
+    options.model_dir = parse_model_flag(args).text;
     const std::string prompts_path = required("--prompts");
     const std::string out_path = required("--out");
     const std::string format_name = args.get("--format", "auto");

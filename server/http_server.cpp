@@ -20,6 +20,7 @@
 #include "embedded_files.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/model_source.h"
 #include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -27,7 +28,6 @@
 #include "server/request_queue.h"
 
 using json = nlohmann::ordered_json;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -40,12 +40,6 @@ const char* const UI_MISSING_PAGE =
     "<!doctype html><html><head><meta charset=\"utf-8\"><title>moe-server</title></head><body>"
     "<h1>moe-server</h1><p>The web UI is not built into this binary. The OpenAI-compatible API is "
     "served under <code>/v1/</code> (see server/README.md).</p></body></html>";
-
-std::string model_id_of(const fs::path& dir) {
-    fs::path p = fs::absolute(dir).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();
-    return p.filename().string();
-}
 
 // Routes as metrics labels: fixed strings only, so an unknown path cannot
 // grow the label set.
@@ -107,7 +101,7 @@ struct HttpServer::Impl {
 
     explicit Impl(ServerOptions o)
         : options(std::move(o)),
-          model_id(model_id_of(options.model_dir)),
+          model_id(model_source_id(model_source_parse(options.model_dir.string()))),
           started_at(
               std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                   .count()),

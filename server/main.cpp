@@ -46,6 +46,10 @@ const char* USAGE =
     "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N] |\n"
     "               placement --model DIR --profile A.json --eval B.json [--seeds N]   (JSON lines)\n"
     "\n"
+    "  --model DIR can also be synth:PRESET[:SEED] (PRESET tiny|small|mixtral-mini|mixtral-8x7b, SEED 0 by\n"
+    "  default): the random weights synth-model would write, built in memory with no file. A benchmark aid\n"
+    "  (a model's real shape where the disk cannot hold it), not a real model: its text is gibberish.\n"
+    "\n"
     "Run 'moe-server <subcommand> --help' for details; see README.md.\n";
 
 struct Subcommand {

@@ -8,9 +8,11 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "engine/errors.h"
+#include "engine/model_source.h"
 #include "server/args.h"
 #include "server/cli.h"
 #include "server/demo_model.h"
@@ -21,7 +23,7 @@ namespace {
 ServerOptions parse_serve_args(const std::vector<std::string>& words) {
     Args args(words);
     ServerOptions o;
-    o.model_dir = args.get("--model", "");
+    if (std::optional<ModelSource> source = parse_optional_model_flag(args)) o.model_dir = source->text;
     o.host = args.get("--host", o.host);
     o.port = int(args.get_int("--port", o.port, 0, 65535));
     o.api_key = args.get("--api-key", "");
@@ -53,7 +55,8 @@ int serve_main(const std::vector<std::string>& words) {
         HttpServer server(options);
         int port = server.bind();
         std::fprintf(stderr, "moe-server: listening on http://%s:%d/ (loading model '%s' from %s)\n",
-                     options.host.c_str(), port, server.model_id().c_str(), options.model_dir.c_str());
+                     options.host.c_str(), port, server.model_id().c_str(),
+                     model_source_where(model_source_parse(options.model_dir.string())).c_str());
 
         std::atomic<bool> finished{false};
         std::thread watcher([&] {

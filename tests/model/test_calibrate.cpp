@@ -1,10 +1,12 @@
 // `moe-server calibrate` on the tiny model: writes a valid calibration file
 // with nine points under $XDG_CACHE_HOME, reuses it on the next run unless
-// --force, writes --out as well, and fails cleanly on bad flags.
+// --force, writes --out as well, and fails cleanly on bad flags; the engine
+// then loads the file calibrate wrote (one key function for both).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 
+#include "engine/engine.h"
 #include "profiles/calibration.h"
 #include "test_support.h"
 
@@ -65,4 +67,41 @@ TEST_CASE("calibrate: bad flags are one-line errors with exit code 2", "[calibra
     CommandResult missing = moe({"calibrate", "--model", "/nonexistent/model"});
     REQUIRE(missing.exit_code == 2);
     REQUIRE(missing.err.find("/nonexistent/model") != std::string::npos);
+}
+
+TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]") {
+    // Both derive the key with engine_calibration_key; before, calibrate named
+    // the GPU (when a CUDA device exists) and the engine "none", so with a GPU
+    // the engine never found the file.
+    fs::path cache = test_temp_dir("calibrate-engine-cache");
+    setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+    const std::string model = test_model_dir("tiny").string();
+    CommandResult r = moe({"calibrate", "--model", model, "--threads", "1", "--reps", "1"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const size_t at = r.out.find("wrote ");
+    REQUIRE(at != std::string::npos);
+    const std::string written = r.out.substr(at + 6, r.out.find('\n', at) - at - 6);
+    REQUIRE(fs::is_regular_file(written));
+
+    EngineOptions o;
+    o.model_dir = model;
+    o.threads = 1;
+    o.ctx = 64;
+    {
+        Engine engine(o);
+        INFO(engine.load_warning());
+        REQUIRE(engine.load_warning().empty());
+        REQUIRE(engine.placement().latency_source == "CPU: " + written);
+    }
+    // The dry run's planner uses it too, instead of the quick probe.
+    o.device.emulate_gpu_expert_share = 0.5;
+    Engine emulated(o);
+    REQUIRE(emulated.placement().latency_source.rfind("CPU: " + written + "; device:", 0) == 0);
+
+    // The synthetic tiny model has the same expert shape: the same file.
+    CommandResult synth = moe({"calibrate", "--model", "synth:tiny", "--threads", "1"});
+    INFO(synth.out << synth.err);
+    REQUIRE(synth.exit_code == 0);
+    REQUIRE(synth.out.find("reusing " + written) != std::string::npos);
 }

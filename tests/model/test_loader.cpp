@@ -16,6 +16,7 @@
 #include "engine/synth_model.h"
 #include "engine/weights.h"
 #include "support/test_support.h"
+#include "support/weights_compare.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -95,51 +96,6 @@ std::vector<float> to_f32(const TensorView& t) {
         out[i] = bf16_to_f32(h);
     }
     return out;
-}
-
-// Every bf16 matrix and fp32 vector of a loaded model, in table order, with its element count.
-struct Flat {
-    std::vector<std::pair<const bf16*, size_t>> matrices;
-    std::vector<std::pair<const float*, size_t>> vectors;
-};
-
-Flat flatten(const ModelConfig& c, const ModelWeights& w) {
-    Flat f;
-    size_t d = size_t(c.dim), h = size_t(c.hidden_dim), v = size_t(c.vocab_size);
-    size_t q = size_t(c.n_heads * c.head_dim), kv = size_t(c.n_kv_heads * c.head_dim);
-    f.matrices.push_back({w.embed, v * d});
-    for (const LayerWeights& L : w.layers) {
-        f.vectors.push_back({L.attn_norm, d});
-        f.vectors.push_back({L.ffn_norm, d});
-        f.matrices.push_back({L.wq, q * d});
-        f.matrices.push_back({L.wk, kv * d});
-        f.matrices.push_back({L.wv, kv * d});
-        f.matrices.push_back({L.wo, d * q});
-        if (L.router) f.matrices.push_back({L.router, size_t(c.n_experts) * d});
-        for (const ExpertWeights& E : L.experts) {
-            f.matrices.push_back({E.w1, h * d});
-            f.matrices.push_back({E.w3, h * d});
-            f.matrices.push_back({E.w2, d * h});
-        }
-    }
-    f.vectors.push_back({w.final_norm, d});
-    f.matrices.push_back({w.lm_head, v * d});
-    return f;
-}
-
-void check_same_weights(const ModelConfig& c, const ModelWeights& a, const ModelWeights& b) {
-    Flat fa = flatten(c, a), fb = flatten(c, b);
-    REQUIRE(fa.matrices.size() == fb.matrices.size());
-    for (size_t i = 0; i < fa.matrices.size(); i++) {
-        INFO("matrix " << i);
-        REQUIRE(fa.matrices[i].first != nullptr);
-        REQUIRE(fb.matrices[i].first != nullptr);
-        CHECK(std::memcmp(fa.matrices[i].first, fb.matrices[i].first, fa.matrices[i].second * 2) == 0);
-    }
-    for (size_t i = 0; i < fa.vectors.size(); i++) {
-        INFO("vector " << i);
-        CHECK(std::memcmp(fa.vectors[i].first, fb.vectors[i].first, fa.vectors[i].second * 4) == 0);
-    }
 }
 
 std::vector<float> rmsnorm(const bf16* x, const float* w, int n) {

@@ -1,0 +1,24 @@
+// Comparing two loaded weight sets of one config tensor by tensor (the
+// loader's tests, the in-memory synthetic weights against a written folder).
+// Reads ModelWeights only; loads nothing.
+#pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+// Every bf16 matrix and fp32 vector of a loaded model, in table order, with its element count.
+struct Flat {
+    std::vector<std::pair<const bf16*, size_t>> matrices;
+    std::vector<std::pair<const float*, size_t>> vectors;
+};
+
+Flat flatten(const ModelConfig& c, const ModelWeights& w);
+
+// Catch2 checks that every tensor of a and b holds the same bytes.
+void check_same_weights(const ModelConfig& c, const ModelWeights& a, const ModelWeights& b);
+
+// How many tensors (matrices and vectors) of a and b differ in any byte.
+int differing_tensors(const ModelConfig& c, const ModelWeights& a, const ModelWeights& b);
