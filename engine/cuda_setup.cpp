@@ -21,8 +21,8 @@ constexpr double GIB = double(1u << 30);
 }  // namespace
 
 bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
-                ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration,
-                std::string* why_not) {
+                ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
+                const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not) {
     const int index = o.device.gpu_device;
     std::vector<GpuDevice> devices = gpu_devices();
     if (devices.empty()) {
@@ -70,7 +70,6 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
     LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
     // The device side: the calibration's device curves when `calibrate` has
     // measured this device, else the nominal GPU (placement/README.md).
-    std::optional<LatencyModel> measured = cached_device_model(c, pool.size(), index);
     if (measured) {
         s.latency = *measured;
         s.latency.cpu = cpu;

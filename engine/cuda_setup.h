@@ -7,10 +7,11 @@
 
 #include "engine/device_setup.h"
 
-// Fills s for CUDA device o.device.gpu_device and returns true; returns
+// Fills s for CUDA device o.device.gpu_device and returns true (measured:
+// the calibration's latency model of this device, when `calibrate` made one); returns
 // false with *why_not set when there is no such device (the caller falls
 // back to the CPU or refuses). Throws MoeError for a budget that cannot work
 // and GpuError when CUDA fails.
 bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
-                ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration,
-                std::string* why_not);
+                ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
+                const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not);

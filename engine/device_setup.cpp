@@ -18,6 +18,7 @@
 #include "engine/errors.h"
 #include "engine/expert_timing.h"
 #include "engine/fingerprint.h"
+#include "engine/host_memory.h"
 #include "gpu_kernels/device.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
@@ -46,54 +47,26 @@ LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, Thread
     return latency_curve_fit(points, kernel_table(isa_active()).ffn_packed_min_m);
 }
 
-// MemAvailable from /proc/meminfo; 0 when unknown.
-double memory_available_bytes() {
-    std::FILE* f = std::fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    double kib = 0;
-    while (std::fgets(line, sizeof line, f))
-        if (std::sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
-    std::fclose(f);
-    return kib * 1024.0;
-}
-
-// The CPU curve from `moe-server calibrate`'s cached file for this machine,
-// kernel path, thread count and expert shape; nothing when there is none.
-// A cached file that does not validate is ignored with a warning: it must
-// never keep the model from loading.
-std::optional<LatencyCurve> cached_cpu_curve(const ModelConfig& c, int threads, std::string* source,
-                                             std::string* warning) {
-    std::string key = engine_calibration_key(c, threads, GPU_DEVICE_DEFAULT);
+// `moe-server calibrate`'s cached file for this machine, kernel path, thread
+// count, device (gpu_device; -1 = none) and expert shape; nothing when there
+// is none. A cached file that does not validate is ignored with a warning:
+// it must never keep the model from loading.
+std::optional<Calibration> cached_calibration(const ModelConfig& c, int threads, int gpu_device, std::string* path,
+                                              std::string* warning) {
+    std::string key = engine_calibration_key(c, threads, gpu_device);
     std::optional<Calibration> cal;
     try {
         cal = calibration_find_cached(key);
     } catch (const ProfileError& e) {
         *warning = std::string("ignoring the cached calibration: ") + e.what() + " (run 'moe-server calibrate --force')";
     }
-    if (!cal) return std::nullopt;
-    *source = calibration_cache_path(key).string();
-    return latency_model_from_calibration(*cal).cpu;
+    if (cal) *path = calibration_cache_path(key).string();
+    return cal;
 }
 
 }  // namespace
 
 double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
-
-std::optional<LatencyModel> cached_device_model(const ModelConfig& c, int threads, int gpu_device) {
-    std::vector<GpuDevice> devices = gpu_devices();
-    if (gpu_device < 0 || gpu_device >= int(devices.size())) return std::nullopt;
-    std::string key = calibration_key(cpu_model_name(), isa_name(isa_active()), threads, devices[size_t(gpu_device)].name,
-                                      c.dim, c.hidden_dim);
-    std::optional<Calibration> cal;
-    try {
-        cal = calibration_find_cached(key);
-    } catch (const ProfileError&) {
-        return std::nullopt;  // cached_cpu_curve has said why
-    }
-    if (!cal || !cal->has_device) return std::nullopt;
-    return latency_model_from_calibration(*cal);
-}
 
 Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
     Residency residency;
@@ -171,7 +144,7 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
     Residency residency = plan_residency(o.device, c, info.capacity, info);
 
     double host_bytes = double(residency.n_resident() + staging) * info.expert_bytes;
-    double available = memory_available_bytes();
+    double available = double(host_memory_available());
     if (available > 0 && host_bytes > 0.8 * available) {
         char msg[256];
         std::snprintf(msg, sizeof msg,
@@ -200,8 +173,10 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
     info.expert_bytes = double(expert_bytes(c));
     std::string calibration;
-    std::optional<LatencyCurve> cpu_curve =
-        c.is_moe() ? cached_cpu_curve(c, pool.size(), &calibration, &info.warning) : std::nullopt;
+    std::optional<Calibration> cal =
+        c.is_moe() ? cached_calibration(c, pool.size(), o.device.gpu_device, &calibration, &info.warning) : std::nullopt;
+    std::optional<LatencyCurve> cpu_curve;
+    if (cal) cpu_curve = latency_model_from_calibration(*cal).cpu;
     if (o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0) {
         emulated_setup(s, o, c, weights, ctx, pool, cpu_curve, calibration);
         return s;
@@ -216,7 +191,9 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     } else {
 #ifdef MOE_HAVE_CUDA
         try {
-            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, calibration, &why_cpu)) return s;
+            std::optional<LatencyModel> measured;
+            if (cal && cal->has_device) measured = latency_model_from_calibration(*cal);
+            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, measured, calibration, &why_cpu)) return s;
         } catch (const GpuError& e) {
             why_cpu = std::string("CUDA failed at start: ") + e.what();
         }

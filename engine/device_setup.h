@@ -35,10 +35,6 @@ LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const
                                 const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
                                 std::string* source);
 
-// the latency model `calibrate` measured for CUDA device gpu_device on this
-// machine (has_device), when its file is cached.
-std::optional<LatencyModel> cached_device_model(const ModelConfig& c, int threads, int gpu_device);
-
 // Throws MoeError for a budget too small for one expert, a device on a dense
 // model, or a bad profile.
 DeviceSetup device_setup(const EngineOptions& options, const ModelConfig& config, const ModelWeights& weights,

@@ -24,7 +24,7 @@ struct DeviceOptions {
     // CUDA: the device (-1 = none: CPU only) and the memory moe-server may
     // use on it in bytes (0 = its free memory at load). Without CUDA or a
     // device the CPU serves, said in one line.
-    int gpu_device = 0;
+    int gpu_device = 0;  // GPU_DEVICE_DEFAULT (engine/calibration_key.h)
     double gpu_memory_bytes = 0;
     // --gpu-device or --gpu-memory was given: a GPU that cannot be used is
     // an error (exit 2) instead of a fallback to the CPU.

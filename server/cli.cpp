@@ -12,6 +12,7 @@
 
 #include "cpu_kernels/isa.h"
 #include "engine/beam_search.h"
+#include "engine/calibration_key.h"
 #include "engine/files.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -86,6 +87,23 @@ std::string execution_stats_line(const ExecutionStats& s) {
     return line;
 }
 
+int parse_gpu_device_flag(Args& args, bool* given) {
+    auto v = args.get("--gpu-device");
+    if (!v) return GPU_DEVICE_DEFAULT;
+    if (given) *given = true;
+    if (*v == "none") return -1;
+    size_t used = 0;
+    int index = -1;
+    try {
+        index = std::stoi(*v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != v->size() || index < 0)
+        throw MoeError("--gpu-device: expected a device index (0, 1, ...) or 'none', got '" + *v + "'");
+    return index;
+}
+
 DeviceOptions parse_device_flags(Args& args) {
     DeviceOptions d;
     if (auto v = args.get("--emulate-gpu")) {
@@ -107,23 +125,7 @@ DeviceOptions parse_device_flags(Args& args) {
         else
             d.emulate_gpu_bytes = value * double(1u << 30);
     }
-    if (auto v = args.get("--gpu-device")) {
-        if (*v == "none") {
-            d.gpu_device = -1;
-        } else {
-            size_t used = 0;
-            int index = -1;
-            try {
-                index = std::stoi(*v, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used == 0 || used != v->size() || index < 0)
-                throw MoeError("--gpu-device: expected a device index (0, 1, ...) or 'none', got '" + *v + "'");
-            d.gpu_device = index;
-        }
-        d.gpu_required = true;
-    }
+    d.gpu_device = parse_gpu_device_flag(args, &d.gpu_required);
     if (args.get("--gpu-memory")) {
         d.gpu_memory_bytes = args.get_double("--gpu-memory", 0, 0.01, 1 << 20) * double(1u << 30);
         d.gpu_required = true;

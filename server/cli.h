@@ -33,6 +33,9 @@ SamplingParams parse_sampling_flags(Args& args);
 // --emulate-gpu GiB|N% and --profile FILE, shared by serve, generate,
 // perplexity and bench.
 DeviceOptions parse_device_flags(Args& args);
+// --gpu-device N|none (none = -1); GPU_DEVICE_DEFAULT when absent, else
+// *given (when not null) is set.
+int parse_gpu_device_flag(Args& args, bool* given = nullptr);
 // One stderr line: where experts ran, copies, hit rate, predicted vs measured.
 std::string execution_stats_line(const ExecutionStats& stats);
 // A chat file: {"messages": [...]} or a bare array of {role, content}; content

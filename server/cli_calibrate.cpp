@@ -113,6 +113,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     ModelSource source = parse_model_flag(args, "calibrate: ");
     int threads = bench_threads_flag(args);
     apply_isa_flag(args);
+    const int gpu_device = parse_gpu_device_flag(args);
     auto out = args.get("--out");
     bool force = args.flag("--force");
     // Hidden (not in the usage text), for quick tests: fewer sweeps.
@@ -120,7 +121,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     args.finish();
 
     ModelConfig config = model_source_config(source);
-    std::string key = engine_calibration_key(config, threads, GPU_DEVICE_DEFAULT);
+    std::string key = engine_calibration_key(config, threads, gpu_device);
     fs::path path = calibration_cache_path(key);
     if (!force) {
         std::optional<Calibration> cached;
@@ -143,7 +144,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
         run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0, CYCLE_BYTES)}, token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
-    Calibration cal = calibration_key_fields(run.config, threads, GPU_DEVICE_DEFAULT);
+    Calibration cal = calibration_key_fields(run.config, threads, gpu_device);
     cal.read_gbs = run.ceiling.read_gbs;
     cal.fma_gflops = run.ceiling.fma_gflops;
     StageCost one = cost_expert(run.config, 1);

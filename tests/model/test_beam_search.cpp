@@ -325,8 +325,16 @@ TEST_CASE("beam search is deterministic and returns n distinct best hypotheses",
     r.reuse_prefix = false;
     BeamResult c = beam(engine, r);
     REQUIRE(a.hypotheses.size() == 4);
-    require_same_hypotheses(a, b);
     require_same_hypotheses(a, c);
+    // With the prefix reused, the last prompt token runs alone instead of in
+    // the prompt's batch; the AVX2 and AVX-512 matmuls sum a token's dot
+    // product in an order that depends on how many tokens share the call,
+    // so scores may differ in their last bits.
+    REQUIRE(b.hypotheses.size() == a.hypotheses.size());
+    for (size_t i = 0; i < a.hypotheses.size(); i++) {
+        REQUIRE(b.hypotheses[i].tokens == a.hypotheses[i].tokens);
+        REQUIRE(b.hypotheses[i].score == Approx(a.hypotheses[i].score).epsilon(1e-6));
+    }
     for (size_t i = 0; i < a.hypotheses.size(); i++) {
         REQUIRE(a.hypotheses[i].finish_reason == FinishReason::LENGTH);
         REQUIRE(a.hypotheses[i].tokens.size() == 12);

@@ -230,7 +230,7 @@ TEST_CASE("emulate-gpu flag: a dry run with a stats line, bad values refused", "
     // 1 MiB is less than the tiny model's dense weights and KV cache.
     CommandResult small = run_command({bin, "generate", "--model", dir, "--prompt", "Hi", "--emulate-gpu", "0.001"});
     REQUIRE(small.exit_code == 2);
-    REQUIRE(small.err.find("leaves no room for one expert") != std::string::npos);
+    REQUIRE(small.err.find("leaves no room for 2 staging slots of one expert") != std::string::npos);
 }
 
 TEST_CASE("profile flag places the most popular experts and reports the expected hit rate", "[hybrid][cli]") {

@@ -12,6 +12,8 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/expert_executor.h"
+#include <memory>
+
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
 #include "engine/model_source.h"
@@ -26,7 +28,8 @@ std::vector<float> logits_of(const ModelConfig& c, const ModelWeights& w, const 
     ThreadPool pool(2);
     KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
     CpuExpertExecutor executor(c, w, pool, 64);
-    ForwardPass forward(c, w, cache, executor, pool, 64, 64);
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * std::max(1, c.n_experts_active));
+    ForwardPass forward(c, *backend, cache, executor, 64, 64);
     Batch batch;
     for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
     const float* l = forward.run(batch);
