@@ -204,14 +204,15 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     }
     if (!o.device.profile.empty())
         throw MoeError("--profile: needs a device (a GPU, or --emulate-gpu) to place experts on (" + why_cpu + ")");
+    // Whatever a failed CUDA attempt left behind goes; the CPU serves.
     std::string warning = info.warning;
     s = DeviceSetup{};
     s.info.warning = warning;
-    s.info.n_layers = info.n_layers;
-    s.info.n_experts = info.n_experts;
-    s.info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
+    s.info.n_layers = c.n_layers;
+    s.info.n_experts = std::max(1, c.n_experts);
+    s.info.resident.assign(size_t(s.info.n_layers) * s.info.n_experts, 0);
     s.info.expert_bytes = double(expert_bytes(c));
-    s.info.device_name = "CPU only: " + why_cpu;
+    s.info.device_name = why_cpu;
     // Every expert runs on the CPU; a calibration, when there is one, still
     // gives the predicted times in the statistics.
     if (cpu_curve) s.latency.cpu = *cpu_curve;
