@@ -2,7 +2,6 @@
 // streams and events, the resident upload and the choice of copy source.
 #include "engine/cuda_expert_device.h"
 
-#include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,15 +23,6 @@ std::string bytes_text(double bytes) {
     char text[64];
     std::snprintf(text, sizeof text, "%.0f bytes (%.2f GiB)", bytes, bytes / GIB);
     return text;
-}
-
-// The one CUDA call gpu_runtime.h has no wrapper for: a host function run in
-// stream order on a CUDA driver thread. Checked like every other call.
-void launch_host_func(GpuStream stream, void (*fn)(void*), void* arg) {
-    cudaError_t err = cudaLaunchHostFunc(stream, fn, arg);
-    if (err != cudaSuccess)
-        throw GpuError(std::string("cudaLaunchHostFunc(stream, fn, arg) failed at ") + __FILE__ + ":" +
-                       std::to_string(__LINE__) + ": " + cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -156,7 +146,7 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, bf16* dst) {
     // last); the DMA waits for the memcpy. Each wait is enqueued after its
     // record, so it waits for that record.
     if (pinned_used_[k]) gpu_stream_wait(stage_.get(), *dma_done_[size_t(k)]);
-    launch_host_func(stage_.get(), run_stage_job, &job);
+    gpu_launch_host_func(stage_.get(), run_stage_job, &job);
     staged_[size_t(k)]->record(stage_.get());
     gpu_stream_wait(copy_.get(), *staged_[size_t(k)]);
     gpu_copy_h2d(dst, pinned_[size_t(k)].data(), expert_bytes_, copy_.get());

@@ -121,3 +121,7 @@ void gpu_copy_h2d(void* dst, const void* src, size_t bytes, GpuStream stream);
 void gpu_copy_d2h(void* dst, const void* src, size_t bytes, GpuStream stream);
 void gpu_copy_d2d(void* dst, const void* src, size_t bytes, GpuStream stream);
 void gpu_memset(void* dst, int value, size_t bytes, GpuStream stream);
+
+// fn(arg) on a CUDA driver thread once the stream's earlier work is done
+// (cudaLaunchHostFunc); fn must not call CUDA.
+void gpu_launch_host_func(GpuStream stream, void (*fn)(void*), void* arg);

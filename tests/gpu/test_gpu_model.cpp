@@ -166,7 +166,7 @@ void check_greedy(const Trace& gpu, const Trace& cpu, int n_prompt, int vocab) {
 
 }  // namespace
 
-TEST_CASE("gpu: whole-model logits match the CPU under every placement", "[gpu]") {
+TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
     GPU_TEST_OR_SKIP();
     for (const char* preset : {"tiny", "small", "mixtral-mini"}) {
         std::filesystem::path dir = test_model_dir(preset);
@@ -201,7 +201,7 @@ TEST_CASE("gpu: whole-model logits match the CPU under every placement", "[gpu]"
     }
 }
 
-TEST_CASE("gpu: forked beams on the device give the CPU's logits", "[gpu]") {
+TEST_CASE("forked beams on the device give the CPU's logits", "[gpu]") {
     GPU_TEST_OR_SKIP();
     std::filesystem::path dir = test_model_dir("small");
     auto beams = [&](Stack& s) {
@@ -231,7 +231,7 @@ TEST_CASE("gpu: forked beams on the device give the CPU's logits", "[gpu]") {
     check_logits_close(beams(gpu), want);
 }
 
-TEST_CASE("gpu: the engine on the device scores text like the CPU and keeps device memory flat", "[gpu]") {
+TEST_CASE("the engine on the device scores text like the CPU and keeps device memory flat", "[gpu]") {
     GPU_TEST_OR_SKIP();
     std::filesystem::path dir = test_model_dir("small");
     auto engine_for = [&](bool gpu) {

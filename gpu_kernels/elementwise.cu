@@ -1,0 +1,159 @@
+// Element- and row-wise kernels: bf16 conversion, embedding lookup, RMSNorm,
+// RoPE, residual add, SiLU-mul, row gather, the MoE combine and KV-cache
+// writes. Each applies a gpu_math.h function (or a plain copy) per element;
+// kernels first, launchers after.
+#include <algorithm>
+
+#include "gpu_kernels/cuda_check.h"
+#include "gpu_kernels/gpu_kernels.h"
+#include "gpu_kernels/gpu_math.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+// Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
+unsigned blocks_for(long n) { return unsigned(std::min<long>((n + THREADS - 1) / THREADS, 65535L * 8)); }
+
+__global__ void f32_to_bf16_kernel(bf16* out, const float* x, long n) {
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x)
+        out[i] = f32_to_bf16(x[i]);
+}
+
+__global__ void embed_kernel(float* x, const int* tokens, const bf16* table, int n, int dim) {
+    const long total = long(n) * dim;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x) {
+        const long row = i / dim, col = i % dim;
+        x[i] = bf16_to_f32(table[long(tokens[row]) * dim + col]);
+    }
+}
+
+// One block per row: the sum of squares reduced in shared memory.
+__global__ void rmsnorm_kernel(float* out, const float* x, const float* weight, int dim, float eps) {
+    __shared__ float partial[THREADS];
+    const float* xr = x + long(blockIdx.x) * dim;
+    float* outr = out + long(blockIdx.x) * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    partial[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (int(threadIdx.x) < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float scale = gm_rms_scale(partial[0], dim, eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) outr[i] = xr[i] * scale * weight[i];
+}
+
+// One thread per (row, head, pair).
+__global__ void rope_kernel(float* x, const int* positions, int rows, int n_heads, int head_dim, float theta) {
+    const int half = head_dim / 2;
+    const long total = long(rows) * n_heads * half;
+    for (long t = blockIdx.x * long(blockDim.x) + threadIdx.x; t < total; t += long(gridDim.x) * blockDim.x) {
+        const int i = int(t % half);
+        const long head = t / half;  // row * n_heads + h
+        const int row = int(head / n_heads);
+        float* v = x + head * head_dim;
+        gm_rope_pair(v + i, v + i + half, i, head_dim, positions[row], theta);
+    }
+}
+
+__global__ void add_kernel(float* x, const float* y, long n) {
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) x[i] += y[i];
+}
+
+__global__ void silu_mul_kernel(float* a, const float* b, long n) {
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x)
+        a[i] = gm_silu_mul(a[i], b[i]);
+}
+
+__global__ void gather_rows_kernel(float* out, const float* x, const int* src_row, int rows, int dim) {
+    const long total = long(rows) * dim;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x)
+        out[i] = x[long(src_row[i / dim]) * dim + i % dim];
+}
+
+// Each output element sums its k weighted expert rows in routing order, as
+// the CPU does.
+__global__ void combine_kernel(float* out, const float* y, const int* slots, const float* weights, int rows, int k,
+                               int dim) {
+    const long total = long(rows) * dim;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x) {
+        const long row = i / dim, col = i % dim;
+        float acc = 0.0f;
+        for (int r = 0; r < k; r++) acc += weights[row * k + r] * y[long(slots[row * k + r]) * dim + col];
+        out[i] = acc;
+    }
+}
+
+__global__ void kv_store_kernel(const float* k, const float* v, float* const* row_base, long k_offset, long v_offset,
+                                int rows, int kv_dim) {
+    const long total = long(rows) * kv_dim;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x) {
+        const long row = i / kv_dim, col = i % kv_dim;
+        row_base[row][k_offset + col] = k[i];
+        row_base[row][v_offset + col] = v[i];
+    }
+}
+
+}  // namespace
+
+void gpu_f32_to_bf16(bf16* out, const float* x, long n, GpuStream stream) {
+    if (n <= 0) return;
+    f32_to_bf16_kernel<<<blocks_for(n), THREADS, 0, stream>>>(out, x, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_embed(float* x, const int* tokens, const bf16* table, int n, int dim, GpuStream stream) {
+    if (n <= 0) return;
+    embed_kernel<<<blocks_for(long(n) * dim), THREADS, 0, stream>>>(x, tokens, table, n, dim);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps, GpuStream stream) {
+    if (rows <= 0) return;
+    rmsnorm_kernel<<<unsigned(rows), THREADS, 0, stream>>>(out, x, weight, dim, eps);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, float theta,
+                          GpuStream stream) {
+    if (rows <= 0) return;
+    if (head_dim % 2 != 0) throw GpuError("gpu_rope_rotate_half: head_dim " + std::to_string(head_dim) + " is odd");
+    rope_kernel<<<blocks_for(long(rows) * n_heads * (head_dim / 2)), THREADS, 0, stream>>>(x, positions, rows, n_heads,
+                                                                                             head_dim, theta);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_add(float* x, const float* y, long n, GpuStream stream) {
+    if (n <= 0) return;
+    add_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, y, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_silu_mul(float* a, const float* b, long n, GpuStream stream) {
+    if (n <= 0) return;
+    silu_mul_kernel<<<blocks_for(n), THREADS, 0, stream>>>(a, b, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_gather_rows(float* out, const float* x, const int* src_row, int rows, int dim, GpuStream stream) {
+    if (rows <= 0) return;
+    gather_rows_kernel<<<blocks_for(long(rows) * dim), THREADS, 0, stream>>>(out, x, src_row, rows, dim);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_combine(float* out, const float* y, const int* slots, const float* weights, int rows, int k, int dim,
+                 GpuStream stream) {
+    if (rows <= 0) return;
+    combine_kernel<<<blocks_for(long(rows) * dim), THREADS, 0, stream>>>(out, y, slots, weights, rows, k, dim);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_kv_store(const float* k, const float* v, float* const* row_base, long k_offset, long v_offset, int rows,
+                  int kv_dim, GpuStream stream) {
+    if (rows <= 0) return;
+    kv_store_kernel<<<blocks_for(long(rows) * kv_dim), THREADS, 0, stream>>>(k, v, row_base, k_offset, v_offset, rows,
+                                                                              kv_dim);
+    CUDA_LAUNCH_CHECK();
+}

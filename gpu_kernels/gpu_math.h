@@ -1,0 +1,83 @@
+// The per-element math of the CUDA kernels, as __host__ __device__ inline
+// functions (MOE_HD): each kernel in gpu_kernels/*.cu applies one of these
+// to its element, row or position, and tests/unit/test_gpu_math.cpp runs the
+// same functions on the CPU against cpu_kernels. Plain C++ when not compiled
+// by nvcc. No memory, no launches, no model knowledge.
+#pragma once
+#include <cmath>
+
+#include "cpu_kernels/bf16.h"
+
+// silu(a) * b, as cpu_kernels' silu_mul.
+MOE_HD inline float gm_silu_mul(float a, float b) { return a / (1.0f + expf(-a)) * b; }
+
+// The RMSNorm factor of a row of n values whose squares sum to sum_sq:
+// out = x * gm_rms_scale(...) * weight.
+MOE_HD inline float gm_rms_scale(float sum_sq, int n, float eps) { return 1.0f / sqrtf(sum_sq / float(n) + eps); }
+
+// Rotate-half RoPE of pair i (of head_dim / 2) at position pos: the angle is
+// computed in double, as cpu_kernels does (pos * freq reaches 1e5 rad at
+// long contexts, where fp32 angles are off by radians); (a, b) = (x[i],
+// x[i + head_dim / 2]).
+MOE_HD inline void gm_rope_pair(float* a, float* b, int i, int head_dim, int pos, float theta) {
+    const double angle = double(pos) * pow(double(theta), -2.0 * i / head_dim);
+    const float c = float(cos(angle)), s = float(sin(angle));
+    const float x = *a, y = *b;
+    *a = x * c - y * s;
+    *b = y * c + x * s;
+}
+
+// Online softmax over a stream of scores: the state (max m, sum l of
+// exp(score - m)) takes one more score s; the caller rescales its weighted
+// accumulator by *rescale and adds *p times the new value. Starts from
+// m = -INFINITY, l = 0.
+MOE_HD inline void gm_online_softmax_step(float s, float* m, float* l, float* rescale, float* p) {
+    const float m_new = s > *m ? s : *m;
+    *rescale = expf(*m - m_new);  // exp(-inf) = 0 on the first score
+    *p = expf(s - m_new);
+    *l = *l * *rescale + *p;
+    *m = m_new;
+}
+
+// Merges online-softmax state (m2, l2) into (m, l); the caller scales its
+// accumulator by *scale1 and the other's by *scale2 and adds them.
+MOE_HD inline void gm_online_softmax_merge(float* m, float* l, float m2, float l2, float* scale1, float* scale2) {
+    const float m_new = m2 > *m ? m2 : *m;
+    *scale1 = *m == -INFINITY ? 0.0f : expf(*m - m_new);
+    *scale2 = m2 == -INFINITY ? 0.0f : expf(m2 - m_new);
+    *l = *l * *scale1 + l2 * *scale2;
+    *m = m_new;
+}
+
+// The most experts one token may choose on the device.
+constexpr int GM_MAX_TOP_K = 16;
+
+// Routing of one token, as softmax + top_k + the renormalisation of the
+// CPU's MoE layer: probabilities p = softmax(logits (n,)); the k largest
+// (largest first, ties to the lower index) into experts (k,), their p into
+// weights (k,), divided by their sum when renorm. k <= GM_MAX_TOP_K.
+MOE_HD inline void gm_route_row(int* experts, float* weights, const float* logits, int n, int k, bool renorm) {
+    float mx = logits[0];
+    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += expf(logits[i] - mx);
+    const float inv = 1.0f / sum;
+    float best[GM_MAX_TOP_K];
+    int filled = 0;
+    for (int i = 0; i < n; i++) {
+        const float p = expf(logits[i] - mx) * inv;
+        int at = filled < k ? filled : k;
+        while (at > 0 && p > best[at - 1]) at--;
+        if (at >= k) continue;
+        for (int j = (filled < k ? filled : k - 1); j > at; j--) {
+            best[j] = best[j - 1];
+            experts[j] = experts[j - 1];
+        }
+        best[at] = p;
+        experts[at] = i;
+        if (filled < k) filled++;
+    }
+    float chosen = 0.0f;
+    for (int r = 0; r < k; r++) chosen += best[r];
+    for (int r = 0; r < k; r++) weights[r] = renorm ? best[r] / chosen : best[r];
+}

@@ -1,0 +1,131 @@
+// gpu_runtime.h over the CUDA runtime: every call checked.
+#include <utility>
+
+#include "gpu_kernels/cuda_check.h"
+#include "gpu_kernels/gpu_runtime.h"
+
+void gpu_set_device(int index) { CUDA_CHECK(cudaSetDevice(index)); }
+
+void gpu_mem_info(size_t* free_bytes, size_t* total_bytes) { CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes)); }
+
+void gpu_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+GpuBuffer::GpuBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) CUDA_CHECK(cudaMalloc(&data_, bytes));
+}
+
+GpuBuffer::~GpuBuffer() {
+    if (data_) cudaFree(data_);  // a destructor must not throw; nothing to do on failure
+}
+
+GpuBuffer::GpuBuffer(GpuBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+GpuBuffer& GpuBuffer::operator=(GpuBuffer&& o) noexcept {
+    if (this != &o) {
+        if (data_) cudaFree(data_);
+        data_ = std::exchange(o.data_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+    if (data_) cudaFreeHost(data_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+        if (data_) cudaFreeHost(data_);
+        data_ = std::exchange(o.data_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+HostRegistration::HostRegistration(const void* data, size_t bytes, bool read_only) {
+    unsigned flags = cudaHostRegisterDefault | (read_only ? cudaHostRegisterReadOnly : 0u);
+    CUDA_CHECK(cudaHostRegister(const_cast<void*>(data), bytes, flags));
+    data_ = const_cast<void*>(data);
+}
+
+HostRegistration::~HostRegistration() {
+    if (data_) cudaHostUnregister(data_);
+}
+
+HostRegistration::HostRegistration(HostRegistration&& o) noexcept : data_(std::exchange(o.data_, nullptr)) {}
+
+HostRegistration& HostRegistration::operator=(HostRegistration&& o) noexcept {
+    if (this != &o) {
+        if (data_) cudaHostUnregister(data_);
+        data_ = std::exchange(o.data_, nullptr);
+    }
+    return *this;
+}
+
+GpuStreamOwner::GpuStreamOwner() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+GpuStreamOwner::~GpuStreamOwner() {
+    if (stream_) {
+        cudaStreamSynchronize(stream_);
+        cudaStreamDestroy(stream_);
+    }
+}
+
+void GpuStreamOwner::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+GpuEvent::GpuEvent(bool timing) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+GpuEvent::~GpuEvent() {
+    if (event_) cudaEventDestroy(event_);
+}
+
+void GpuEvent::record(GpuStream stream) { CUDA_CHECK(cudaEventRecord(event_, stream)); }
+
+void GpuEvent::synchronize() const { CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+bool GpuEvent::done() const {
+    cudaError_t err = cudaEventQuery(event_);
+    if (err == cudaErrorNotReady) {
+        cudaGetLastError();  // not an error: clear it
+        return false;
+    }
+    CUDA_CHECK(err);
+    return true;
+}
+
+float GpuEvent::ms_since(const GpuEvent& start) const {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+    return ms;
+}
+
+void gpu_stream_wait(GpuStream stream, const GpuEvent& event) { CUDA_CHECK(cudaStreamWaitEvent(stream, event.get(), 0)); }
+
+void gpu_copy_h2d(void* dst, const void* src, size_t bytes, GpuStream stream) {
+    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+void gpu_copy_d2h(void* dst, const void* src, size_t bytes, GpuStream stream) {
+    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+}
+
+void gpu_copy_d2d(void* dst, const void* src, size_t bytes, GpuStream stream) {
+    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+void gpu_memset(void* dst, int value, size_t bytes, GpuStream stream) {
+    if (bytes > 0) CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream));
+}
+
+void gpu_launch_host_func(GpuStream stream, void (*fn)(void*), void* arg) {
+    CUDA_CHECK(cudaLaunchHostFunc(stream, fn, arg));
+}
