@@ -1,0 +1,274 @@
+// Every CUDA kernel of gpu_kernels against its CPU twin in cpu_kernels
+// (label gpu), on random data and shapes that are not multiples of 8, 16
+// or 32. Skipped where no CUDA device exists.
+//
+// Tolerances: conversions, lookups, gathers and KV writes are exact; the
+// element-wise math (RMSNorm, RoPE, SiLU, softmax) agrees to fp32 rounding
+// (REL_FP32, relative to the row's largest value); the GEMMs are compared
+// with the CPU fed the same bf16-rounded inputs, so only the summation order
+// differs (REL_GEMM); the expert FFN also rounds its inner activations to
+// bf16 on the device where the CPU keeps fp32 (REL_FFN).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu_kernels/kernels.h"
+#include "gpu_kernels/gpu_kernels.h"
+#include "gpu_kernels/gpu_runtime.h"
+#include "gpu_support.h"
+
+namespace {
+
+constexpr double REL_FP32 = 2e-5;
+constexpr double REL_GEMM = 1e-4;
+constexpr double REL_FFN = 2e-2;
+
+std::mt19937 rng(12345);
+
+std::vector<float> random_floats(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+std::vector<bf16> random_bf16(size_t n, float scale = 0.05f) {
+    std::vector<float> f = random_floats(n, scale);
+    std::vector<bf16> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = f32_to_bf16(f[i]);
+    return v;
+}
+
+template <class T>
+GpuBuffer upload(const std::vector<T>& v) {
+    GpuBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
+    gpu_copy_h2d(b.data(), v.data(), v.size() * sizeof(T), nullptr);
+    gpu_synchronize();
+    return b;
+}
+
+template <class T>
+std::vector<T> download(const GpuBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    gpu_synchronize();
+    gpu_copy_d2h(v.data(), b.data(), n * sizeof(T), nullptr);
+    gpu_synchronize();
+    return v;
+}
+
+// max |got - want| <= rel * (1 + max |want|).
+void require_close(const std::vector<float>& got, const std::vector<float>& want, double rel) {
+    REQUIRE(got.size() == want.size());
+    double scale = 0, worst = 0;
+    for (float w : want) scale = std::max(scale, std::fabs(double(w)));
+    for (size_t i = 0; i < got.size(); i++) {
+        REQUIRE(std::isfinite(got[i]));
+        worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    }
+    INFO("max |gpu - cpu| = " << worst << ", allowed " << rel * (1 + scale));
+    REQUIRE(worst <= rel * (1 + scale));
+}
+
+std::vector<float> bf16_rounded(const std::vector<float>& x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("conversion, embedding, gather, add and kv writes are exact", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    for (int n : {1, 3, 1001}) {
+        std::vector<float> x = random_floats(size_t(n) * 7);
+        GpuBuffer dx = upload(x), dout(x.size() * sizeof(bf16));
+        gpu_f32_to_bf16(dout.as<bf16>(), dx.as<float>(), long(x.size()), nullptr);
+        std::vector<bf16> got = download<bf16>(dout, x.size());
+        for (size_t i = 0; i < x.size(); i++) REQUIRE(got[i] == f32_to_bf16(x[i]));
+    }
+    const int vocab = 37, dim = 72, n = 5;
+    std::vector<bf16> table = random_bf16(size_t(vocab) * dim, 1.0f);
+    std::vector<int> tokens{3, 0, 36, 3, 17};
+    GpuBuffer dtable = upload(table), dtokens = upload(tokens), dx(size_t(n) * dim * sizeof(float));
+    gpu_embed(dx.as<float>(), dtokens.as<int>(), dtable.as<bf16>(), n, dim, nullptr);
+    std::vector<float> emb = download<float>(dx, size_t(n) * dim);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < dim; j++) REQUIRE(emb[size_t(i) * dim + j] == bf16_to_f32(table[size_t(tokens[i]) * dim + j]));
+
+    std::vector<int> src{4, 4, 0, 2};
+    GpuBuffer dsrc = upload(src), dg(src.size() * dim * sizeof(float));
+    gpu_gather_rows(dg.as<float>(), dx.as<float>(), dsrc.as<int>(), int(src.size()), dim, nullptr);
+    std::vector<float> g = download<float>(dg, src.size() * dim);
+    for (size_t i = 0; i < src.size(); i++)
+        for (int j = 0; j < dim; j++) REQUIRE(g[i * dim + j] == emb[size_t(src[i]) * dim + j]);
+
+    std::vector<float> a = random_floats(1001), b = random_floats(1001);
+    GpuBuffer da = upload(a), db = upload(b);
+    gpu_add(da.as<float>(), db.as<float>(), 1001, nullptr);
+    std::vector<float> sum = download<float>(da, 1001);
+    for (int i = 0; i < 1001; i++) REQUIRE(sum[i] == a[i] + b[i]);
+
+    // KV writes: 3 rows into scattered row bases of one buffer.
+    const int kv_dim = 24, rows = 3;
+    const long k_off = 5, v_off = 200;
+    GpuBuffer cache(1024 * sizeof(float));
+    gpu_memset(cache.data(), 0, 1024 * sizeof(float), nullptr);
+    std::vector<long> base_at{300, 0, 600};
+    std::vector<float*> bases;
+    for (long at : base_at) bases.push_back(cache.as<float>() + at);
+    std::vector<float> k = random_floats(size_t(rows) * kv_dim), v = random_floats(size_t(rows) * kv_dim);
+    GpuBuffer dk = upload(k), dv = upload(v), dbases = upload(bases);
+    gpu_kv_store(dk.as<float>(), dv.as<float>(), dbases.as<float*>(), k_off, v_off, rows, kv_dim, nullptr);
+    std::vector<float> c = download<float>(cache, 1024);
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < kv_dim; j++) {
+            REQUIRE(c[size_t(base_at[r] + k_off + j)] == k[size_t(r) * kv_dim + j]);
+            REQUIRE(c[size_t(base_at[r] + v_off + j)] == v[size_t(r) * kv_dim + j]);
+        }
+}
+
+TEST_CASE("rmsnorm, rope and silu_mul match cpu_kernels", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    for (int rows : {1, 3, 17})
+        for (int dim : {72, 1000, 4096}) {
+            INFO(rows << " rows of " << dim);
+            std::vector<float> x = random_floats(size_t(rows) * dim, 3.0f), w = random_floats(dim);
+            std::vector<float> want(x.size());
+            for (int r = 0; r < rows; r++) rmsnorm(want.data() + size_t(r) * dim, x.data() + size_t(r) * dim, w.data(), dim, 1e-5f);
+            GpuBuffer dx = upload(x), dw = upload(w);
+            gpu_rmsnorm(dx.as<float>(), dx.as<float>(), dw.as<float>(), rows, dim, 1e-5f, nullptr);  // in place
+            require_close(download<float>(dx, x.size()), want, REL_FP32);
+        }
+    for (int head_dim : {72, 128}) {
+        const int rows = 5, n_heads = 3;
+        std::vector<int> pos{0, 1, 17, 4095, 31999};
+        std::vector<float> x = random_floats(size_t(rows) * n_heads * head_dim), want = x;
+        for (int r = 0; r < rows; r++)
+            rope_rotate_half(want.data() + size_t(r) * n_heads * head_dim, n_heads, head_dim, pos[r], 1e6f);
+        GpuBuffer dx = upload(x), dpos = upload(pos);
+        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, 1e6f, nullptr);
+        require_close(download<float>(dx, x.size()), want, REL_FP32);
+    }
+    std::vector<float> a = random_floats(1003, 4.0f), b = random_floats(1003), want = a;
+    silu_mul(want.data(), b.data(), 1003);
+    GpuBuffer da = upload(a), db = upload(b);
+    gpu_silu_mul(da.as<float>(), db.as<float>(), 1003, nullptr);
+    require_close(download<float>(da, 1003), want, REL_FP32);
+}
+
+TEST_CASE("routing and the combine match the CPU's MoE layer", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    for (int n_experts : {8, 60})
+        for (int k : {1, 2, 4}) {
+            const int rows = 300;
+            INFO(n_experts << " experts, top " << k);
+            std::vector<float> logits = random_floats(size_t(rows) * n_experts, 2.0f);
+            GpuBuffer dl = upload(logits), de(size_t(rows) * k * sizeof(int)), dw(size_t(rows) * k * sizeof(float));
+            for (bool renorm : {true, false}) {
+                gpu_route_topk(de.as<int>(), dw.as<float>(), dl.as<float>(), rows, n_experts, k, renorm, nullptr);
+                std::vector<int> e = download<int>(de, size_t(rows) * k);
+                std::vector<float> w = download<float>(dw, size_t(rows) * k);
+                for (int r = 0; r < rows; r++) {
+                    std::vector<float> p(logits.begin() + size_t(r) * n_experts, logits.begin() + size_t(r + 1) * n_experts);
+                    softmax(p.data(), n_experts);
+                    std::vector<int> want(k);
+                    top_k(want.data(), p.data(), n_experts, k);
+                    float sum = 0;
+                    for (int j = 0; j < k; j++) sum += p[want[j]];
+                    for (int j = 0; j < k; j++) {
+                        REQUIRE(e[size_t(r) * k + j] == want[j]);
+                        float wj = renorm ? p[want[j]] / sum : p[want[j]];
+                        REQUIRE(w[size_t(r) * k + j] == Approx(wj).epsilon(1e-5));
+                    }
+                }
+            }
+        }
+    const int rows = 17, k = 2, dim = 1000, n_slots = rows * k;
+    std::vector<float> y = random_floats(size_t(n_slots) * dim), weights = random_floats(size_t(rows) * k);
+    std::vector<int> slots(static_cast<size_t>(n_slots));
+    for (int i = 0; i < n_slots; i++) slots[size_t(i)] = (i * 7) % n_slots;
+    std::vector<float> want(size_t(rows) * dim, 0.0f);
+    for (int i = 0; i < rows; i++)
+        for (int r = 0; r < k; r++)
+            for (int d = 0; d < dim; d++)
+                want[size_t(i) * dim + d] += weights[size_t(i) * k + r] * y[size_t(slots[size_t(i) * k + r]) * dim + d];
+    GpuBuffer dy = upload(y), dws = upload(weights), ds = upload(slots), dout(want.size() * sizeof(float));
+    gpu_combine(dout.as<float>(), dy.as<float>(), ds.as<int>(), dws.as<float>(), rows, k, dim, nullptr);
+    require_close(download<float>(dout, want.size()), want, REL_FP32);
+}
+
+TEST_CASE("paged attention matches cpu_kernels attention_paged on decode, prefill and beam rows", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    for (int head_dim : {72, 128}) {
+        const int n_heads = 8, n_kv_heads = 2, kv_dim = n_kv_heads * head_dim, block = 16, n_blocks = 40;
+        INFO("head_dim " << head_dim);
+        // One pool of blocks, [K | V] halves of block * kv_dim rows each.
+        const long part = long(block) * kv_dim;
+        std::vector<float> pool = random_floats(size_t(n_blocks) * 2 * part);
+        GpuBuffer dpool = upload(pool);
+        // Three sequences over scattered, shared blocks; rows of each length.
+        std::vector<std::vector<int>> tables{{5, 6, 7, 30, 2}, {5, 6, 11}, {39, 0, 1, 3, 4, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}};
+        std::vector<std::pair<int, int>> rows_spec{{0, 1}, {0, 70}, {1, 33}, {2, 300}, {2, 17}, {1, 48}};  // (seq, n_pos)
+        std::vector<const float*> host_blocks, dev_blocks;
+        std::vector<int> start(tables.size());
+        for (size_t s = 0; s < tables.size(); s++) {
+            start[s] = int(host_blocks.size());
+            for (int b : tables[s]) {
+                host_blocks.push_back(pool.data() + size_t(b) * 2 * part);
+                dev_blocks.push_back(dpool.as<float>() + size_t(b) * 2 * part);
+            }
+        }
+        const int rows = int(rows_spec.size()), q_dim = n_heads * head_dim;
+        std::vector<float> q = random_floats(size_t(rows) * q_dim), want(size_t(rows) * q_dim);
+        std::vector<int> block_start, n_pos;
+        std::vector<float> scratch(400);
+        for (int r = 0; r < rows; r++) {
+            auto [seq, len] = rows_spec[size_t(r)];
+            block_start.push_back(start[size_t(seq)]);
+            n_pos.push_back(len);
+            attention_paged(want.data() + size_t(r) * q_dim, q.data() + size_t(r) * q_dim, host_blocks.data() + start[size_t(seq)],
+                            0, part, block, len, n_heads, n_kv_heads, head_dim, kv_dim, scratch.data());
+        }
+        GpuBuffer dq = upload(q), dout(want.size() * sizeof(float)), dblocks = upload(dev_blocks),
+                  dstart = upload(block_start), dpos = upload(n_pos);
+        gpu_attention_paged(dout.as<float>(), dq.as<float>(), dblocks.as<const float*>(), dstart.as<int>(),
+                            dpos.as<int>(), 0, part, block, rows, n_heads, n_kv_heads, head_dim, kv_dim, nullptr);
+        require_close(download<float>(dout, want.size()), want, REL_FP32 * 10);
+    }
+}
+
+TEST_CASE("cuBLAS GEMMs and the expert FFN match the CPU", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    GpuStreamOwner stream;
+    GpuBlas blas(stream.get());
+    ThreadPool pool(2);
+    for (int m : {1, 3, 17, 300})
+        for (auto [n, k] : {std::pair{1000, 72}, std::pair{72, 1000}, std::pair{4099, 513}}) {
+            INFO("m " << m << ", n " << n << ", k " << k);
+            std::vector<float> x = random_floats(size_t(m) * k);
+            std::vector<bf16> w = random_bf16(size_t(n) * k);
+            std::vector<float> xr = bf16_rounded(x), want(size_t(m) * n);
+            matmul_bf16(want.data(), xr.data(), w.data(), m, n, k, pool);
+            GpuBuffer dx = upload(x), dw = upload(w), dxb(x.size() * sizeof(bf16)), dy(want.size() * sizeof(float));
+            gpu_matmul_f32in(blas, dy.as<float>(), dx.as<float>(), dxb.as<bf16>(), dw.as<bf16>(), m, n, k);
+            stream.synchronize();
+            require_close(download<float>(dy, want.size()), want, REL_GEMM);
+        }
+    for (int m : {1, 5, 33}) {
+        const int dim = 200, hidden = 344;
+        std::vector<float> x = random_floats(size_t(m) * dim);
+        std::vector<bf16> w1 = random_bf16(size_t(hidden) * dim), w3 = random_bf16(size_t(hidden) * dim),
+                          w2 = random_bf16(size_t(dim) * hidden);
+        std::vector<float> want(size_t(m) * dim), scratch(size_t(2) * m * hidden);
+        expert_ffn_bf16(want.data(), x.data(), w1.data(), w3.data(), w2.data(), m, dim, hidden, scratch.data(), pool);
+        GpuBuffer dx = upload(x), d1 = upload(w1), d3 = upload(w3), d2 = upload(w2), dy(want.size() * sizeof(float)),
+                  sf(size_t(2) * m * hidden * sizeof(float)), sb(size_t(m) * hidden * sizeof(bf16));
+        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), d1.as<bf16>(), d3.as<bf16>(), d2.as<bf16>(), m, dim,
+                       hidden, sf.as<float>(), sb.as<bf16>());
+        stream.synchronize();
+        require_close(download<float>(dy, want.size()), want, REL_FFN);
+    }
+}
