@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -18,11 +19,17 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/fingerprint.h"
+#include "engine/model_source.h"
 #include "placement/residency.h"
 #include "profiles/profile.h"
 #include "server/cli.h"
 #include "server/cli_calibrate.h"
 #include "server/serve.h"
+#ifdef MOE_HAVE_CUDA
+#include "gpu_kernels/bench_gpu.h"
+#include "gpu_kernels/device.h"
+#include "gpu_kernels/gpu_runtime.h"
+#endif
 
 using json = nlohmann::json;
 
@@ -55,11 +62,29 @@ Ceiling engine_ceiling(const Engine& engine) {
     return bench_ceiling(pool, true);
 }
 
-// With --emulate-gpu: the dry run's placement and where the last run's
-// experts went (the speed of an emulated device means nothing).
+// On a CUDA device: its ceilings measured now, beside the figure (64 MiB
+// copies, a 4096-cubed GEMM: about a second).
+void add_gpu_ceilings(json& line, const Engine& engine) {
+#ifdef MOE_HAVE_CUDA
+    if (engine.placement().device != "cuda") return;
+    GpuCeilings g = gpu_measure_ceilings(size_t(64) << 20, 4096);
+    line["gpu"] = engine.placement().device_name;
+    line["h2d_pinned_gbs"] = g.h2d_pinned_gbs;
+    line["h2d_pageable_gbs"] = g.h2d_pageable_gbs;
+    line["device_gbs"] = g.device_gbs;
+    line["bf16_tflops"] = g.bf16_tflops;
+#else
+    (void)line, (void)engine;
+#endif
+}
+
+// With a device (CUDA, or --emulate-gpu's dry run): the placement and where
+// the last run's experts went (the speed of an emulated device means
+// nothing), and a GPU's ceilings.
 void add_placement_fields(json& line, const Engine& engine) {
     const PlacementInfo& p = engine.placement();
     if (p.device == "none") return;
+    add_gpu_ceilings(line, engine);
     ExecutionStats s = engine.execution_stats().last;
     line["device"] = p.device;
     line["resident_experts"] = p.capacity;
@@ -91,18 +116,20 @@ int bench_decode(Args& args, bool prefill) {
     req.sampling.temperature = 0;
     req.ignore_eos = true;
     req.reuse_prefix = false;
-    double best = 0;
+    double best = 0, best_ttft_ms = 0;
     if (prefill) {
         req.prompt = bench_prompt(engine, n_tokens);
         req.max_tokens = 1;
         for (int r = 0; r < repeats; r++) {
             GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
             best = std::max(best, res.prefill_tok_s());
+            best_ttft_ms = r == 0 ? res.ttft_ms : std::min(best_ttft_ms, res.ttft_ms);
         }
         StageCost cost = cost_prefill(c, n_tokens);
         double gflops = cost.flops / (n_tokens / best) / 1e9;
         json line{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
                   {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
+                  {"ttft_ms", best_ttft_ms},
                   {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
                   {"ratio_to_peak", gflops / ceiling.fma_gflops}};
         add_placement_fields(line, engine);
@@ -339,11 +366,65 @@ int bench_placement(Args& args) {
     return 0;
 }
 
+// bench gpu: the CUDA device's raw rates (copies, memory, GEMM) and the
+// expert FFN at n = 1..256 with its weights resident, beside the roofline
+// from those rates; the expert shape of --model (default Mixtral-8x7B's).
+int bench_gpu(Args& args) {
+    std::optional<ModelSource> source = parse_optional_model_flag(args);
+    const int gpu_device = parse_gpu_device_flag(args);
+    int reps = int(args.get_int("--reps", 7, 1, 1000));
+    args.finish();
+#ifdef MOE_HAVE_CUDA
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (gpu_device < 0 || gpu_device >= int(devices.size()))
+        throw MoeError("bench gpu: no CUDA device " + std::to_string(gpu_device) + " (" +
+                       std::to_string(devices.size()) + " found)");
+    gpu_set_device(gpu_device);
+    int dim = 4096, hidden = 14336;
+    if (source) {
+        ModelConfig c = model_source_config(*source);
+        dim = c.dim;
+        hidden = c.hidden_dim;
+    }
+    GpuCeilings g = gpu_measure_ceilings();
+    const std::string name = devices[size_t(gpu_device)].name;
+    std::printf("%s\n", json{{"bench", "gpu"}, {"what", "ceilings"}, {"gpu", name},
+                             {"h2d_pinned_gbs", g.h2d_pinned_gbs}, {"h2d_pageable_gbs", g.h2d_pageable_gbs},
+                             {"h2d_registered_gbs", g.h2d_registered_gbs}, {"d2h_pinned_gbs", g.d2h_pinned_gbs},
+                             {"device_gbs", g.device_gbs}, {"bf16_tflops", g.bf16_tflops},
+                             {"copy_bytes", g.copy_bytes}, {"gemm_size", g.gemm_size}}
+                            .dump()
+                            .c_str());
+    const double bytes = 3.0 * dim * hidden * sizeof(bf16), flops_per_token = 6.0 * dim * hidden;
+    std::vector<int> ns;
+    for (int n = 1; n <= 256; n *= 2) ns.push_back(n);
+    std::vector<double> ms = gpu_time_expert_ffn(dim, hidden, ns, reps);
+    for (size_t i = 0; i < ns.size(); i++) {
+        const double roofline = std::max(bytes / (g.device_gbs * 1e6), flops_per_token * ns[i] / (g.bf16_tflops * 1e9));
+        std::printf("%s\n", json{{"bench", "gpu"}, {"what", "expert_ffn"}, {"gpu", name}, {"dim", dim},
+                                 {"hidden_dim", hidden}, {"n", ns[i]}, {"ms", ms[i]}, {"roofline_ms", roofline},
+                                 {"ratio_to_roofline", roofline / ms[i]}, {"device_gbs", g.device_gbs},
+                                 {"bf16_tflops", g.bf16_tflops}}
+                                .dump()
+                                .c_str());
+    }
+    std::vector<double> copy = gpu_time_h2d_pinned({size_t(bytes)}, reps);
+    std::printf("%s\n", json{{"bench", "gpu"}, {"what", "expert_copy"}, {"gpu", name}, {"bytes", bytes},
+                             {"ms", copy[0]}, {"gbs", bytes / (copy[0] * 1e6)}, {"h2d_pinned_gbs", g.h2d_pinned_gbs}}
+                            .dump()
+                            .c_str());
+    return 0;
+#else
+    (void)source, (void)gpu_device, (void)reps;
+    throw MoeError("bench gpu: this build has no CUDA (configure with a CUDA toolkit present)");
+#endif
+}
+
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
     if (words.empty())
-        throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement");
+        throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement, gpu");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
@@ -353,6 +434,7 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what == "latency") return bench_latency(args);
     if (what == "beam") return bench_beam(args);
     if (what == "placement") return bench_placement(args);
+    if (what == "gpu") return bench_gpu(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");

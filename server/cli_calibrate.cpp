@@ -3,8 +3,11 @@
 // tokens; every call takes the next (layer, expert) of a cycle far larger
 // than the caches, so the weights stream from memory as in decoding. The
 // sweep over n is repeated and each n keeps its median, so every n sees the
-// same moments of a noisy machine. The device side (copies, device compute)
-// is measured by the CUDA executor, not here: the file records it as absent.
+// same moments of a noisy machine. With a CUDA device (built with CUDA,
+// --gpu-device, default 0) it also measures the device side: host-to-device
+// copies from pinned memory (pageable beside them, printed), and the expert
+// FFN on the device at the same n with the weights resident; both are fitted
+// (has_device) and the placement planner uses them.
 #include "server/cli.h"
 #include "server/cli_calibrate.h"
 
@@ -25,6 +28,11 @@
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
 #include "profiles/profile_error.h"
+#ifdef MOE_HAVE_CUDA
+#include "gpu_kernels/bench_gpu.h"
+#include "gpu_kernels/device.h"
+#include "gpu_kernels/gpu_runtime.h"
+#endif
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -99,11 +107,60 @@ void print_table(const Calibration& cal) {
         std::printf("  %6d %12.4f %12.4f %+9.2f %12.4f\n", int(p.x), p.ms, fit, err, roof.ms(p.x));
     }
     std::printf("  max |fit error| %.2f %%\n", worst);
-    if (!cal.has_device)
-        std::printf("  device: %s\n", cal.device_name == "none"
-                                          ? "none (CPU only)"
-                                          : "present but not measured (device and copy curves come with the CUDA "
-                                            "executor); has_device false");
+    if (!cal.has_device) {
+        std::printf("  device: %s\n", cal.device_name == "none" ? "none (CPU only)" : "not measured; has_device false");
+        return;
+    }
+    std::printf("  device fit: ms(n) = %.4f + max(%.4f, n * %.5f)\n", model.device.fixed_ms, model.device.stream_ms,
+                model.device.per_token_ms);
+    std::printf("  %6s %12s %12s %9s\n", "n", "measured_ms", "fitted_ms", "error_%");
+    worst = 0;
+    for (const CalibrationPoint& p : cal.device_points) {
+        double fit = model.device_ms(int(p.x)), err = error_pct(fit, p.ms);
+        worst = std::max(worst, std::abs(err));
+        std::printf("  %6d %12.4f %12.4f %+9.2f\n", int(p.x), p.ms, fit, err);
+    }
+    std::printf("  max |device fit error| %.2f %%\n", worst);
+    std::printf("  copy fit: ms(bytes) = %.4f + bytes / %.3g per ms (%.2f GB/s)\n", model.copy.latency_ms,
+                model.copy.bytes_per_ms, model.copy.bytes_per_ms / 1e6);
+    for (const CalibrationPoint& p : cal.copy_points)
+        std::printf("  %12.0f bytes %10.4f ms measured %10.4f fitted %+7.2f %%\n", p.x, p.ms, model.copy_ms(p.x),
+                    error_pct(model.copy_ms(p.x), p.ms));
+}
+
+// The device side of a calibration: the expert FFN at each n (weights
+// resident) and copies of expert-sized blocks from pinned memory, fitted.
+// Nothing without a CUDA device.
+void measure_device(Calibration& cal, int gpu_device, int reps) {
+#ifdef MOE_HAVE_CUDA
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (gpu_device < 0 || gpu_device >= int(devices.size())) return;
+    gpu_set_device(gpu_device);
+    const int device_reps = std::max(3, reps / 2);
+    std::vector<int> ns = token_counts();
+    std::vector<double> ffn = gpu_time_expert_ffn(cal.dim, cal.hidden_dim, ns, device_reps);
+    std::vector<TimingPoint> points;
+    for (size_t i = 0; i < ns.size(); i++) points.push_back({double(ns[i]), std::max(ffn[i], 1e-6)});
+    LatencyCurve fit = latency_curve_fit(points, 0);
+    std::vector<size_t> sizes;
+    for (double f : {0.25, 0.5, 1.0, 2.0}) sizes.push_back(size_t(f * cal.expert_bytes));
+    std::vector<double> copy_ms = gpu_time_h2d_pinned(sizes, device_reps);
+    std::vector<TimingPoint> copies;
+    for (size_t i = 0; i < sizes.size(); i++) copies.push_back({double(sizes[i]), std::max(copy_ms[i], 1e-6)});
+    CopyCurve copy = copy_curve_fit(copies);
+    GpuCeilings ceil = gpu_measure_ceilings(size_t(64) << 20, 4096);
+    std::printf("device %s: host-to-device %.2f GB/s pinned, %.2f GB/s pageable, %.2f GB/s registered; device "
+                "memory %.0f GB/s; cuBLAS bf16 %.1f TFLOP/s\n",
+                cal.device_name.c_str(), ceil.h2d_pinned_gbs, ceil.h2d_pageable_gbs, ceil.h2d_registered_gbs,
+                ceil.device_gbs, ceil.bf16_tflops);
+    cal.has_device = true;
+    for (const TimingPoint& p : points) cal.device_points.push_back({p.x, p.ms});
+    cal.device = {fit.fixed_ms, fit.stream_ms, fit.per_token_ms, fit.large_from, fit.pack_ms, fit.large_per_token_ms};
+    for (const TimingPoint& p : copies) cal.copy_points.push_back({p.x, p.ms});
+    cal.copy = {copy.latency_ms, copy.bytes_per_ms};
+#else
+    (void)cal, (void)gpu_device, (void)reps;
+#endif
 }
 
 }  // namespace
@@ -152,6 +209,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     cal.expert_flops_per_token = one.flops;
     for (const TimingPoint& p : points) cal.cpu_points.push_back({p.x, p.ms});
     cal.cpu = {fit.fixed_ms, fit.stream_ms, fit.per_token_ms, fit.large_from, fit.pack_ms, fit.large_per_token_ms};
+    measure_device(cal, gpu_device, reps);
     print_table(cal);
     calibration_write(cal, path);
     std::printf("wrote %s\n", path.c_str());

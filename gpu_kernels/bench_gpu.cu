@@ -1,0 +1,122 @@
+// bench_gpu.h: copies, GEMMs and the expert FFN timed with CUDA events.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gpu_kernels/bench_gpu.h"
+#include "gpu_kernels/cuda_check.h"
+#include "gpu_kernels/gpu_kernels.h"
+
+namespace {
+
+constexpr int COPY_REPS = 5;
+constexpr int GEMM_REPS = 5;
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Median ms of fn() enqueued on stream, after one warm-up.
+template <class Fn>
+double time_ms(GpuStream stream, int reps, Fn&& fn) {
+    GpuEvent start(true), stop(true);
+    fn();
+    std::vector<double> ms;
+    for (int r = 0; r < reps; r++) {
+        start.record(stream);
+        fn();
+        stop.record(stream);
+        stop.synchronize();
+        ms.push_back(stop.ms_since(start));
+    }
+    return median(ms);
+}
+
+double gbs(size_t bytes, double ms) { return ms > 0 ? double(bytes) / (ms * 1e6) : 0; }
+
+__global__ void fill_bf16_kernel(bf16* x, long n, unsigned seed) {
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+        unsigned h = unsigned(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = f32_to_bf16((float(h & 0xffff) / 65536.0f - 0.5f) * 0.05f);
+    }
+}
+
+void fill_bf16(bf16* x, long n, unsigned seed, GpuStream stream) {
+    fill_bf16_kernel<<<1024, 256, 0, stream>>>(x, n, seed);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+GpuCeilings gpu_measure_ceilings(size_t copy_bytes, int gemm_size) {
+    GpuCeilings c;
+    c.copy_bytes = copy_bytes;
+    c.gemm_size = gemm_size;
+    GpuStreamOwner stream;
+    GpuBuffer dev(copy_bytes), dev2(copy_bytes);
+    PinnedBuffer pinned(copy_bytes);
+    std::memset(pinned.data(), 1, copy_bytes);
+    std::unique_ptr<unsigned char[]> pageable(new unsigned char[copy_bytes]);
+    std::memset(pageable.get(), 1, copy_bytes);
+    GpuStream s = stream.get();
+    c.h2d_pinned_gbs = gbs(copy_bytes, time_ms(s, COPY_REPS, [&] { gpu_copy_h2d(dev.data(), pinned.data(), copy_bytes, s); }));
+    c.d2h_pinned_gbs = gbs(copy_bytes, time_ms(s, COPY_REPS, [&] { gpu_copy_d2h(pinned.data(), dev.data(), copy_bytes, s); }));
+    c.h2d_pageable_gbs =
+        gbs(copy_bytes, time_ms(s, COPY_REPS, [&] { gpu_copy_h2d(dev.data(), pageable.get(), copy_bytes, s); }));
+    {
+        HostRegistration reg(pageable.get(), copy_bytes, false);
+        c.h2d_registered_gbs =
+            gbs(copy_bytes, time_ms(s, COPY_REPS, [&] { gpu_copy_h2d(dev.data(), pageable.get(), copy_bytes, s); }));
+    }
+    c.device_gbs =
+        gbs(2 * copy_bytes, time_ms(s, COPY_REPS, [&] { gpu_copy_d2d(dev2.data(), dev.data(), copy_bytes, s); }));
+
+    const size_t n = size_t(gemm_size);
+    GpuBuffer a(n * n * sizeof(bf16)), b(n * n * sizeof(bf16)), y(n * n * sizeof(float));
+    fill_bf16(a.as<bf16>(), long(n * n), 1, s);
+    fill_bf16(b.as<bf16>(), long(n * n), 2, s);
+    GpuBlas blas(s);
+    double ms = time_ms(s, GEMM_REPS, [&] {
+        gpu_matmul_bf16(blas, y.as<float>(), a.as<bf16>(), b.as<bf16>(), gemm_size, gemm_size, gemm_size);
+    });
+    c.bf16_tflops = 2.0 * double(n) * n * n / (ms * 1e9);
+    return c;
+}
+
+std::vector<double> gpu_time_h2d_pinned(const std::vector<size_t>& sizes, int reps) {
+    size_t most = *std::max_element(sizes.begin(), sizes.end());
+    GpuStreamOwner stream;
+    GpuBuffer dev(most);
+    PinnedBuffer pinned(most);
+    std::memset(pinned.data(), 1, most);
+    std::vector<double> out;
+    for (size_t bytes : sizes)
+        out.push_back(time_ms(stream.get(), reps, [&] { gpu_copy_h2d(dev.data(), pinned.data(), bytes, stream.get()); }));
+    return out;
+}
+
+std::vector<double> gpu_time_expert_ffn(int dim, int hidden, const std::vector<int>& ns, int reps) {
+    const int most = *std::max_element(ns.begin(), ns.end());
+    const size_t mat = size_t(dim) * hidden;
+    GpuStreamOwner stream;
+    GpuStream s = stream.get();
+    GpuBuffer w(3 * mat * sizeof(bf16)), x(size_t(most) * dim * sizeof(float)), y(size_t(most) * dim * sizeof(float));
+    GpuBuffer sf(size_t(2) * most * hidden * sizeof(float)), sb(size_t(most) * std::max(dim, hidden) * sizeof(bf16));
+    fill_bf16(w.as<bf16>(), long(3 * mat), 3, s);
+    gpu_memset(x.data(), 0, x.bytes(), s);
+    GpuBlas blas(s);
+    const bf16* w1 = w.as<bf16>();
+    std::vector<double> out;
+    for (int n : ns)
+        out.push_back(time_ms(s, reps, [&] {
+            gpu_expert_ffn(blas, y.as<float>(), x.as<float>(), w1, w1 + mat, w1 + 2 * mat, n, dim, hidden, sf.as<float>(),
+                           sb.as<bf16>());
+        }));
+    return out;
+}
