@@ -6,6 +6,7 @@
 #include "engine/cuda_setup.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "engine/cost.h"
@@ -47,10 +48,25 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
     info.device = "cuda";
     info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
     info.staging_slots = staging;
-    info.budget_bytes = o.device.gpu_memory_bytes > 0 ? o.device.gpu_memory_bytes : double(d.free_bytes);
     info.dense_bytes = cost_dense_bytes(c);
     info.kv_bytes = kv_cache_bytes(c, ctx);
     info.activation_bytes = double(CudaBackend::activation_bytes_for(c, ctx, o.max_batch, max_rows));
+    if (o.device.gpu_expert_share > 0) {
+        // A share of experts: the budget is what they need, with the margin
+        // of a budget of that size (a fixed point: at most 1 GiB).
+        const double experts = (std::round(o.device.gpu_expert_share * c.n_layers * c.n_experts) + staging) *
+                               info.expert_bytes;
+        const double need = info.dense_bytes + info.kv_bytes + info.activation_bytes + experts;
+        info.budget_bytes = std::min(need / 0.9, need + GIB);
+        if (info.budget_bytes > double(d.free_bytes)) {
+            std::snprintf(line, sizeof line, "--gpu-memory %.0f%%: needs %.2f GiB, but %s has %.2f GiB free",
+                          100.0 * o.device.gpu_expert_share, info.budget_bytes / GIB, d.name.c_str(),
+                          double(d.free_bytes) / GIB);
+            throw MoeError(line);
+        }
+    } else {
+        info.budget_bytes = o.device.gpu_memory_bytes > 0 ? o.device.gpu_memory_bytes : double(d.free_bytes);
+    }
     info.margin_bytes = device_margin_bytes(info.budget_bytes);
     const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
     if (info.budget_bytes - fixed < staging * info.expert_bytes) {

@@ -26,6 +26,9 @@ struct DeviceOptions {
     // device the CPU serves, said in one line.
     int gpu_device = 0;  // GPU_DEVICE_DEFAULT (engine/calibration_key.h)
     double gpu_memory_bytes = 0;
+    // Instead of a size: this share (0..1) of all experts resident, the
+    // budget being what they, the staging slots and the dense part need.
+    double gpu_expert_share = 0;
     // --gpu-device or --gpu-memory was given: a GPU that cannot be used is
     // an error (exit 2) instead of a fallback to the CPU.
     bool gpu_required = false;

@@ -87,6 +87,29 @@ std::string execution_stats_line(const ExecutionStats& s) {
     return line;
 }
 
+namespace {
+
+// "12" (GiB, into *bytes) or "25%" (a share of all experts, into *share).
+void parse_size_or_share(const std::string& flag, const std::string& text, double* bytes, double* share) {
+    bool is_share = !text.empty() && text.back() == '%';
+    std::string number = is_share ? text.substr(0, text.size() - 1) : text;
+    size_t used = 0;
+    double value = 0;
+    try {
+        value = std::stod(number, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != number.size() || !std::isfinite(value) || value <= 0 || (is_share && value > 100))
+        throw MoeError(flag + ": expected a size in GiB (e.g. 12) or a share of experts (e.g. 25%), got '" + text + "'");
+    if (is_share)
+        *share = value / 100.0;
+    else
+        *bytes = value * double(1u << 30);
+}
+
+}  // namespace
+
 int parse_gpu_device_flag(Args& args, bool* given) {
     auto v = args.get("--gpu-device");
     if (!v) return GPU_DEVICE_DEFAULT;
@@ -106,31 +129,14 @@ int parse_gpu_device_flag(Args& args, bool* given) {
 
 DeviceOptions parse_device_flags(Args& args) {
     DeviceOptions d;
-    if (auto v = args.get("--emulate-gpu")) {
-        const std::string& text = *v;
-        bool share = !text.empty() && text.back() == '%';
-        std::string number = share ? text.substr(0, text.size() - 1) : text;
-        size_t used = 0;
-        double value = 0;
-        try {
-            value = std::stod(number, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != number.size() || !std::isfinite(value) || value <= 0 || (share && value > 100))
-            throw MoeError("--emulate-gpu: expected a size in GiB (e.g. 12) or a share of experts (e.g. 25%), got '" +
-                           text + "'");
-        if (share)
-            d.emulate_gpu_expert_share = value / 100.0;
-        else
-            d.emulate_gpu_bytes = value * double(1u << 30);
-    }
+    if (auto v = args.get("--emulate-gpu")) parse_size_or_share("--emulate-gpu", *v, &d.emulate_gpu_bytes, &d.emulate_gpu_expert_share);
     d.gpu_device = parse_gpu_device_flag(args, &d.gpu_required);
-    if (args.get("--gpu-memory")) {
-        d.gpu_memory_bytes = args.get_double("--gpu-memory", 0, 0.01, 1 << 20) * double(1u << 30);
+    if (auto v = args.get("--gpu-memory")) {
+        parse_size_or_share("--gpu-memory", *v, &d.gpu_memory_bytes, &d.gpu_expert_share);
         d.gpu_required = true;
     }
-    if (d.gpu_device < 0 && d.gpu_memory_bytes > 0) throw MoeError("--gpu-memory: --gpu-device none uses no GPU");
+    if (d.gpu_device < 0 && (d.gpu_memory_bytes > 0 || d.gpu_expert_share > 0))
+        throw MoeError("--gpu-memory: --gpu-device none uses no GPU");
     if ((d.emulate_gpu_bytes > 0 || d.emulate_gpu_expert_share > 0) && d.gpu_required)
         throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
                        "--gpu-device");
