@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 
 ExecutionStats::ExecutionStats(int n_layers_, int n_experts_) : n_layers(n_layers_), n_experts(n_experts_) {
     for (auto& t : tokens) t.assign(size_t(n_layers) * n_experts, 0);
+    for (auto* v : {&layer_predicted_cpu_ms, &layer_predicted_device_ms, &layer_measured_cpu_ms,
+                    &layer_measured_device_ms})
+        v->assign(size_t(n_layers), 0.0);
 }
 
 void ExecutionStats::clear() {
@@ -14,6 +18,9 @@ void ExecutionStats::clear() {
     copy_bytes = layers = 0;
     predicted_cpu_ms = predicted_device_ms = predicted_ms = 0;
     measured_cpu_ms = measured_device_ms = measured_ms = 0;
+    for (auto* v : {&layer_predicted_cpu_ms, &layer_predicted_device_ms, &layer_measured_cpu_ms,
+                    &layer_measured_device_ms})
+        std::fill(v->begin(), v->end(), 0.0);
 }
 
 void ExecutionStats::merge(const ExecutionStats& o) {
@@ -30,6 +37,28 @@ void ExecutionStats::merge(const ExecutionStats& o) {
     measured_cpu_ms += o.measured_cpu_ms;
     measured_device_ms += o.measured_device_ms;
     measured_ms += o.measured_ms;
+    for (size_t l = 0; l < layer_measured_cpu_ms.size(); l++) {
+        layer_predicted_cpu_ms[l] += o.layer_predicted_cpu_ms[l];
+        layer_predicted_device_ms[l] += o.layer_predicted_device_ms[l];
+        layer_measured_cpu_ms[l] += o.layer_measured_cpu_ms[l];
+        layer_measured_device_ms[l] += o.layer_measured_device_ms[l];
+    }
+}
+
+ExecutionStats::WorstLayer ExecutionStats::worst_layer() const {
+    WorstLayer w;
+    double worst = -1;
+    for (size_t l = 0; l < layer_measured_cpu_ms.size(); l++)
+        for (bool device : {false, true}) {
+            double p = device ? layer_predicted_device_ms[l] : layer_predicted_cpu_ms[l];
+            double m = device ? layer_measured_device_ms[l] : layer_measured_cpu_ms[l];
+            if (p == 0 && m == 0) continue;
+            if (std::abs(p - m) > worst) {
+                worst = std::abs(p - m);
+                w = {int(l), device, p, m};
+            }
+        }
+    return w;
 }
 
 uint64_t ExecutionStats::total_tokens(ExpertSite site) const {

@@ -20,6 +20,10 @@ struct ExecutionStats {
     // makespan, and the measured wall time of each side and of the phase.
     double predicted_cpu_ms = 0, predicted_device_ms = 0, predicted_ms = 0;
     double measured_cpu_ms = 0, measured_device_ms = 0, measured_ms = 0;
+    // The same per layer (n_layers each): what the plan predicted and what
+    // was measured for each side, summed over the layer's executions.
+    std::vector<double> layer_predicted_cpu_ms, layer_predicted_device_ms;
+    std::vector<double> layer_measured_cpu_ms, layer_measured_device_ms;
 
     ExecutionStats() = default;
     ExecutionStats(int n_layers, int n_experts);
@@ -35,4 +39,12 @@ struct ExecutionStats {
     double hit_rate() const;
     // Share of routed tokens computed on the device (resident or copied).
     double device_share() const;
+    // The layer and side whose predicted time is furthest from the
+    // measured one: |predicted - measured| in ms; layer -1 when none ran.
+    struct WorstLayer {
+        int layer = -1;
+        bool device = false;
+        double predicted_ms = 0, measured_ms = 0;
+    };
+    WorstLayer worst_layer() const;
 };

@@ -78,4 +78,9 @@ void HybridExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::spa
     step_.measured_cpu_ms += ms_between(t0, t_cpu);
     step_.measured_ms += ms_between(t0, t_end);
     if (!device_tasks_.empty()) step_.measured_device_ms += device_->last_busy_ms();
+    const size_t l = size_t(layer);
+    step_.layer_predicted_cpu_ms[l] += predicted.cpu_ms;
+    step_.layer_predicted_device_ms[l] += predicted.device_ms;
+    step_.layer_measured_cpu_ms[l] += ms_between(t0, t_cpu);
+    if (!device_tasks_.empty()) step_.layer_measured_device_ms[l] += device_->last_busy_ms();
 }

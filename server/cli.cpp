@@ -84,7 +84,14 @@ std::string execution_stats_line(const ExecutionStats& s) {
                   share(ExpertSite::CPU), share(ExpertSite::DEVICE), share(ExpertSite::COPY), 100.0 * s.hit_rate(),
                   s.predicted_ms, s.predicted_cpu_ms, s.predicted_device_ms, s.measured_ms, s.measured_cpu_ms,
                   s.measured_device_ms, (unsigned long long)s.layers);
-    return line;
+    std::string text = line;
+    ExecutionStats::WorstLayer w = s.worst_layer();
+    if (w.layer >= 0) {
+        std::snprintf(line, sizeof line, " | furthest layer: %d %s predicted %.1f ms, measured %.1f ms", w.layer,
+                      w.device ? "device" : "cpu", w.predicted_ms, w.measured_ms);
+        text += line;
+    }
+    return text;
 }
 
 namespace {

@@ -314,6 +314,13 @@ struct HttpServer::Impl {
         m.measured_ms = s.measured_ms;
         m.predicted_cpu_ms = s.predicted_cpu_ms;
         m.measured_cpu_ms = s.measured_cpu_ms;
+        m.predicted_device_ms = s.predicted_device_ms;
+        m.measured_device_ms = s.measured_device_ms;
+        m.device_name = p.device_name;
+        m.layer_predicted_cpu_ms = s.layer_predicted_cpu_ms;
+        m.layer_measured_cpu_ms = s.layer_measured_cpu_ms;
+        m.layer_predicted_device_ms = s.layer_predicted_device_ms;
+        m.layer_measured_device_ms = s.layer_measured_device_ms;
         return m;
     }
 
@@ -329,7 +336,12 @@ struct HttpServer::Impl {
                 {"predicted_cpu_ms", s.predicted_cpu_ms},
                 {"measured_cpu_ms", s.measured_cpu_ms},
                 {"predicted_device_ms", s.predicted_device_ms},
-                {"measured_device_ms", s.measured_device_ms}};
+                {"measured_device_ms", s.measured_device_ms},
+                {"per_layer",
+                 {{"predicted_cpu_ms", s.layer_predicted_cpu_ms},
+                  {"measured_cpu_ms", s.layer_measured_cpu_ms},
+                  {"predicted_device_ms", s.layer_predicted_device_ms},
+                  {"measured_device_ms", s.layer_measured_device_ms}}}};
     }
 
     void handle_experts(httplib::Response& res) {
@@ -363,6 +375,7 @@ struct HttpServer::Impl {
                         {"counts_last", matrix(rc.last)},
                         {"resident", resident},
                         {"device", p.device},
+                        {"device_name", p.device_name},
                         {"work_share", {{"cpu", 1.0 - gpu_share}, {"gpu", gpu_share}}},
                         {"hit_rate", device ? json(ex.total.hit_rate()) : json(nullptr)},
                         {"placement",
@@ -371,6 +384,12 @@ struct HttpServer::Impl {
                           {"capacity", p.capacity},
                           {"budget_bytes", p.budget_bytes},
                           {"expert_bytes", p.expert_bytes},
+                          {"dense_bytes", p.dense_bytes},
+                          {"kv_bytes", p.kv_bytes},
+                          {"activation_bytes", p.activation_bytes},
+                          {"margin_bytes", p.margin_bytes},
+                          {"staging_slots", p.staging_slots},
+                          {"copy_source", p.copy_source},
                           {"expected_hit_rate", p.expected_hit_rate >= 0 ? json(p.expected_hit_rate) : json(nullptr)},
                           {"latency_model", p.latency_source}}},
                         {"execution_total", execution_json(ex.total)},

@@ -132,8 +132,14 @@ std::string Metrics::render(size_t queue_waiting, bool running) const {
 std::string Metrics::render_experts(const ExpertMetrics& e) {
     static const char* SITES[3] = {"cpu", "device", "copy"};
     std::string out;
-    header(out, "moe_device_info", "gauge", "The expert device: none, or emulated (a dry run that computes on the CPU).");
+    header(out, "moe_device_info", "gauge",
+           "The expert device: none (CPU only), cuda (a GPU), or emulated (a dry run that computes on the CPU).");
     out += "moe_device_info{device=\"" + e.device + "\"} 1\n";
+    std::string name = e.device_name;
+    for (char& ch : name)
+        if (ch == '"' || ch == '\\' || ch == '\n') ch = ' ';
+    header(out, "moe_device_name_info", "gauge", "The device's name (for none: why the CPU serves).");
+    out += "moe_device_name_info{name=\"" + name + "\"} 1\n";
     header(out, "moe_experts_resident", "gauge", "Experts resident on the device.");
     out += "moe_experts_resident " + std::to_string(e.resident) + "\n";
     header(out, "moe_experts", "gauge", "Experts of the model (all layers).");
@@ -156,5 +162,22 @@ std::string Metrics::render_experts(const ExpertMetrics& e) {
     out += "moe_expert_cpu_predicted_ms_total " + number(e.predicted_cpu_ms) + "\n";
     header(out, "moe_expert_cpu_measured_ms_total", "counter", "Measured time of the CPU side.");
     out += "moe_expert_cpu_measured_ms_total " + number(e.measured_cpu_ms) + "\n";
+    header(out, "moe_expert_device_predicted_ms_total", "counter", "Predicted time of the device side.");
+    out += "moe_expert_device_predicted_ms_total " + number(e.predicted_device_ms) + "\n";
+    header(out, "moe_expert_device_measured_ms_total", "counter", "Measured busy time of the device side.");
+    out += "moe_expert_device_measured_ms_total " + number(e.measured_device_ms) + "\n";
+    header(out, "moe_expert_layer_ms_total", "counter",
+           "Expert phase per MoE layer and side (cpu, device): the latency model's prediction and the measurement.");
+    for (size_t l = 0; l < e.layer_measured_cpu_ms.size(); l++) {
+        const std::string layer = std::to_string(l);
+        auto row = [&](const char* side, const char* kind, double v) {
+            out += "moe_expert_layer_ms_total{layer=\"" + layer + "\",side=\"" + side + "\",kind=\"" + kind + "\"} " +
+                   number(v) + "\n";
+        };
+        row("cpu", "predicted", e.layer_predicted_cpu_ms[l]);
+        row("cpu", "measured", e.layer_measured_cpu_ms[l]);
+        row("device", "predicted", e.layer_predicted_device_ms[l]);
+        row("device", "measured", e.layer_measured_device_ms[l]);
+    }
     return out;
 }

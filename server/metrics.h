@@ -25,6 +25,12 @@ struct ExpertMetrics {
     uint64_t layers = 0;
     double predicted_ms = 0, measured_ms = 0;          // expert phase, summed over layers
     double predicted_cpu_ms = 0, measured_cpu_ms = 0;  // its CPU side
+    double predicted_device_ms = 0, measured_device_ms = 0;  // its device side
+    std::string device_name;                           // the GPU's name, or why the CPU serves
+    // Per layer (n_layers each), summed over executions: each side's
+    // predicted and measured time.
+    std::vector<double> layer_predicted_cpu_ms, layer_measured_cpu_ms;
+    std::vector<double> layer_predicted_device_ms, layer_measured_device_ms;
 };
 
 class Metrics {

@@ -220,6 +220,7 @@ TEST_CASE("emulate-gpu flag: a dry run with a stats line, bad values refused", "
     REQUIRE(ok.exit_code == 0);
     REQUIRE(ok.err.find("device: emulated") != std::string::npos);
     REQUIRE(ok.err.find("hit rate") != std::string::npos);
+    REQUIRE(ok.err.find("furthest layer: ") != std::string::npos);  // per-layer predicted vs measured
 
     for (const char* bad : {"abc", "0", "-1", "150%", "%", "12GB"}) {
         CommandResult r = run_command({bin, "generate", "--model", dir, "--prompt", "Hi", "--emulate-gpu", bad});

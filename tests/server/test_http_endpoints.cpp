@@ -449,8 +449,22 @@ TEST_CASE("experts endpoint and metrics show an emulated device's placement and 
     for (const char* site : {"cpu", "device", "copy"}) by_site += j["execution_last"]["sites"][site]["tokens"].get<long>();
     CHECK(by_site == routed);
     CHECK(j["execution_total"]["layers"].get<long>() > 0);
+    // Per layer, predicted and measured time of each side add up to the sums.
+    const json& total = j["execution_total"];
+    for (const char* key : {"predicted_cpu_ms", "measured_cpu_ms", "predicted_device_ms", "measured_device_ms"}) {
+        INFO(key);
+        const json& per_layer = total["per_layer"][key];
+        REQUIRE(per_layer.size() == 2);
+        double sum = 0;
+        for (const json& v : per_layer) sum += v.get<double>();
+        CHECK(sum == Approx(total[key].get<double>()).epsilon(1e-9).margin(1e-9));
+    }
+    for (const json& v : total["per_layer"]["measured_device_ms"]) CHECK(v.get<double>() > 0);  // both layers ran on it
+    CHECK(j["placement"]["staging_slots"] == 2);
 
     CHECK(metric_value(c, "moe_device_info{device=\"emulated\"}") == 1);
+    CHECK(metric_value(c, "moe_expert_layer_ms_total{layer=\"1\",side=\"device\",kind=\"measured\"}") > 0);
+    CHECK(metric_value(c, "moe_expert_layer_ms_total{layer=\"0\",side=\"cpu\",kind=\"predicted\"}") >= 0);
     CHECK(metric_value(c, "moe_experts_resident") == 4);
     CHECK(metric_value(c, "moe_expert_runs_total{site=\"device\"}") > 0);
     CHECK(metric_value(c, "moe_moe_layers_total") > 0);
