@@ -514,6 +514,17 @@ group('experts', () => {
       assert.match(share, /GPU \d+(\.\d)?%, CPU \d+(\.\d)?%/);
       assert.equal(await panel.locator('.heatmap .cell.resident').count(), info.resident.flat().filter(Boolean).length);
     }
+    // Per-layer predicted vs measured time: one row per layer, the
+    // measured CPU times of the last reply as /v1/experts gives them.
+    const times = panel.locator('#layer-times');
+    await times.locator('summary').click();
+    const rows = times.locator('tbody tr');
+    assert.equal(await rows.count(), info.layers);
+    const shown = await times
+      .locator('td[data-key="measured_cpu_ms"]')
+      .evaluateAll((els) => els.map((e) => Number.parseFloat(e.textContent)));
+    const fresh = await (await fetch(`${f.server.url}/v1/experts`)).json();
+    fresh.execution_last.per_layer.measured_cpu_ms.forEach((v, l) => assert.ok(Math.abs(shown[l] - v) <= 0.051));
     await page.screenshot({ path: path.join(ARTIFACTS, 'experts-panel.png') });
     assert_clean(problems);
     await page.close();

@@ -30,7 +30,7 @@ function valid_matrix(m, layers, experts) {
 
 export class ExpertsPanel {
   constructor(els) {
-    this.els = els; // {summary, heatmap, legend, legend_max, share, share_gpu, share_cpu, share_text}
+    this.els = els; // {summary, heatmap, legend, legend_max, share, share_gpu, share_cpu, share_text, layer_times, layer_times_body}
     this.data = null;
     this.view = 'total';
   }
@@ -47,6 +47,7 @@ export class ExpertsPanel {
     this.els.heatmap.setAttribute('aria-label', 'Expert routing heat map (no data)');
     this.els.legend.hidden = true;
     this.els.share.hidden = true;
+    if (this.els.layer_times) this.els.layer_times.hidden = true;
   }
 
   update(data) {
@@ -77,6 +78,7 @@ export class ExpertsPanel {
 
     this.render_share(d, on_gpu, n_resident, layers * experts);
     this.render_grid(counts, resident, max, layers, experts);
+    this.render_layer_times(this.view === 'last' ? d.execution_last : d.execution_total, layers, on_gpu);
 
     this.els.legend.hidden = false;
     this.els.legend_max.textContent = max.toLocaleString();
@@ -93,7 +95,7 @@ export class ExpertsPanel {
     if (!on_gpu) {
       share_gpu.style.width = '0%';
       share_cpu.style.width = '100%';
-      share_text.textContent = 'No GPU: all on CPU.';
+      share_text.textContent = d.device_name ? `No GPU (${d.device_name}): all on CPU.` : 'No GPU: all on CPU.';
       share.dataset.device = 'none';
       return;
     }
@@ -102,9 +104,45 @@ export class ExpertsPanel {
     share_gpu.style.width = `${100 * gpu}%`;
     share_cpu.style.width = `${100 * cpu}%`;
     const hit = typeof d.hit_rate === 'number' ? ` GPU hit rate ${percent(d.hit_rate)}.` : '';
-    const device = d.device === 'emulated' ? 'Emulated GPU (dry run of placement; it computes on the CPU)' : d.device;
+    const device =
+      d.device === 'emulated'
+        ? 'Emulated GPU (dry run of placement; it computes on the CPU)'
+        : d.device === 'cuda' && d.device_name
+          ? `GPU ${d.device_name}`
+          : d.device;
     share_text.textContent = `${device}: ${n_resident} of ${n_total} experts resident. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}`;
     share.dataset.device = 'gpu';
+  }
+
+  // Per MoE layer: the latency model's predicted time of each side against
+  // the measured one (ms, summed over the layer's runs in the chosen scope).
+  render_layer_times(exec, layers, on_gpu) {
+    const { layer_times, layer_times_body } = this.els;
+    if (!layer_times) return;
+    const per = exec?.per_layer;
+    const keys = ['predicted_cpu_ms', 'measured_cpu_ms', 'predicted_device_ms', 'measured_device_ms'];
+    if (!per || !keys.every((k) => Array.isArray(per[k]) && per[k].length === layers)) {
+      layer_times.hidden = true;
+      return;
+    }
+    const frag = document.createDocumentFragment();
+    for (let l = 0; l < layers; l++) {
+      const row = document.createElement('tr');
+      const head = document.createElement('th');
+      head.scope = 'row';
+      head.textContent = `L${l}`;
+      row.append(head);
+      for (const k of keys) {
+        const cell = document.createElement('td');
+        const v = Number(per[k][l]);
+        cell.textContent = !on_gpu && k.includes('device') ? '–' : `${Number.isFinite(v) ? v.toFixed(1) : '?'} ms`;
+        cell.dataset.key = k;
+        row.append(cell);
+      }
+      frag.append(row);
+    }
+    layer_times_body.replaceChildren(frag);
+    layer_times.hidden = false;
   }
 
   render_grid(counts, resident, max, layers, experts) {

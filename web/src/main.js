@@ -88,6 +88,8 @@ class App {
       share_gpu: $('share-gpu'),
       share_cpu: $('share-cpu'),
       share_text: $('share-text'),
+      layer_times: $('layer-times'),
+      layer_times_body: $('layer-times-body'),
     });
     this.experts.show_message('No statistics loaded yet.');
   }
