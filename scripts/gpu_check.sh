@@ -47,7 +47,7 @@ step() {
 bench_step() {
   local name="$1" limit="$2"
   shift 2
-  step "$name" "$limit" bash -c 'set -o pipefail; "$0" "$@" | tee -a "'"$bench"'"' "$bin" "$@"
+  step "$name" "$limit" bash -c 'set -o pipefail; "$@" | tee -a "'"$bench"'"' bench "$@"
 }
 
 note "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $cores cores"
@@ -113,7 +113,7 @@ grep -E "Skipped|\*\*\*Failed|Not Run" "$out/ctest_gpu.log" | head -20 >>"$summa
 bench_step "bench gpu (mixtral-8x7b expert shape)" 240 "$bin" bench gpu
 # The latency model of this machine for Mixtral-8x7B's expert shape: the
 # planner uses it from here on; its fit errors are the device-side accuracy.
-step "calibrate synth:mixtral-8x7b" 420 bash -c '"$0" calibrate --model synth:mixtral-8x7b --force --reps 9 | tee "'"$out/calibrate.txt"'"' "$bin"
+step "calibrate synth:mixtral-8x7b" 420 bash -c 'set -o pipefail; "$0" calibrate --model synth:mixtral-8x7b --force --reps 9 | tee "'"$out/calibrate.txt"'"' "$bin"
 big=(--model synth:mixtral-8x7b)
 bench_step "decode mixtral-8x7b, 24 GiB GPU" 300 "$bin" bench decode "${big[@]}" --gpu-memory 24 --tokens 32 --repeat 2
 bench_step "prefill 512 mixtral-8x7b, 24 GiB GPU" 240 "$bin" bench prefill "${big[@]}" --gpu-memory 24 --tokens 512 --repeat 2
