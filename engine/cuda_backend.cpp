@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "engine/device_setup.h"
 #include "engine/forward.h"
 
 namespace {
@@ -85,22 +86,6 @@ ModelWeights dense_view(const ModelWeights& host) {
 
 }  // namespace
 
-size_t CudaBackend::activation_bytes_for(const ModelConfig& c, int ctx, int max_batch, int max_rows) {
-    const size_t mb = size_t(max_batch), q_dim = size_t(c.n_heads) * c.head_dim,
-                 kv_dim = size_t(c.n_kv_heads) * c.head_dim, n_experts = size_t(std::max(1, c.n_experts)),
-                 k = size_t(std::max(1, c.n_experts_active));
-    // ForwardPass's state (forward.cpp): x, xb, q, k, v, att, out, router, logit rows, logits.
-    size_t floats = mb * (4 * c.dim + 2 * q_dim + 2 * kv_dim + n_experts) + mb * c.dim + mb * c.vocab_size;
-    size_t bytes = aligned(floats * sizeof(float)) + 10 * ALIGN;
-    bytes += 2 * aligned(size_t(max_rows) * c.dim * sizeof(float));              // expert rows x, y
-    bytes += aligned(mb * std::max(size_t(c.dim), q_dim) * sizeof(bf16));       // GEMM inputs
-    bytes += aligned(meta_bytes(max_batch, ctx));                                // batch metadata
-    bytes += aligned(size_t(max_rows) * sizeof(int)) + aligned(mb * k * sizeof(int)) +
-             aligned(mb * k * sizeof(float)) + aligned(mb * sizeof(int));           // uploads
-    bytes += aligned(mb * k * (sizeof(int) + sizeof(float)));                    // routes
-    return bytes;
-}
-
 CudaBackend::Upload CudaBackend::make_upload(size_t bytes) {
     Upload u{PinnedBuffer(bytes), GpuBuffer(bytes), std::make_unique<GpuEvent>()};
     u.done->record(stream_.get());
@@ -153,7 +138,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     host_x_ = PinnedBuffer(rows_x_.bytes());
     host_y_ = PinnedBuffer(rows_y_.bytes());
     logits_host_ = PinnedBuffer(size_t(max_batch) * c_.vocab_size * sizeof(float));
-    activation_bytes_ = activation_bytes_for(config, ctx, max_batch, max_rows);
+    activation_bytes_ = size_t(cuda_activation_bytes(config, ctx, max_batch, max_rows));
 }
 
 CudaBackend::~CudaBackend() = default;

@@ -52,15 +52,11 @@ public:
     GpuStream stream() const { return stream_.get(); }
     GpuBlas& blas() { return *blas_; }
     int device() const { return device_; }
-    // Device bytes this backend holds: dense weights, activations and
-    // staging (the KV cache is the KvCache's, through kv_memory()).
+    // Device bytes this backend holds: dense weights, and activations and
+    // staging as cuda_activation_bytes (device_setup.h) counts them for the
+    // budget (the KV cache is the KvCache's, through kv_memory()).
     size_t weight_bytes() const { return weight_bytes_; }
     size_t activation_bytes() const { return activation_bytes_; }
-
-    // Device bytes CudaBackend needs for a model besides its weights and the
-    // KV cache: activations, expert rows, metadata and GEMM scratch. The
-    // device budget subtracts it before placing experts.
-    static size_t activation_bytes_for(const ModelConfig& config, int ctx, int max_batch, int max_rows);
 
 private:
     // One staging area for small host -> device uploads: pinned host

@@ -6,20 +6,12 @@
 #include "engine/cuda_setup.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 
 #include "engine/cost.h"
 #include "engine/cuda_backend.h"
 #include "engine/cuda_expert_device.h"
 #include "engine/errors.h"
 #include "gpu_kernels/device.h"
-
-namespace {
-
-constexpr double GIB = double(1u << 30);
-
-}  // namespace
 
 bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
@@ -36,51 +28,13 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
     }
     const GpuDevice& d = devices[size_t(index)];
     PlacementInfo& info = s.info;
-    char line[512];
-    if (o.device.gpu_memory_bytes > double(d.free_bytes)) {
-        std::snprintf(line, sizeof line, "--gpu-memory: %.2f GiB asked, but %s has %.2f GiB free", o.device.gpu_memory_bytes / GIB,
-                      d.name.c_str(), double(d.free_bytes) / GIB);
-        throw MoeError(line);
-    }
-
     const int staging = DEFAULT_STAGING_SLOTS;
     const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
     info.device = "cuda";
     info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
-    info.staging_slots = staging;
-    info.dense_bytes = cost_dense_bytes(c);
-    info.kv_bytes = kv_cache_bytes(c, ctx);
-    info.activation_bytes = double(CudaBackend::activation_bytes_for(c, ctx, o.max_batch, max_rows));
-    if (o.device.gpu_expert_share > 0) {
-        // A share of experts: the budget is what they need, with the margin
-        // of a budget of that size (a fixed point: at most 1 GiB).
-        const double experts = (std::round(o.device.gpu_expert_share * c.n_layers * c.n_experts) + staging) *
-                               info.expert_bytes;
-        const double need = info.dense_bytes + info.kv_bytes + info.activation_bytes + experts;
-        info.budget_bytes = std::min(need / 0.9, need + GIB);
-        if (info.budget_bytes > double(d.free_bytes)) {
-            std::snprintf(line, sizeof line, "--gpu-memory %.0f%%: needs %.2f GiB, but %s has %.2f GiB free",
-                          100.0 * o.device.gpu_expert_share, info.budget_bytes / GIB, d.name.c_str(),
-                          double(d.free_bytes) / GIB);
-            throw MoeError(line);
-        }
-    } else {
-        info.budget_bytes = o.device.gpu_memory_bytes > 0 ? o.device.gpu_memory_bytes : double(d.free_bytes);
-    }
-    info.margin_bytes = device_margin_bytes(info.budget_bytes);
+    *why_not = cuda_budget(o.device, c, ctx, o.max_batch, double(d.free_bytes), info.device_name, staging, info);
+    if (!why_not->empty()) return false;
     const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
-    if (info.budget_bytes - fixed < staging * info.expert_bytes) {
-        std::snprintf(line, sizeof line,
-                      "%.2f GiB of %s does not hold the dense weights (%.2f GiB), the KV cache (%.2f GiB), the "
-                      "activations (%.2f GiB), the margin (%.2f GiB) and %d staging slots of one expert (%.3f GiB each)",
-                      info.budget_bytes / GIB, info.device_name.c_str(), info.dense_bytes / GIB, info.kv_bytes / GIB,
-                      info.activation_bytes / GIB, info.margin_bytes / GIB, staging, info.expert_bytes / GIB);
-        *why_not = line;
-        return false;
-    }
-    DeviceBudget b{info.budget_bytes, info.dense_bytes + info.activation_bytes, info.kv_bytes, info.margin_bytes,
-                   info.expert_bytes, staging};
-    info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
     Residency residency = plan_residency(o.device, c, info.capacity, info);
 
     LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);

@@ -19,6 +19,7 @@
 #include "engine/expert_timing.h"
 #include "engine/fingerprint.h"
 #include "engine/host_memory.h"
+#include "engine/kv_cache.h"
 #include "gpu_kernels/device.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
@@ -67,6 +68,66 @@ std::optional<Calibration> cached_calibration(const ModelConfig& c, int threads,
 }  // namespace
 
 double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
+
+double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows) {
+    constexpr double ALIGN = 256;  // each allocation rounds up to it
+    const double mb = max_batch, q_dim = double(c.n_heads) * c.head_dim, kv_dim = double(c.n_kv_heads) * c.head_dim;
+    const double n_experts = std::max(1, c.n_experts), k = std::max(1, c.n_experts_active);
+    const double blocks_per_seq = (ctx + KV_BLOCK - 1) / KV_BLOCK;
+    // ForwardPass's state: x, xb, out, logit rows (dim each), q, att, k, v,
+    // router, logits.
+    double bytes = mb * (4 * c.dim + 2 * q_dim + 2 * kv_dim + n_experts + c.vocab_size) * sizeof(float);
+    bytes += 2.0 * max_rows * c.dim * sizeof(float);                        // expert rows x, y
+    bytes += mb * std::max(double(c.dim), q_dim) * 2;                        // GEMM inputs, bf16
+    bytes += 4 * sizeof(int) * mb + sizeof(float*) * (mb + mb * blocks_per_seq);  // batch metadata
+    bytes += (std::max(double(max_rows), mb) + 2 * mb * k) * sizeof(int) + mb * k * sizeof(float);  // uploads
+    bytes += mb * k * (sizeof(int) + sizeof(float));                           // routes
+    return bytes + 32 * ALIGN;
+}
+
+std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, int max_batch, double free_bytes,
+                        const std::string& device_name, int staging, PlacementInfo& info) {
+    char line[512];
+    if (o.gpu_memory_bytes > free_bytes) {
+        std::snprintf(line, sizeof line, "--gpu-memory: %.2f GiB asked, but %s has %.2f GiB free",
+                      o.gpu_memory_bytes / GIB, device_name.c_str(), free_bytes / GIB);
+        throw MoeError(line);
+    }
+    info.staging_slots = staging;
+    info.expert_bytes = double(expert_bytes(c));
+    info.dense_bytes = cost_dense_bytes(c);
+    info.kv_bytes = kv_cache_bytes(c, ctx);
+    info.activation_bytes = cuda_activation_bytes(c, ctx, max_batch, max_batch * std::max(1, c.n_experts_active));
+    if (o.gpu_expert_share > 0) {
+        // A share of experts: the budget is what they need, with the margin
+        // of a budget of that size (a tenth, at most 1 GiB).
+        const double experts =
+            (std::round(o.gpu_expert_share * c.n_layers * c.n_experts) + staging) * info.expert_bytes;
+        const double need = info.dense_bytes + info.kv_bytes + info.activation_bytes + experts;
+        info.budget_bytes = std::min(need / 0.9, need + GIB);
+        if (info.budget_bytes > free_bytes) {
+            std::snprintf(line, sizeof line, "--gpu-memory %.0f%%: needs %.2f GiB, but %s has %.2f GiB free",
+                          100.0 * o.gpu_expert_share, info.budget_bytes / GIB, device_name.c_str(), free_bytes / GIB);
+            throw MoeError(line);
+        }
+    } else {
+        info.budget_bytes = o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : free_bytes;
+    }
+    info.margin_bytes = margin_for(info.budget_bytes);
+    const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
+    if (info.budget_bytes - fixed < staging * info.expert_bytes) {
+        std::snprintf(line, sizeof line,
+                      "%.2f GiB of %s does not hold the dense weights (%.2f GiB), the KV cache (%.2f GiB), the "
+                      "activations (%.2f GiB), the margin (%.2f GiB) and %d staging slots of one expert (%.3f GiB each)",
+                      info.budget_bytes / GIB, device_name.c_str(), info.dense_bytes / GIB, info.kv_bytes / GIB,
+                      info.activation_bytes / GIB, info.margin_bytes / GIB, staging, info.expert_bytes / GIB);
+        return line;
+    }
+    DeviceBudget b{info.budget_bytes, info.dense_bytes + info.activation_bytes, info.kv_bytes, info.margin_bytes,
+                   info.expert_bytes, staging};
+    info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
+    return "";
+}
 
 Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
     Residency residency;

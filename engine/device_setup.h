@@ -35,6 +35,23 @@ LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const
                                 const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
                                 std::string* source);
 
+// Device bytes the CUDA backend needs besides its weights and the KV cache:
+// ForwardPass's activations, the expert rows (max_rows of dim, x and y), the
+// GEMM inputs in bf16, the batch metadata and the routing uploads. Plain
+// arithmetic, in every build (the CUDA backend allocates exactly these).
+double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows);
+
+// The CUDA device budget: from the device's free memory and the flags
+// (o.gpu_memory_bytes, or o.gpu_expert_share of all experts resident, or
+// all free memory), fills info's budget, dense, KV, activation and margin
+// bytes, the staging slots and the resident capacity. Returns an empty
+// string, or why the budget cannot work (too small for the dense part and
+// the staging slots: the caller falls back to the CPU or refuses). Throws
+// MoeError when the flags ask for more than is free. Pure arithmetic,
+// tested without a GPU.
+std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, int max_batch, double free_bytes,
+                        const std::string& device_name, int staging, PlacementInfo& info);
+
 // Throws MoeError for a budget too small for one expert, a device on a dense
 // model, or a bad profile.
 DeviceSetup device_setup(const EngineOptions& options, const ModelConfig& config, const ModelWeights& weights,

@@ -3,6 +3,8 @@
 
 #include <cassert>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 
 #include "engine/weights.h"
 
@@ -21,6 +23,10 @@ HybridExpertExecutor::HybridExpertExecutor(const ModelConfig& config, Backend& b
     : backend_(backend), cpu_(cpu), device_(device), planner_(model, double(expert_bytes(config)), std::max(1, config.n_experts)),
       expert_bytes_(double(expert_bytes(config))), step_(config.n_layers, std::max(1, config.n_experts)) {
     assert(!device || model.has_device);
+    // The planner prices the pipeline the device runs: the same slot count.
+    if (device && device->staging_slots() != model.staging_slots)
+        throw std::invalid_argument("hybrid executor: the latency model prices " + std::to_string(model.staging_slots) +
+                                    " staging slots, the device has " + std::to_string(device->staging_slots()));
     size_t n = size_t(std::max(1, config.n_experts));
     inputs_.resize(n);
     sites_.resize(n);

@@ -1,0 +1,80 @@
+// The CUDA device budget (engine/device_setup.h, cuda_budget) without a
+// GPU: what the dense weights, the fp32 KV cache, the activations and the
+// margin take from --gpu-memory (or from the free memory), how many experts
+// are left room for beside the staging slots, the share-of-experts form, and
+// the refusals. Figures are recomputed here from the model's shapes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "engine/cost.h"
+#include "engine/device_setup.h"
+#include "engine/errors.h"
+#include "engine/synth_model.h"
+#include "engine/weights.h"
+
+namespace {
+
+constexpr double GIB = double(1u << 30);
+
+}  // namespace
+
+TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV cache and what experts fit",
+          "[unit][cuda_budget]") {
+    const ModelConfig c = synth_preset("mixtral-8x7b");
+    DeviceOptions o;
+    o.gpu_memory_bytes = 24 * GIB;
+    PlacementInfo info;
+    const int ctx = 4096, max_batch = 512, staging = 2;
+    REQUIRE(cuda_budget(o, c, ctx, max_batch, 79 * GIB, "test GPU", staging, info).empty());
+    CHECK(info.budget_bytes == 24 * GIB);
+    CHECK(info.dense_bytes == cost_dense_bytes(c));
+    // fp32 keys and values of every layer for one context.
+    CHECK(info.kv_bytes == double(c.n_layers) * ctx * c.n_kv_heads * c.head_dim * 2 * 4);
+    CHECK(info.kv_bytes == 1 * GIB);  // 32 layers x 4096 positions x 1024 x (K, V) x 4 bytes
+    CHECK(info.margin_bytes == 1 * GIB);           // a tenth, at most 1 GiB
+    CHECK(info.activation_bytes > 0);
+    CHECK(info.activation_bytes < 0.5 * GIB);
+    const double expert = double(expert_bytes(c));
+    CHECK(expert == 3.0 * 4096 * 14336 * 2);
+    const double left = 24 * GIB - info.dense_bytes - info.kv_bytes - info.activation_bytes - info.margin_bytes;
+    CHECK(info.capacity == int(std::floor(left / expert)) - staging);
+    CHECK(info.capacity > 40);  // about a fifth of the 256 experts
+    CHECK(info.capacity < 70);
+    // What is placed fits.
+    CHECK(info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes +
+              (info.capacity + staging) * expert <=
+          info.budget_bytes);
+}
+
+TEST_CASE("cuda budget: the free memory by default, a share of experts, and refusals", "[unit][cuda_budget]") {
+    const ModelConfig c = synth_preset("mixtral-mini");
+    const double expert = double(expert_bytes(c));
+    PlacementInfo free_info;
+    REQUIRE(cuda_budget(DeviceOptions{}, c, 1024, 64, 8 * GIB, "test GPU", 2, free_info).empty());
+    CHECK(free_info.budget_bytes == 8 * GIB);
+    CHECK(free_info.capacity == c.n_layers * c.n_experts);  // everything fits
+
+    DeviceOptions share;
+    share.gpu_expert_share = 0.25;
+    PlacementInfo s;
+    REQUIRE(cuda_budget(share, c, 1024, 64, 8 * GIB, "test GPU", 2, s).empty());
+    CHECK(s.capacity == c.n_layers * c.n_experts / 4);
+    CHECK(s.budget_bytes < 8 * GIB);
+
+    DeviceOptions too_much;
+    too_much.gpu_memory_bytes = 9 * GIB;
+    PlacementInfo t;
+    CHECK_THROWS_WITH(cuda_budget(too_much, c, 1024, 64, 8 * GIB, "test GPU", 2, t),
+                      Catch::Contains("9.00 GiB asked") && Catch::Contains("8.00 GiB free"));
+
+    // Room for the dense part but not for two staging slots: no GPU plan.
+    DeviceOptions small;
+    PlacementInfo d;
+    REQUIRE(cuda_budget(DeviceOptions{}, c, 1024, 64, 8 * GIB, "x", 2, d).empty());
+    small.gpu_memory_bytes = (d.dense_bytes + d.kv_bytes + d.activation_bytes + 1.5 * expert) / 0.9;
+    PlacementInfo n;
+    std::string why = cuda_budget(small, c, 1024, 64, 8 * GIB, "test GPU", 2, n);
+    CHECK(why.find("does not hold the dense weights") != std::string::npos);
+    CHECK(why.find("2 staging slots") != std::string::npos);
+}
