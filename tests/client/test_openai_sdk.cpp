@@ -15,7 +15,11 @@
 
 namespace fs = std::filesystem;
 
-TEST_CASE("openai npm SDK: models, chat, streaming, completions, errors", "[client]") {
+namespace {
+
+// Runs openai_sdk.test.mjs against a server started with extra_args and
+// checks that every check passed.
+void run_sdk_checks(const std::vector<std::string>& extra_args, const std::string& tag, const std::string& must_log) {
     fs::path node_modules = MOE_NODE_MODULES;
     INFO("node_modules: " << node_modules);
     REQUIRE(std::string(MOE_NODE_EXECUTABLE) != "");
@@ -23,8 +27,12 @@ TEST_CASE("openai npm SDK: models, chat, streaming, completions, errors", "[clie
     REQUIRE(fs::exists(node_modules / "openai" / "package.json"));
 
     const std::string key = "client-test-key";
-    ServerProcess server(test_model_dir("tiny"), {"--api-key", key});
-    fs::path dir = test_temp_dir("openai-sdk");
+    std::vector<std::string> args{"--api-key", key};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    ServerProcess server(test_model_dir("tiny"), args);
+    INFO("server log:\n" << server.log());
+    REQUIRE(server.log().find(must_log) != std::string::npos);
+    fs::path dir = test_temp_dir(tag);
     std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" + " MOE_API_KEY=" + key +
                       " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
                       " MOE_NODE_MODULES=" + node_modules.string() + " " + MOE_NODE_EXECUTABLE + " " +
@@ -39,34 +47,18 @@ TEST_CASE("openai npm SDK: models, chat, streaming, completions, errors", "[clie
     CHECK(out.find("6/6 checks passed") != std::string::npos);
 }
 
+}  // namespace
+
+TEST_CASE("openai npm SDK: models, chat, streaming, completions, errors", "[client]") {
+    run_sdk_checks({}, "openai-sdk", "ready");
+}
+
 // The same checks against a server whose model runs on a CUDA device
-// (--gpu-memory): labelled gpu too, and skipped where no device exists.
+// (--gpu-memory): labelled gpu, and skipped where no device exists.
 TEST_CASE("openai npm SDK against a server on the GPU (--gpu-memory)", "[gpu]") {
     if (gpu_devices().empty()) {
         std::printf("gpu: skipped: no CUDA device (no driver, or none visible)\n");
         return;
     }
-    fs::path node_modules = MOE_NODE_MODULES;
-    INFO("node_modules: " << node_modules);
-    REQUIRE(std::string(MOE_NODE_EXECUTABLE) != "");
-    INFO("the openai package must be installed there: run scripts/setup_test_tools.sh");
-    REQUIRE(fs::exists(node_modules / "openai" / "package.json"));
-
-    const std::string key = "client-test-key";
-    ServerProcess server(test_model_dir("tiny"), {"--api-key", key, "--gpu-memory", "2"});
-    INFO("server log:\n" << server.log());
-    REQUIRE(server.log().find("device: NVIDIA") != std::string::npos);
-    fs::path dir = test_temp_dir("openai-sdk-gpu");
-    std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" + " MOE_API_KEY=" + key +
-                      " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
-                      " MOE_NODE_MODULES=" + node_modules.string() + " " + MOE_NODE_EXECUTABLE + " " +
-                      (fs::path(MOE_SOURCE_DIR) / "tests" / "client" / "openai_sdk.test.mjs").string() + " > " +
-                      (dir / "out.txt").string() + " 2>&1";
-    int status = std::system(cmd.c_str());
-    std::string out = read_file(dir / "out.txt");
-    INFO("node output:\n" << out << "\nserver log:\n" << server.log());
-    REQUIRE(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-    CHECK(out.find("not ok") == std::string::npos);
-    CHECK(out.find("6/6 checks passed") != std::string::npos);
+    run_sdk_checks({"--gpu-memory", "2"}, "openai-sdk-gpu", "(cuda:0)");
 }
