@@ -25,16 +25,21 @@ void gpu_mem_info(size_t* free_bytes, size_t* total_bytes);
 // Blocks until the current device has finished all work.
 void gpu_synchronize();
 
-// Device memory (cudaMalloc). Move-only; freed on destruction.
-class GpuBuffer {
+// Owned memory of one kind: DEVICE (cudaMalloc) or PINNED, page-locked
+// host memory (cudaHostAlloc) that copies run from asynchronously at full
+// bandwidth. Move-only; freed on destruction.
+enum class GpuMemoryKind { DEVICE, PINNED };
+
+template <GpuMemoryKind KIND>
+class GpuMemory {
 public:
-    GpuBuffer() = default;
-    explicit GpuBuffer(size_t bytes);
-    ~GpuBuffer();
-    GpuBuffer(GpuBuffer&& o) noexcept;
-    GpuBuffer& operator=(GpuBuffer&& o) noexcept;
-    GpuBuffer(const GpuBuffer&) = delete;
-    GpuBuffer& operator=(const GpuBuffer&) = delete;
+    GpuMemory() = default;
+    explicit GpuMemory(size_t bytes);
+    ~GpuMemory();
+    GpuMemory(GpuMemory&& o) noexcept;
+    GpuMemory& operator=(GpuMemory&& o) noexcept;
+    GpuMemory(const GpuMemory&) = delete;
+    GpuMemory& operator=(const GpuMemory&) = delete;
     void* data() const { return data_; }
     template <class T> T* as() const { return static_cast<T*>(data_); }
     size_t bytes() const { return bytes_; }
@@ -43,26 +48,8 @@ private:
     void* data_ = nullptr;
     size_t bytes_ = 0;
 };
-
-// Page-locked host memory (cudaHostAlloc): copies from it run asynchronously
-// at full bandwidth. Move-only; freed on destruction.
-class PinnedBuffer {
-public:
-    PinnedBuffer() = default;
-    explicit PinnedBuffer(size_t bytes);
-    ~PinnedBuffer();
-    PinnedBuffer(PinnedBuffer&& o) noexcept;
-    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    void* data() const { return data_; }
-    template <class T> T* as() const { return static_cast<T*>(data_); }
-    size_t bytes() const { return bytes_; }
-
-private:
-    void* data_ = nullptr;
-    size_t bytes_ = 0;
-};
+using GpuBuffer = GpuMemory<GpuMemoryKind::DEVICE>;
+using PinnedBuffer = GpuMemory<GpuMemoryKind::PINNED>;
 
 // Existing host memory (e.g. a read-only file mapping) page-locked in place
 // with cudaHostRegister (cudaHostRegisterReadOnly when read_only), so the

@@ -10,44 +10,50 @@ void gpu_mem_info(size_t* free_bytes, size_t* total_bytes) { CUDA_CHECK(cudaMemG
 
 void gpu_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-GpuBuffer::GpuBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) CUDA_CHECK(cudaMalloc(&data_, bytes));
+namespace {
+
+template <GpuMemoryKind KIND>
+void memory_free(void* p) {
+    // A destructor must not throw; nothing to do on failure.
+    if (!p) return;
+    if constexpr (KIND == GpuMemoryKind::DEVICE)
+        cudaFree(p);
+    else
+        cudaFreeHost(p);
 }
 
-GpuBuffer::~GpuBuffer() {
-    if (data_) cudaFree(data_);  // a destructor must not throw; nothing to do on failure
+}  // namespace
+
+template <GpuMemoryKind KIND>
+GpuMemory<KIND>::GpuMemory(size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    if constexpr (KIND == GpuMemoryKind::DEVICE)
+        CUDA_CHECK(cudaMalloc(&data_, bytes));
+    else
+        CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault));
 }
 
-GpuBuffer::GpuBuffer(GpuBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-GpuBuffer& GpuBuffer::operator=(GpuBuffer&& o) noexcept {
-    if (this != &o) {
-        if (data_) cudaFree(data_);
-        data_ = std::exchange(o.data_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
+template <GpuMemoryKind KIND>
+GpuMemory<KIND>::~GpuMemory() {
+    memory_free<KIND>(data_);
 }
 
-PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault));
-}
-
-PinnedBuffer::~PinnedBuffer() {
-    if (data_) cudaFreeHost(data_);
-}
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+template <GpuMemoryKind KIND>
+GpuMemory<KIND>::GpuMemory(GpuMemory&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
 
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+template <GpuMemoryKind KIND>
+GpuMemory<KIND>& GpuMemory<KIND>::operator=(GpuMemory&& o) noexcept {
     if (this != &o) {
-        if (data_) cudaFreeHost(data_);
+        memory_free<KIND>(data_);
         data_ = std::exchange(o.data_, nullptr);
         bytes_ = std::exchange(o.bytes_, 0);
     }
     return *this;
 }
+
+template class GpuMemory<GpuMemoryKind::DEVICE>;
+template class GpuMemory<GpuMemoryKind::PINNED>;
 
 HostRegistration::HostRegistration(const void* data, size_t bytes, bool read_only) {
     unsigned flags = cudaHostRegisterDefault | (read_only ? cudaHostRegisterReadOnly : 0u);
