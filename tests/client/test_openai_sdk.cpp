@@ -60,5 +60,11 @@ TEST_CASE("openai npm SDK against a server on the GPU (--gpu-memory)", "[gpu]") 
         std::printf("gpu: skipped: no CUDA device (no driver, or none visible)\n");
         return;
     }
+    if (std::string(MOE_NODE_EXECUTABLE).empty() || !fs::exists(fs::path(MOE_NODE_MODULES) / "openai" / "package.json")) {
+        // A GPU machine without network (scripts/gpu_check.sh) has no Node.js
+        // and no npm packages; elsewhere scripts/setup_test_tools.sh installs them.
+        std::printf("gpu: skipped: needs Node.js and the openai npm package (scripts/setup_test_tools.sh)\n");
+        return;
+    }
     run_sdk_checks({"--gpu-memory", "2"}, "openai-sdk-gpu", "(cuda:0)");
 }
