@@ -4,7 +4,7 @@
 // validator, the import of Fiddler's popularity JSON, and the check that a
 // profile belongs to the model at hand. The format is documented in
 // profiles/README.md. Plain data and files only: never runs or loads a model
-// (the fingerprint of a model is computed in engine/fingerprint.h). Every
+// (the fingerprint of a model is computed in engine/model/fingerprint.h). Every
 // refusal is a ProfileError naming the file and what is wrong.
 #pragma once
 #include <cstdint>

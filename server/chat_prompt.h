@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/chat_template.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
 
 class ReplyTokens {
 public:

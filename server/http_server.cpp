@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "embedded_files.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "engine/errors.h"
-#include "engine/model_source.h"
+#include "engine/model/model_source.h"
 #include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 
 
 struct ServerOptions {

@@ -8,10 +8,10 @@
 
 #include "engine/errors.h"
 #include "profiles/profile_error.h"
-#include "server/cli.h"
-#include "server/cli_calibrate.h"
-#include "server/cli_profile.h"
-#include "server/serve.h"
+#include "server/cli/cli.h"
+#include "server/cli/cli_calibrate.h"
+#include "server/cli/cli_profile.h"
+#include "server/cli/serve.h"
 
 namespace {
 

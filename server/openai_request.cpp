@@ -9,7 +9,7 @@
 #include <mutex>
 #include <random>
 
-#include "engine/beam_search.h"
+#include "engine/runtime/beam_search.h"
 
 using json = nlohmann::json;
 

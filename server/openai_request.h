@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/chat_template.h"
-#include "engine/sampler.h"
+#include "engine/text/chat_template.h"
+#include "engine/runtime/sampler.h"
 
 // An error answered to the client as {"error":{"message","type","param","code"}}.
 class ApiError : public std::runtime_error {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "server/openai_request.h"
 #include "server/request_queue.h"
 

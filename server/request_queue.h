@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/beam_search.h"
-#include "engine/engine.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/runtime/engine.h"
 
 enum class TaskEventKind { TOKEN, DONE, ERROR };
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/cuda_backend.h"
-#include "engine/cuda_expert_device.h"
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/devices/cuda_backend.h"
+#include "engine/devices/cuda_expert_device.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "gpu_support.h"
 #include "placement/residency.h"
 #include "test_support.h"

@@ -16,12 +16,12 @@
 #include <memory>
 #include <vector>
 
-#include "engine/cuda_backend.h"
-#include "engine/cuda_expert_device.h"
-#include "engine/engine.h"
-#include "engine/forward.h"
-#include "engine/hybrid_executor.h"
-#include "engine/weights.h"
+#include "engine/devices/cuda_backend.h"
+#include "engine/devices/cuda_expert_device.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/forward.h"
+#include "engine/devices/hybrid_executor.h"
+#include "engine/model/weights.h"
 #include "gpu_support.h"
 #include "placement/latency_model.h"
 #include "placement/residency.h"

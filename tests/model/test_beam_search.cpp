@@ -16,13 +16,13 @@
 #include <functional>
 #include <map>
 
-#include "engine/beam_search.h"
-#include "engine/engine.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/runtime/engine.h"
 #include "engine/errors.h"
-#include "engine/expert_executor.h"
-#include "engine/forward.h"
-#include "engine/kv_cache.h"
-#include "engine/weights.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/model/weights.h"
 #include "test_support.h"
 
 namespace {

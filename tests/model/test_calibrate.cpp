@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "profiles/calibration.h"
 #include "test_support.h"
 

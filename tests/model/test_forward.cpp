@@ -15,12 +15,12 @@
 #include <cmath>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "engine/errors.h"
-#include "engine/expert_executor.h"
-#include "engine/forward.h"
-#include "engine/kv_cache.h"
-#include "engine/weights.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/model/weights.h"
 #include "reference_model.h"
 #include "test_support.h"
 

@@ -12,14 +12,14 @@
 #include <memory>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/emulated_device.h"
-#include "engine/engine.h"
+#include "engine/devices/emulated_device.h"
+#include "engine/runtime/engine.h"
 #include "engine/errors.h"
-#include "engine/expert_executor.h"
-#include "engine/forward.h"
-#include "engine/hybrid_executor.h"
-#include "engine/kv_cache.h"
-#include "engine/weights.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/runtime/forward.h"
+#include "engine/devices/hybrid_executor.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/model/weights.h"
 #include "placement/residency.h"
 #include "test_support.h"
 

@@ -12,9 +12,9 @@
 
 #include "embedded_files.h"
 #include "engine/errors.h"
-#include "engine/model_config.h"
-#include "engine/synth_model.h"
-#include "engine/weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/synth_model.h"
+#include "engine/model/weights.h"
 #include "support/test_support.h"
 #include "support/weights_compare.h"
 

@@ -13,13 +13,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "engine/chat_template.h"
-#include "engine/fingerprint.h"
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
-#include "engine/synth_model.h"
-#include "engine/tensor_table.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/model/fingerprint.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/synth_model.h"
+#include "engine/model/tensor_table.h"
+#include "engine/text/tokenizer.h"
 #include "profiles/profile.h"
 #include "profiles/profile_error.h"
 #include "profiles/prompts.h"

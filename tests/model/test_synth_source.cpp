@@ -1,4 +1,4 @@
-// --model synth:PRESET[:SEED] (engine/model_source.h): the in-memory random
+// --model synth:PRESET[:SEED] (engine/model/model_source.h): the in-memory random
 // weights are the bytes `synth-model` writes for that preset and seed, so the
 // engine gives the same logits and greedy tokens as on the written folder;
 // malformed synthetic names and too little memory are one-line refusals; the
@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "engine/errors.h"
-#include "engine/expert_executor.h"
+#include "engine/devices/expert_executor.h"
 #include <memory>
 
-#include "engine/forward.h"
-#include "engine/kv_cache.h"
-#include "engine/model_source.h"
-#include "engine/synth_model.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/model/model_source.h"
+#include "engine/model/synth_model.h"
 #include "test_support.h"
 #include "weights_compare.h"
 

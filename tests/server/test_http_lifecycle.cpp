@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "server/http_sse_client.h"
+#include "server/cli/http_sse_client.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 

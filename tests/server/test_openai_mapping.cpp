@@ -3,7 +3,7 @@
 // events into chunks and objects, the queue bounds what may wait.
 #include <catch2/catch.hpp>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "engine/synth_model.h"
+#include "engine/model/synth_model.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

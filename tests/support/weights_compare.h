@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/weights.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 
 // Every bf16 matrix and fp32 vector of a loaded model, in table order, with its element count.
 struct Flat {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/chat_template.h"
+#include "engine/text/chat_template.h"
 #include "engine/errors.h"
 #include "test_support.h"
 

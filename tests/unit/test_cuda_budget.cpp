@@ -1,4 +1,4 @@
-// The CUDA device budget (engine/device_setup.h, cuda_budget) without a
+// The CUDA device budget (engine/devices/device_setup.h, cuda_budget) without a
 // GPU: what the dense weights, the fp32 KV cache, the activations and the
 // margin take from --gpu-memory (or from the free memory), how many experts
 // are left room for beside the staging slots, the share-of-experts form, and
@@ -7,11 +7,11 @@
 
 #include <cmath>
 
-#include "engine/cost.h"
-#include "engine/device_setup.h"
+#include "engine/model/cost.h"
+#include "engine/devices/device_setup.h"
 #include "engine/errors.h"
-#include "engine/synth_model.h"
-#include "engine/weights.h"
+#include "engine/model/synth_model.h"
+#include "engine/model/weights.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/emulated_device.h"
+#include "engine/devices/emulated_device.h"
 #include "engine/errors.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/expert_pipeline.h"
+#include "engine/devices/expert_pipeline.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/errors.h"
-#include "engine/kv_cache.h"
+#include "engine/runtime/kv_cache.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/errors.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -8,10 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/fingerprint.h"
-#include "engine/model_config.h"
-#include "engine/synth_model.h"
-#include "engine/tensor_table.h"
+#include "engine/model/fingerprint.h"
+#include "engine/model/model_config.h"
+#include "engine/model/synth_model.h"
+#include "engine/model/tensor_table.h"
 #include "profiles/profile.h"
 #include "profiles/profile_error.h"
 #include "support/test_support.h"

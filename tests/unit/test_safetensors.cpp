@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/errors.h"
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

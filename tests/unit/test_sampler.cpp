@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/errors.h"
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Tests of the tensor table (engine/tensor_table.h): Mixtral and dense
+// Tests of the tensor table (engine/model/tensor_table.h): Mixtral and dense
 // Mistral names, shapes, roles and (layer, expert) indices in load order,
 // and lm_head left out when the embeddings are tied.
 #include <catch2/catch.hpp>
@@ -7,8 +7,8 @@
 #include <string>
 #include <tuple>
 
-#include "engine/synth_model.h"
-#include "engine/tensor_table.h"
+#include "engine/model/synth_model.h"
+#include "engine/model/tensor_table.h"
 
 namespace {
 

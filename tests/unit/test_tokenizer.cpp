@@ -14,7 +14,7 @@
 
 #include "embedded_files.h"
 #include "engine/errors.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "test_support.h"
 
 namespace tokenizer_test {

@@ -1,0 +1,294 @@
+// CudaBackend (see cuda_backend.h): device buffers, gpu_kernels launchers
+// and cuBLAS on one compute stream. Host data crosses through pinned
+// staging areas, each guarded by an event so it is never overwritten while a
+// copy out of it is in flight.
+#include "engine/devices/cuda_backend.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/devices/device_setup.h"
+#include "engine/runtime/forward.h"
+
+namespace {
+
+constexpr size_t ALIGN = 256;  // device allocations and weight offsets
+
+size_t aligned(size_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
+
+int blocks_per_seq(int ctx) { return (ctx + KV_BLOCK - 1) / KV_BLOCK; }
+
+// Bytes of the per-batch metadata: tokens, positions, block_start, n_pos
+// (ints), then row bases and the block tables (pointers). Blocks: at most
+// one table per entry, each a whole context.
+size_t meta_bytes(int max_batch, int ctx) {
+    return aligned(4 * sizeof(int) * size_t(max_batch)) +
+           sizeof(float*) * (size_t(max_batch) + size_t(max_batch) * blocks_per_seq(ctx));
+}
+
+// The KV cache's blocks in device memory; copy-on-write copies run on the
+// compute stream, so they are ordered before the attention that reads them.
+class CudaKvMemory final : public KvMemory {
+public:
+    explicit CudaKvMemory(GpuStream stream) : stream_(stream) {}
+    float* alloc(size_t floats) override {
+        GpuBuffer b(floats * sizeof(float));
+        float* p = b.as<float>();
+        blocks_.push_back(std::move(b));
+        return p;
+    }
+    void free(float* p) override {
+        auto it = std::find_if(blocks_.begin(), blocks_.end(), [&](const GpuBuffer& b) { return b.data() == p; });
+        if (it != blocks_.end()) blocks_.erase(it);
+    }
+    void copy(float* dst, const float* src, size_t floats) override {
+        gpu_copy_d2d(dst, src, floats * sizeof(float), stream_);
+    }
+
+private:
+    GpuStream stream_;
+    std::vector<GpuBuffer> blocks_;
+};
+
+// Every dense tensor of the model with its size in bytes, in one order.
+template <class Fn>
+void for_each_dense(const ModelConfig& c, ModelWeights& w, Fn&& fn) {
+    const size_t dim = size_t(c.dim), q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+    fn(w.embed, size_t(c.vocab_size) * dim * sizeof(bf16));
+    if (!c.tie_embeddings) fn(w.lm_head, size_t(c.vocab_size) * dim * sizeof(bf16));
+    fn(w.final_norm, dim * sizeof(float));
+    for (LayerWeights& lw : w.layers) {
+        fn(lw.attn_norm, dim * sizeof(float));
+        fn(lw.wq, q_dim * dim * sizeof(bf16));
+        fn(lw.wk, kv_dim * dim * sizeof(bf16));
+        fn(lw.wv, kv_dim * dim * sizeof(bf16));
+        fn(lw.wo, dim * q_dim * sizeof(bf16));
+        fn(lw.ffn_norm, dim * sizeof(float));
+        if (c.is_moe()) fn(lw.router, size_t(c.n_experts) * dim * sizeof(bf16));
+    }
+}
+
+// A copy of the host weights' dense pointers (experts dropped).
+ModelWeights dense_view(const ModelWeights& host) {
+    ModelWeights v;
+    v.embed = host.embed;
+    v.lm_head = host.lm_head;
+    v.final_norm = host.final_norm;
+    for (const LayerWeights& lw : host.layers) {
+        LayerWeights d = lw;
+        d.experts.clear();
+        v.layers.push_back(std::move(d));
+    }
+    return v;
+}
+
+}  // namespace
+
+CudaBackend::Upload CudaBackend::make_upload(size_t bytes) {
+    Upload u{PinnedBuffer(bytes), GpuBuffer(bytes), std::make_unique<GpuEvent>()};
+    u.done->record(stream_.get());
+    return u;
+}
+
+void CudaBackend::upload(Upload& u, const void* src, size_t bytes) {
+    assert(bytes <= u.host.bytes());
+    u.done->synchronize();  // the previous upload out of u.host has finished
+    std::memcpy(u.host.data(), src, bytes);
+    gpu_copy_h2d(u.dev.data(), u.host.data(), bytes, stream_.get());
+    u.done->record(stream_.get());
+}
+
+CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_weights, int device, int ctx,
+                         int max_batch, int max_rows)
+    : c_(config), device_((gpu_set_device(device), device)), ctx_(ctx), max_batch_(max_batch), max_rows_(max_rows),
+      q_dim_(config.n_heads * config.head_dim), kv_dim_(config.n_kv_heads * config.head_dim) {
+    blas_ = std::make_unique<GpuBlas>(stream_.get());
+    kv_memory_ = std::make_unique<CudaKvMemory>(stream_.get());
+
+    // Dense weights: one allocation, each tensor at an aligned offset,
+    // copied from the host mapping once.
+    dev_weights_ = dense_view(host_weights);
+    size_t total = 0;
+    for_each_dense(c_, dev_weights_, [&](auto&, size_t bytes) { total += aligned(bytes); });
+    weight_memory_ = GpuBuffer(total);
+    weight_bytes_ = total;
+    unsigned char* base = weight_memory_.as<unsigned char>();
+    size_t offset = 0;
+    for_each_dense(c_, dev_weights_, [&](auto& ptr, size_t bytes) {
+        using T = std::remove_cv_t<std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>>;
+        gpu_copy_h2d(base + offset, ptr, bytes, stream_.get());
+        ptr = reinterpret_cast<T*>(base + offset);
+        offset += aligned(bytes);
+    });
+    if (c_.tie_embeddings) dev_weights_.lm_head = dev_weights_.embed;
+    stream_.synchronize();  // pageable sources: the copies must finish before the mapping is read again
+
+    x_bf16_ = GpuBuffer(size_t(max_batch) * std::max(c_.dim, q_dim_) * sizeof(bf16));
+    meta_ = make_upload(meta_bytes(max_batch, ctx));
+    const int k = std::max(1, c_.n_experts_active);
+    gather_src_ = make_upload(size_t(std::max(max_rows, max_batch)) * sizeof(int));
+    combine_slots_ = make_upload(size_t(max_batch) * k * sizeof(int));
+    combine_weights_ = make_upload(size_t(max_batch) * k * sizeof(float));
+    route_dev_ = GpuBuffer(size_t(max_batch) * k * (sizeof(int) + sizeof(float)));
+    route_host_ = PinnedBuffer(route_dev_.bytes());
+    rows_x_ = GpuBuffer(size_t(max_rows) * c_.dim * sizeof(float));
+    rows_y_ = GpuBuffer(size_t(max_rows) * c_.dim * sizeof(float));
+    host_x_ = PinnedBuffer(rows_x_.bytes());
+    host_y_ = PinnedBuffer(rows_y_.bytes());
+    logits_host_ = PinnedBuffer(size_t(max_batch) * c_.vocab_size * sizeof(float));
+    activation_bytes_ = size_t(cuda_activation_bytes(config, ctx, max_batch, max_rows));
+}
+
+CudaBackend::~CudaBackend() = default;
+
+float* CudaBackend::alloc(size_t n) {
+    buffers_.emplace_back(aligned(n * sizeof(float)));
+    return buffers_.back().as<float>();
+}
+
+void CudaBackend::begin(const Batch& batch, const KvCache& cache) {
+    const int n = batch.size();
+    assert(n > 0 && n <= max_batch_);
+    n_ = n;
+    cache_ = &cache;
+    gpu_set_device(device_);  // current per thread: the engine may run on another thread than the loader
+    if (int(seq_start_.size()) < cache.n_seqs()) {  // grows only with the cache
+        seq_start_.resize(cache.n_seqs());
+        seq_blocks_.resize(cache.n_seqs());
+    }
+    std::fill(seq_start_.begin(), seq_start_.end(), -1);
+
+    // Packed: [tokens][positions][block_start][n_pos] ints (aligned), then
+    // [row_base] and [blocks] pointers. Written straight into the pinned
+    // area once the last upload from it has finished.
+    meta_.done->synchronize();
+    int* ints = meta_.host.as<int>();
+    int* tokens = ints;
+    int* positions = ints + max_batch_;
+    int* block_start = ints + 2 * max_batch_;
+    int* n_pos = ints + 3 * max_batch_;
+    const size_t ptr_at = aligned(4 * sizeof(int) * size_t(max_batch_));
+    float** row_base = reinterpret_cast<float**>(meta_.host.as<unsigned char>() + ptr_at);
+    const float** blocks = const_cast<const float**>(row_base + max_batch_);
+    // Each sequence's table once, as long as its last position in the batch
+    // needs (prepare_write has made it that long).
+    for (int i = 0; i < n; i++) seq_blocks_[batch.seq_ids[i]] = -1;
+    for (int i = 0; i < n; i++) {
+        int& nb = seq_blocks_[batch.seq_ids[i]];
+        nb = std::max(nb, batch.positions[i] / KV_BLOCK + 1);
+    }
+    int n_blocks = 0;
+    for (int i = 0; i < n; i++) {
+        const int seq = batch.seq_ids[i], pos = batch.positions[i];
+        tokens[i] = batch.tokens[i];
+        positions[i] = pos;
+        n_pos[i] = pos + 1;
+        row_base[i] = cache.row_base(seq, pos);
+        if (seq_start_[seq] < 0) {
+            seq_start_[seq] = n_blocks;
+            const float* const* table = cache.blocks(seq);
+            for (int b = 0; b < seq_blocks_[seq]; b++) blocks[n_blocks++] = table[b];
+        }
+        block_start[i] = seq_start_[seq];
+    }
+    const size_t bytes = ptr_at + sizeof(float*) * (size_t(max_batch_) + n_blocks);
+    gpu_copy_h2d(meta_.dev.data(), meta_.host.data(), bytes, stream_.get());
+    meta_.done->record(stream_.get());
+
+    const int* d_ints = meta_.dev.as<int>();
+    d_tokens_ = d_ints;
+    d_positions_ = d_ints + max_batch_;
+    d_block_start_ = d_ints + 2 * max_batch_;
+    d_n_pos_ = d_ints + 3 * max_batch_;
+    d_row_base_ = reinterpret_cast<float* const*>(meta_.dev.as<unsigned char>() + ptr_at);
+    d_blocks_ = reinterpret_cast<const float* const*>(d_row_base_ + max_batch_);
+}
+
+void CudaBackend::embed(float* x) { gpu_embed(x, d_tokens_, dev_weights_.embed, n_, c_.dim, stream_.get()); }
+
+void CudaBackend::rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) {
+    gpu_rmsnorm(out, x, weight, rows, dim, eps, stream_.get());
+}
+
+void CudaBackend::matmul(float* y, const float* x, const bf16* w, int m, int n, int k) {
+    assert(size_t(m) * k * sizeof(bf16) <= x_bf16_.bytes());
+    gpu_matmul_f32in(*blas_, y, x, x_bf16_.as<bf16>(), w, m, n, k);
+}
+
+void CudaBackend::rope(float* x, int n_heads) {
+    gpu_rope_rotate_half(x, d_positions_, n_, n_heads, c_.head_dim, c_.rope_theta, stream_.get());
+}
+
+void CudaBackend::kv_store(int layer, const float* k, const float* v) {
+    gpu_kv_store(k, v, d_row_base_, cache_->k_offset(layer), cache_->v_offset(layer), n_, kv_dim_, stream_.get());
+}
+
+void CudaBackend::attention(int layer, float* out, const float* q) {
+    gpu_attention_paged(out, q, d_blocks_, d_block_start_, d_n_pos_, cache_->k_offset(layer),
+                        cache_->v_offset(layer), KV_BLOCK, n_, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_,
+                        stream_.get());
+}
+
+void CudaBackend::add(float* x, const float* y, size_t n) { gpu_add(x, y, long(n), stream_.get()); }
+
+void CudaBackend::route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) {
+    int* d_experts = route_dev_.as<int>();
+    float* d_weights = reinterpret_cast<float*>(d_experts + size_t(max_batch_) * k);
+    gpu_route_topk(d_experts, d_weights, logits, rows, n_experts, k, renorm, stream_.get());
+    const size_t n = size_t(rows) * k;
+    int* h_experts = route_host_.as<int>();
+    float* h_weights = reinterpret_cast<float*>(h_experts + size_t(max_batch_) * k);
+    gpu_copy_d2h(h_experts, d_experts, n * sizeof(int), stream_.get());
+    gpu_copy_d2h(h_weights, d_weights, n * sizeof(float), stream_.get());
+    stream_.synchronize();
+    std::memcpy(experts, h_experts, n * sizeof(int));
+    std::memcpy(weights, h_weights, n * sizeof(float));
+}
+
+void CudaBackend::gather(float* out, const float* x, const int* src_row, int rows, int dim) {
+    upload(gather_src_, src_row, size_t(rows) * sizeof(int));
+    gpu_gather_rows(out, x, gather_src_.dev.as<int>(), rows, dim, stream_.get());
+    rows_ready_.record(stream_.get());
+}
+
+void CudaBackend::combine(float* out, const float* y, const int* slots, const float* weights, int rows, int k,
+                          int dim) {
+    upload(combine_slots_, slots, size_t(rows) * k * sizeof(int));
+    upload(combine_weights_, weights, size_t(rows) * k * sizeof(float));
+    gpu_combine(out, y, combine_slots_.dev.as<int>(), combine_weights_.dev.as<float>(), rows, k, dim,
+                stream_.get());
+}
+
+const float* CudaBackend::to_host(const float* x, size_t n) {
+    assert(n * sizeof(float) <= logits_host_.bytes());
+    gpu_copy_d2h(logits_host_.data(), x, n * sizeof(float), stream_.get());
+    stream_.synchronize();
+    return logits_host_.as<float>();
+}
+
+ExpertRows CudaBackend::expert_rows() { return {rows_x_.as<float>(), rows_y_.as<float>()}; }
+
+ExpertRows CudaBackend::host_rows() { return {host_x_.as<float>(), host_y_.as<float>()}; }
+
+// The rows stream waits for the gather, not for the device experts queued
+// after it on the compute stream, so the CPU starts while the GPU computes.
+void CudaBackend::rows_to_host(std::span<const ExpertTask> tasks) {
+    gpu_stream_wait(rows_stream_.get(), rows_ready_);
+    const size_t row_bytes = size_t(c_.dim) * sizeof(float);
+    for (const ExpertTask& t : tasks)
+        gpu_copy_d2h(host_x_.as<unsigned char>() + t.row * row_bytes, rows_x_.as<unsigned char>() + t.row * row_bytes,
+                     t.n_tokens * row_bytes, rows_stream_.get());
+    rows_stream_.synchronize();
+}
+
+// The combine (on the compute stream) waits for these copies.
+void CudaBackend::rows_from_host(std::span<const ExpertTask> tasks) {
+    const size_t row_bytes = size_t(c_.dim) * sizeof(float);
+    for (const ExpertTask& t : tasks)
+        gpu_copy_h2d(rows_y_.as<unsigned char>() + t.row * row_bytes, host_y_.as<unsigned char>() + t.row * row_bytes,
+                     t.n_tokens * row_bytes, rows_stream_.get());
+    rows_back_.record(rows_stream_.get());
+    gpu_stream_wait(stream_.get(), rows_back_);
+}

@@ -1,0 +1,60 @@
+// CUDA device setup (see cuda_setup.h). The budget is the device memory
+// moe-server may use (--gpu-memory, default: free at load); from it come the
+// dense weights, the activations, the KV cache and a margin, exactly what
+// CudaBackend and KvCache allocate there; what is left holds the staging
+// slots and the resident experts.
+#include "engine/devices/cuda_setup.h"
+
+#include <algorithm>
+
+#include "engine/model/cost.h"
+#include "engine/devices/cuda_backend.h"
+#include "engine/devices/cuda_expert_device.h"
+#include "engine/errors.h"
+#include "gpu_kernels/device.h"
+
+bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+                ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
+                const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not) {
+    const int index = o.device.gpu_device;
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (devices.empty()) {
+        *why_not = "no CUDA device found";
+        return false;
+    }
+    if (index >= int(devices.size())) {
+        *why_not = "no CUDA device " + std::to_string(index) + " (" + std::to_string(devices.size()) + " found)";
+        return false;
+    }
+    const GpuDevice& d = devices[size_t(index)];
+    PlacementInfo& info = s.info;
+    const int staging = DEFAULT_STAGING_SLOTS;
+    const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
+    info.device = "cuda";
+    info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
+    *why_not = cuda_budget(o.device, c, ctx, o.max_batch, double(d.free_bytes), info.device_name, staging, info);
+    if (!why_not->empty()) return false;
+    const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
+    Residency residency = plan_residency(o.device, c, info.capacity, info);
+
+    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
+    // The device side: the calibration's device curves when `calibrate` has
+    // measured this device, else the nominal GPU (placement/README.md).
+    if (measured) {
+        s.latency = *measured;
+        s.latency.cpu = cpu;
+        info.latency_source += "; device: measured by 'moe-server calibrate'";
+    } else {
+        s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
+        info.latency_source += "; device: nominal GPU until 'moe-server calibrate' measures this one";
+    }
+    s.latency.staging_slots = staging;
+
+    auto backend = std::make_unique<CudaBackend>(c, weights, index, ctx, o.max_batch, max_rows);
+    auto device = std::make_unique<CudaExpertDevice>(c, weights, residency, info.budget_bytes - fixed, o.max_batch,
+                                                     backend->stream(), backend->blas(), staging);
+    info.copy_source = device->copy_source().describe();
+    s.backend = std::move(backend);
+    s.device = std::move(device);
+    return true;
+}

@@ -1,0 +1,283 @@
+// Device setup (see device_setup.h).
+#include "engine/devices/device_setup.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "cpu_kernels/isa.h"
+#include "cpu_kernels/kernels.h"
+#include "engine/devices/calibration_key.h"
+#include "engine/model/cost.h"
+#include "engine/devices/emulated_device.h"
+#ifdef MOE_HAVE_CUDA
+#include "engine/devices/cuda_setup.h"
+#include "gpu_kernels/gpu_runtime.h"
+#endif
+#include "engine/errors.h"
+#include "engine/devices/expert_timing.h"
+#include "engine/model/fingerprint.h"
+#include "engine/model/host_memory.h"
+#include "engine/runtime/kv_cache.h"
+#include "gpu_kernels/device.h"
+#include "placement/residency.h"
+#include "profiles/calibration.h"
+#include "profiles/profile.h"
+#include "profiles/profile_error.h"
+
+namespace {
+
+// Staging slots of the emulated device (a dry run of the CUDA device's two).
+constexpr int EMULATED_STAGING_SLOTS = 2;
+
+constexpr double GIB = double(1u << 30);
+
+// Activations, cuBLAS workspace and fragmentation: a tenth of the budget, at
+// most 1 GiB.
+double margin_for(double budget_bytes) { return std::min(0.1 * budget_bytes, GIB); }
+
+// A quick measurement of the CPU expert curve when no calibration file
+// exists: n = 1, 4, 16, 64, 128 over a 256 MB cycle of experts (so weights
+// come from memory, as in decoding), median of 3 sweeps, fitted like
+// `calibrate` does.
+LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool) {
+    std::vector<ExpertWeights> cycle = expert_cycle(w, double(expert_bytes(c)), 1, 0, 256e6);
+    std::vector<TimingPoint> points = measure_expert_ffn(c, {cycle}, {1, 4, 16, 64, 128}, 3, pool)[0];
+    for (TimingPoint& p : points) p.ms = std::max(p.ms, 1e-6);
+    return latency_curve_fit(points, kernel_table(isa_active()).ffn_packed_min_m);
+}
+
+// `moe-server calibrate`'s cached file for this machine, kernel path, thread
+// count, device (gpu_device; -1 = none) and expert shape; nothing when there
+// is none. A cached file that does not validate is ignored with a warning:
+// it must never keep the model from loading.
+std::optional<Calibration> cached_calibration(const ModelConfig& c, int threads, int gpu_device, std::string* path,
+                                              std::string* warning) {
+    std::string key = engine_calibration_key(c, threads, gpu_device);
+    std::optional<Calibration> cal;
+    try {
+        cal = calibration_find_cached(key);
+    } catch (const ProfileError& e) {
+        *warning = std::string("ignoring the cached calibration: ") + e.what() + " (run 'moe-server calibrate --force')";
+    }
+    if (cal) *path = calibration_cache_path(key).string();
+    return cal;
+}
+
+}  // namespace
+
+double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
+
+double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows) {
+    constexpr double ALIGN = 256;  // each allocation rounds up to it
+    const double mb = max_batch, q_dim = double(c.n_heads) * c.head_dim, kv_dim = double(c.n_kv_heads) * c.head_dim;
+    const double n_experts = std::max(1, c.n_experts), k = std::max(1, c.n_experts_active);
+    const double blocks_per_seq = (ctx + KV_BLOCK - 1) / KV_BLOCK;
+    // ForwardPass's state: x, xb, out, logit rows (dim each), q, att, k, v,
+    // router, logits.
+    double bytes = mb * (4 * c.dim + 2 * q_dim + 2 * kv_dim + n_experts + c.vocab_size) * sizeof(float);
+    bytes += 2.0 * max_rows * c.dim * sizeof(float);                        // expert rows x, y
+    bytes += mb * std::max(double(c.dim), q_dim) * 2;                        // GEMM inputs, bf16
+    bytes += 4 * sizeof(int) * mb + sizeof(float*) * (mb + mb * blocks_per_seq);  // batch metadata
+    bytes += (std::max(double(max_rows), mb) + 2 * mb * k) * sizeof(int) + mb * k * sizeof(float);  // uploads
+    bytes += mb * k * (sizeof(int) + sizeof(float));                           // routes
+    return bytes + 32 * ALIGN;
+}
+
+std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, int max_batch, double free_bytes,
+                        const std::string& device_name, int staging, PlacementInfo& info) {
+    char line[512];
+    if (o.gpu_memory_bytes > free_bytes) {
+        std::snprintf(line, sizeof line, "--gpu-memory: %.2f GiB asked, but %s has %.2f GiB free",
+                      o.gpu_memory_bytes / GIB, device_name.c_str(), free_bytes / GIB);
+        throw MoeError(line);
+    }
+    info.staging_slots = staging;
+    info.expert_bytes = double(expert_bytes(c));
+    info.dense_bytes = cost_dense_bytes(c);
+    info.kv_bytes = kv_cache_bytes(c, ctx);
+    info.activation_bytes = cuda_activation_bytes(c, ctx, max_batch, max_batch * std::max(1, c.n_experts_active));
+    if (o.gpu_expert_share > 0) {
+        // A share of experts: the budget is what they need, with the margin
+        // of a budget of that size (a tenth, at most 1 GiB).
+        const double experts =
+            (std::round(o.gpu_expert_share * c.n_layers * c.n_experts) + staging) * info.expert_bytes;
+        const double need = info.dense_bytes + info.kv_bytes + info.activation_bytes + experts;
+        info.budget_bytes = std::min(need / 0.9, need + GIB);
+        if (info.budget_bytes > free_bytes) {
+            std::snprintf(line, sizeof line, "--gpu-memory %.0f%%: needs %.2f GiB, but %s has %.2f GiB free",
+                          100.0 * o.gpu_expert_share, info.budget_bytes / GIB, device_name.c_str(), free_bytes / GIB);
+            throw MoeError(line);
+        }
+    } else {
+        info.budget_bytes = o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : free_bytes;
+    }
+    info.margin_bytes = margin_for(info.budget_bytes);
+    const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
+    if (info.budget_bytes - fixed < staging * info.expert_bytes) {
+        std::snprintf(line, sizeof line,
+                      "%.2f GiB of %s does not hold the dense weights (%.2f GiB), the KV cache (%.2f GiB), the "
+                      "activations (%.2f GiB), the margin (%.2f GiB) and %d staging slots of one expert (%.3f GiB each)",
+                      info.budget_bytes / GIB, device_name.c_str(), info.dense_bytes / GIB, info.kv_bytes / GIB,
+                      info.activation_bytes / GIB, info.margin_bytes / GIB, staging, info.expert_bytes / GIB);
+        return line;
+    }
+    DeviceBudget b{info.budget_bytes, info.dense_bytes + info.activation_bytes, info.kv_bytes, info.margin_bytes,
+                   info.expert_bytes, staging};
+    info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
+    return "";
+}
+
+Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
+    Residency residency;
+    if (!o.profile.empty()) {
+        Profile profile = profile_read(o.profile);
+        profile_check(profile, model_fingerprint(c), o.profile.string());
+        residency = static_plan_popularity(profile.counts, c.n_layers, c.n_experts, capacity);
+        info.plan = "popularity";
+        info.profile = o.profile.string();
+        info.expected_hit_rate = hit_rate(residency, profile.counts);
+    } else {
+        residency = static_plan_even(c.n_layers, c.n_experts, capacity);
+        info.plan = "even";
+    }
+    for (int l = 0; l < c.n_layers; l++)
+        for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
+    return residency;
+}
+
+double kv_cache_bytes(const ModelConfig& c, int ctx) {
+    return double(c.n_layers) * ctx * c.n_kv_heads * c.head_dim * 2.0 * sizeof(float);
+}
+
+LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
+                                const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
+                                std::string* source) {
+    if (cached) {
+        *source = "CPU: " + calibration;
+        return *cached;
+    }
+    *source = "CPU: quick probe at load (run 'moe-server calibrate' for a full fit)";
+    return probe_cpu_curve(c, weights, pool);
+}
+
+namespace {
+
+// The dry run: an emulated device (a test double that computes on the
+// CPU) with a budget in GiB or a share of all experts.
+void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+                    ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration) {
+    PlacementInfo& info = s.info;
+    if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
+    if (o.device.emulate_gpu_bytes > 0 && o.device.emulate_gpu_expert_share > 0)
+        throw MoeError("--emulate-gpu: give a size in GiB or a share of experts, not both");
+
+    const int total = c.n_layers * c.n_experts;
+    const int staging = EMULATED_STAGING_SLOTS;
+    info.device = "emulated";
+    info.device_name = "emulated GPU (test double, computes on the CPU)";
+    info.staging_slots = staging;
+    info.dense_bytes = cost_dense_bytes(c);
+    info.kv_bytes = kv_cache_bytes(c, ctx);
+    double device_expert_bytes = 0;
+    if (o.device.emulate_gpu_bytes > 0) {
+        info.budget_bytes = o.device.emulate_gpu_bytes;
+        info.margin_bytes = margin_for(o.device.emulate_gpu_bytes);
+        DeviceBudget b{info.budget_bytes, info.dense_bytes, info.kv_bytes, info.margin_bytes, info.expert_bytes, staging};
+        info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
+        device_expert_bytes = info.budget_bytes - info.dense_bytes - info.kv_bytes - info.margin_bytes;
+        if (device_expert_bytes < staging * info.expert_bytes) {
+            char msg[320];
+            std::snprintf(msg, sizeof msg,
+                          "--emulate-gpu: %.2f GiB leaves no room for %d staging slots of one expert (%.3f GiB) "
+                          "after the dense weights (%.2f GiB), the KV cache (%.2f GiB) and the margin (%.2f GiB)",
+                          info.budget_bytes / GIB, staging, info.expert_bytes / GIB, info.dense_bytes / GIB,
+                          info.kv_bytes / GIB, info.margin_bytes / GIB);
+            throw MoeError(msg);
+        }
+    } else {
+        if (o.device.emulate_gpu_expert_share > 1) throw MoeError("--emulate-gpu: a share of experts must be at most 100%");
+        info.capacity = int(std::lround(o.device.emulate_gpu_expert_share * total));
+        device_expert_bytes = double(info.capacity + staging) * info.expert_bytes;
+        info.budget_bytes = device_expert_bytes;
+    }
+    Residency residency = plan_residency(o.device, c, info.capacity, info);
+
+    double host_bytes = double(residency.n_resident() + staging) * info.expert_bytes;
+    double available = double(host_memory_available());
+    if (available > 0 && host_bytes > 0.8 * available) {
+        char msg[256];
+        std::snprintf(msg, sizeof msg,
+                      "--emulate-gpu: the emulated device keeps its %.2f GiB of experts in host memory, but only "
+                      "%.2f GiB is available; give a smaller budget",
+                      host_bytes / GIB, available / GIB);
+        throw MoeError(msg);
+    }
+    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
+    info.latency_source += "; device: nominal GPU (placement/README.md)";
+    s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
+    s.latency.staging_slots = staging;
+    s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * c.n_experts_active);
+    s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch, pool.size(),
+                                                staging);
+}
+
+}  // namespace
+
+DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+                         ThreadPool& pool) {
+    DeviceSetup s;
+    PlacementInfo& info = s.info;
+    info.n_layers = c.n_layers;
+    info.n_experts = std::max(1, c.n_experts);
+    info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
+    info.expert_bytes = double(expert_bytes(c));
+    std::string calibration;
+    std::optional<Calibration> cal =
+        c.is_moe() ? cached_calibration(c, pool.size(), o.device.gpu_device, &calibration, &info.warning) : std::nullopt;
+    std::optional<LatencyCurve> cpu_curve;
+    if (cal) cpu_curve = latency_model_from_calibration(*cal).cpu;
+    if (o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0) {
+        emulated_setup(s, o, c, weights, ctx, pool, cpu_curve, calibration);
+        return s;
+    }
+
+    // A CUDA device when there is one; else the CPU, and a line that says why.
+    std::string why_cpu;
+    if (o.device.gpu_device < 0) {
+        why_cpu = "--gpu-device none";
+    } else if (!c.is_moe()) {
+        why_cpu = "dense model (the GPU path places experts)";
+    } else {
+#ifdef MOE_HAVE_CUDA
+        try {
+            std::optional<LatencyModel> measured;
+            if (cal && cal->has_device) measured = latency_model_from_calibration(*cal);
+            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, measured, calibration, &why_cpu)) return s;
+        } catch (const GpuError& e) {
+            why_cpu = std::string("CUDA failed at start: ") + e.what();
+        }
+#else
+        why_cpu = "built without CUDA";
+#endif
+        if (o.device.gpu_required) throw MoeError("--gpu-device/--gpu-memory: " + why_cpu);
+    }
+    if (!o.device.profile.empty())
+        throw MoeError("--profile: needs a device (a GPU, or --emulate-gpu) to place experts on (" + why_cpu + ")");
+    // Whatever a failed CUDA attempt left behind goes; the CPU serves.
+    std::string warning = info.warning;
+    s = DeviceSetup{};
+    s.info.warning = warning;
+    s.info.n_layers = c.n_layers;
+    s.info.n_experts = std::max(1, c.n_experts);
+    s.info.resident.assign(size_t(s.info.n_layers) * s.info.n_experts, 0);
+    s.info.expert_bytes = double(expert_bytes(c));
+    s.info.device_name = why_cpu;
+    // Every expert runs on the CPU; a calibration, when there is one, still
+    // gives the predicted times in the statistics.
+    if (cpu_curve) s.latency.cpu = *cpu_curve;
+    s.info.latency_source = cpu_curve ? "CPU: " + calibration : "none (no calibration: predictions are 0)";
+    s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * std::max(1, c.n_experts_active));
+    return s;
+}

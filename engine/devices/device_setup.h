@@ -1,0 +1,58 @@
+// Device setup at load time: turns EngineOptions' device flags into a
+// budget, a static plan (popularity profile or even spread), a latency model
+// and the device itself: a CUDA device when there is one (cuda_setup.h),
+// the emulated one for a dry run (a test double), or none (CPU only).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cpu_kernels/thread_pool.h"
+#include "engine/devices/backend.h"
+#include "engine/runtime/engine.h"
+#include "engine/devices/expert_device.h"
+#include "engine/model/weights.h"
+#include "placement/latency_model.h"
+#include "placement/residency.h"
+
+struct DeviceSetup {
+    PlacementInfo info;
+    LatencyModel latency;
+    std::unique_ptr<Backend> backend;      // where the dense ops run
+    std::unique_ptr<ExpertDevice> device;  // null: every expert on the CPU
+};
+
+// Shared by the emulated and the CUDA setups:
+// the margin kept free of a device budget (workspace, fragmentation);
+double device_margin_bytes(double budget_bytes);
+// the fp32 KV cache of one sequence of ctx positions;
+double kv_cache_bytes(const ModelConfig& c, int ctx);
+// the static plan of `capacity` resident experts (profile or even spread),
+// recorded in info (plan, profile, hit rate, resident flags);
+Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info);
+// the CPU expert curve: the cached calibration, or a quick probe; *source says which.
+LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
+                                const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
+                                std::string* source);
+
+// Device bytes the CUDA backend needs besides its weights and the KV cache:
+// ForwardPass's activations, the expert rows (max_rows of dim, x and y), the
+// GEMM inputs in bf16, the batch metadata and the routing uploads. Plain
+// arithmetic, in every build (the CUDA backend allocates exactly these).
+double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows);
+
+// The CUDA device budget: from the device's free memory and the flags
+// (o.gpu_memory_bytes, or o.gpu_expert_share of all experts resident, or
+// all free memory), fills info's budget, dense, KV, activation and margin
+// bytes, the staging slots and the resident capacity. Returns an empty
+// string, or why the budget cannot work (too small for the dense part and
+// the staging slots: the caller falls back to the CPU or refuses). Throws
+// MoeError when the flags ask for more than is free. Pure arithmetic,
+// tested without a GPU.
+std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, int max_batch, double free_bytes,
+                        const std::string& device_name, int staging, PlacementInfo& info);
+
+// Throws MoeError for a budget too small for one expert, a device on a dense
+// model, or a bad profile.
+DeviceSetup device_setup(const EngineOptions& options, const ModelConfig& config, const ModelWeights& weights,
+                         int ctx, ThreadPool& pool);

@@ -1,0 +1,135 @@
+// EmulatedDevice (see emulated_device.h): device memory is a host buffer,
+// copies are memcpy, compute is expert_ffn_bf16 on the device's own thread.
+#include "engine/devices/emulated_device.h"
+
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "cpu_kernels/kernels.h"
+#include "engine/errors.h"
+
+namespace {
+
+double gib(double bytes) {
+    return bytes / double(1u << 30);
+}
+
+}  // namespace
+
+EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
+                               double budget_bytes, int max_tokens, int threads, int staging_slots)
+    : config_(config),
+      weights_(weights),
+      pipeline_(residency, staging_slots),
+      expert_elems_(size_t(3) * config.hidden_dim * config.dim),
+      budget_bytes_(budget_bytes),
+      max_tokens_(max_tokens),
+      scratch_(size_t(2) * max_tokens * config.hidden_dim),
+      pool_(threads) {
+    assert(residency.n_layers() == config.n_layers && residency.n_experts() == config.n_experts);
+    const int n_slots = pipeline_.n_resident() + staging_slots;
+    const double need = double(n_slots) * double(expert_elems_) * sizeof(bf16);
+    if (need > budget_bytes)
+        throw MoeError("emulated device: " + std::to_string(pipeline_.n_resident()) + " resident experts plus " +
+                       std::to_string(staging_slots) + " staging slots need " + std::to_string(gib(need)) +
+                       " GiB, more than its budget of " + std::to_string(gib(budget_bytes)) + " GiB");
+    memory_.reset(new bf16[size_t(n_slots) * expert_elems_]);
+    for (int r = 0; r < pipeline_.n_resident(); r++) {
+        const ExpertPipeline::Expert& e = pipeline_.residents()[size_t(r)];
+        copy_expert(slot_memory({false, r}), e.layer, e.expert);
+    }
+    const size_t max_ops = size_t(2) * config.n_experts;  // a copy and a compute per expert
+    enqueued_.reserve(max_ops);
+    ops_.reserve(max_ops);
+    running_.reserve(max_ops);
+    thread_ = std::thread([this] { worker(); });
+}
+
+EmulatedDevice::~EmulatedDevice() {
+    {
+        std::lock_guard lock(mutex_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+void EmulatedDevice::copy_expert(bf16* dst, int layer, int expert) const {
+    const ExpertWeights& w = weights_.layers[layer].experts[expert];
+    const size_t mat = expert_elems_ / 3;
+    std::memcpy(dst, w.w1, mat * sizeof(bf16));
+    std::memcpy(dst + mat, w.w3, mat * sizeof(bf16));
+    std::memcpy(dst + 2 * mat, w.w2, mat * sizeof(bf16));
+}
+
+void EmulatedDevice::OpQueue::copy(int layer, int expert, int slot) {
+    Op op;
+    op.copy = true;
+    op.layer = layer;
+    op.task.expert = expert;
+    op.weights = {true, slot};
+    device_.enqueued_.push_back(op);
+    device_.copied_bytes_ += device_.expert_elems_ * sizeof(bf16);
+}
+
+void EmulatedDevice::OpQueue::compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) {
+    assert(task.n_tokens <= device_.max_tokens_);
+    device_.enqueued_.push_back({false, layer, task, weights, rows});
+}
+
+void EmulatedDevice::start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                           std::span<const uint8_t> copy) {
+    enqueued_.clear();
+    pipeline_.start(queue_, layer, rows, tasks, copy);
+    {
+        std::lock_guard lock(mutex_);
+        ops_.insert(ops_.end(), enqueued_.begin(), enqueued_.end());
+        ops_in_ += enqueued_.size();
+    }
+    cv_.notify_all();
+}
+
+void EmulatedDevice::wait() {
+    pipeline_.wait(queue_);
+}
+
+void EmulatedDevice::wait_for_ops() {
+    std::unique_lock lock(mutex_);
+    const uint64_t target = ops_in_;
+    cv_.wait(lock, [&] { return ops_done_ >= target; });
+}
+
+void EmulatedDevice::run(const Op& op) {
+    if (op.copy) {
+        copy_expert(slot_memory(op.weights), op.layer, op.task.expert);
+        return;
+    }
+    const ExpertTask& t = op.task;
+    if (t.n_tokens == 0) return;
+    const bf16* base = slot_memory(op.weights);
+    const size_t mat = expert_elems_ / 3, row = size_t(t.row) * config_.dim;
+    expert_ffn_bf16(op.rows.y + row, op.rows.x + row, base, base + mat, base + 2 * mat, t.n_tokens, config_.dim,
+                    config_.hidden_dim, scratch_.data(), pool_);
+}
+
+// The device thread: runs the ops in the order they were enqueued, which
+// honours every event of the pipeline (each wait follows its record).
+void EmulatedDevice::worker() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+        if (stop_) return;
+        running_.swap(ops_);
+        lock.unlock();
+        auto t0 = std::chrono::steady_clock::now();
+        for (const Op& op : running_) run(op);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        lock.lock();
+        last_busy_ms_ = ms;
+        ops_done_ += running_.size();
+        running_.clear();
+        cv_.notify_all();
+    }
+}

@@ -1,0 +1,106 @@
+// EmulatedDevice: a TEST DOUBLE standing in for a GPU. It owns its own
+// memory, sized by a byte budget: resident experts are copied into it at
+// start-up, and a non-resident expert is copied into one of its S staging
+// slots when the layer's plan says "copy" (bytes counted). It follows the
+// ExpertPipeline contract of a real device (expert_pipeline.h: residents
+// first, copy j through staging slot j mod S), running the pipeline's op
+// list in order on a thread of its own, copies as memcpy, computes with the
+// CPU kernels (with a pool of as many threads as the CPU side, so every
+// kernel splits its work the same way and gives bitwise the CPU's results).
+// Its tasks really run while the CPU side runs its own. Used by tests (any
+// placement must give the same logits as all-CPU) and by `--emulate-gpu` as
+// a dry run of placement: what would go where, and with what hit rate, for
+// that much GPU memory. It never makes anything faster, and its timings mean
+// nothing for a GPU.
+#pragma once
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cpu_kernels/thread_pool.h"
+#include "engine/devices/expert_device.h"
+#include "engine/devices/expert_pipeline.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "placement/residency.h"
+
+class EmulatedDevice final : public ExpertDevice {
+public:
+    // Copies every resident expert of `residency` into device memory.
+    // budget_bytes must hold them plus staging_slots (>= 1) staging slots;
+    // throws MoeError otherwise. max_tokens: the most tokens one task may
+    // carry; threads: the CPU side's thread count.
+    EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
+                   double budget_bytes, int max_tokens, int threads, int staging_slots = DEFAULT_STAGING_SLOTS);
+    ~EmulatedDevice() override;
+
+    const char* name() const override { return "emulated"; }
+    bool resident(int layer, int expert) const override { return pipeline_.resident_slot(layer, expert) >= 0; }
+    // rows in host memory.
+    void start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+               std::span<const uint8_t> copy) override;
+    void wait() override;
+    double last_busy_ms() const override { return last_busy_ms_; }
+    int staging_slots() const override { return pipeline_.staging_slots(); }
+    double budget_bytes() const override { return budget_bytes_; }
+    double resident_bytes() const override {
+        return double(pipeline_.n_resident()) * double(expert_elems_) * sizeof(bf16);
+    }
+    uint64_t copied_bytes() const override { return copied_bytes_; }
+
+private:
+    // One op of the pipeline's list; events need nothing, since the ops run
+    // in the order they were enqueued.
+    struct Op {
+        bool copy = false;  // copy (layer, task.expert) into staging slot `weights.index`; else compute
+        int layer = 0;
+        ExpertTask task;
+        WeightSlot weights;
+        ExpertRows rows;
+    };
+    // The DeviceQueue the pipeline drives: appends ops for the device thread.
+    class OpQueue final : public DeviceQueue {
+    public:
+        explicit OpQueue(EmulatedDevice& device) : device_(device) {}
+        void copy(int layer, int expert, int slot) override;
+        void compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) override;
+        void record(int, QueueStream) override {}
+        void wait(QueueStream, int) override {}
+        void host_wait(int) override { device_.wait_for_ops(); }
+
+    private:
+        EmulatedDevice& device_;
+    };
+
+    // Memory slot: resident slots first, then the staging slots.
+    bf16* slot_memory(WeightSlot w) {
+        return memory_.get() + size_t(w.staging ? pipeline_.n_resident() + w.index : w.index) * expert_elems_;
+    }
+    void copy_expert(bf16* dst, int layer, int expert) const;
+    void run(const Op& op);
+    void worker();
+    void wait_for_ops();
+
+    const ModelConfig& config_;
+    const ModelWeights& weights_;
+    ExpertPipeline pipeline_;
+    OpQueue queue_{*this};
+    size_t expert_elems_;  // bf16 elements of w1 + w3 + w2
+    double budget_bytes_;
+    int max_tokens_;
+    std::unique_ptr<bf16[]> memory_;  // (n_resident + S, expert_elems): resident slots, then staging
+    std::vector<float> scratch_;      // 2 * max_tokens * hidden_dim
+    ThreadPool pool_;                 // the device's compute: its own threads
+    uint64_t copied_bytes_ = 0;
+    double last_busy_ms_ = 0;
+    std::vector<Op> enqueued_;  // by the engine thread during start()
+
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::vector<Op> ops_, running_;  // waiting for the device thread; being run by it
+    uint64_t ops_in_ = 0, ops_done_ = 0;
+    bool stop_ = false;
+    std::thread thread_;
+};

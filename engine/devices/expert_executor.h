@@ -1,0 +1,56 @@
+// ExpertExecutor: the seam between the MoE layer and where experts run. The
+// forward pass hands over, per layer, the list of routed experts with their
+// gathered token rows; an executor computes each expert's SwiGLU output. The
+// CPU executor runs them on the thread pool; placement-aware executors (an
+// emulated device for tests, CUDA) implement the same interface, so the
+// forward pass never changes when experts move.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "cpu_kernels/thread_pool.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+
+// One routed expert of a layer: its tokens are rows [row, row + n_tokens)
+// of the layer's gathered rows (ExpertRows), grouped by expert.
+struct ExpertTask {
+    int expert = 0;
+    int n_tokens = 0;
+    int row = 0;
+};
+
+// A layer's gathered expert inputs x and outputs y, (rows, dim) each, in one
+// memory (host, or a device's): task t reads x rows [t.row, t.row +
+// t.n_tokens) and writes the same rows of y.
+struct ExpertRows {
+    float* x = nullptr;  // read by executors; written by the gather before them
+    float* y = nullptr;
+};
+
+class ExpertExecutor {
+public:
+    virtual ~ExpertExecutor() = default;
+    // Computes every task of one layer from rows; returns when all outputs
+    // are written.
+    virtual void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) = 0;
+    virtual const char* name() const = 0;
+};
+
+// Runs every expert on the CPU, one after another, each spread over the pool
+// (weights streamed straight from the memory map).
+class CpuExpertExecutor final : public ExpertExecutor {
+public:
+    // max_tokens: the most tokens one expert may receive in one call.
+    CpuExpertExecutor(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int max_tokens);
+    // rows in host memory.
+    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override;
+    const char* name() const override { return "cpu"; }
+
+private:
+    const ModelConfig& config_;
+    const ModelWeights& weights_;
+    ThreadPool& pool_;
+    int max_tokens_;
+    std::vector<float> scratch_;  // 2 * max_tokens * hidden_dim
+};

@@ -1,0 +1,197 @@
+// ModelConfig parsing: reads a Hugging Face config.json (and the optional
+// generation_config.json) into the plain ModelConfig struct and validates
+// every value. Owns the per-architecture defaults (Mixtral vs Mistral). Must
+// not touch tensors or open weight files.
+#include "engine/model/files.h"
+#include "engine/model/model_config.h"
+
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/errors.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const char* const SUPPORTED_ARCHITECTURES = "MixtralForCausalLM, MistralForCausalLM";
+
+[[noreturn]] void config_fail(std::string_view source, const std::string& what) {
+    throw MoeError(std::string(source) + ": " + what);
+}
+
+const char* json_type_name(const json& v) {
+    if (v.is_number_integer()) return "integer";
+    if (v.is_number_float()) return "number";
+    return v.type_name();
+}
+
+// A present, non-null field; absent and null both mean "use the default".
+const json* field(const json& j, const char* name) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+int int_value(const json& v, std::string_view source, const char* name) {
+    if (!v.is_number_integer())
+        config_fail(source, std::string("field '") + name + "' must be an integer, found " + json_type_name(v));
+    int64_t x = v.get<int64_t>();
+    if (x < INT32_MIN || x > INT32_MAX)
+        config_fail(source, std::string("field '") + name + "' = " + std::to_string(x) + " is out of range");
+    return int(x);
+}
+
+int required_int(const json& j, std::string_view source, const char* name) {
+    const json* v = field(j, name);
+    if (!v) config_fail(source, std::string("field '") + name + "' missing");
+    return int_value(*v, source, name);
+}
+
+int optional_int(const json& j, std::string_view source, const char* name, int fallback) {
+    const json* v = field(j, name);
+    return v ? int_value(*v, source, name) : fallback;
+}
+
+float optional_float(const json& j, std::string_view source, const char* name, float fallback) {
+    const json* v = field(j, name);
+    if (!v) return fallback;
+    if (!v->is_number())
+        config_fail(source, std::string("field '") + name + "' must be a number, found " + json_type_name(*v));
+    return v->get<float>();
+}
+
+bool optional_bool(const json& j, std::string_view source, const char* name, bool fallback) {
+    const json* v = field(j, name);
+    if (!v) return fallback;
+    if (!v->is_boolean())
+        config_fail(source, std::string("field '") + name + "' must be true or false, found " + json_type_name(*v));
+    return v->get<bool>();
+}
+
+// eos_token_id: an integer or a non-empty list of integers.
+std::vector<int> eos_ids(const json& v, std::string_view source) {
+    std::vector<int> ids;
+    if (v.is_array()) {
+        if (v.empty()) config_fail(source, "field 'eos_token_id' is an empty list");
+        for (const json& x : v) ids.push_back(int_value(x, source, "eos_token_id"));
+    } else if (v.is_number_integer()) {
+        ids.push_back(int_value(v, source, "eos_token_id"));
+    } else {
+        config_fail(source, std::string("field 'eos_token_id' must be an integer or a list of integers, found ") +
+                                json_type_name(v));
+    }
+    return ids;
+}
+
+void require_positive(std::string_view source, const char* name, int value) {
+    if (value <= 0)
+        config_fail(source, std::string("field '") + name + "' must be positive, found " + std::to_string(value));
+}
+
+void check_token_id(std::string_view source, const char* name, int id, int vocab_size) {
+    if (id < 0 || id >= vocab_size)
+        config_fail(source, std::string("field '") + name + "' = " + std::to_string(id) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+}
+
+void validate(const ModelConfig& c, std::string_view source) {
+    require_positive(source, "hidden_size", c.dim);
+    require_positive(source, "intermediate_size", c.hidden_dim);
+    require_positive(source, "num_hidden_layers", c.n_layers);
+    require_positive(source, "num_attention_heads", c.n_heads);
+    require_positive(source, "num_key_value_heads", c.n_kv_heads);
+    require_positive(source, "head_dim", c.head_dim);
+    require_positive(source, "vocab_size", c.vocab_size);
+    require_positive(source, "max_position_embeddings", c.max_position_embeddings);
+    if (c.n_heads % c.n_kv_heads != 0)
+        config_fail(source, "field 'num_key_value_heads' = " + std::to_string(c.n_kv_heads) +
+                                " does not divide num_attention_heads = " + std::to_string(c.n_heads));
+    if (c.head_dim % 2 != 0)
+        config_fail(source, "field 'head_dim' = " + std::to_string(c.head_dim) + " must be even (rotary embedding)");
+    if (c.is_moe()) {
+        require_positive(source, "num_experts_per_tok", c.n_experts_active);
+        if (c.n_experts_active > c.n_experts)
+            config_fail(source, "field 'num_experts_per_tok' = " + std::to_string(c.n_experts_active) +
+                                    " exceeds num_local_experts = " + std::to_string(c.n_experts));
+    }
+    if (!(c.rope_theta > 0.0f))
+        config_fail(source, "field 'rope_theta' must be positive, found " + std::to_string(c.rope_theta));
+    if (!(c.rms_norm_eps > 0.0f))
+        config_fail(source, "field 'rms_norm_eps' must be positive, found " + std::to_string(c.rms_norm_eps));
+    check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
+    for (int id : c.eos_token_ids) check_token_id(source, "eos_token_id", id, c.vocab_size);
+}
+
+json read_json_file(const fs::path& path) {
+    json j = file_read_json(path);
+    if (!j.is_object()) throw MoeError(path.string() + ": expected a JSON object, found " + json_type_name(j));
+    return j;
+}
+
+}  // namespace
+
+ModelConfig model_config_parse(const json& j, std::string_view source) {
+    if (!j.is_object()) config_fail(source, std::string("expected a JSON object, found ") + json_type_name(j));
+    ModelConfig c;
+
+    const json* archs = field(j, "architectures");
+    if (!archs) config_fail(source, "field 'architectures' missing");
+    if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+        config_fail(source, "field 'architectures' must be a non-empty list of strings");
+    c.architecture = (*archs)[0].get<std::string>();
+    bool moe = c.architecture == "MixtralForCausalLM";
+    if (!moe && c.architecture != "MistralForCausalLM")
+        config_fail(source, "architecture '" + c.architecture +
+                                "' is not supported (supported: " + SUPPORTED_ARCHITECTURES + ")");
+
+    c.dim = required_int(j, source, "hidden_size");
+    c.hidden_dim = required_int(j, source, "intermediate_size");
+    c.n_layers = required_int(j, source, "num_hidden_layers");
+    c.n_heads = required_int(j, source, "num_attention_heads");
+    c.n_kv_heads = optional_int(j, source, "num_key_value_heads", c.n_heads);
+    c.vocab_size = required_int(j, source, "vocab_size");
+    if (moe) {
+        c.n_experts = required_int(j, source, "num_local_experts");
+        c.n_experts_active = required_int(j, source, "num_experts_per_tok");
+        require_positive(source, "num_local_experts", c.n_experts);
+        c.norm_topk_prob = optional_bool(j, source, "norm_topk_prob", true);
+    } else {
+        c.n_experts = 0;
+        c.n_experts_active = 0;
+    }
+    require_positive(source, "hidden_size", c.dim);
+    require_positive(source, "num_attention_heads", c.n_heads);
+    c.head_dim = optional_int(j, source, "head_dim", c.dim / c.n_heads);
+    // Hugging Face defaults of MixtralConfig / MistralConfig.
+    c.rope_theta = optional_float(j, source, "rope_theta", moe ? 1e6f : 10000.0f);
+    c.rms_norm_eps = optional_float(j, source, "rms_norm_eps", moe ? 1e-5f : 1e-6f);
+    c.tie_embeddings = optional_bool(j, source, "tie_word_embeddings", false);
+    c.max_position_embeddings = optional_int(j, source, "max_position_embeddings", 4096 * 32);
+    c.bos_token_id = optional_int(j, source, "bos_token_id", 1);
+    const json* eos = field(j, "eos_token_id");
+    c.eos_token_ids = eos ? eos_ids(*eos, source) : std::vector<int>{2};
+
+    validate(c, source);
+    return c;
+}
+
+ModelConfig model_config_load(const fs::path& dir) {
+    fs::path config_path = dir / "config.json";
+    if (!fs::is_regular_file(config_path)) throw MoeError(config_path.string() + ": missing (not a model folder?)");
+    ModelConfig c = model_config_parse(read_json_file(config_path), config_path.string());
+
+    fs::path gen_path = dir / "generation_config.json";
+    if (fs::exists(gen_path)) {
+        json g = read_json_file(gen_path);
+        std::string source = gen_path.string();
+        if (const json* bos = field(g, "bos_token_id")) c.bos_token_id = int_value(*bos, source, "bos_token_id");
+        if (const json* eos = field(g, "eos_token_id")) c.eos_token_ids = eos_ids(*eos, source);
+        check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
+        for (int id : c.eos_token_ids) check_token_id(source, "eos_token_id", id, c.vocab_size);
+    }
+    return c;
+}

@@ -1,0 +1,119 @@
+// Model sources (see model_source.h): the one parser of --model strings and
+// the dispatch of each part of a model to the folder loader or to the
+// in-memory synthetic weights (engine/model/synth_model.h).
+#include "engine/model/model_source.h"
+
+#include <charconv>
+#include <cstdio>
+
+#include "engine/errors.h"
+#include "engine/model/host_memory.h"
+#include "engine/model/synth_model.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view SYNTH_PREFIX = "synth:";
+constexpr uint64_t SYNTH_SEED_MAX = uint64_t(1) << 62;  // as synth-model's --seed
+constexpr const char* EMBEDDED_TOKENIZER = "embedded:mistral-v1.model";
+
+// What a synthetic string must look like, for error messages.
+std::string synth_usage() {
+    std::string names;
+    for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    return "expected synth:PRESET[:SEED], PRESET one of " + names + ": random weights built in memory, a benchmark aid";
+}
+
+MoeError synth_error(std::string_view text, const std::string& what) {
+    return MoeError("synthetic model '" + std::string(text) + "': " + what + " (" + synth_usage() + ")");
+}
+
+// 4.3 MB, 93.4 GB.
+std::string bytes_text(uint64_t bytes) {
+    char buf[64];
+    if (bytes >= uint64_t(1e9))
+        std::snprintf(buf, sizeof buf, "%.1f GB", double(bytes) / 1e9);
+    else
+        std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
+    return buf;
+}
+
+}  // namespace
+
+ModelSource model_source_parse(std::string_view text) {
+    ModelSource s;
+    s.text = std::string(text);
+    if (text.substr(0, SYNTH_PREFIX.size()) != SYNTH_PREFIX) {
+        s.dir = s.text;
+        return s;
+    }
+    s.synthetic = true;
+    std::string_view rest = text.substr(SYNTH_PREFIX.size());
+    size_t colon = rest.find(':');
+    s.preset = std::string(rest.substr(0, colon));
+    if (s.preset.empty()) throw synth_error(text, "no preset");
+    bool known = false;
+    for (const std::string& n : synth_preset_names()) known = known || n == s.preset;
+    if (!known) throw synth_error(text, "unknown preset '" + s.preset + "'");
+    if (colon == std::string_view::npos) return s;
+    std::string_view seed = rest.substr(colon + 1);
+    if (seed.find(':') != std::string_view::npos) throw synth_error(text, "too many ':' parts");
+    auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), s.seed);
+    if (seed.empty() || ec != std::errc() || end != seed.data() + seed.size() || s.seed > SYNTH_SEED_MAX)
+        throw synth_error(text, "seed '" + std::string(seed) + "' is not a whole number in [0, 2^62]");
+    return s;
+}
+
+std::string model_source_id(const ModelSource& s) {
+    if (s.synthetic) return std::string(SYNTH_PREFIX) + s.preset + ":" + std::to_string(s.seed);
+    fs::path p = fs::absolute(s.dir).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    return p.filename().string();
+}
+
+std::string model_source_note(const ModelSource& s) {
+    if (!s.synthetic) return "";
+    return model_source_id(s) + ": random weights of synth-model preset " + s.preset + ", seed " +
+           std::to_string(s.seed) + " (" + bytes_text(synth_memory_bytes(synth_preset(s.preset))) +
+           "), built in memory: a benchmark aid, not a real model (its text is gibberish)";
+}
+
+std::string model_source_where(const ModelSource& s) {
+    return s.synthetic ? "random weights built in memory (a benchmark aid)" : s.dir.string();
+}
+
+ModelConfig model_source_config(const ModelSource& s) {
+    return s.synthetic ? synth_preset(s.preset) : model_config_load(s.dir);
+}
+
+void model_source_check_memory(const ModelSource& s, const ModelConfig& config, uint64_t available_bytes) {
+    if (!s.synthetic || available_bytes == 0) return;
+    const uint64_t needed = synth_memory_bytes(config);
+    if (needed <= available_bytes) return;
+    throw MoeError(model_source_id(s) + ": preset " + s.preset + " needs " + std::to_string(needed) + " bytes (" +
+                   bytes_text(needed) + ") of memory for its random weights, but only " +
+                   std::to_string(available_bytes) + " bytes (" + bytes_text(available_bytes) +
+                   ") are available (MemAvailable in /proc/meminfo)");
+}
+
+ModelWeights model_source_weights(const ModelSource& s, const ModelConfig& config, int threads) {
+    if (!s.synthetic) return weights_load(config, s.dir);
+    model_source_check_memory(s, config, host_memory_available());
+    return synth_weights(config, s.seed, threads);
+}
+
+Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config) {
+    const std::string where = s.synthetic ? EMBEDDED_TOKENIZER : (s.dir / "tokenizer.model").string();
+    Tokenizer t = s.synthetic ? Tokenizer::from_bytes(synth_embedded_tokenizer(), where) : Tokenizer::load(where);
+    if (t.vocab_size() > config.vocab_size)
+        throw MoeError(where + ": vocabulary of " + std::to_string(t.vocab_size()) +
+                       " pieces exceeds the model's vocab_size " + std::to_string(config.vocab_size));
+    return t;
+}
+
+ChatTemplate model_source_chat_template(const ModelSource& s, std::string* warning) {
+    if (!s.synthetic) return ChatTemplate::from_model_dir(s.dir, warning);
+    if (warning) warning->clear();
+    return ChatTemplate(ChatFamily::MISTRAL);
+}

@@ -1,0 +1,70 @@
+// Model sources: what a --model string names, decided here and nowhere else,
+// and the config, weights, tokenizer and chat template of either kind.
+//
+// * "synth:PRESET[:SEED]" (SEED defaults to 0) is a synthetic source: the
+//   random weights `synth-model --preset PRESET --seed SEED` writes, bit for
+//   bit, built in memory with no file, with the Mistral tokenizer compiled
+//   into the binary and Mistral's chat template. It is a benchmark aid (a
+//   model's real shape, e.g. Mixtral-8x7B's, on a machine whose disk cannot
+//   hold it), never a real model: its text is gibberish.
+// * Anything else is a model folder, read by the real loader exactly as
+//   before (config.json, safetensors, tokenizer.model, tokenizer_config.json).
+//   A folder whose name starts with "synth:" is reached as ./synth:...
+//
+// Must not decide anything about devices, placement or generation.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "engine/text/chat_template.h"
+#include "engine/model/model_config.h"
+#include "engine/text/tokenizer.h"
+#include "engine/model/weights.h"
+
+struct ModelSource {
+    std::string text;           // the --model string as given
+    bool synthetic = false;     // synth:PRESET[:SEED]
+    std::filesystem::path dir;  // a folder: the folder
+    std::string preset;         // synthetic: the synth-model preset (engine/model/synth_model.h)
+    uint64_t seed = 0;          // synthetic: the synth-model seed
+};
+
+// Parses a --model string. MoeError, one line naming the string, for a
+// synthetic one that is malformed: no preset ("synth:"), an unknown preset,
+// a seed that is not a whole number in [0, 2^62], or extra ":" parts.
+ModelSource model_source_parse(std::string_view text);
+
+// The model's name in the API and the benchmarks: the folder's name, or
+// "synth:PRESET:SEED" (the seed always spelled out).
+std::string model_source_id(const ModelSource& source);
+
+// One line naming a synthetic source as a benchmark aid, with its preset,
+// seed and memory; empty for a folder.
+std::string model_source_note(const ModelSource& source);
+
+// Where the model comes from, for a load line: the folder, or "random weights
+// built in memory (a benchmark aid)".
+std::string model_source_where(const ModelSource& source);
+
+// The folder's config.json (+ generation_config.json), or the preset's.
+ModelConfig model_source_config(const ModelSource& source);
+
+// Throws MoeError naming the source, its preset, the bytes its in-memory
+// weights need and the bytes available, when a synthetic source needs more
+// than `available_bytes` (0 = unknown: no check). Nothing for a folder (its
+// weights are memory-mapped).
+void model_source_check_memory(const ModelSource& source, const ModelConfig& config, uint64_t available_bytes);
+
+// The folder's weights (weights_load), or the synthetic ones generated on
+// `threads` threads after model_source_check_memory against MemAvailable.
+ModelWeights model_source_weights(const ModelSource& source, const ModelConfig& config, int threads);
+
+// The folder's tokenizer.model, or the embedded Mistral tokenizer. MoeError
+// naming the tokenizer when its vocabulary exceeds the model's vocab_size.
+Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& config);
+
+// The folder's chat template (ChatTemplate::from_model_dir, which sets
+// *warning when it falls back), or Mistral's built-in one (no warning).
+ChatTemplate model_source_chat_template(const ModelSource& source, std::string* warning);

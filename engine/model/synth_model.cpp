@@ -1,0 +1,584 @@
+// synth-model: presets and the writer of random-weight checkpoints in the
+// exact Hugging Face Mixtral layout, and the same weights made in memory.
+// Weights come from a fast PRNG (splitmix64) seeded per tensor from (seed,
+// tensor name), so the same seed always gives the same bytes; one function
+// (synth_fill) makes any chunk of a tensor, for both. The writer streams to
+// disk in small chunks (memory use stays a few MB whatever the model size),
+// into "<out>.partial" renamed at the end; the in-memory weights are made on
+// a thread pool, chunk by chunk. Must not load or run a model.
+#include "engine/model/synth_model.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <tuple>
+#include <unordered_map>
+
+#include "cpu_kernels/bf16.h"
+#include "cpu_kernels/thread_pool.h"
+#include "embedded_files.h"
+#include "engine/errors.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/tensor_table.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const char* const SYNTH_MIXTRAL_CHAT_TEMPLATE =
+    R"TPL({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})TPL";
+
+namespace {
+
+// Room left for config.json, tokenizer.model, the index and headers.
+constexpr uint64_t SMALL_FILES_BYTES = uint64_t(4) << 20;
+// Elements generated per write (a multiple of 4: one PRNG draw gives 4 values).
+constexpr size_t CHUNK_ELEMENTS = size_t(1) << 20;
+constexpr float SQRT3 = 1.7320508f;
+
+// splitmix64: one add and two multiply-xorshift rounds per 64 random bits.
+// The state only ever grows by GAMMA, so skipping ahead is one multiply:
+// any chunk of a tensor can be generated on its own, in any order.
+struct Rng {
+    static constexpr uint64_t GAMMA = 0x9e3779b97f4a7c15ull;
+    uint64_t state;
+    uint64_t next() {
+        uint64_t z = (state += GAMMA);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    void skip(uint64_t draws) { state += draws * GAMMA; }
+};
+
+Rng tensor_rng(uint64_t seed, const std::string& name) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name
+    for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+    Rng r{seed ^ h};
+    r.next();
+    return r;
+}
+
+// out[i] = uniform(-a, a) + offset[(start + i) % cols] (offset may be null),
+// 4 values per draw (16 bits each).
+void fill_uniform(Rng& rng, float a, const float* offset, size_t cols, size_t start, bf16* out, size_t n) {
+    const float k = a / 32768.0f;
+    size_t col = cols ? start % cols : 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint64_t r = rng.next();
+        size_t m = std::min<size_t>(4, n - i);
+        for (size_t j = 0; j < m; j++) {
+            float v = (float(int16_t(r >> (16 * j))) + 0.5f) * k;
+            if (offset) {
+                v += offset[col];
+                if (++col == cols) col = 0;
+            }
+            out[i + j] = f32_to_bf16(v);
+        }
+    }
+}
+
+enum class Init {
+    UNIFORM,  // uniform with standard deviation `scale`
+    EMBED,    // uniform plus the shared direction every token has in common
+    NORM,     // RMSNorm weight: 1 +- a little
+    ROUTER,   // per-expert scale and bias, so experts differ in popularity
+};
+
+// RMS of the direction all embeddings share (the noise has RMS 1). It gives
+// the hidden state a component the routers can read as a per-expert bias.
+constexpr float COMMON_RMS = 0.5f;
+// Router logit bias of the least and most favoured expert, at layer 0.
+constexpr float ROUTER_BIAS = 0.6f;
+
+std::vector<float> common_direction(uint64_t seed, int dim) {
+    Rng rng = tensor_rng(seed, "synth.common_direction");
+    std::vector<float> m(static_cast<size_t>(dim));
+    const float k = SQRT3 * COMMON_RMS / 32768.0f;
+    for (float& x : m) x = (float(int16_t(rng.next())) + 0.5f) * k;
+    return m;
+}
+
+struct SynthTensor {
+    TensorView view;  // name, dtype, shape, nbytes
+    Init init = Init::UNIFORM;
+    float scale = 0.0f;
+    int shard = 0;
+};
+
+struct SynthInit {
+    Init init;
+    float scale;
+};
+
+// Initialisation and scale of a tensor by its role. Matrix scales are
+// 1/sqrt(fan_in) (fan_in = columns) so each projection keeps unit RMS;
+// lm_head is larger so the logits have a standard deviation of about 2.5
+// (peaked but not one-hot).
+SynthInit synth_init(const TensorEntry& t) {
+    const float fan_in = t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 0.0f;
+    switch (t.role) {
+    case TensorRole::EMBED: return {Init::EMBED, 1.0f};
+    case TensorRole::ATTN_NORM:
+    case TensorRole::FFN_NORM:
+    case TensorRole::FINAL_NORM: return {Init::NORM, 0.05f};
+    case TensorRole::ROUTER: return {Init::ROUTER, fan_in};
+    case TensorRole::LM_HEAD: return {Init::UNIFORM, 2.5f * fan_in};
+    case TensorRole::WQ:
+    case TensorRole::WK:
+    case TensorRole::WV:
+    case TensorRole::WO:
+    case TensorRole::EXPERT_W1:
+    case TensorRole::EXPERT_W3:
+    case TensorRole::EXPERT_W2: break;
+    }
+    return {Init::UNIFORM, fan_in};
+}
+
+SynthTensor synth_tensor(const TensorEntry& entry) {
+    SynthTensor t;
+    t.view.name = entry.name;
+    t.view.dtype = DType::BF16;
+    t.view.shape = entry.shape;
+    t.view.nbytes = safetensors_nbytes(DType::BF16, t.view.shape, t.view.name);
+    const SynthInit init = synth_init(entry);
+    t.init = init.init;
+    t.scale = init.scale;
+    return t;
+}
+
+// Where a tensor goes in the files, as a sort key: embed; per layer the
+// attention, the router, each expert's w1, w2, w3, then the post-attention
+// norm; the final norm and lm_head. This writer's order differs from the
+// table's load order and is kept so every seed keeps giving the same bytes.
+std::tuple<int, int, int, int> synth_file_order(const TensorEntry& t, int n_layers) {
+    const int block = t.role == TensorRole::EMBED ? 0 : t.layer >= 0 ? 1 + t.layer : 1 + n_layers;
+    const int part = t.role == TensorRole::FFN_NORM ? 2 : t.expert >= 0 ? 1 : 0;
+    const int matrix = t.role == TensorRole::EXPERT_W2 ? 1 : t.role == TensorRole::EXPERT_W3 ? 2 : 0;
+    return {block, part, t.expert, matrix};
+}
+
+// Every tensor of the table, in file order, with its initialisation.
+std::vector<SynthTensor> synth_tensors(const ModelConfig& c) {
+    std::vector<TensorEntry> table = tensor_table(c);
+    std::stable_sort(table.begin(), table.end(), [&](const TensorEntry& a, const TensorEntry& b) {
+        return synth_file_order(a, c.n_layers) < synth_file_order(b, c.n_layers);
+    });
+    std::vector<SynthTensor> ts;
+    for (const TensorEntry& t : table) ts.push_back(synth_tensor(t));
+    return ts;
+}
+
+// Assigns shards greedily in order; returns the shard count.
+int assign_shards(std::vector<SynthTensor>& ts, size_t max_shard_bytes) {
+    int shard = 0;
+    size_t in_shard = 0;
+    for (SynthTensor& t : ts) {
+        if (in_shard > 0 && in_shard + t.view.nbytes > max_shard_bytes) {
+            shard++;
+            in_shard = 0;
+        }
+        t.shard = shard;
+        in_shard += t.view.nbytes;
+    }
+    return shard + 1;
+}
+
+std::string shard_name(int i, int n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", i + 1, n);
+    return buf;
+}
+
+class OutFile {
+public:
+    explicit OutFile(const fs::path& path) : path_(path), f_(std::fopen(path.string().c_str(), "wb")) {
+        if (!f_) throw MoeError(path_.string() + ": cannot create (" + std::strerror(errno) + ")");
+    }
+    ~OutFile() {
+        if (f_) std::fclose(f_);
+    }
+    OutFile(const OutFile&) = delete;
+    OutFile& operator=(const OutFile&) = delete;
+    void write(const void* data, size_t n) {
+        if (n && std::fwrite(data, 1, n, f_) != n)
+            throw MoeError(path_.string() + ": write failed (" + std::strerror(errno) + ")");
+    }
+    void close() {
+        std::FILE* f = f_;
+        f_ = nullptr;
+        if (std::fclose(f) != 0) throw MoeError(path_.string() + ": write failed (" + std::strerror(errno) + ")");
+    }
+
+private:
+    fs::path path_;
+    std::FILE* f_;
+};
+
+// Router row e: noise with scale c_e in [0.7, 1.3], made orthogonal to the
+// common direction, plus b_e * common scaled so the normalised hidden state's
+// common part adds a logit bias b_e in [-ROUTER_BIAS, ROUTER_BIAS]. Scales
+// and biases follow a seeded order, so some experts are clearly more popular
+// than others. out: (n_experts, dim), the whole tensor.
+void fill_router(Rng& rng, const SynthTensor& t, const std::vector<float>& common, bf16* out) {
+    size_t n_rows = size_t(t.view.shape[0]), cols = size_t(t.view.shape[1]);
+    std::vector<int> order(n_rows);
+    for (size_t e = 0; e < n_rows; e++) order[e] = int(e);
+    for (size_t e = n_rows; e > 1; e--) std::swap(order[e - 1], order[rng.next() % e]);
+    double mm = 0;
+    for (float x : common) mm += double(x) * x;
+    // h = rmsnorm(noise + common) ~ (noise + common) / sqrt(1 + COMMON_RMS^2), so h . common ~ mm / that.
+    double per_bias = std::sqrt(1.0 + double(COMMON_RMS) * COMMON_RMS) / mm;
+    std::vector<float> row(cols);
+    for (size_t e = 0; e < n_rows; e++) {
+        double rank = n_rows > 1 ? double(order[e]) / double(n_rows - 1) : 0.5;
+        double next_rank = n_rows > 1 ? double(order[(e + 1) % n_rows]) / double(n_rows - 1) : 0.5;
+        double bias = ROUTER_BIAS * (2.0 * rank - 1.0);
+        float a = SQRT3 * float(0.7 + 0.6 * next_rank) * t.scale / 32768.0f;
+        for (size_t i = 0; i < cols; i += 4) {
+            uint64_t r = rng.next();
+            for (size_t j = 0; j < 4 && i + j < cols; j++) row[i + j] = (float(int16_t(r >> (16 * j))) + 0.5f) * a;
+        }
+        double along = 0;
+        for (size_t i = 0; i < cols; i++) along += double(row[i]) * common[i];
+        double k = bias * per_bias - along / mm;
+        for (size_t i = 0; i < cols; i++) out[e * cols + i] = f32_to_bf16(float(row[i] + k * common[i]));
+    }
+}
+
+// Elements [start, start + n) of a tensor's random values (row-major), the
+// same whichever chunks they are asked in: start must be a multiple of 4 (one
+// draw gives 4 values), and a router is only ever made whole (start 0, all of
+// it). `common` is the shared embedding direction (dim,).
+void synth_fill(const SynthTensor& t, uint64_t seed, const std::vector<float>& common, size_t start, bf16* out,
+                size_t n) {
+    Rng rng = tensor_rng(seed, t.view.name);
+    if (t.init == Init::ROUTER) {
+        if (start != 0 || n != t.view.nbytes / sizeof(bf16))
+            throw MoeError("synth-model: " + t.view.name + ": a router is generated whole");
+        fill_router(rng, t, common, out);
+        return;
+    }
+    if (start % 4 != 0) throw MoeError("synth-model: " + t.view.name + ": chunk start not a multiple of 4");
+    rng.skip(start / 4);
+    const float one = 1.0f;
+    const float* offset = nullptr;
+    size_t cols = 0;
+    if (t.init == Init::NORM) {
+        offset = &one;
+        cols = 1;
+    } else if (t.init == Init::EMBED) {
+        offset = common.data();
+        cols = common.size();
+    }
+    fill_uniform(rng, SQRT3 * t.scale, offset, cols, start, out, n);
+}
+
+// Streams one tensor's random values to the file.
+void write_tensor(OutFile& out, const SynthTensor& t, uint64_t seed, const std::vector<float>& common,
+                  std::vector<bf16>& buf) {
+    size_t n = t.view.nbytes / sizeof(bf16);
+    size_t chunk = t.init == Init::ROUTER ? n : CHUNK_ELEMENTS;
+    buf.resize(std::min(n, chunk));
+    for (size_t done = 0; done < n;) {
+        size_t m = std::min(n - done, chunk);
+        synth_fill(t, seed, common, done, buf.data(), m);
+        out.write(buf.data(), m * sizeof(bf16));
+        done += m;
+    }
+}
+
+void write_text(const fs::path& path, std::string_view text) {
+    OutFile f(path);
+    f.write(text.data(), text.size());
+    f.close();
+}
+
+// A float as the shortest decimal that reads back as the same float (1e-05, not 9.99e-06).
+double json_float(float x) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+json config_json(const ModelConfig& c) {
+    json j;
+    j["architectures"] = {c.architecture};
+    j["attention_dropout"] = 0.0;
+    j["bos_token_id"] = c.bos_token_id;
+    j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+    j["hidden_act"] = "silu";
+    j["hidden_size"] = c.dim;
+    j["initializer_range"] = 0.02;
+    j["intermediate_size"] = c.hidden_dim;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["model_type"] = "mixtral";
+    j["num_attention_heads"] = c.n_heads;
+    j["num_experts_per_tok"] = c.n_experts_active;
+    j["num_hidden_layers"] = c.n_layers;
+    j["num_key_value_heads"] = c.n_kv_heads;
+    j["num_local_experts"] = c.n_experts;
+    j["output_router_logits"] = false;
+    j["rms_norm_eps"] = json_float(c.rms_norm_eps);
+    j["rope_theta"] = json_float(c.rope_theta);
+    j["router_aux_loss_coef"] = 0.02;
+    j["sliding_window"] = nullptr;
+    j["tie_word_embeddings"] = c.tie_embeddings;
+    j["torch_dtype"] = "bfloat16";
+    j["transformers_version"] = "4.36.0.dev0";
+    j["use_cache"] = true;
+    j["vocab_size"] = c.vocab_size;
+    if (c.head_dim != c.dim / c.n_heads) j["head_dim"] = c.head_dim;
+    return j;
+}
+
+json generation_config_json(const ModelConfig& c) {
+    json j;
+    j["_from_model_config"] = true;
+    j["bos_token_id"] = c.bos_token_id;
+    j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+    j["transformers_version"] = "4.36.0.dev0";
+    return j;
+}
+
+json tokenizer_config_json() {
+    json j;
+    j["add_bos_token"] = true;
+    j["add_eos_token"] = false;
+    j["bos_token"] = "<s>";
+    j["chat_template"] = SYNTH_MIXTRAL_CHAT_TEMPLATE;
+    j["clean_up_tokenization_spaces"] = false;
+    j["eos_token"] = "</s>";
+    j["legacy"] = true;
+    j["pad_token"] = nullptr;
+    j["sp_model_kwargs"] = json::object();
+    j["spaces_between_special_tokens"] = false;
+    j["tokenizer_class"] = "LlamaTokenizer";
+    j["unk_token"] = "<unk>";
+    j["use_default_system_prompt"] = false;
+    return j;
+}
+
+std::string tokenizer_bytes(const fs::path& tokenizer) {
+    if (tokenizer.empty()) return std::string(synth_embedded_tokenizer());
+    std::FILE* f = std::fopen(tokenizer.string().c_str(), "rb");
+    if (!f) throw MoeError(tokenizer.string() + ": cannot open tokenizer (" + std::strerror(errno) + ")");
+    std::string bytes;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+    bool failed = std::ferror(f);
+    std::fclose(f);
+    if (failed || bytes.empty()) throw MoeError(tokenizer.string() + ": cannot read tokenizer (empty or unreadable)");
+    return bytes;
+}
+
+ModelConfig mixtral_preset(int dim, int hidden, int layers, int heads, int kv_heads, int experts) {
+    ModelConfig c;
+    c.architecture = "MixtralForCausalLM";
+    c.dim = dim;
+    c.hidden_dim = hidden;
+    c.n_layers = layers;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = dim / heads;
+    c.vocab_size = 32000;
+    c.n_experts = experts;
+    c.n_experts_active = 2;
+    c.norm_topk_prob = true;
+    c.rope_theta = 1e6f;
+    c.rms_norm_eps = 1e-5f;
+    c.tie_embeddings = false;
+    c.max_position_embeddings = 32768;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    return c;
+}
+
+void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthTensor>& ts, int n_shards,
+                 const std::string& tokenizer, const fs::path& dir) {
+    std::vector<bf16> buf;
+    const std::vector<float> common = common_direction(o.seed, c.dim);
+    json weight_map = json::object();
+    uint64_t total = 0;
+    for (int s = 0; s < n_shards; s++) {
+        std::string name = n_shards == 1 ? "model.safetensors" : shard_name(s, n_shards);
+        std::vector<TensorView> views;
+        for (const SynthTensor& t : ts) {
+            if (t.shard != s) continue;
+            views.push_back(t.view);
+            weight_map[t.view.name] = name;
+            total += t.view.nbytes;
+        }
+        OutFile out(dir / name);
+        std::string header = safetensors_header(views);
+        out.write(header.data(), header.size());
+        for (const SynthTensor& t : ts)
+            if (t.shard == s) write_tensor(out, t, o.seed, common, buf);
+        out.close();
+    }
+    if (n_shards > 1) {
+        json index;
+        index["metadata"] = {{"total_size", total}};
+        index["weight_map"] = weight_map;
+        write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+    }
+    write_text(dir / "config.json", config_json(c).dump(2) + "\n");
+    write_text(dir / "generation_config.json", generation_config_json(c).dump(2) + "\n");
+    write_text(dir / "tokenizer_config.json", tokenizer_config_json().dump(2) + "\n");
+    json special = {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}};
+    write_text(dir / "special_tokens_map.json", special.dump(2) + "\n");
+    write_text(dir / "tokenizer.model", tokenizer);
+}
+
+}  // namespace
+
+std::vector<std::string> synth_preset_names() {
+    return {"tiny", "small", "mixtral-mini", "mixtral-8x7b"};
+}
+
+ModelConfig synth_preset(const std::string& name) {
+    if (name == "tiny") return mixtral_preset(64, 128, 2, 4, 2, 4);
+    if (name == "small") return mixtral_preset(256, 512, 4, 8, 2, 8);
+    if (name == "mixtral-mini") return mixtral_preset(1024, 3584, 8, 16, 4, 8);
+    // The shapes of mixtral-8x7b-instruct-v0.1/config.json.
+    if (name == "mixtral-8x7b") return mixtral_preset(4096, 14336, 32, 32, 8, 8);
+    std::string names;
+    for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw MoeError("synth-model: unknown preset '" + name + "' (presets: " + names + ")");
+}
+
+std::string_view synth_embedded_tokenizer() {
+    std::string_view bytes = embedded_file("mistral-v1.model");
+    if (bytes.empty()) throw MoeError("synth-model: the embedded tokenizer mistral-v1.model is missing from the binary");
+    return bytes;
+}
+
+uint64_t synth_memory_bytes(const ModelConfig& config) {
+    uint64_t total = 0;
+    for (const TensorEntry& t : tensor_table(config)) {
+        uint64_t n = 1;
+        for (int64_t d : t.shape) n *= uint64_t(d);
+        total += n * (t.shape.size() == 1 ? sizeof(float) : sizeof(bf16));
+    }
+    return total;
+}
+
+ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
+    const std::vector<SynthTensor> ts = synth_tensors(c);
+    const std::vector<float> common = common_direction(seed, c.dim);
+    ModelWeights w;
+    // One allocation per tensor, left uninitialised: the generating threads
+    // touch every page first, so page faults are spread over them too.
+    std::vector<void*> out(ts.size());
+    std::unordered_map<std::string, const void*> by_name;
+    // Work items: a router or a norm vector whole, any other tensor in chunks.
+    struct Item {
+        size_t tensor, start, n;
+    };
+    std::vector<Item> items;
+    for (size_t i = 0; i < ts.size(); i++) {
+        const size_t n = ts[i].view.nbytes / sizeof(bf16);
+        if (ts[i].view.shape.size() == 1) {
+            w.owned_f32.push_back(std::make_unique_for_overwrite<float[]>(n));
+            out[i] = w.owned_f32.back().get();
+        } else {
+            w.owned_bf16.push_back(std::make_unique_for_overwrite<bf16[]>(n));
+            out[i] = w.owned_bf16.back().get();
+        }
+        by_name[ts[i].view.name] = out[i];
+        const size_t chunk = ts[i].init == Init::ROUTER || ts[i].view.shape.size() == 1 ? n : CHUNK_ELEMENTS;
+        for (size_t start = 0; start < n; start += chunk) items.push_back({i, start, std::min(chunk, n - start)});
+    }
+    weights_assign(w, c, [&](const TensorEntry& t) { return by_name.at(t.name); });
+
+    std::atomic<size_t> next{0};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+    ThreadPool pool(std::max(1, threads));
+    pool.run([&](int) {
+        std::vector<bf16> vector_buf;  // a norm vector before its fp32 conversion
+        try {
+            for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+                const Item& it = items[k];
+                const SynthTensor& t = ts[it.tensor];
+                if (t.view.shape.size() == 1) {
+                    vector_buf.resize(it.n);
+                    synth_fill(t, seed, common, it.start, vector_buf.data(), it.n);
+                    float* dst = static_cast<float*>(out[it.tensor]) + it.start;
+                    for (size_t j = 0; j < it.n; j++) dst[j] = bf16_to_f32(vector_buf[j]);
+                } else {
+                    synth_fill(t, seed, common, it.start, static_cast<bf16*>(out[it.tensor]) + it.start, it.n);
+                }
+            }
+        } catch (...) {
+            std::lock_guard lock(error_mutex);
+            if (!error) error = std::current_exception();
+            next.store(items.size());
+        }
+    });
+    if (error) std::rethrow_exception(error);
+    return w;
+}
+
+uint64_t synth_disk_bytes(const ModelConfig& config) {
+    std::vector<SynthTensor> ts = synth_tensors(config);
+    uint64_t total = SMALL_FILES_BYTES;
+    for (const SynthTensor& t : ts) total += t.view.nbytes + t.view.name.size() + 128;  // data + header entry
+    return total;
+}
+
+void synth_check_free_space(const fs::path& out, uint64_t bytes) {
+    fs::path probe = fs::absolute(out);
+    while (!fs::exists(probe) && probe.has_parent_path() && probe != probe.parent_path()) probe = probe.parent_path();
+    struct statvfs st;
+    if (::statvfs(probe.string().c_str(), &st) != 0)
+        throw MoeError(out.string() + ": cannot check free disk space (" + std::strerror(errno) + ")");
+    uint64_t avail = uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
+    if (avail < bytes) {
+        char msg[160];
+        std::snprintf(msg, sizeof msg, ": not enough free disk space: needs %.1f GB, %.1f GB available", bytes / 1e9,
+                      avail / 1e9);
+        throw MoeError(out.string() + msg);
+    }
+}
+
+void synth_model_write(const SynthOptions& o) {
+    ModelConfig c = synth_preset(o.preset);
+    if (o.out.empty()) throw MoeError("synth-model: no output folder given");
+    if (o.max_shard_bytes == 0) throw MoeError("synth-model: max_shard_bytes must be positive");
+    fs::path out = o.out.lexically_normal();
+    if (!out.has_filename()) out = out.parent_path();  // "dir/" -> "dir"
+    std::error_code ec;
+    if (fs::exists(out, ec)) {
+        if (!fs::is_directory(out, ec)) throw MoeError(out.string() + ": exists and is not a folder");
+        if (!fs::is_empty(out, ec)) throw MoeError(out.string() + ": exists and is not empty; refusing to overwrite");
+    }
+    std::string tokenizer = tokenizer_bytes(o.tokenizer);
+    std::vector<SynthTensor> ts = synth_tensors(c);
+    int n_shards = assign_shards(ts, o.max_shard_bytes);
+    synth_check_free_space(out, synth_disk_bytes(c) + tokenizer.size());
+
+    fs::path partial = out.string() + ".partial";
+    try {
+        fs::remove_all(partial);  // left over from an interrupted run
+        fs::create_directories(partial);
+        write_model(o, c, ts, n_shards, tokenizer, partial);
+        fs::rename(partial, out);  // replaces an empty `out` folder
+    } catch (const fs::filesystem_error& e) {
+        fs::remove_all(partial, ec);
+        throw MoeError(out.string() + ": " + e.code().message());
+    } catch (...) {
+        fs::remove_all(partial, ec);
+        throw;
+    }
+}

@@ -1,0 +1,61 @@
+// synth-model: writes a random-weight model in exactly the Hugging Face
+// layout of a Mixtral checkpoint (config.json, generation_config.json,
+// model.safetensors or shards + model.safetensors.index.json, tokenizer.model,
+// tokenizer_config.json with the Mixtral chat template), or the same weights
+// straight into memory. Weights are bf16, scaled by 1/sqrt(fan_in) so
+// activations stay finite through every layer.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+
+// Presets: tiny, small, mixtral-mini, mixtral-8x7b. Throws MoeError for an
+// unknown name.
+ModelConfig synth_preset(const std::string& name);
+std::vector<std::string> synth_preset_names();
+
+struct SynthOptions {
+    std::string preset = "tiny";
+    std::filesystem::path out;
+    uint64_t seed = 0;
+    std::filesystem::path tokenizer;  // empty = the embedded Mixtral tokenizer
+    size_t max_shard_bytes = size_t(1) << 30;  // shard when the weights exceed this
+};
+
+// Writes the model (into a temporary folder renamed into place at the end,
+// so a crash never leaves a half-written model at `out`). Refuses with a
+// MoeError when the disk lacks room or `out` exists and is not empty.
+void synth_model_write(const SynthOptions& options);
+
+// Bytes synth_model_write puts on disk for this config (weights, headers and
+// the small files), used for the free-space check.
+uint64_t synth_disk_bytes(const ModelConfig& config);
+
+// Throws MoeError naming `out` when the file system that will hold it has
+// fewer than `bytes` free (statvfs of the nearest existing ancestor).
+void synth_check_free_space(const std::filesystem::path& out, uint64_t bytes);
+
+// The Mixtral-8x7B-Instruct-v0.1 chat template written into
+// tokenizer_config.json.
+extern const char* const SYNTH_MIXTRAL_CHAT_TEMPLATE;
+
+// The Mistral tokenizer compiled into the binary (engine/assets/
+// mistral-v1.model): what synth_model_write writes without --tokenizer and
+// what the in-memory weights use. MoeError when the binary lacks it.
+std::string_view synth_embedded_tokenizer();
+
+// Bytes synth_weights holds in memory for this config (bf16 matrices, fp32
+// norm vectors).
+uint64_t synth_memory_bytes(const ModelConfig& config);
+
+// The weights synth_model_write writes for this config and seed, bit for bit,
+// generated in memory on `threads` threads with no file (the benchmark aid
+// behind --model synth:PRESET[:SEED]). They live in the result's owned_bf16
+// (matrices, one allocation per tensor) and owned_f32 (norms); files stays
+// null. Checks no memory budget (engine/model/model_source.h does).
+ModelWeights synth_weights(const ModelConfig& config, uint64_t seed, int threads);

@@ -1,0 +1,159 @@
+// Weight loading: walks the tensor table (engine/model/tensor_table.h) and checks
+// every tensor's presence, dtype and shape against it, storing each pointer
+// by its role (weights_assign, which the in-memory synthetic weights use too). bf16 matrices stay in the memory mapping; F16/F32 matrices are
+// converted to bf16 once and norm vectors to fp32. Builds the result in a
+// local object so a failure releases everything and never returns a
+// half-loaded model. Does no math beyond these conversions.
+#include "engine/model/weights.h"
+
+#include <cstring>
+#include <string>
+
+#include "engine/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+float f16_to_f32(uint16_t h) {
+    uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else {  // subnormal: mant * 2^-24, exact in fp32
+            float f = float(mant) * 0x1p-24f;
+            return sign ? -f : f;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);  // inf or NaN (payload kept)
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// Element i of a tensor as fp32; memcpy because the mapping gives no alignment promise.
+float element_f32(const TensorView& t, size_t i) {
+    const char* p = static_cast<const char*>(t.data);
+    switch (t.dtype) {
+    case DType::BF16: {
+        bf16 h;
+        std::memcpy(&h, p + 2 * i, 2);
+        return bf16_to_f32(h);
+    }
+    case DType::F16: {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        return f16_to_f32(h);
+    }
+    case DType::F32: {
+        float f;
+        std::memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    }
+    return 0.0f;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+class Loader {
+public:
+    explicit Loader(ModelWeights& w) : w_(w) {}
+
+    // A (rows, cols) matrix as bf16: the mapping itself when it already is
+    // aligned bf16, otherwise a converted copy owned by the weights.
+    const bf16* matrix(const TensorEntry& entry) {
+        const TensorView& t = get(entry.name, entry.shape);
+        size_t n = size_t(entry.shape[0]) * size_t(entry.shape[1]);
+        if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(bf16) == 0)
+            return static_cast<const bf16*>(t.data);
+        auto out = std::make_unique<bf16[]>(n);
+        if (t.dtype == DType::BF16) {
+            std::memcpy(out.get(), t.data, n * sizeof(bf16));
+        } else {
+            for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(element_f32(t, i));
+        }
+        w_.owned_bf16.push_back(std::move(out));
+        return w_.owned_bf16.back().get();
+    }
+
+    // A (n,) vector converted to fp32.
+    const float* vector(const TensorEntry& entry) {
+        const TensorView& t = get(entry.name, entry.shape);
+        const size_t n = size_t(entry.shape[0]);
+        auto out = std::make_unique<float[]>(n);
+        for (size_t i = 0; i < n; i++) out[i] = element_f32(t, i);
+        w_.owned_f32.push_back(std::move(out));
+        return w_.owned_f32.back().get();
+    }
+
+private:
+    const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) {
+        const TensorView* t = w_.files->find(name);
+        if (!t) throw MoeError(w_.files->source() + ": " + name + ": tensor missing");
+        if (t->shape != shape)
+            throw MoeError(t->file + ": " + name + ": expected shape " + shape_string(shape) + ", found " +
+                           shape_string(t->shape));
+        // BF16, F16 and F32 are all accepted (the reader refuses anything else).
+        return *t;
+    }
+
+    ModelWeights& w_;
+};
+
+}  // namespace
+
+void weights_assign(ModelWeights& w, const ModelConfig& config,
+                    const std::function<const void*(const TensorEntry&)>& data) {
+    w.layers.assign(size_t(config.n_layers), LayerWeights{});
+    // A dense Mistral MLP is the single "expert" 0: gate = w1, up = w3, down = w2.
+    for (LayerWeights& L : w.layers) L.experts.resize(config.is_moe() ? size_t(config.n_experts) : 1);
+    for (const TensorEntry& t : tensor_table(config)) {
+        LayerWeights* L = t.layer >= 0 ? &w.layers[size_t(t.layer)] : nullptr;
+        ExpertWeights* E = t.expert >= 0 ? &L->experts[size_t(t.expert)] : nullptr;
+        const void* p = data(t);
+        const bf16* m = static_cast<const bf16*>(p);
+        const float* v = static_cast<const float*>(p);
+        switch (t.role) {
+        case TensorRole::EMBED: w.embed = m; break;
+        case TensorRole::ATTN_NORM: L->attn_norm = v; break;
+        case TensorRole::WQ: L->wq = m; break;
+        case TensorRole::WK: L->wk = m; break;
+        case TensorRole::WV: L->wv = m; break;
+        case TensorRole::WO: L->wo = m; break;
+        case TensorRole::FFN_NORM: L->ffn_norm = v; break;
+        case TensorRole::ROUTER: L->router = m; break;
+        case TensorRole::EXPERT_W1: E->w1 = m; break;
+        case TensorRole::EXPERT_W3: E->w3 = m; break;
+        case TensorRole::EXPERT_W2: E->w2 = m; break;
+        case TensorRole::FINAL_NORM: w.final_norm = v; break;
+        case TensorRole::LM_HEAD: w.lm_head = m; break;
+        }
+    }
+    if (config.tie_embeddings) w.lm_head = w.embed;
+}
+
+ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
+    ModelWeights w;
+    w.files = std::make_unique<SafetensorsSet>(dir);
+    Loader load(w);
+    weights_assign(w, config, [&](const TensorEntry& t) -> const void* {
+        if (t.shape.size() == 1) return load.vector(t);
+        return load.matrix(t);
+    });
+    return w;
+}
+
+size_t expert_bytes(const ModelConfig& config) {
+    return 3 * size_t(config.hidden_dim) * size_t(config.dim) * sizeof(bf16);
+}

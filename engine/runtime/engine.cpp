@@ -1,0 +1,370 @@
+// Engine: loads a model (a folder or a synthetic source, engine/model/model_source.h)
+// and runs generation and scoring requests on the calling thread (see
+// engine.h). The prompt's KV-cache prefix shared with the previous request is
+// reused, so a multi-turn chat only prefills what is new.
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+
+#include "cpu_kernels/kernels.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/devices/device_setup.h"
+#include "engine/errors.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/runtime/forward.h"
+#include "engine/devices/hybrid_executor.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/model/model_source.h"
+#include "engine/model/weights.h"
+#include "profiles/routing_stats.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason reason) {
+    switch (reason) {
+    case FinishReason::STOP: return "stop";
+    case FinishReason::LENGTH: return "length";
+    case FinishReason::CANCELLED: return "cancelled";
+    }
+    return "?";
+}
+
+struct Engine::Impl {
+    ModelSource source;
+    ModelConfig config;
+    ModelWeights weights;
+    Tokenizer tokenizer;
+    std::string template_warning;  // before chat_template, which fills it
+    ChatTemplate chat_template;
+    int ctx;
+    ThreadPool pool;
+    DeviceSetup device;  // the backend, and the device experts may run on
+    KvCache cache;
+    CpuExpertExecutor cpu_executor;
+    HybridExpertExecutor executor;
+    ForwardPass forward;
+    Batch batch;
+    std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
+    mutable std::mutex stats_mutex;
+    RoutingStats stats_total, stats_last, stats_step;
+    ExecutionStats exec_total, exec_last;
+
+    Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
+        : source(std::move(src)), config(std::move(cfg)), weights(model_source_weights(source, config, n_threads)),
+          tokenizer(model_source_tokenizer(source, config)),
+          chat_template(model_source_chat_template(source, &template_warning)),
+          ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
+          pool(n_threads), device(device_setup(o, config, weights, ctx, pool)),
+          cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
+          cpu_executor(config, weights, pool, o.max_batch),
+          executor(config, *device.backend, cpu_executor, device.device.get(), device.latency),
+          forward(config, *device.backend, cache, executor, o.max_batch, o.max_batch),
+          stats_total(config.n_layers, std::max(1, config.n_experts)),
+          stats_last(config.n_layers, std::max(1, config.n_experts)),
+          stats_step(config.n_layers, std::max(1, config.n_experts)),
+          exec_total(config.n_layers, std::max(1, config.n_experts)),
+          exec_last(config.n_layers, std::max(1, config.n_experts)) {
+        batch.reserve(o.max_batch);
+        if (!device.info.warning.empty())
+            template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
+    }
+
+    // Runs tokens[from..) at positions from.. in chunks; returns the logits of
+    // the last token (or of every token when all_logits, via on_logits).
+    template <class OnLogits>
+    void prefill(const std::vector<int>& tokens, int from, bool all_logits, OnLogits&& on_logits) {
+        int n = int(tokens.size());
+        for (int b = from; b < n; b += forward.max_batch()) {
+            int e = std::min(n, b + forward.max_batch());
+            batch.clear();
+            for (int i = b; i < e; i++) batch.add(tokens[i], i, 0, all_logits || i == n - 1);
+            stats_step.clear();
+            const float* logits = forward.run(batch, &stats_step);
+            record_stats();
+            on_logits(b, e, logits);
+        }
+    }
+
+    // Refuses a prompt that is empty, does not fit or holds a bad id.
+    void check_prompt(const std::vector<int>& prompt) const {
+        const int n_prompt = int(prompt.size());
+        if (n_prompt == 0) throw MoeError("prompt is empty");
+        if (n_prompt >= ctx)
+            throw MoeError("prompt of " + std::to_string(n_prompt) + " tokens does not fit in the context of " +
+                           std::to_string(ctx) + " tokens");
+        for (int t : prompt)
+            if (t < 0 || t >= config.vocab_size) throw MoeError("prompt token " + std::to_string(t) + " is out of range");
+    }
+
+    // Prefills the prompt into sequence 0 after the longest prefix shared
+    // with what the cache holds (when reuse; at least the last prompt token
+    // is run again so its logits exist). Returns those logits; sets n_cached.
+    const float* prefill_prompt(const std::vector<int>& prompt, bool reuse, int& n_cached) {
+        const int n_prompt = int(prompt.size());
+        int common = 0;
+        if (reuse) {
+            int limit = std::min<int>(int(cached.size()), n_prompt - 1);
+            while (common < limit && cached[common] == prompt[common]) common++;
+        }
+        n_cached = common;
+        cache.truncate(0, common);
+        cached.assign(prompt.begin(), prompt.begin() + common);
+        const float* logits = nullptr;
+        prefill(prompt, common, false, [&](int, int, const float* l) { logits = l; });
+        cached = prompt;
+        return logits;
+    }
+
+    // A request starts: the "last request" statistics start over.
+    void clear_last_stats() {
+        std::lock_guard lock(stats_mutex);
+        stats_last.clear();
+        exec_last.clear();
+    }
+
+    void record_stats() {
+        std::lock_guard lock(stats_mutex);
+        stats_total.merge(stats_step);
+        stats_last.merge(stats_step);
+        exec_total.merge(executor.step());
+        exec_last.merge(executor.step());
+        executor.clear_step();
+    }
+};
+
+Engine::Engine(const EngineOptions& options) {
+    if (options.ctx < 16) throw MoeError("--ctx: must be at least 16, got " + std::to_string(options.ctx));
+    if (options.max_batch < 1) throw MoeError("max_batch must be at least 1");
+    ModelSource source = model_source_parse(options.model_dir.string());
+    ModelConfig config = model_source_config(source);
+    int threads = options.threads > 0 ? options.threads : physical_core_count();
+    impl_ = std::make_unique<Impl>(options, std::move(source), std::move(config), threads);
+}
+
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::config() const { return impl_->config; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+const ChatTemplate& Engine::chat_template() const { return impl_->chat_template; }
+const std::string& Engine::load_warning() const { return impl_->template_warning; }
+int Engine::ctx() const { return impl_->ctx; }
+int Engine::threads() const { return impl_->pool.size(); }
+
+std::string Engine::model_id() const { return model_source_id(impl_->source); }
+
+RoutingCounts Engine::routing_counts() const {
+    std::lock_guard lock(impl_->stats_mutex);
+    RoutingCounts r;
+    r.n_layers = impl_->stats_total.n_layers();
+    r.n_experts = impl_->stats_total.n_experts();
+    r.total = impl_->stats_total.counts();
+    r.last = impl_->stats_last.counts();
+    return r;
+}
+
+const PlacementInfo& Engine::placement() const { return impl_->device.info; }
+
+Engine::Execution Engine::execution_stats() const {
+    std::lock_guard lock(impl_->stats_mutex);
+    return {impl_->exec_total, impl_->exec_last};
+}
+
+std::string Engine::placement_summary() const {
+    const PlacementInfo& p = impl_->device.info;
+    if (p.device == "none") return "device: none, every expert on the CPU (" + p.device_name + ")";
+    constexpr double GIB = double(1u << 30);
+    char line[640];
+    int n = 0;
+    if (p.device == "cuda")
+        n = std::snprintf(line, sizeof line,
+                          "device: %s, %.2f GiB: %d of %d experts resident (%.1f MiB each; dense %.2f GiB, KV %.2f "
+                          "GiB, activations %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
+                          p.device_name.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB,
+                          p.activation_bytes / GIB, p.margin_bytes / GIB, p.staging_slots, p.plan.c_str());
+    else if (p.margin_bytes > 0)
+        n = std::snprintf(line, sizeof line,
+                          "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
+                          "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
+                          p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB, p.margin_bytes / GIB,
+                          p.staging_slots, p.plan.c_str());
+    else
+        n = std::snprintf(line, sizeof line,
+                          "device: %s (test double, computes on the CPU): %d of %d experts resident (%.1f MiB each, "
+                          "%.2f GiB with %d staging slots; dense weights and KV not counted), plan: %s",
+                          p.device.c_str(), p.capacity, p.n_layers * p.n_experts, p.expert_bytes / (1 << 20),
+                          p.budget_bytes / GIB, p.staging_slots, p.plan.c_str());
+    std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
+    if (!p.profile.empty()) s += " from " + p.profile;
+    if (!p.copy_source.empty()) s += "; copies: " + p.copy_source;
+    if (p.expected_hit_rate >= 0) {
+        std::snprintf(line, sizeof line, ", expected hit rate %.1f%%", 100.0 * p.expected_hit_rate);
+        s += line;
+    }
+    return s;
+}
+
+GenerateResult Engine::generate(const GenerateRequest& request,
+                                const std::function<bool(const TokenEvent&)>& on_token) {
+    Impl& m = *impl_;
+    const auto t_start = Clock::now();
+    const int n_prompt = int(request.prompt.size());
+    m.check_prompt(request.prompt);
+    if (request.max_tokens < 1) throw MoeError("max_tokens must be at least 1");
+
+    GenerateResult result;
+    result.n_prompt = n_prompt;
+    m.clear_last_stats();
+
+    const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
+    result.prefill_ms = ms_since(t_start);
+
+    const int vocab = m.config.vocab_size;
+    Sampler sampler(request.sampling, vocab);
+    Detokenizer detok(m.tokenizer, true);
+    StopMatcher stops(request.stop);
+    std::vector<int> history = request.prompt;
+    history.reserve(n_prompt + request.max_tokens);
+    std::vector<float> work(vocab);
+    Clock::time_point t_first{};
+    TokenEvent event;
+
+    for (;;) {
+        std::copy_n(logits, vocab, work.data());
+        int token = sampler.sample(work.data(), history);
+        bool eos = !request.ignore_eos && std::find(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end(),
+                                                    token) != m.config.eos_token_ids.end();
+        event.token = token;
+        event.text.clear();
+        event.top_logprobs.clear();
+        if (request.top_logprobs >= 0) {
+            event.logprob = sampler.last_logprob(token);
+            std::vector<int> ids(vocab);
+            for (int i = 0; i < vocab; i++) ids[i] = i;
+            int k = std::min(request.top_logprobs, vocab);
+            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
+                return sampler.last_logprob(a) > sampler.last_logprob(b);
+            });
+            for (int i = 0; i < k; i++) event.top_logprobs.push_back({ids[i], sampler.last_logprob(ids[i])});
+        }
+        bool stopped = false;
+        if (eos) {
+            auto r = stops.push(detok.flush());
+            event.text = r.emit + (r.stopped ? "" : stops.flush());
+            result.finish_reason = FinishReason::STOP;
+            stopped = true;
+        } else {
+            result.tokens.push_back(token);
+            history.push_back(token);
+            auto r = stops.push(detok.push(token));
+            event.text = r.emit;
+            if (r.stopped) {
+                result.finish_reason = FinishReason::STOP;
+                stopped = true;
+            }
+        }
+        result.n_generated++;
+        bool at_limit = !stopped && (result.n_generated >= request.max_tokens || int(m.cached.size()) >= m.ctx);
+        if (at_limit) {
+            auto r = stops.push(detok.flush());
+            event.text += r.emit;
+            if (!r.stopped) event.text += stops.flush();
+            result.finish_reason = r.stopped ? FinishReason::STOP : FinishReason::LENGTH;
+            stopped = true;
+        }
+        result.text += event.text;
+        if (result.n_generated == 1) {
+            t_first = Clock::now();
+            result.ttft_ms = ms_since(t_start);
+        }
+        bool keep_going = on_token(event);
+        if (stopped) break;
+        if (!keep_going) {
+            result.finish_reason = FinishReason::CANCELLED;
+            break;
+        }
+        // Decode step: the new token at the next position.
+        m.batch.clear();
+        m.batch.add(token, int(m.cached.size()), 0, true);
+        m.stats_step.clear();
+        logits = m.forward.run(m.batch, &m.stats_step);
+        m.record_stats();
+        m.cached.push_back(token);
+    }
+    if (result.n_generated > 0) result.decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_first).count();
+    return result;
+}
+
+BeamResult Engine::beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step) {
+    Impl& m = *impl_;
+    const auto t_start = Clock::now();
+    m.check_prompt(request.prompt);
+    beam_request_check(request, m.config.vocab_size);
+    if (request.beam_width > m.forward.max_batch())
+        throw MoeError("beam_width " + std::to_string(request.beam_width) + " exceeds the batch capacity of " +
+                       std::to_string(m.forward.max_batch()));
+    BeamResult result;
+    result.n_prompt = int(request.prompt.size());
+    m.clear_last_stats();
+    const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
+    result.prefill_ms = ms_since(t_start);
+
+    // Sequence 0 keeps the prompt (its blocks are all that is in use now);
+    // beams use 1..w. Blocks for the worst case: per beam its generated
+    // positions and one partial block copied on write.
+    const int longest = std::min(request.max_tokens, m.ctx - result.n_prompt);
+    const int beam_blocks = request.beam_width * ((longest + KV_BLOCK - 1) / KV_BLOCK + 1);
+    m.cache.reserve_seqs(1 + request.beam_width);
+    m.cache.reserve_blocks(m.cache.blocks_in_use() + beam_blocks);
+    BeamModel model{m.config, m.tokenizer, m.cache, 1,
+                    [&m](const Batch& batch) {
+                        m.stats_step.clear();
+                        const float* l = m.forward.run(batch, &m.stats_step);
+                        m.record_stats();
+                        return l;
+                    },
+                    m.stats_step, m.pool};
+    beam_search_decode(model, request, 0, logits, on_step, result);
+    return result;
+}
+
+Engine::Score Engine::score(const std::vector<int>& tokens, int window) {
+    Impl& m = *impl_;
+    if (tokens.size() < 2) throw MoeError("need at least 2 tokens to score");
+    window = std::min(window, m.ctx);
+    if (window < 2) throw MoeError("--ctx: the scoring window must be at least 2 tokens");
+    const int vocab = m.config.vocab_size;
+    Score s;
+    m.cached.clear();  // the cache is overwritten window by window
+    m.cache.clear(0);
+    // Windows overlap by one token, so every token after the first is scored
+    // exactly once, each window starting from an empty cache.
+    for (size_t start = 0; start + 1 < tokens.size(); start += window - 1) {
+        size_t end = std::min(tokens.size(), start + window);
+        std::vector<int> win(tokens.begin() + start, tokens.begin() + end);
+        m.prefill(win, 0, true, [&](int b, int e, const float* logits) {
+            for (int i = b; i < e && i + 1 < int(win.size()); i++) {
+                const float* l = logits + size_t(i - b) * vocab;
+                float mx = *std::max_element(l, l + vocab);
+                double sum = 0;
+                for (int v = 0; v < vocab; v++) sum += std::exp(double(l[v] - mx));
+                s.nll_sum += std::log(sum) + mx - l[win[i + 1]];
+                s.n_scored++;
+            }
+        });
+    }
+    return s;
+}

@@ -1,0 +1,173 @@
+// Engine: the library entry point the CLI and the server use. It owns a
+// loaded model (weights, tokenizer, chat template), the KV cache, the forward
+// state, the expert executor and the thread pool, and runs one generation at
+// a time on the calling thread. It knows nothing of HTTP or JSON.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/text/chat_template.h"
+#include "engine/devices/execution_stats.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/sampler.h"
+#include "engine/text/tokenizer.h"
+
+// Where the model runs: a CUDA device when there is one (dense weights, KV
+// cache and the popular experts on it), else the CPU; or the emulated device
+// as a dry run of placement.
+struct DeviceOptions {
+    // CUDA: the device (-1 = none: CPU only) and the memory moe-server may
+    // use on it in bytes (0 = its free memory at load). Without CUDA or a
+    // device the CPU serves, said in one line.
+    int gpu_device = 0;  // GPU_DEVICE_DEFAULT (engine/devices/calibration_key.h)
+    double gpu_memory_bytes = 0;
+    // Instead of a size: this share (0..1) of all experts resident, the
+    // budget being what they, the staging slots and the dense part need.
+    double gpu_expert_share = 0;
+    // --gpu-device or --gpu-memory was given: a GPU that cannot be used is
+    // an error (exit 2) instead of a fallback to the CPU.
+    bool gpu_required = false;
+    // Dry run of placement on an emulated device (a test double that computes
+    // on the CPU, see engine/devices/emulated_device.h): its memory in bytes, or the
+    // share of all experts it holds (0..1). Both 0 = no device.
+    double emulate_gpu_bytes = 0;
+    double emulate_gpu_expert_share = 0;
+    // Popularity profile for the static plan (profiles/README.md); empty =
+    // spread the device's experts evenly over layers.
+    std::filesystem::path profile;
+};
+
+struct EngineOptions {
+    std::filesystem::path model_dir;  // a model folder, or synth:PRESET[:SEED] (engine/model/model_source.h)
+    int threads = 0;   // 0 = physical cores
+    int ctx = 4096;    // KV-cache positions per sequence (capped by max_position_embeddings)
+    int max_batch = 512;  // prefill chunk size (tokens per forward pass)
+    DeviceOptions device;
+};
+
+// Where experts live: the device, its budget and the static plan.
+struct PlacementInfo {
+    std::string device = "none";      // "none", "emulated" or "cuda"
+    std::string device_name;          // e.g. "NVIDIA H100 80GB HBM3 (cuda:0)"; for "none", why the CPU serves
+    int staging_slots = 0;            // device slots copied experts run from
+    std::string copy_source;          // CUDA: how copies reach the device (pinned staging or registered mapping, measured)
+    double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
+    double dense_bytes = 0;           // non-expert weights a GPU would hold
+    double kv_bytes = 0;              // the KV cache on the device (fp32 keys and values)
+    double activation_bytes = 0;      // activations, expert rows, batch metadata (CUDA)
+    double margin_bytes = 0;          // workspace and fragmentation (emulated: activations too)
+    double expert_bytes = 0;          // one expert
+    int capacity = 0;                 // resident experts
+    std::string plan = "none";        // "popularity", "even" or "none"
+    std::string profile;              // the profile the plan came from
+    double expected_hit_rate = -1;    // on the profile's workload; -1 without a profile
+    std::string latency_source;       // where the latency model came from
+    std::string warning;              // non-fatal (an unusable cached calibration); empty when none
+    int n_layers = 0, n_experts = 0;
+    std::vector<uint8_t> resident;    // (n_layers, n_experts)
+};
+
+struct GenerateRequest {
+    std::vector<int> prompt;            // BOS included when wanted
+    SamplingParams sampling;
+    int max_tokens = 256;               // generated tokens at most
+    std::vector<std::string> stop;      // stop strings, matched across token boundaries
+    bool ignore_eos = false;
+    int top_logprobs = -1;              // -1 = no logprobs; 0..20 = chosen token + that many alternatives
+    bool reuse_prefix = true;           // reuse the KV cache of the previous request's common prefix
+};
+
+struct TokenEvent {
+    int token = -1;
+    std::string text;                   // text that may be shown now (may be empty: held back)
+    float logprob = 0.0f;               // of the chosen token, when logprobs were asked
+    std::vector<std::pair<int, float>> top_logprobs;
+};
+
+enum class FinishReason { STOP, LENGTH, CANCELLED };
+const char* finish_reason_name(FinishReason reason);
+
+struct GenerateResult {
+    FinishReason finish_reason = FinishReason::STOP;
+    std::vector<int> tokens;            // generated ids (the stop string's tokens included, EOS excluded)
+    std::string text;                   // generated text, stop string removed
+    int n_prompt = 0;
+    int n_cached = 0;                   // prompt tokens whose KV was reused
+    int n_generated = 0;
+    double prefill_ms = 0;              // prompt processing (uncached part)
+    double ttft_ms = 0;                 // from the call to the first token's event
+    double decode_ms = 0;               // after the first token
+    double prefill_tok_s() const { return prefill_ms > 0 ? (n_prompt - n_cached) * 1000.0 / prefill_ms : 0; }
+    double decode_tok_s() const { return decode_ms > 0 ? (n_generated - 1) * 1000.0 / decode_ms : 0; }
+};
+
+// Beam search (engine/runtime/beam_search.h).
+struct BeamRequest;
+struct BeamResult;
+struct BeamStep;
+
+// Counts of tokens routed to each (layer, expert), since start and for the last request.
+struct RoutingCounts {
+    int n_layers = 0, n_experts = 0;
+    std::vector<uint64_t> total;        // (n_layers, n_experts)
+    std::vector<uint64_t> last;         // (n_layers, n_experts)
+};
+
+class Engine {
+public:
+    // Loads everything; throws MoeError with a one-line reason.
+    explicit Engine(const EngineOptions& options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    const ModelConfig& config() const;
+    const Tokenizer& tokenizer() const;
+    const ChatTemplate& chat_template() const;
+    std::string model_id() const;       // the model folder's name, or synth:PRESET:SEED
+    int ctx() const;                    // usable positions per sequence
+    int threads() const;
+    // Non-fatal notes from loading (e.g. "no chat_template: using Mistral's"); empty when none.
+    const std::string& load_warning() const;
+
+    // Runs one request on the calling thread. on_token is called for every
+    // generated token; returning false cancels (finish CANCELLED) before the
+    // next forward pass. Throws MoeError when the prompt is empty or does not
+    // fit in the context.
+    GenerateResult generate(const GenerateRequest& request, const std::function<bool(const TokenEvent&)>& on_token);
+
+    // Beam search on the calling thread: the prompt is prefilled once (with
+    // prefix reuse), then all live beams decode as one batch per step.
+    // on_step is called after each step's forward pass; returning false
+    // cancels. Throws MoeError for bad parameters (named) or a prompt that
+    // does not fit. Afterwards the cache holds the prompt (for reuse).
+    BeamResult beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step);
+
+    // Log-likelihood scoring for `perplexity`: returns the sum of -log p over
+    // tokens[1..] given their prefixes, processed in windows of ctx tokens.
+    struct Score {
+        double nll_sum = 0;
+        long n_scored = 0;
+    };
+    Score score(const std::vector<int>& tokens, int window);
+
+    RoutingCounts routing_counts() const;
+
+    const PlacementInfo& placement() const;
+    // One line for logs: device, budget, resident experts, plan, hit rate.
+    std::string placement_summary() const;
+    // Where experts ran: since start, and for the last request.
+    struct Execution {
+        ExecutionStats total, last;
+    };
+    Execution execution_stats() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};

@@ -1,0 +1,161 @@
+// Forward pass over a batch (see forward.h). Shapes in comments use
+// n = entries in the batch.
+#include "engine/runtime/forward.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "cpu_kernels/kernels.h"
+
+void Batch::reserve(int n) {
+    tokens.reserve(n);
+    positions.reserve(n);
+    seq_ids.reserve(n);
+    want_logits.reserve(n);
+}
+
+void Batch::clear() {
+    tokens.clear();
+    positions.clear();
+    seq_ids.clear();
+    want_logits.clear();
+}
+
+void Batch::add(int token, int position, int seq_id, bool logits) {
+    tokens.push_back(token);
+    positions.push_back(position);
+    seq_ids.push_back(seq_id);
+    want_logits.push_back(logits ? 1 : 0);
+}
+
+ForwardPass::ForwardPass(const ModelConfig& config, Backend& backend, KvCache& cache, ExpertExecutor& executor,
+                         int max_batch, int max_logits)
+    : config_(config), backend_(backend), weights_(backend.weights()), cache_(cache), executor_(executor),
+      max_batch_(max_batch), max_logits_(max_logits) {
+    const ModelConfig& c = config;
+    q_dim_ = c.n_heads * c.head_dim;
+    kv_dim_ = c.n_kv_heads * c.head_dim;
+    n_route_ = c.is_moe() ? c.n_experts_active : 1;
+    int n_experts = c.is_moe() ? c.n_experts : 1;
+    size_t mb = size_t(max_batch);
+    x_ = backend.alloc(mb * c.dim);
+    xb_ = backend.alloc(mb * c.dim);
+    q_ = backend.alloc(mb * q_dim_);
+    k_ = backend.alloc(mb * kv_dim_);
+    v_ = backend.alloc(mb * kv_dim_);
+    att_ = backend.alloc(mb * q_dim_);
+    out_ = backend.alloc(mb * c.dim);
+    router_ = backend.alloc(mb * n_experts);
+    logit_rows_ = backend.alloc(size_t(max_logits) * c.dim);
+    logits_ = backend.alloc(size_t(max_logits) * c.vocab_size);
+    route_expert_.resize(mb * n_route_);
+    route_weight_.resize(mb * n_route_);
+    route_slot_.resize(mb * n_route_);
+    slot_src_.resize(mb * n_route_);
+    logit_src_.resize(max_logits);
+    expert_count_.resize(n_experts);
+    expert_start_.resize(n_experts);
+    tasks_.reserve(n_experts);
+}
+
+const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
+    const ModelConfig& c = config_;
+    const int n = batch.size();
+    assert(n > 0 && n <= max_batch_);
+    const int dim = c.dim;
+    Backend& b = backend_;
+
+    // Every entry's KV row is made writable before layer 0: a copy-on-write
+    // copies the whole block (all layers) once.
+    for (int i = 0; i < n; i++) {
+        assert(batch.positions[i] >= 0 && batch.positions[i] < cache_.ctx());
+        assert(batch.tokens[i] >= 0 && batch.tokens[i] < c.vocab_size);
+        cache_.prepare_write(batch.seq_ids[i], batch.positions[i]);
+    }
+    b.begin(batch, cache_);
+
+    b.embed(x_);  // x (n, dim) = embed[token]
+    for (int l = 0; l < c.n_layers; l++) {
+        const LayerWeights& lw = weights_.layers[l];
+        b.rmsnorm(xb_, x_, lw.attn_norm, n, dim, c.rms_norm_eps);
+        // q (n, q_dim), k, v (n, kv_dim) = xb @ W^T
+        b.matmul(q_, xb_, lw.wq, n, q_dim_, dim);
+        b.matmul(k_, xb_, lw.wk, n, kv_dim_, dim);
+        b.matmul(v_, xb_, lw.wv, n, kv_dim_, dim);
+        b.rope(q_, c.n_heads);
+        b.rope(k_, c.n_kv_heads);
+        b.kv_store(l, k_, v_);
+        b.attention(l, att_, q_);
+        // out (n, dim) = att (n, q_dim) @ Wo^T; residual add
+        b.matmul(out_, att_, lw.wo, n, dim, q_dim_);
+        b.add(x_, out_, size_t(n) * dim);
+
+        b.rmsnorm(xb_, x_, lw.ffn_norm, n, dim, c.rms_norm_eps);
+        moe(l, n, stats);
+        b.add(x_, out_, size_t(n) * dim);
+    }
+
+    // Final norm and lm_head only for the entries that want logits.
+    int n_logits = 0;
+    for (int i = 0; i < n; i++) {
+        if (!batch.want_logits[i]) continue;
+        assert(n_logits < max_logits_);
+        logit_src_[n_logits++] = i;
+    }
+    if (n_logits == 0) return nullptr;
+    b.gather(logit_rows_, x_, logit_src_.data(), n_logits, dim);
+    b.rmsnorm(logit_rows_, logit_rows_, weights_.final_norm, n_logits, dim, c.rms_norm_eps);
+    b.matmul(logits_, logit_rows_, weights_.lm_head, n_logits, c.vocab_size, dim);
+    return b.to_host(logits_, size_t(n_logits) * c.vocab_size);
+}
+
+void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
+    const ModelConfig& c = config_;
+    const LayerWeights& lw = weights_.layers[layer];
+    const int dim = c.dim;
+    const int n_experts = int(expert_count_.size());
+    Backend& b = backend_;
+
+    // Routing: softmax over all experts, keep top-k, renormalise the k
+    // weights; the choices come to the host for the placement planner.
+    if (c.is_moe()) {
+        b.matmul(router_, xb_, lw.router, n, n_experts, dim);
+        b.route(route_expert_.data(), route_weight_.data(), router_, n, n_experts, n_route_, c.norm_topk_prob);
+    } else {
+        for (int i = 0; i < n; i++) {
+            route_expert_[i] = 0;
+            route_weight_[i] = 1.0f;
+        }
+    }
+
+    // Group token rows by expert: counting sort, so each expert's rows are
+    // contiguous and in batch order.
+    std::fill(expert_count_.begin(), expert_count_.end(), 0);
+    for (int j = 0; j < n * n_route_; j++) expert_count_[route_expert_[j]]++;
+    int offset = 0;
+    for (int e = 0; e < n_experts; e++) {
+        expert_start_[e] = offset;
+        offset += expert_count_[e];
+    }
+    std::fill(expert_count_.begin(), expert_count_.end(), 0);
+    for (int j = 0; j < n * n_route_; j++) {
+        int e = route_expert_[j];
+        int slot = expert_start_[e] + expert_count_[e]++;
+        route_slot_[j] = slot;
+        slot_src_[slot] = j / n_route_;
+    }
+    ExpertRows rows = b.expert_rows();
+    b.gather(rows.x, xb_, slot_src_.data(), n * n_route_, dim);
+    tasks_.clear();
+    for (int e = 0; e < n_experts; e++) {
+        if (expert_count_[e] == 0) continue;
+        tasks_.push_back({e, expert_count_[e], expert_start_[e]});
+        if (stats) stats->add(layer, e, uint64_t(expert_count_[e]));
+    }
+    executor_.run_layer(layer, rows, tasks_);
+
+    // Weighted sum in a fixed order (the token's routing order), so results
+    // never depend on where or when an expert ran.
+    b.combine(out_, rows.y, route_slot_.data(), route_weight_.data(), n, n_route_, dim);
+}

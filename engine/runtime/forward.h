@@ -1,0 +1,84 @@
+// The forward pass: one batch of (token, position, sequence) entries through
+// every layer, Hugging Face Mixtral semantics (RMSNorm, rotate-half RoPE, GQA
+// causal attention over the KV cache, softmax router + top-k renormalised,
+// SwiGLU experts through an ExpertExecutor). Prefill, decode and beam search
+// all use it. It says what happens; a Backend (backend.h: CPU or CUDA) does
+// each dense op in its own memory. All buffers are allocated in the
+// constructor: run() never allocates.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/devices/backend.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "profiles/routing_stats.h"
+
+// A batch is a list of entries; capacity is reserved once and reused.
+struct Batch {
+    std::vector<int> tokens;
+    std::vector<int> positions;
+    std::vector<int> seq_ids;             // KV-cache sequence of each entry
+    std::vector<uint8_t> want_logits;     // compute logits for this entry
+
+    void reserve(int n);
+    void clear();
+    void add(int token, int position, int seq_id, bool logits);
+    int size() const { return int(tokens.size()); }
+};
+
+class ForwardPass {
+public:
+    // max_batch: the most entries one run() takes; max_logits: the most
+    // entries with want_logits set.
+    // The backend's expert_rows() must hold max_batch * experts-per-token
+    // rows; executor computes from them (with a backend other than the CPU,
+    // a HybridExpertExecutor over the same backend).
+    ForwardPass(const ModelConfig& config, Backend& backend, KvCache& cache, ExpertExecutor& executor, int max_batch,
+                int max_logits);
+
+    // Runs the batch, writes its keys/values into the cache, and returns the
+    // logits (n_logits, vocab_size) of the entries with want_logits, in order.
+    // Entries of one sequence must come in position order; an entry attends
+    // to positions [0, position] of its sequence (writing a position makes
+    // the sequence's own copy of a block it shares, see KvCache). Throws
+    // MoeError when the cache has no free block. Routed-token counts are
+    // added to stats when it is not null.
+    const float* run(const Batch& batch, RoutingStats* stats = nullptr);
+
+    int max_batch() const { return max_batch_; }
+
+private:
+    void moe(int layer, int n, RoutingStats* stats);
+
+    const ModelConfig& config_;
+    Backend& backend_;
+    const ModelWeights& weights_;  // the backend's view of the dense weights
+    KvCache& cache_;
+    ExpertExecutor& executor_;
+    int max_batch_, max_logits_;
+    int q_dim_, kv_dim_, n_route_;  // n_route_: experts per token (1 for dense)
+
+    // In the backend's memory:
+    float* x_;          // (max_batch, dim) residual stream
+    float* xb_;         // (max_batch, dim) normed input
+    float* q_;          // (max_batch, q_dim)
+    float* k_;          // (max_batch, kv_dim)
+    float* v_;          // (max_batch, kv_dim)
+    float* att_;        // (max_batch, q_dim)
+    float* out_;        // (max_batch, dim)
+    float* router_;     // (max_batch, n_experts)
+    float* logit_rows_; // (max_logits, dim) rows that want logits, then their final norm
+    float* logits_;     // (max_logits, vocab)
+    // On the host:
+    std::vector<int> route_expert_;    // (max_batch, n_route) chosen experts
+    std::vector<float> route_weight_;  // (max_batch, n_route) their weights
+    std::vector<int> route_slot_;      // (max_batch, n_route) row in the expert rows
+    std::vector<int> slot_src_;        // (max_batch * n_route) batch entry of each expert row
+    std::vector<int> logit_src_;       // (max_logits) batch entry of each logits row
+    std::vector<int> expert_count_;    // (n_experts)
+    std::vector<int> expert_start_;    // (n_experts)
+    std::vector<ExpertTask> tasks_;
+};

@@ -1,0 +1,323 @@
+// Chat templates: detects the family of a model's Jinja chat_template by its
+// markers and renders messages with a built-in renderer per family, as a list
+// of parts (BOS/EOS, special markers, plain text) that encode() turns into ids
+// and render_text() into display text, so the two never disagree. It must not
+// interpret Jinja, parse HTTP/OpenAI JSON, or let message text become special
+// ids (text is always encoded as plain text).
+//
+// MISTRAL follows mistral-common's v1 instruct tokenizer (its reference ids are
+// checked in the tests) and the rules of its chat_template_v1_spm.jinja:
+// system messages are pulled out and joined with "\n\n", consecutive messages
+// of one role are joined with "\n\n", the conversation must start with a user
+// message, the system prompt goes before the first user message. Each user
+// turn is the text "[INST] " + content + " [/INST]" and each assistant reply
+// its content, every one encoded as its own segment with the dummy prefix;
+// EOS follows each reply. The prompt already ends where the reply begins, so
+// add_generation_prompt changes nothing.
+//
+// CHATML, LLAMA3 and PHI3 follow the usual Hugging Face templates. Their
+// markers must exist in the vocabulary as pieces; the text between markers is
+// encoded without the dummy prefix (these formats come from tokenizers that
+// have none, so "<|im_start|>user" is not "<|im_start|> user"). They start with
+// BOS (LLAMA3: <|begin_of_text|>). PHI3 is the Phi-3.5 form; without the
+// generation prompt it ends after the last message's "<|end|>\n".
+#include "engine/model/files.h"
+#include "engine/text/chat_template.h"
+
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "engine/errors.h"
+
+namespace {
+
+enum class PartKind { BOS, EOS, MARKER, TEXT };
+
+struct ChatPart {
+    PartKind kind;
+    std::string text;  // MARKER: the piece; TEXT: plain text
+};
+
+std::string role_list_error(size_t index, const std::string& role) {
+    return "chat message " + std::to_string(index) + ": unknown role '" + role +
+           "' (expected system, user or assistant)";
+}
+
+void check_roles(std::span<const ChatMessage> messages) {
+    if (messages.empty()) throw MoeError("chat messages: the conversation is empty");
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string& role = messages[i].role;
+        if (role != "system" && role != "user" && role != "assistant") throw MoeError(role_list_error(i, role));
+    }
+}
+
+std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
+    std::string system;
+    bool have_system = false;
+    std::vector<ChatMessage> turns;  // system removed, same-role neighbours merged
+    for (const ChatMessage& m : messages) {
+        if (m.role == "system") {
+            system += (have_system ? "\n\n" : "") + m.content;
+            have_system = true;
+        } else if (!turns.empty() && turns.back().role == m.role) {
+            turns.back().content += "\n\n" + m.content;
+        } else {
+            turns.push_back(m);
+        }
+    }
+    if (turns.empty()) throw MoeError("chat messages: no user message (Mistral template)");
+    if (turns.front().role != "user")
+        throw MoeError("chat messages: the conversation must start with a user message, got " + turns.front().role +
+                       " (Mistral template)");
+
+    std::vector<ChatPart> parts{{PartKind::BOS, {}}};
+    for (size_t i = 0; i < turns.size(); ++i) {
+        const ChatMessage& turn = turns[i];
+        if (turn.role == "user") {
+            const std::string prefix = i == 0 && !system.empty() ? system + "\n\n" : "";
+            parts.push_back({PartKind::TEXT, "[INST] " + prefix + turn.content + " [/INST]"});
+        } else {
+            if (turn.content.empty())
+                throw MoeError("chat messages: assistant message content must be non-empty (Mistral template)");
+            parts.push_back({PartKind::TEXT, turn.content});
+            parts.push_back({PartKind::EOS, {}});
+        }
+    }
+    return parts;
+}
+
+std::vector<ChatPart> chatml_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+    std::vector<ChatPart> parts{{PartKind::BOS, {}}};
+    for (const ChatMessage& m : messages) {
+        parts.push_back({PartKind::MARKER, "<|im_start|>"});
+        parts.push_back({PartKind::TEXT, m.role + "\n" + m.content});
+        parts.push_back({PartKind::MARKER, "<|im_end|>"});
+        parts.push_back({PartKind::TEXT, "\n"});
+    }
+    if (add_generation_prompt) {
+        parts.push_back({PartKind::MARKER, "<|im_start|>"});
+        parts.push_back({PartKind::TEXT, "assistant\n"});
+    }
+    return parts;
+}
+
+// Jinja's trim: leading and trailing whitespace removed.
+std::string trim(const std::string& s) {
+    const char* ws = " \t\n\r\f\v";
+    const size_t begin = s.find_first_not_of(ws);
+    if (begin == std::string::npos) return {};
+    return s.substr(begin, s.find_last_not_of(ws) - begin + 1);
+}
+
+std::vector<ChatPart> llama3_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+    std::vector<ChatPart> parts{{PartKind::MARKER, "<|begin_of_text|>"}};
+    auto header = [&](const std::string& role) {
+        parts.push_back({PartKind::MARKER, "<|start_header_id|>"});
+        parts.push_back({PartKind::TEXT, role});
+        parts.push_back({PartKind::MARKER, "<|end_header_id|>"});
+    };
+    for (const ChatMessage& m : messages) {
+        header(m.role);
+        parts.push_back({PartKind::TEXT, "\n\n" + trim(m.content)});
+        parts.push_back({PartKind::MARKER, "<|eot_id|>"});
+    }
+    if (add_generation_prompt) {
+        header("assistant");
+        parts.push_back({PartKind::TEXT, "\n\n"});
+    }
+    return parts;
+}
+
+std::vector<ChatPart> phi3_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+    std::vector<ChatPart> parts{{PartKind::BOS, {}}};
+    for (const ChatMessage& m : messages) {
+        if (m.role == "system" && m.content.empty()) continue;  // as the template skips it
+        parts.push_back({PartKind::MARKER, "<|" + m.role + "|>"});
+        parts.push_back({PartKind::TEXT, "\n" + m.content});
+        parts.push_back({PartKind::MARKER, "<|end|>"});
+        parts.push_back({PartKind::TEXT, "\n"});
+    }
+    if (add_generation_prompt) {
+        parts.push_back({PartKind::MARKER, "<|assistant|>"});
+        parts.push_back({PartKind::TEXT, "\n"});
+    }
+    return parts;
+}
+
+std::vector<ChatPart> render_parts(ChatFamily family, std::span<const ChatMessage> messages,
+                                   bool add_generation_prompt) {
+    check_roles(messages);
+    switch (family) {
+    case ChatFamily::MISTRAL:
+        return mistral_parts(messages);
+    case ChatFamily::CHATML:
+        return chatml_parts(messages, add_generation_prompt);
+    case ChatFamily::LLAMA3:
+        return llama3_parts(messages, add_generation_prompt);
+    case ChatFamily::PHI3:
+        return phi3_parts(messages, add_generation_prompt);
+    }
+    throw MoeError("chat template: unknown family");
+}
+
+// Mistral encodes every text segment with SentencePiece's dummy prefix.
+bool text_dummy_prefix(ChatFamily family) {
+    return family == ChatFamily::MISTRAL;
+}
+
+// The chat_template of a parsed tokenizer_config.json: a string, or a list of
+// {name, template} objects of which "default" is taken. Empty when absent;
+// *note explains a list without "default".
+std::string config_chat_template(const nlohmann::json& config, const std::string& where, std::string* note) {
+    if (!config.is_object()) throw MoeError(where + ": expected a JSON object");
+    const auto it = config.find("chat_template");
+    if (it == config.end() || it->is_null()) return {};
+    if (it->is_string()) return it->get<std::string>();
+    if (!it->is_array()) throw MoeError(where + ": chat_template: expected a string or a list of {name, template}");
+    std::string names;
+    for (size_t i = 0; i < it->size(); ++i) {
+        const nlohmann::json& entry = (*it)[i];
+        const auto name = entry.is_object() ? entry.find("name") : entry.end();
+        const auto text = entry.is_object() ? entry.find("template") : entry.end();
+        if (!entry.is_object() || name == entry.end() || !name->is_string() || text == entry.end() ||
+            !text->is_string())
+            throw MoeError(where + ": chat_template[" + std::to_string(i) +
+                           "]: expected an object with string fields name and template");
+        if (name->get<std::string>() == "default") return text->get<std::string>();
+        names += (names.empty() ? "" : ", ") + name->get<std::string>();
+    }
+    *note = where + ": chat_template has no \"default\" entry (found: " + names + ")";
+    return {};
+}
+
+}  // namespace
+
+const char* chat_family_name(ChatFamily family) {
+    switch (family) {
+    case ChatFamily::MISTRAL:
+        return "mistral";
+    case ChatFamily::CHATML:
+        return "chatml";
+    case ChatFamily::LLAMA3:
+        return "llama3";
+    case ChatFamily::PHI3:
+        return "phi3";
+    }
+    return "unknown";
+}
+
+bool ChatTemplate::detect(const std::string& jinja, ChatFamily* family) {
+    auto has = [&](const char* marker) { return jinja.find(marker) != std::string::npos; };
+    if (has("[INST]"))
+        *family = ChatFamily::MISTRAL;
+    else if (has("<|im_start|>"))
+        *family = ChatFamily::CHATML;
+    else if (has("<|start_header_id|>"))
+        *family = ChatFamily::LLAMA3;
+    else if (has("<|user|>") && has("<|end|>"))
+        *family = ChatFamily::PHI3;
+    else
+        return false;
+    return true;
+}
+
+ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std::string* warning) {
+    std::string ignored;
+    std::string& note = warning ? *warning : ignored;
+    note.clear();
+    const std::string fallback = "; using the built-in mistral template";
+
+    const std::filesystem::path config_path = dir / "tokenizer_config.json";
+    const std::filesystem::path jinja_path = dir / "chat_template.jinja";  // newer HF layout
+    std::error_code ec;
+    std::string jinja, where;
+    if (std::filesystem::is_regular_file(config_path, ec)) {
+        where = config_path.string();
+        nlohmann::json config;
+        try {
+            config = nlohmann::json::parse(file_read_text(config_path));
+        } catch (const nlohmann::json::exception& e) {
+            throw MoeError(where + ": invalid JSON: " + e.what());
+        }
+        jinja = config_chat_template(config, where, &note);
+    }
+    if (jinja.empty() && note.empty() && std::filesystem::is_regular_file(jinja_path, ec)) {
+        where = jinja_path.string();
+        jinja = file_read_text(jinja_path);
+    }
+    if (jinja.empty()) {
+        if (note.empty()) note = config_path.string() + ": no chat_template found";
+        note += fallback;
+        return ChatTemplate(ChatFamily::MISTRAL);
+    }
+    ChatFamily family = ChatFamily::MISTRAL;
+    if (!detect(jinja, &family)) {
+        note = where +
+               ": chat_template not recognised (no [INST], <|im_start|>, <|start_header_id|> or "
+               "<|user|>+<|end|> marker; it begins \"" +
+               jinja.substr(0, 40) + "\")" + fallback;
+        for (char& c : note)
+            if (c == '\n' || c == '\r') c = ' ';
+    }
+    return ChatTemplate(family);
+}
+
+std::vector<int> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                      bool add_generation_prompt) const {
+    const std::vector<ChatPart> parts = render_parts(family_, messages, add_generation_prompt);
+    const bool dummy_prefix = text_dummy_prefix(family_);
+    std::vector<int> ids;
+    for (const ChatPart& part : parts) {
+        switch (part.kind) {
+        case PartKind::BOS:
+        case PartKind::EOS: {
+            const bool bos = part.kind == PartKind::BOS;
+            const int id = bos ? tokenizer.bos_id() : tokenizer.eos_id();
+            if (id < 0)
+                throw MoeError(std::string("chat template ") + chat_family_name(family_) + " needs " +
+                               (bos ? "a BOS" : "an EOS") + " token, which the tokenizer lacks");
+            ids.push_back(id);
+            break;
+        }
+        case PartKind::MARKER: {
+            const int id = tokenizer.piece_to_id(part.text);
+            if (id < 0)
+                throw MoeError(std::string("chat template ") + chat_family_name(family_) + " needs token " + part.text +
+                               ", which the tokenizer lacks");
+            ids.push_back(id);
+            break;
+        }
+        case PartKind::TEXT: {
+            const std::vector<int> text_ids = tokenizer.encode(part.text, dummy_prefix);
+            ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+            break;
+        }
+        }
+    }
+    return ids;
+}
+
+std::string ChatTemplate::render_text(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+    const bool dummy_prefix = text_dummy_prefix(family_);
+    std::string text;
+    for (const ChatPart& part : render_parts(family_, messages, add_generation_prompt)) {
+        switch (part.kind) {
+        case PartKind::BOS:
+            text += "<s>";
+            break;
+        case PartKind::EOS:
+            text += "</s>";
+            break;
+        case PartKind::MARKER:
+            text += part.text;
+            break;
+        case PartKind::TEXT:
+            // The dummy prefix shows as the space SentencePiece puts before the segment.
+            if (dummy_prefix && !part.text.empty()) text += ' ';
+            text += part.text;
+            break;
+        }
+    }
+    return text;
+}

@@ -1,0 +1,77 @@
+// Flag parsing for the CLI (see args.h).
+#include "server/cli/args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "engine/errors.h"
+
+Args::Args(std::vector<std::string> args) : words_(std::move(args)), used_(words_.size(), false) {}
+
+std::optional<std::string> Args::get(const std::string& name) {
+    std::vector<std::string> all = get_all(name);
+    if (all.empty()) return std::nullopt;
+    return all.back();
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) {
+    std::vector<std::string> values;
+    for (size_t i = 0; i < words_.size(); i++) {
+        if (used_[i]) continue;
+        const std::string& w = words_[i];
+        if (w == name) {
+            if (i + 1 >= words_.size()) throw MoeError(name + ": missing value");
+            used_[i] = used_[i + 1] = true;
+            values.push_back(words_[i + 1]);
+            i++;
+        } else if (w.size() > name.size() && w.compare(0, name.size(), name) == 0 && w[name.size()] == '=') {
+            used_[i] = true;
+            values.push_back(w.substr(name.size() + 1));
+        }
+    }
+    return values;
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) {
+    auto v = get(name);
+    return v ? *v : fallback;
+}
+
+long Args::get_int(const std::string& name, long fallback, long min, long max) {
+    auto v = get(name);
+    if (!v) return fallback;
+    errno = 0;
+    char* end = nullptr;
+    long x = std::strtol(v->c_str(), &end, 10);
+    if (v->empty() || *end != '\0' || errno == ERANGE)
+        throw MoeError(name + ": expected an integer, got '" + *v + "'");
+    if (x < min || x > max)
+        throw MoeError(name + ": " + *v + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    return x;
+}
+
+double Args::get_double(const std::string& name, double fallback, double min, double max) {
+    auto v = get(name);
+    if (!v) return fallback;
+    char* end = nullptr;
+    double x = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !std::isfinite(x)) throw MoeError(name + ": expected a number, got '" + *v + "'");
+    if (x < min || x > max)
+        throw MoeError(name + ": " + *v + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    return x;
+}
+
+bool Args::flag(const std::string& name) {
+    bool seen = false;
+    for (size_t i = 0; i < words_.size(); i++)
+        if (!used_[i] && words_[i] == name) used_[i] = seen = true;
+    return seen;
+}
+
+void Args::finish() const {
+    for (size_t i = 0; i < words_.size(); i++)
+        if (!used_[i])
+            throw MoeError(words_[i].rfind("--", 0) == 0 ? "unknown flag " + words_[i]
+                                                         : "unexpected argument '" + words_[i] + "'");
+}

@@ -1,0 +1,387 @@
+// CLI subcommands over the engine library (see cli.h).
+#include "server/cli/cli.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cpu_kernels/isa.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/devices/calibration_key.h"
+#include "engine/model/files.h"
+#include "engine/runtime/engine.h"
+#include "engine/errors.h"
+#include "engine/model/synth_model.h"
+#include "engine/text/tokenizer.h"
+
+using json = nlohmann::json;
+
+namespace {
+
+
+std::string require(Args& args, const std::string& flag) {
+    auto v = args.get(flag);
+    if (!v) throw MoeError(flag + " is required");
+    return *v;
+}
+
+}  // namespace
+
+std::optional<ModelSource> parse_optional_model_flag(Args& args) {
+    auto text = args.get("--model");
+    if (!text) return std::nullopt;
+    ModelSource source = model_source_parse(*text);
+    if (source.synthetic) std::fprintf(stderr, "moe-server: %s\n", model_source_note(source).c_str());
+    return source;
+}
+
+ModelSource parse_model_flag(Args& args, const std::string& context) {
+    std::optional<ModelSource> source = parse_optional_model_flag(args);
+    if (!source) throw MoeError(context + "--model is required");
+    return *source;
+}
+
+void apply_isa_flag(Args& args) {
+    auto name = args.get("--cpu-isa");
+    if (!name) return;
+    auto isa = isa_parse(*name);
+    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
+    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
+}
+
+SamplingParams parse_sampling_flags(Args& args) {
+    SamplingParams p;
+    p.temperature = float(args.get_double("--temperature", p.temperature, 0.0, 100.0));
+    p.top_k = int(args.get_int("--top-k", p.top_k, 0, 1 << 30));
+    p.top_p = float(args.get_double("--top-p", p.top_p, 0.0, 1.0));
+    p.min_p = float(args.get_double("--min-p", p.min_p, 0.0, 1.0));
+    p.repetition_penalty = float(args.get_double("--repeat-penalty", p.repetition_penalty, 0.01, 100.0));
+    p.presence_penalty = float(args.get_double("--presence-penalty", p.presence_penalty, -2.0, 2.0));
+    p.frequency_penalty = float(args.get_double("--frequency-penalty", p.frequency_penalty, -2.0, 2.0));
+    p.seed = uint64_t(args.get_int("--seed", 0, 0, (1L << 62)));
+    if (args.flag("--greedy")) p.temperature = 0.0f;
+    return p;
+}
+
+std::string execution_stats_line(const ExecutionStats& s) {
+    if (s.layers == 0) return "experts: none run";
+    auto share = [&](ExpertSite site) {
+        uint64_t all = s.total_tokens();
+        return all ? 100.0 * double(s.total_tokens(site)) / double(all) : 0.0;
+    };
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "experts: %llu runs on cpu, %llu on device (resident), %llu copied (%.1f MiB) | tokens %.1f%% cpu, "
+                  "%.1f%% device, %.1f%% copied | hit rate %.1f%% | expert phase predicted %.1f ms (cpu %.1f, device "
+                  "%.1f), measured %.1f ms (cpu %.1f, device %.1f) over %llu layers",
+                  (unsigned long long)s.runs[int(ExpertSite::CPU)], (unsigned long long)s.runs[int(ExpertSite::DEVICE)],
+                  (unsigned long long)s.runs[int(ExpertSite::COPY)], double(s.copy_bytes) / (1 << 20),
+                  share(ExpertSite::CPU), share(ExpertSite::DEVICE), share(ExpertSite::COPY), 100.0 * s.hit_rate(),
+                  s.predicted_ms, s.predicted_cpu_ms, s.predicted_device_ms, s.measured_ms, s.measured_cpu_ms,
+                  s.measured_device_ms, (unsigned long long)s.layers);
+    std::string text = line;
+    ExecutionStats::WorstLayer w = s.worst_layer();
+    if (w.layer >= 0) {
+        std::snprintf(line, sizeof line, " | furthest layer: %d %s predicted %.1f ms, measured %.1f ms", w.layer,
+                      w.device ? "device" : "cpu", w.predicted_ms, w.measured_ms);
+        text += line;
+    }
+    return text;
+}
+
+namespace {
+
+// "12" (GiB, into *bytes) or "25%" (a share of all experts, into *share).
+void parse_size_or_share(const std::string& flag, const std::string& text, double* bytes, double* share) {
+    bool is_share = !text.empty() && text.back() == '%';
+    std::string number = is_share ? text.substr(0, text.size() - 1) : text;
+    size_t used = 0;
+    double value = 0;
+    try {
+        value = std::stod(number, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != number.size() || !std::isfinite(value) || value <= 0 || (is_share && value > 100))
+        throw MoeError(flag + ": expected a size in GiB (e.g. 12) or a share of experts (e.g. 25%), got '" + text + "'");
+    if (is_share)
+        *share = value / 100.0;
+    else
+        *bytes = value * double(1u << 30);
+}
+
+}  // namespace
+
+int parse_gpu_device_flag(Args& args, bool* given) {
+    auto v = args.get("--gpu-device");
+    if (!v) return GPU_DEVICE_DEFAULT;
+    if (given) *given = true;
+    if (*v == "none") return -1;
+    size_t used = 0;
+    int index = -1;
+    try {
+        index = std::stoi(*v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != v->size() || index < 0)
+        throw MoeError("--gpu-device: expected a device index (0, 1, ...) or 'none', got '" + *v + "'");
+    return index;
+}
+
+DeviceOptions parse_device_flags(Args& args) {
+    DeviceOptions d;
+    if (auto v = args.get("--emulate-gpu")) parse_size_or_share("--emulate-gpu", *v, &d.emulate_gpu_bytes, &d.emulate_gpu_expert_share);
+    d.gpu_device = parse_gpu_device_flag(args, &d.gpu_required);
+    if (auto v = args.get("--gpu-memory")) {
+        parse_size_or_share("--gpu-memory", *v, &d.gpu_memory_bytes, &d.gpu_expert_share);
+        d.gpu_required = true;
+    }
+    if (d.gpu_device < 0 && (d.gpu_memory_bytes > 0 || d.gpu_expert_share > 0))
+        throw MoeError("--gpu-memory: --gpu-device none uses no GPU");
+    if ((d.emulate_gpu_bytes > 0 || d.emulate_gpu_expert_share > 0) && d.gpu_required)
+        throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
+                       "--gpu-device");
+    d.profile = args.get("--profile", "");
+    return d;
+}
+
+std::vector<ChatMessage> read_chat_file(const std::string& path) {
+    json j;
+    try {
+        j = json::parse(file_read_text(path));
+    } catch (const json::exception& e) {
+        throw MoeError(path + ": not valid JSON: " + e.what());
+    }
+    const json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
+    if (!list.is_array() || list.empty()) throw MoeError(path + ": expected a non-empty \"messages\" array");
+    std::vector<ChatMessage> messages;
+    for (size_t i = 0; i < list.size(); i++) {
+        const json& m = list[i];
+        std::string where = path + ": messages[" + std::to_string(i) + "]";
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            throw MoeError(where + ": needs a string \"role\"");
+        ChatMessage msg{m["role"].get<std::string>(), ""};
+        const json& c = m.value("content", json());
+        if (c.is_string()) {
+            msg.content = c.get<std::string>();
+        } else if (c.is_array()) {
+            for (const json& part : c) {
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+                    !part["text"].is_string())
+                    throw MoeError(where + ": content parts must be {\"type\":\"text\",\"text\":...}");
+                msg.content += part["text"].get<std::string>();
+            }
+        } else {
+            throw MoeError(where + ": \"content\" must be a string or an array of text parts");
+        }
+        messages.push_back(std::move(msg));
+    }
+    return messages;
+}
+
+namespace {
+
+// The beam flags of `generate`; width 0 when --beam-width is absent.
+struct BeamFlags {
+    int width = 0;
+    float length_penalty = 1.0f;
+    int num_return = 1;
+};
+
+BeamFlags parse_beam_flags(Args& args) {
+    BeamFlags b;
+    b.width = int(args.get_int("--beam-width", 0, 1, BEAM_WIDTH_MAX));
+    double penalty = args.get_double("--length-penalty", NAN, 0.0, 10.0);
+    long num_return = args.get_int("--num-return", 0, 1, BEAM_WIDTH_MAX);
+    if (b.width == 0) {
+        if (!std::isnan(penalty)) throw MoeError("--length-penalty: only with --beam-width");
+        if (num_return) throw MoeError("--num-return: only with --beam-width");
+        return b;
+    }
+    if (!std::isnan(penalty)) b.length_penalty = float(penalty);
+    if (num_return > b.width)
+        throw MoeError("--num-return: " + std::to_string(num_return) + " is more than --beam-width " +
+                       std::to_string(b.width));
+    if (num_return) b.num_return = int(num_return);
+    // Beam search ranks raw log-probabilities: sampling flags would be
+    // silently ignored, so they are refused (a zero temperature is fine).
+    if (args.get_double("--temperature", 0.0, 0.0, 100.0) != 0.0)
+        throw MoeError("--temperature: must be 0 with --beam-width (beam search ranks raw log-probabilities)");
+    for (const char* flag : {"--top-k", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty",
+                             "--frequency-penalty", "--seed"})
+        if (args.get(flag))
+            throw MoeError(std::string(flag) + ": a sampling flag, not used by beam search (--beam-width)");
+    args.flag("--greedy");
+    return b;
+}
+
+void print_beam_result(const Engine& engine, const BeamResult& r, const std::optional<std::string>& prompt) {
+    if (r.hypotheses.size() == 1) {
+        if (prompt) std::fputs(prompt->c_str(), stdout);
+        std::printf("%s\n", r.hypotheses[0].text.c_str());
+    } else {
+        for (size_t i = 0; i < r.hypotheses.size(); i++) {
+            const BeamHypothesis& h = r.hypotheses[i];
+            std::printf("[%zu] score %.4f, logprob %.4f, %d tokens, finish %s\n%s%s\n", i, h.score, h.logprob,
+                        h.length, finish_reason_name(h.finish_reason), prompt ? prompt->c_str() : "", h.text.c_str());
+        }
+    }
+    std::fflush(stdout);
+    const BeamHypothesis* best = r.hypotheses.empty() ? nullptr : &r.hypotheses[0];
+    std::fprintf(stderr,
+                 "prompt %d tokens (%d cached), prefill %.1f tok/s | beam search: %d steps (%ld beam tokens), "
+                 "%.2f steps/s, best %d tokens at %.2f tok/s, score %.4f | tokens per routed expert per step: "
+                 "max %d, mean %.2f | finish %s | %d threads, %s\n",
+                 r.n_prompt, r.n_cached, r.prefill_ms > 0 ? (r.n_prompt - r.n_cached) * 1000.0 / r.prefill_ms : 0.0,
+                 r.n_steps, r.n_beam_tokens, r.steps_per_s(), r.n_generated(), r.best_tok_s(),
+                 best ? best->score : 0.0, r.expert_load.max(), r.expert_load.mean(),
+                 finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
+    std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().last).c_str());
+}
+
+}  // namespace
+
+int cli_generate(const std::vector<std::string>& words) {
+    Args args(words);
+    EngineOptions options;
+    options.model_dir = parse_model_flag(args).text;
+    options.threads = int(args.get_int("--threads", 0, 0, 1024));
+    options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
+    auto prompt = args.get("--prompt");
+    auto user = args.get("--user");
+    auto chat = args.get("--chat");
+    if (int(bool(prompt)) + int(bool(user)) + int(bool(chat)) != 1)
+        throw MoeError("give exactly one of --prompt TEXT, --user TEXT or --chat FILE.json");
+    GenerateRequest request;
+    request.max_tokens = int(args.get_int("--max-tokens", 128, 1, 1 << 20));
+    BeamFlags beam = parse_beam_flags(args);
+    request.sampling = parse_sampling_flags(args);
+    request.stop = args.get_all("--stop");
+    request.ignore_eos = args.flag("--ignore-eos");
+    options.device = parse_device_flags(args);
+    apply_isa_flag(args);
+    std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
+    args.finish();
+
+    Engine engine(options);
+    if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
+    if (prompt) {
+        request.prompt = engine.tokenizer().encode(*prompt);
+        request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
+    } else {
+        if (user) messages = {{"user", *user}};
+        request.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
+    }
+    if (beam.width > 0) {
+        BeamRequest b = beam_request_from(request, beam.width, beam.length_penalty, beam.num_return);
+        print_beam_result(engine, engine.beam_search(b, [](const BeamStep&) { return true; }), prompt);
+        return 0;
+    }
+    if (prompt) std::fputs(prompt->c_str(), stdout);
+    GenerateResult r = engine.generate(request, [](const TokenEvent& e) {
+        std::fputs(e.text.c_str(), stdout);
+        std::fflush(stdout);
+        return true;
+    });
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "prompt %d tokens (%d cached), prefill %.1f tok/s | generated %d tokens, decode %.2f tok/s | "
+                 "ttft %.0f ms | finish %s | %d threads, %s\n",
+                 r.n_prompt, r.n_cached, r.prefill_tok_s(), r.n_generated, r.decode_tok_s(), r.ttft_ms,
+                 finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
+    std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().last).c_str());
+    return 0;
+}
+
+int cli_tokenize(const std::vector<std::string>& words) {
+    Args args(words);
+    ModelSource source = parse_model_flag(args);
+    auto text = args.get("--text");
+    auto chat = args.get("--chat");
+    bool no_bos = args.flag("--no-bos");
+    if (bool(text) == bool(chat)) throw MoeError("give exactly one of --text TEXT or --chat FILE.json");
+    std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
+    args.finish();
+    ModelConfig config = model_source_config(source);
+    Tokenizer tokenizer = model_source_tokenizer(source, config);
+    std::vector<int> tokens;
+    if (text) {
+        tokens = tokenizer.encode(*text);
+        if (!no_bos) tokens.insert(tokens.begin(), config.bos_token_id);
+    } else {
+        std::string warning;
+        ChatTemplate tmpl = model_source_chat_template(source, &warning);
+        if (!warning.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", warning.c_str());
+        tokens = tmpl.encode(tokenizer, messages);
+        if (no_bos && !tokens.empty() && tokens[0] == config.bos_token_id) tokens.erase(tokens.begin());
+    }
+    std::printf("%s\n", json{{"tokens", tokens}}.dump().c_str());
+    return 0;
+}
+
+int cli_perplexity(const std::vector<std::string>& words) {
+    Args args(words);
+    EngineOptions options;
+    ModelSource source = parse_model_flag(args);
+    options.model_dir = source.text;
+    std::string text_path = require(args, "--text");
+    long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
+    options.threads = int(args.get_int("--threads", 0, 0, 1024));
+    bool as_json = args.flag("--json");
+    options.device = parse_device_flags(args);
+    apply_isa_flag(args);
+    args.finish();
+
+    std::string text = file_read_text(text_path);
+    ModelConfig config = model_source_config(source);
+    Tokenizer tokenizer = model_source_tokenizer(source, config);
+    std::vector<int> tokens = tokenizer.encode(text);
+    tokens.insert(tokens.begin(), config.bos_token_id);
+    if (tokens.size() < 2) throw MoeError(text_path + ": too short to score (needs at least one token)");
+    // Default window: the whole file when it fits in the model's positions.
+    long max_pos = config.max_position_embeddings > 0 ? config.max_position_embeddings : long(tokens.size());
+    int window = int(ctx > 0 ? ctx : std::min<long>(long(tokens.size()), max_pos));
+    if (window < 2) throw MoeError("--ctx: must be at least 2");
+    options.ctx = std::max(16, window);
+    Engine engine(options);
+    std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
+    auto t0 = std::chrono::steady_clock::now();
+    Engine::Score s = engine.score(tokens, window);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double mean = s.nll_sum / double(s.n_scored);
+    if (as_json) {
+        std::printf("%s\n", json{{"tokens", s.n_scored}, {"mean_nll", mean}, {"ppl", std::exp(mean)}}.dump().c_str());
+    } else {
+        std::printf("%ld tokens scored in windows of %d: mean NLL %.6f, perplexity %.4f (%.1f tok/s)\n", s.n_scored,
+                    window, mean, std::exp(mean), double(tokens.size()) / secs);
+    }
+    if (engine.placement().device != "none")
+        std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().total).c_str());
+    return 0;
+}
+
+int cli_synth_model(const std::vector<std::string>& words) {
+    Args args(words);
+    SynthOptions o;
+    o.preset = require(args, "--preset");
+    o.out = require(args, "--out");
+    o.seed = uint64_t(args.get_int("--seed", 0, 0, 1L << 62));
+    o.tokenizer = args.get("--tokenizer", "");
+    o.max_shard_bytes = size_t(args.get_int("--shard-mb", long(o.max_shard_bytes >> 20), 1, 1 << 30)) << 20;
+    args.finish();
+    synth_preset(o.preset);  // unknown preset: error before touching the disk
+    auto t0 = std::chrono::steady_clock::now();
+    synth_model_write(o);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "wrote %s model to %s in %.1f s (random weights: its text is gibberish)\n", o.preset.c_str(),
+                 o.out.c_str(), secs);
+    return 0;
+}

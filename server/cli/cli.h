@@ -1,0 +1,43 @@
+// The command-line subcommands that run the engine directly (generate,
+// tokenize, perplexity, synth-model, bench). Each takes the words after its
+// name and returns the process exit code; MoeError propagates to main().
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/text/chat_template.h"
+#include "engine/runtime/engine.h"
+#include "engine/model/model_source.h"
+#include "engine/runtime/sampler.h"
+#include "server/cli/args.h"
+
+int cli_generate(const std::vector<std::string>& words);
+int cli_tokenize(const std::vector<std::string>& words);
+int cli_perplexity(const std::vector<std::string>& words);
+int cli_synth_model(const std::vector<std::string>& words);
+int cli_bench(const std::vector<std::string>& words);
+
+// --model DIR | synth:PRESET[:SEED], checked before anything loads
+// (engine/model/model_source.h): MoeError "<context>--model is required" when
+// absent, the parser's one line for a malformed synthetic name. A synthetic
+// source is announced with one stderr line naming it a benchmark aid.
+ModelSource parse_model_flag(Args& args, const std::string& context = "");
+// The same where --model may be left out (serve, bench server): nothing then.
+std::optional<ModelSource> parse_optional_model_flag(Args& args);
+// --cpu-isa NAME: this process runs that kernel path (MoeError when unknown
+// or not supported by this CPU).
+void apply_isa_flag(Args& args);
+// Sampling flags shared by the subcommands that generate.
+SamplingParams parse_sampling_flags(Args& args);
+// --emulate-gpu GiB|N% and --profile FILE, shared by serve, generate,
+// perplexity and bench.
+DeviceOptions parse_device_flags(Args& args);
+// --gpu-device N|none (none = -1); GPU_DEVICE_DEFAULT when absent, else
+// *given (when not null) is set.
+int parse_gpu_device_flag(Args& args, bool* given = nullptr);
+// One stderr line: where experts ran, copies, hit rate, predicted vs measured.
+std::string execution_stats_line(const ExecutionStats& stats);
+// A chat file: {"messages": [...]} or a bare array of {role, content}; content
+// is a string or an array of {"type":"text","text":...} parts.
+std::vector<ChatMessage> read_chat_file(const std::string& path);

@@ -1,0 +1,452 @@
+// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency|placement`:
+// benchmarks print JSON lines holding each figure beside the machine's
+// ceiling measured in the same run, so the ratios hold on a noisy shared
+// machine (for placement the ceiling is the best static plan for the
+// evaluated workload itself). Not tests.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "cpu_kernels/bench.h"
+#include "cpu_kernels/kernels.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/model/cost.h"
+#include "engine/runtime/engine.h"
+#include "engine/errors.h"
+#include "engine/model/fingerprint.h"
+#include "engine/model/model_source.h"
+#include "placement/residency.h"
+#include "profiles/profile.h"
+#include "server/cli/cli.h"
+#include "server/cli/cli_calibrate.h"
+#include "server/cli/serve.h"
+#ifdef MOE_HAVE_CUDA
+#include "gpu_kernels/bench_gpu.h"
+#include "gpu_kernels/device.h"
+#include "gpu_kernels/gpu_runtime.h"
+#endif
+
+using json = nlohmann::json;
+
+
+int bench_threads_flag(Args& args) {
+    int t = int(args.get_int("--threads", 0, 0, 1024));
+    return t > 0 ? t : physical_core_count();
+}
+
+namespace {
+
+// A prompt of n ordinary-text token ids (BOS first), the same every run.
+std::vector<int> bench_prompt(const Engine& engine, int n) {
+    std::string text;
+    std::vector<int> ids{engine.config().bos_token_id};
+    while (int(ids.size()) < n) {
+        text = "The quick brown fox jumps over the lazy dog while the band plays on. ";
+        std::vector<int> more = engine.tokenizer().encode(text);
+        ids.insert(ids.end(), more.begin(), more.end());
+    }
+    ids.resize(n);
+    return ids;
+}
+
+// The machine's ceilings with the engine's thread count, measured on a pool
+// of its own that is gone before the engine runs (idle workers spin a while
+// after each job and would compete with the engine's threads).
+Ceiling engine_ceiling(const Engine& engine) {
+    ThreadPool pool(engine.threads());
+    return bench_ceiling(pool, true);
+}
+
+// On a CUDA device: its ceilings measured now, beside the figure (64 MiB
+// copies, a 4096-cubed GEMM: about a second).
+void add_gpu_ceilings(json& line, const Engine& engine) {
+#ifdef MOE_HAVE_CUDA
+    if (engine.placement().device != "cuda") return;
+    GpuCeilings g = gpu_measure_ceilings(size_t(64) << 20, 4096);
+    line["gpu"] = engine.placement().device_name;
+    line["h2d_pinned_gbs"] = g.h2d_pinned_gbs;
+    line["h2d_pageable_gbs"] = g.h2d_pageable_gbs;
+    line["device_gbs"] = g.device_gbs;
+    line["bf16_tflops"] = g.bf16_tflops;
+#else
+    (void)line, (void)engine;
+#endif
+}
+
+// With a device (CUDA, or --emulate-gpu's dry run): the placement and where
+// the last run's experts went (the speed of an emulated device means
+// nothing), and a GPU's ceilings.
+void add_placement_fields(json& line, const Engine& engine) {
+    const PlacementInfo& p = engine.placement();
+    if (p.device == "none") return;
+    add_gpu_ceilings(line, engine);
+    ExecutionStats s = engine.execution_stats().last;
+    line["device"] = p.device;
+    line["resident_experts"] = p.capacity;
+    line["plan"] = p.plan;
+    line["hit_rate"] = s.hit_rate();
+    line["device_share"] = s.device_share();
+    line["expert_runs"] = {{"cpu", s.runs[int(ExpertSite::CPU)]},
+                           {"device", s.runs[int(ExpertSite::DEVICE)]},
+                           {"copy", s.runs[int(ExpertSite::COPY)]}};
+    line["copy_bytes"] = s.copy_bytes;
+}
+
+int bench_decode(Args& args, bool prefill) {
+    EngineOptions o;
+    o.model_dir = parse_model_flag(args).text;
+    o.threads = bench_threads_flag(args);
+    int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
+    int repeats = int(args.get_int("--repeat", 3, 1, 100));
+    o.device = parse_device_flags(args);
+    apply_isa_flag(args);
+    args.finish();
+    o.ctx = std::max(256, n_tokens + 64);
+    o.max_batch = prefill ? std::max(512, n_tokens) : 512;
+    Engine engine(o);
+    Ceiling ceiling = engine_ceiling(engine);
+    const ModelConfig& c = engine.config();
+
+    GenerateRequest req;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+    req.reuse_prefix = false;
+    double best = 0, best_ttft_ms = 0;
+    if (prefill) {
+        req.prompt = bench_prompt(engine, n_tokens);
+        req.max_tokens = 1;
+        for (int r = 0; r < repeats; r++) {
+            GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
+            best = std::max(best, res.prefill_tok_s());
+            best_ttft_ms = r == 0 ? res.ttft_ms : std::min(best_ttft_ms, res.ttft_ms);
+        }
+        StageCost cost = cost_prefill(c, n_tokens);
+        double gflops = cost.flops / (n_tokens / best) / 1e9;
+        json line{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
+                  {"ttft_ms", best_ttft_ms},
+                  {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
+                  {"ratio_to_peak", gflops / ceiling.fma_gflops}};
+        add_placement_fields(line, engine);
+        std::printf("%s\n", line.dump().c_str());
+    } else {
+        req.prompt = bench_prompt(engine, 16);
+        req.max_tokens = n_tokens;
+        for (int r = 0; r < repeats; r++) {
+            GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
+            best = std::max(best, res.decode_tok_s());
+        }
+        double bytes = cost_decode_token(c).bytes;
+        double roofline = roofline_decode_tok_s(bytes, ceiling);
+        json line{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
+                  {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
+                  {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
+        add_placement_fields(line, engine);
+        std::printf("%s\n", line.dump().c_str());
+    }
+    return 0;
+}
+
+// Where the experts of `steps` decode steps ran, per step: the difference
+// of the request's execution statistics after and before them (the prompt's
+// prefill and the first step excluded).
+json placement_per_step(const ExecutionStats& before, const ExecutionStats& after, int steps) {
+    auto runs = [&](ExpertSite site) { return double(after.runs[int(site)] - before.runs[int(site)]) / steps; };
+    auto tokens = [&](ExpertSite site) { return double(after.total_tokens(site) - before.total_tokens(site)); };
+    double all = tokens(ExpertSite::CPU) + tokens(ExpertSite::DEVICE) + tokens(ExpertSite::COPY);
+    return json{{"expert_runs", {{"cpu", runs(ExpertSite::CPU)}, {"device", runs(ExpertSite::DEVICE)},
+                                 {"copy", runs(ExpertSite::COPY)}}},
+                {"copy_mib", double(after.copy_bytes - before.copy_bytes) / steps / (1 << 20)},
+                {"device_share", all > 0 ? (tokens(ExpertSite::DEVICE) + tokens(ExpertSite::COPY)) / all : 0.0}};
+}
+
+// "1,4,8,16" -> {1, 4, 8, 16}, each a beam width.
+std::vector<int> parse_widths(const std::string& text) {
+    std::vector<int> widths;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+        size_t end = text.find(',', pos);
+        if (end == std::string::npos) end = text.size();
+        std::string item = text.substr(pos, end - pos);
+        char* stop = nullptr;
+        long w = std::strtol(item.c_str(), &stop, 10);
+        if (item.empty() || *stop != '\0' || w < 1 || w > BEAM_WIDTH_MAX)
+            throw MoeError("--widths: '" + item + "' is not a beam width in [1, " + std::to_string(BEAM_WIDTH_MAX) +
+                           "] (give a list like 1,4,8,16)");
+        widths.push_back(int(w));
+        pos = end + 1;
+    }
+    return widths;
+}
+
+// `bench beam`: per width, the returned sequence's tok/s, forward passes per
+// second against the roofline of the weights one pass reads (its routed
+// experts counted once each), and the tokens per routed expert per step.
+int bench_beam(Args& args) {
+    EngineOptions o;
+    o.model_dir = parse_model_flag(args).text;
+    o.threads = bench_threads_flag(args);
+    std::vector<int> widths = parse_widths(args.get("--widths", "1,4,8,16"));
+    int n_tokens = int(args.get_int("--tokens", 32, 2, 1 << 14));
+    int repeats = int(args.get_int("--repeat", 2, 1, 100));
+    auto prompt_text = args.get("--prompt");
+    o.device = parse_device_flags(args);
+    apply_isa_flag(args);
+    args.finish();
+    o.ctx = std::max(256, n_tokens + 512);
+    Engine engine(o);
+    Ceiling ceiling = engine_ceiling(engine);
+    const ModelConfig& c = engine.config();
+    BeamRequest req;
+    if (prompt_text) {
+        req.prompt = engine.tokenizer().encode(*prompt_text);
+        req.prompt.insert(req.prompt.begin(), c.bos_token_id);
+    } else {
+        req.prompt = bench_prompt(engine, 16);
+    }
+    req.max_tokens = n_tokens;
+    req.ignore_eos = true;
+    req.reuse_prefix = false;
+    for (int width : widths) {
+        req.beam_width = width;
+        BeamResult best;
+        ExecutionStats after_first, after_last;  // of the best run: after its first and its last step
+        for (int r = 0; r < repeats; r++) {
+            ExecutionStats first;
+            BeamResult res = engine.beam_search(req, [&](const BeamStep& s) {
+                if (s.step == 0) first = engine.execution_stats().last;
+                return true;
+            });
+            if (r == 0 || res.decode_ms < best.decode_ms) {
+                best = std::move(res);
+                after_first = first;
+                after_last = engine.execution_stats().last;
+            }
+        }
+        const ExpertLoad& load = best.expert_load;
+        uint64_t pairs = 0;
+        for (uint64_t h : load.histogram) pairs += h;
+        double experts_per_step = best.n_steps ? double(pairs) / best.n_steps : 0;
+        double tokens_per_step = best.n_steps ? double(best.n_beam_tokens) / best.n_steps : 0;
+        StageCost step = cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step);
+        // Hierarchical roofline of one pass: the weight bytes at the read
+        // bandwidth, or its FLOPs at the fp32 FMA peak, whichever is slower
+        // (the AVX512_BF16 path can beat the fp32 peak).
+        double memory_passes = ceiling.read_gbs * 1e9 / step.bytes;
+        double compute_passes = ceiling.fma_gflops * 1e9 / step.flops;
+        double roofline_passes = std::min(memory_passes, compute_passes);
+        json line{{"bench", "beam"},
+                  {"model", engine.model_id()},
+                  {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()},
+                  {"width", width},
+                  {"prompt_tokens", int(req.prompt.size())},
+                  {"tokens", best.n_generated()},
+                  {"steps", best.n_steps},
+                  {"beam_tokens_per_step", tokens_per_step},
+                  {"best_tok_s", best.best_tok_s()},
+                  {"passes_s", best.steps_per_s()},
+                  {"beam_tok_s", best.decode_ms > 0 ? best.n_beam_tokens * 1000.0 / best.decode_ms : 0},
+                  {"routed_experts_per_step", experts_per_step},
+                  {"weight_bytes_per_pass", step.bytes},
+                  {"flops_per_pass", step.flops},
+                  {"read_gbs", ceiling.read_gbs},
+                  {"fma_gflops", ceiling.fma_gflops},
+                  {"memory_roofline_passes_s", memory_passes},
+                  {"compute_roofline_passes_s", compute_passes},
+                  {"roofline_passes_s", roofline_passes},
+                  {"ratio_to_roofline", best.steps_per_s() / roofline_passes},
+                  {"expert_tokens_per_step",
+                   {{"max", load.max()}, {"mean", load.mean()}, {"histogram", load.histogram}}}};
+        add_placement_fields(line, engine);
+        if (line.contains("device") && best.n_steps > 1)
+            line["per_step"] = placement_per_step(after_first, after_last, best.n_steps - 1);
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+    }
+    return 0;
+}
+
+std::string required_flag(Args& args, const std::string& flag) {
+    auto v = args.get(flag);
+    if (!v) throw MoeError(flag + " is required");
+    return *v;
+}
+
+json workload_json(const Profile& p, const std::string& path) {
+    const ProfileWorkload& w = p.workload;
+    return {{"file", path},
+            {"source", w.source},
+            {"prompts", w.prompt_indices.size()},
+            {"prefill_tokens", w.prefill_tokens},
+            {"decode_tokens", w.decode_tokens},
+            {"gen_tokens", w.gen_tokens}};
+}
+
+// Hit rates on the eval workload (B) of static plans at 10, 25 and 50 % of
+// all experts: popularity from the profile (A), random (over --seeds seeds),
+// even spread, and the oracle, the popularity plan built from B itself (the
+// best any static plan can do on B). One line per budget and token phase
+// (all routed tokens; decode tokens only).
+int bench_placement(Args& args) {
+    const ModelSource source = parse_model_flag(args);
+    const std::string& model = source.text;
+    const std::string a_path = required_flag(args, "--profile");
+    const std::string b_path = required_flag(args, "--eval");
+    const int n_seeds = int(args.get_int("--seeds", 100, 2, 100000));
+    args.finish();
+    ModelConfig config = model_source_config(source);
+    if (!config.is_moe()) throw MoeError(model + ": a dense model (no experts): nothing to place");
+    const ModelFingerprint fp = model_fingerprint(config);
+    Profile a = profile_read(a_path);
+    profile_check(a, fp, a_path);
+    Profile b = profile_read(b_path);
+    profile_check(b, fp, b_path);
+    if (!b.has_phases())
+        throw MoeError(b_path + ": --eval needs a profile written by `moe-server profile` (prefill and decode counts)");
+    const int n_layers = config.n_layers, n_experts = config.n_experts;
+    std::printf("%s\n", json{{"bench", "placement_workloads"},
+                             {"model", model},
+                             {"fingerprint", fingerprint_describe(fp)},
+                             {"profile", workload_json(a, a_path)},
+                             {"eval", workload_json(b, b_path)}}
+                            .dump()
+                            .c_str());
+
+    struct Phase {
+        const char* name;
+        const std::vector<uint64_t>& in_sample;  // A's counts of this phase (empty for a Fiddler import's decode)
+        const std::vector<uint64_t>& eval;       // B's counts of this phase
+    };
+    const Phase phases[] = {{"all", a.counts, b.counts}, {"decode", a.decode, b.decode}};
+    for (double frac : {0.10, 0.25, 0.50}) {
+        const int capacity = int(std::lround(frac * n_layers * n_experts));
+        // Serving ranks by all of A's tokens, so one plan is scored on both phases.
+        const Residency popularity = static_plan_popularity(a.counts, n_layers, n_experts, capacity);
+        const Residency even = static_plan_even(n_layers, n_experts, capacity);
+        for (const Phase& ph : phases) {
+            std::vector<double> random_rates(static_cast<size_t>(n_seeds));
+            for (int s = 0; s < n_seeds; s++)
+                random_rates[size_t(s)] =
+                    hit_rate(static_plan_random(n_layers, n_experts, capacity, uint64_t(s)), ph.eval);
+            double mean = 0, var = 0;
+            for (double x : random_rates) mean += x / n_seeds;
+            for (double x : random_rates) var += (x - mean) * (x - mean) / (n_seeds - 1);
+            const double pop = hit_rate(popularity, ph.eval);
+            const double oracle = hit_rate(static_plan_popularity(ph.eval, n_layers, n_experts, capacity), ph.eval);
+            uint64_t routed = 0;
+            for (uint64_t x : ph.eval) routed += x;
+            json line{{"bench", "placement"},
+                      {"phase", ph.name},
+                      {"budget_frac", frac},
+                      {"capacity", capacity},
+                      {"experts", n_layers * n_experts},
+                      {"eval_routed", routed},
+                      {"popularity", pop},
+                      {"random_mean", mean},
+                      {"random_sd", std::sqrt(var)},
+                      {"random_min", *std::min_element(random_rates.begin(), random_rates.end())},
+                      {"random_max", *std::max_element(random_rates.begin(), random_rates.end())},
+                      {"random_seeds", n_seeds},
+                      {"even", hit_rate(even, ph.eval)},
+                      {"oracle", oracle},
+                      {"popularity_minus_random_points", 100 * (pop - mean)},
+                      {"popularity_to_oracle", oracle > 0 ? pop / oracle : 0.0}};
+            line["popularity_in_sample"] =
+                ph.in_sample.empty() ? json(nullptr) : json(hit_rate(popularity, ph.in_sample));
+            std::printf("%s\n", line.dump().c_str());
+        }
+    }
+    return 0;
+}
+
+// bench gpu: the CUDA device's raw rates (copies, memory, GEMM) and the
+// expert FFN at n = 1..256 with its weights resident, beside the roofline
+// from those rates; the expert shape of --model (default Mixtral-8x7B's).
+int bench_gpu(Args& args) {
+    std::optional<ModelSource> source = parse_optional_model_flag(args);
+    const int gpu_device = parse_gpu_device_flag(args);
+    int reps = int(args.get_int("--reps", 7, 1, 1000));
+    args.finish();
+#ifdef MOE_HAVE_CUDA
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (gpu_device < 0 || gpu_device >= int(devices.size()))
+        throw MoeError("bench gpu: no CUDA device " + std::to_string(gpu_device) + " (" +
+                       std::to_string(devices.size()) + " found)");
+    gpu_set_device(gpu_device);
+    int dim = 4096, hidden = 14336;
+    if (source) {
+        ModelConfig c = model_source_config(*source);
+        dim = c.dim;
+        hidden = c.hidden_dim;
+    }
+    GpuCeilings g = gpu_measure_ceilings();
+    const std::string name = devices[size_t(gpu_device)].name;
+    std::printf("%s\n", json{{"bench", "gpu"}, {"what", "ceilings"}, {"gpu", name},
+                             {"h2d_pinned_gbs", g.h2d_pinned_gbs}, {"h2d_pageable_gbs", g.h2d_pageable_gbs},
+                             {"h2d_registered_gbs", g.h2d_registered_gbs}, {"d2h_pinned_gbs", g.d2h_pinned_gbs},
+                             {"device_gbs", g.device_gbs}, {"bf16_tflops", g.bf16_tflops},
+                             {"copy_bytes", g.copy_bytes}, {"gemm_size", g.gemm_size}}
+                            .dump()
+                            .c_str());
+    const double bytes = 3.0 * dim * hidden * sizeof(bf16), flops_per_token = 6.0 * dim * hidden;
+    std::vector<int> ns;
+    for (int n = 1; n <= 256; n *= 2) ns.push_back(n);
+    std::vector<double> ms = gpu_time_expert_ffn(dim, hidden, ns, reps);
+    for (size_t i = 0; i < ns.size(); i++) {
+        const double roofline = std::max(bytes / (g.device_gbs * 1e6), flops_per_token * ns[i] / (g.bf16_tflops * 1e9));
+        std::printf("%s\n", json{{"bench", "gpu"}, {"what", "expert_ffn"}, {"gpu", name}, {"dim", dim},
+                                 {"hidden_dim", hidden}, {"n", ns[i]}, {"ms", ms[i]}, {"roofline_ms", roofline},
+                                 {"ratio_to_roofline", roofline / ms[i]}, {"device_gbs", g.device_gbs},
+                                 {"bf16_tflops", g.bf16_tflops}}
+                                .dump()
+                                .c_str());
+    }
+    std::vector<double> copy = gpu_time_h2d_pinned({size_t(bytes)}, reps);
+    std::printf("%s\n", json{{"bench", "gpu"}, {"what", "expert_copy"}, {"gpu", name}, {"bytes", bytes},
+                             {"ms", copy[0]}, {"gbs", bytes / (copy[0] * 1e6)}, {"h2d_pinned_gbs", g.h2d_pinned_gbs}}
+                            .dump()
+                            .c_str());
+    return 0;
+#else
+    (void)source, (void)gpu_device, (void)reps;
+    throw MoeError("bench gpu: this build has no CUDA (configure with a CUDA toolkit present)");
+#endif
+}
+
+}  // namespace
+
+int cli_bench(const std::vector<std::string>& words) {
+    if (words.empty())
+        throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement, gpu");
+    const std::string& what = words[0];
+    std::vector<std::string> rest(words.begin() + 1, words.end());
+    if (what == "server") return bench_server_main(rest);
+    Args args(rest);
+    if (what == "decode") return bench_decode(args, false);
+    if (what == "prefill") return bench_decode(args, true);
+    if (what == "latency") return bench_latency(args);
+    if (what == "beam") return bench_beam(args);
+    if (what == "placement") return bench_placement(args);
+    if (what == "gpu") return bench_gpu(args);
+    if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
+    int threads = bench_threads_flag(args);
+    auto isa = args.get("--cpu-isa");
+    args.finish();
+    std::vector<Isa> isas = bench_supported_isas();
+    if (isa) {
+        auto parsed = isa_parse(*isa);
+        if (!parsed || !isa_supported(*parsed)) throw MoeError("--cpu-isa: '" + *isa + "' is not a path this CPU runs");
+        isas = {*parsed};
+    }
+    ThreadPool pool(threads);
+    Ceiling ceiling = bench_ceiling(pool, true);
+    if (what == "kernels") bench_kernels(pool, ceiling, isas);
+    return 0;
+}

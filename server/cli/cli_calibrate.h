@@ -1,0 +1,18 @@
+// `moe-server calibrate` and `moe-server bench latency`: measure the CPU
+// expert FFN of a model on this machine, fit the latency model and check it
+// against the roofline and against a second, independent measurement. The
+// math lives in placement/ (fits) and profiles/ (the file); this is the
+// measuring and the printing. MoeError / ProfileError propagate to main().
+#pragma once
+#include <string>
+#include <vector>
+
+#include "server/cli/args.h"
+
+int cli_calibrate(const std::vector<std::string>& words);
+// `bench latency` (its flags, after the word "latency").
+int bench_latency(Args& args);
+
+// --threads for the benchmarks and calibrate (defined in cli_bench.cpp):
+// 0 or absent means physical cores. (--cpu-isa: apply_isa_flag, server/cli/cli.h.)
+int bench_threads_flag(Args& args);
