@@ -1,5 +1,7 @@
-// CUDA device discovery. Declared for every build; without CUDA the
-// functions report no device, so callers need no #ifdef.
+// CUDA device discovery. Declared for every build, so callers need no
+// #ifdef: device.cu defines gpu_devices() in CUDA builds, and
+// engine/devices/nocuda_devices.cpp (compiled only without CUDA, when
+// gpu_kernels/ is not built) defines it to report no device.
 #pragma once
 #include <cstddef>
 #include <string>

@@ -15,13 +15,14 @@ struct Calibration;  // profiles/calibration.h
 // once (memory-bound side); per_token_ms: the FLOPs of one token
 // (compute-bound side); the two sides overlap, hence the max.
 //
-// Large batches (n >= large_from; 0 = never): CPU kernels switch to a
-// blocked path that first repacks each weight block for reuse across many
-// tokens and then computes; repacking does not overlap the compute:
+// Large batches (n >= large_from; 0 = never): the CPU expert FFN switches
+// to a blocked path that first repacks each weight block for reuse across
+// many tokens and then computes; repacking does not overlap the compute:
 //   ms(n) = fixed_ms + pack_ms + n * large_per_token_ms
-// Measured on Zen 4 (avx512bf16, 2 threads, mixtral-mini expert) the switch
-// at n = 32 costs 2.7x the time of n = 16, which no single max-form curve
-// fits within 15 %; with this segment the fit stays within a few percent.
+// large_from is the active kernel table's ffn_packed_min_m (AVX2 48,
+// AVX512_BF16 128, AVX-512 and scalar never). The segment exists because a
+// switch of that kind (measured on Zen 4 when it sat at n = 32: 2.7x the
+// time of n = 16) is a step no single max-form curve fits within 15 %.
 // No tokens, no work: ms(n <= 0) = 0.
 struct LatencyCurve {
     double fixed_ms = 0;
