@@ -63,7 +63,7 @@ public:
           width_(request.beam_width),
           n_prompt_(int(request.prompt.size())),
           vocab_(model.config.vocab_size),
-          max_length_(std::min(request.max_tokens, model.cache.ctx() - n_prompt_ + 1)) {
+          max_length_(std::min(request.max_tokens, model.cache.ctx() - n_prompt_)) {
         if (r_.allowed_tokens.empty()) {
             allowed_.resize(vocab_);
             std::iota(allowed_.begin(), allowed_.end(), 0);

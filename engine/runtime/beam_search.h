@@ -77,9 +77,10 @@ struct BeamResult {
     double decode_ms = 0;  // first to last decode step, selection included
     ExpertLoad expert_load;
     int n_generated() const { return hypotheses.empty() ? 0 : int(hypotheses[0].tokens.size()); }
-    double steps_per_s() const { return decode_ms > 0 ? n_steps * 1000.0 / decode_ms : 0; }
+    double prefill_tok_s() const { return per_second(n_prompt - n_cached, prefill_ms); }
+    double steps_per_s() const { return per_second(n_steps, decode_ms); }
     // Tokens of the returned (best) sequence per second of decoding.
-    double best_tok_s() const { return decode_ms > 0 ? n_generated() * 1000.0 / decode_ms : 0; }
+    double best_tok_s() const { return per_second(n_generated(), decode_ms); }
 };
 
 // A beam request with the prompt, max_tokens, stop strings, ignore_eos and

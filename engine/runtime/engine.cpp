@@ -32,6 +32,12 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
+ContextLengthError::ContextLengthError(int n_prompt_, int ctx_)
+    : MoeError("prompt of " + std::to_string(n_prompt_) + " tokens does not fit in the context of " +
+               std::to_string(ctx_) + " tokens"),
+      n_prompt(n_prompt_),
+      ctx(ctx_) {}
+
 const char* finish_reason_name(FinishReason reason) {
     switch (reason) {
     case FinishReason::STOP: return "stop";
@@ -95,17 +101,6 @@ struct Engine::Impl {
             record_stats();
             on_logits(b, e, logits);
         }
-    }
-
-    // Refuses a prompt that is empty, does not fit or holds a bad id.
-    void check_prompt(const std::vector<int>& prompt) const {
-        const int n_prompt = int(prompt.size());
-        if (n_prompt == 0) throw MoeError("prompt is empty");
-        if (n_prompt >= ctx)
-            throw MoeError("prompt of " + std::to_string(n_prompt) + " tokens does not fit in the context of " +
-                           std::to_string(ctx) + " tokens");
-        for (int t : prompt)
-            if (t < 0 || t >= config.vocab_size) throw MoeError("prompt token " + std::to_string(t) + " is out of range");
     }
 
     // Prefills the prompt into sequence 0 after the longest prefix shared
@@ -217,13 +212,23 @@ std::string Engine::placement_summary() const {
     return s;
 }
 
+void Engine::check_prompt(const std::vector<int>& prompt) const {
+    const int n_prompt = int(prompt.size());
+    if (n_prompt == 0) throw MoeError("prompt is empty");
+    if (n_prompt >= impl_->ctx) throw ContextLengthError(n_prompt, impl_->ctx);
+    for (int t : prompt)
+        if (t < 0 || t >= impl_->config.vocab_size)
+            throw MoeError("prompt token " + std::to_string(t) + " is out of range");
+}
+
 GenerateResult Engine::generate(const GenerateRequest& request,
                                 const std::function<bool(const TokenEvent&)>& on_token) {
     Impl& m = *impl_;
     const auto t_start = Clock::now();
     const int n_prompt = int(request.prompt.size());
-    m.check_prompt(request.prompt);
+    check_prompt(request.prompt);
     if (request.max_tokens < 1) throw MoeError("max_tokens must be at least 1");
+    const int max_reply = std::min(request.max_tokens, m.ctx - n_prompt);  // prompt + reply fit in the context
 
     GenerateResult result;
     result.n_prompt = n_prompt;
@@ -277,7 +282,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
             }
         }
         result.n_generated++;
-        bool at_limit = !stopped && (result.n_generated >= request.max_tokens || int(m.cached.size()) >= m.ctx);
+        bool at_limit = !stopped && result.n_generated >= max_reply;
         if (at_limit) {
             auto r = stops.push(detok.flush());
             event.text += r.emit;
@@ -311,7 +316,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
 BeamResult Engine::beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step) {
     Impl& m = *impl_;
     const auto t_start = Clock::now();
-    m.check_prompt(request.prompt);
+    check_prompt(request.prompt);
     beam_request_check(request, m.config.vocab_size);
     if (request.beam_width > m.forward.max_batch())
         throw MoeError("beam_width " + std::to_string(request.beam_width) + " exceeds the batch capacity of " +

@@ -13,6 +13,7 @@
 
 #include "engine/text/chat_template.h"
 #include "engine/devices/execution_stats.h"
+#include "engine/errors.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
 #include "engine/text/tokenizer.h"
@@ -75,12 +76,25 @@ struct PlacementInfo {
 struct GenerateRequest {
     std::vector<int> prompt;            // BOS included when wanted
     SamplingParams sampling;
-    int max_tokens = 256;               // generated tokens at most
+    int max_tokens = 256;               // generated tokens at most (fewer where the context ends)
     std::vector<std::string> stop;      // stop strings, matched across token boundaries
     bool ignore_eos = false;
     int top_logprobs = -1;              // -1 = no logprobs; 0..20 = chosen token + that many alternatives
     bool reuse_prefix = true;           // reuse the KV cache of the previous request's common prefix
 };
+
+// A prompt that leaves no room for a reply. Prompt and reply together hold
+// at most ctx tokens: a reply ends (LENGTH) where they fill the context.
+struct ContextLengthError : MoeError {
+    ContextLengthError(int n_prompt, int ctx);
+    int n_prompt;
+    int ctx;
+};
+
+// n things (tokens, steps) in ms milliseconds, per second (0 when no time was measured).
+inline double per_second(double n, double ms) {
+    return ms > 0 ? n * 1000.0 / ms : 0;
+}
 
 struct TokenEvent {
     int token = -1;
@@ -102,8 +116,8 @@ struct GenerateResult {
     double prefill_ms = 0;              // prompt processing (uncached part)
     double ttft_ms = 0;                 // from the call to the first token's event
     double decode_ms = 0;               // after the first token
-    double prefill_tok_s() const { return prefill_ms > 0 ? (n_prompt - n_cached) * 1000.0 / prefill_ms : 0; }
-    double decode_tok_s() const { return decode_ms > 0 ? (n_generated - 1) * 1000.0 / decode_ms : 0; }
+    double prefill_tok_s() const { return per_second(n_prompt - n_cached, prefill_ms); }
+    double decode_tok_s() const { return per_second(n_generated - 1, decode_ms); }
 };
 
 // Beam search (engine/runtime/beam_search.h).
@@ -135,17 +149,23 @@ public:
     // Non-fatal notes from loading (e.g. "no chat_template: using Mistral's"); empty when none.
     const std::string& load_warning() const;
 
+    // The one check of a prompt: refuses one that is empty or holds an id
+    // outside the vocabulary (MoeError), or leaves no room for a reply in
+    // the context (ContextLengthError). generate() and beam_search() call
+    // it; a server calls it before queueing, to answer at once. Reads only
+    // what loading fixed: any thread may call it while a request runs.
+    void check_prompt(const std::vector<int>& prompt) const;
+
     // Runs one request on the calling thread. on_token is called for every
     // generated token; returning false cancels (finish CANCELLED) before the
-    // next forward pass. Throws MoeError when the prompt is empty or does not
-    // fit in the context.
+    // next forward pass. Throws as check_prompt() does.
     GenerateResult generate(const GenerateRequest& request, const std::function<bool(const TokenEvent&)>& on_token);
 
     // Beam search on the calling thread: the prompt is prefilled once (with
     // prefix reuse), then all live beams decode as one batch per step.
     // on_step is called after each step's forward pass; returning false
-    // cancels. Throws MoeError for bad parameters (named) or a prompt that
-    // does not fit. Afterwards the cache holds the prompt (for reuse).
+    // cancels. Throws MoeError for bad parameters (named), and as
+    // check_prompt() does. Afterwards the cache holds the prompt (for reuse).
     BeamResult beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step);
 
     // Log-likelihood scoring for `perplexity`: returns the sum of -log p over

@@ -238,9 +238,8 @@ void print_beam_result(const Engine& engine, const BeamResult& r, const std::opt
                  "prompt %d tokens (%d cached), prefill %.1f tok/s | beam search: %d steps (%ld beam tokens), "
                  "%.2f steps/s, best %d tokens at %.2f tok/s, score %.4f | tokens per routed expert per step: "
                  "max %d, mean %.2f | finish %s | %d threads, %s\n",
-                 r.n_prompt, r.n_cached, r.prefill_ms > 0 ? (r.n_prompt - r.n_cached) * 1000.0 / r.prefill_ms : 0.0,
-                 r.n_steps, r.n_beam_tokens, r.steps_per_s(), r.n_generated(), r.best_tok_s(),
-                 best ? best->score : 0.0, r.expert_load.max(), r.expert_load.mean(),
+                 r.n_prompt, r.n_cached, r.prefill_tok_s(), r.n_steps, r.n_beam_tokens, r.steps_per_s(),
+                 r.n_generated(), r.best_tok_s(), best ? best->score : 0.0, r.expert_load.max(), r.expert_load.mean(),
                  finish_reason_name(r.finish_reason), engine.threads(), isa_name(isa_active()));
     std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().last).c_str());
 }
