@@ -47,9 +47,14 @@ json timings_json(const GenerateResult& r) {
                 {"ttft_ms", r.ttft_ms}};
 }
 
-json usage_json(const BeamResult& r) {
+int completion_tokens(const BeamResult& r) {
     int completion = 0;
     for (const BeamHypothesis& h : r.hypotheses) completion += h.length;
+    return completion;
+}
+
+json usage_json(const BeamResult& r) {
+    const int completion = completion_tokens(r);
     return json{{"prompt_tokens", r.n_prompt},
                 {"completion_tokens", completion},
                 {"total_tokens", r.n_prompt + completion},
@@ -63,10 +68,9 @@ json timings_json(const BeamResult& r, const GenerationOptions& o) {
         logprobs.push_back(h.logprob);
     }
     const ExpertLoad& load = r.expert_load;
-    double prefill_tok_s = r.prefill_ms > 0 ? (r.n_prompt - r.n_cached) * 1000.0 / r.prefill_ms : 0;
     return json{{"prompt_n", r.n_prompt - r.n_cached},
                 {"prompt_ms", r.prefill_ms},
-                {"prompt_per_second", prefill_tok_s},
+                {"prompt_per_second", r.prefill_tok_s()},
                 {"cache_n", r.n_cached},
                 {"predicted_n", r.hypotheses.empty() ? 0 : r.hypotheses[0].length},
                 {"predicted_ms", r.decode_ms},
@@ -157,7 +161,7 @@ std::string OpenAiResponder::start() {
     return out;
 }
 
-std::string OpenAiResponder::on_token(const TokenEvent& event) {
+std::string OpenAiResponder::on(const TokenEvent& event) {
     add_logprobs(event);
     text_length_ += event.text.size();
     if (!options_.stream || event.text.empty()) return "";
@@ -168,7 +172,7 @@ std::string OpenAiResponder::on_token(const TokenEvent& event) {
     return sse_data(chunk(std::move(choice)));
 }
 
-std::string OpenAiResponder::on_done(const GenerateResult& result) {
+std::string OpenAiResponder::on(const GenerateResult& result) {
     const char* reason = openai_finish_reason(result.finish_reason);
     if (options_.stream) {
         json choice = endpoint_ == Endpoint::CHAT ? json{{"index", 0}, {"delta", json::object()}}
@@ -202,7 +206,7 @@ std::string OpenAiResponder::on_done(const GenerateResult& result) {
     return json_dump(j);
 }
 
-std::string OpenAiResponder::on_beam_done(const BeamResult& result) {
+std::string OpenAiResponder::on(const BeamResult& result) {
     const bool chat = endpoint_ == Endpoint::CHAT;
     json choices = json::array();
     std::string out;
@@ -253,19 +257,17 @@ std::string OpenAiResponder::on_beam_done(const BeamResult& result) {
     return json_dump(j);
 }
 
+std::string OpenAiResponder::on(const TaskDone&) {
+    return "";
+}
+
+std::string OpenAiResponder::on(const TaskError& error) {
+    json body = api_error_json(ApiError(error.status, error.message));
+    return options_.stream ? sse_data(body) : json_dump(body);
+}
+
 std::string OpenAiResponder::on_event(const TaskEvent& event) {
     if (finished_) return "";
-    switch (event.kind) {
-    case TaskEventKind::TOKEN:
-        return on_token(event.token);
-    case TaskEventKind::DONE:
-        finished_ = true;
-        return options_.beam_width > 0 ? on_beam_done(event.beam) : on_done(event.result);
-    case TaskEventKind::ERROR: {
-        finished_ = true;
-        json error = api_error_json(ApiError(event.error_status, event.error));
-        return options_.stream ? sse_data(error) : json_dump(error);
-    }
-    }
-    return "";
+    finished_ = !std::holds_alternative<TokenEvent>(event);
+    return std::visit([this](const auto& e) { return on(e); }, event);
 }

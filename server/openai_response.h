@@ -37,15 +37,17 @@ nlohmann::ordered_json timings_json(const GenerateResult& result);
 // beam_tokens, the choices' scores and logprobs, and expert_tokens_per_step
 // {max, mean, per_step_max, per_step_mean, histogram}.
 nlohmann::ordered_json usage_json(const BeamResult& result);
+// Tokens of every returned choice (EOS counted): usage's completion_tokens.
+int completion_tokens(const BeamResult& result);
 nlohmann::ordered_json timings_json(const BeamResult& result, const GenerationOptions& options);
 
 // Builds what one request's response body is made of from its task events.
 // Streaming: start() gives the first chunk (chat: the assistant role), each
-// token event its content chunk, DONE the finish chunk, the usage chunk when
-// asked and [DONE]. Not streaming: everything is written at DONE as one
-// object. An ERROR event becomes an OpenAI error object (in the stream as
-// one data frame). Beam search (options.beam_width > 0) has no token
-// events: its n choices come at DONE, streamed as one content chunk per
+// TokenEvent its content chunk, the GenerateResult the finish chunk, the
+// usage chunk when asked and [DONE]. Not streaming: everything is written at
+// the result as one object. A TaskError becomes an OpenAI error object (in
+// the stream as one data frame). Beam search has no token events: its n
+// choices come with the BeamResult, streamed as one content chunk per
 // choice (the whole hypothesis), then one finish chunk per choice.
 class OpenAiResponder {
 public:
@@ -61,9 +63,12 @@ private:
     nlohmann::ordered_json logprob_entry(int token, float logprob) const;
     void add_logprobs(const TokenEvent& event);
     nlohmann::ordered_json take_logprobs();
-    std::string on_token(const TokenEvent& event);
-    std::string on_done(const GenerateResult& result);
-    std::string on_beam_done(const BeamResult& result);
+    // One per kind of task event (on_event visits them).
+    std::string on(const TokenEvent& event);
+    std::string on(const GenerateResult& result);
+    std::string on(const BeamResult& result);
+    std::string on(const TaskDone& done);
+    std::string on(const TaskError& error);
 
     Endpoint endpoint_;
     GenerationOptions options_;

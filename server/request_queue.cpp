@@ -16,18 +16,14 @@ void Task::finish(int error_status, const std::string& error) {
         std::lock_guard lock(mutex_);
         if (terminal_) return;
     }
-    TaskEvent event;
-    event.kind = TaskEventKind::ERROR;
-    event.error_status = error_status;
-    event.error = error;
-    push(std::move(event));
+    push(TaskError{error_status, error});
 }
 
 void Task::push(TaskEvent event) {
     {
         std::lock_guard lock(mutex_);
         if (terminal_) return;  // nothing may follow the terminal event
-        if (event.kind != TaskEventKind::TOKEN) terminal_ = true;
+        if (!std::holds_alternative<TokenEvent>(event)) terminal_ = true;
         events_.push_back(std::move(event));
     }
     ready_.notify_all();

@@ -1,8 +1,9 @@
 // Request queue: the hand-off between HTTP worker threads and the one engine
-// thread. A Task carries the work to run on the engine thread and a channel
-// of events (tokens, then one terminal event) back to the HTTP thread that
-// waits for them; RequestQueue is the bounded FIFO of tasks not started yet.
-// Knows nothing of HTTP, JSON or OpenAI shapes; never runs the model itself.
+// thread (engine_worker.h drains it). A Task carries the work to run on the
+// engine thread and a channel of typed events (tokens, then one terminal
+// event) back to the HTTP thread that waits for them; RequestQueue is the
+// bounded FIFO of tasks not started yet. Knows nothing of HTTP, JSON or
+// OpenAI shapes; never runs the model itself.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -13,30 +14,36 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 
-enum class TaskEventKind { TOKEN, DONE, ERROR };
-
-struct TaskEvent {
-    TaskEventKind kind = TaskEventKind::TOKEN;
-    TokenEvent token;        // TOKEN
-    GenerateResult result;   // DONE (sampling)
-    BeamResult beam;         // DONE (beam search)
-    int error_status = 500;  // ERROR: the HTTP status that fits
-    std::string error;       // ERROR: one-line reason
+// The task failed, was cancelled or never ran.
+struct TaskError {
+    int status = 500;     // the HTTP status that fits
+    std::string message;  // one-line reason
 };
+
+// Work with nothing to send back is over (HttpServer::with_engine).
+struct TaskDone {};
+
+// What a task sends the HTTP thread that waits for it: a TokenEvent for each
+// sampled token, then exactly one terminal event: the finished
+// GenerateResult or BeamResult (text, usage, timings), TaskDone, or a
+// TaskError.
+using TaskEvent = std::variant<TokenEvent, GenerateResult, BeamResult, TaskDone, TaskError>;
 
 class Task {
 public:
     using Run = std::function<void(Engine& engine, Task& task)>;
     explicit Task(Run run);
 
-    // Engine thread: runs the work; it pushes TOKEN events and one DONE.
-    // finish() then guarantees a terminal event even when run() threw or the
-    // task never ran, so a waiting HTTP thread always wakes up.
+    // Engine thread: runs the work; it pushes TokenEvents and one result.
+    // finish() then guarantees a terminal event (a TaskError) even when
+    // run() threw or the task never ran, so a waiting HTTP thread always
+    // wakes up.
     void run(Engine& engine);
     void finish(int error_status, const std::string& error);
 
@@ -60,7 +67,7 @@ private:
     std::mutex mutex_;
     std::condition_variable ready_;
     std::deque<TaskEvent> events_;
-    bool terminal_ = false;  // a DONE or ERROR was pushed
+    bool terminal_ = false;  // an event other than a TokenEvent was pushed
 };
 
 class RequestQueue {

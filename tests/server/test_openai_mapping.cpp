@@ -45,24 +45,22 @@ std::vector<std::string> sse_payloads(const std::string& body) {
 }
 
 TaskEvent token_event(int id, const std::string& text) {
-    TaskEvent e;
-    e.kind = TaskEventKind::TOKEN;
-    e.token.token = id;
-    e.token.text = text;
-    e.token.logprob = -0.5f;
-    e.token.top_logprobs = {{id, -0.5f}, {id + 1, -1.5f}};
+    TokenEvent e;
+    e.token = id;
+    e.text = text;
+    e.logprob = -0.5f;
+    e.top_logprobs = {{id, -0.5f}, {id + 1, -1.5f}};
     return e;
 }
 
 TaskEvent done_event(int n_prompt, int n_generated, FinishReason reason) {
-    TaskEvent e;
-    e.kind = TaskEventKind::DONE;
-    e.result.n_prompt = n_prompt;
-    e.result.n_generated = n_generated;
-    e.result.n_cached = 2;
-    e.result.finish_reason = reason;
-    e.result.text = "Hello world";
-    return e;
+    GenerateResult r;
+    r.n_prompt = n_prompt;
+    r.n_generated = n_generated;
+    r.n_cached = 2;
+    r.finish_reason = reason;
+    r.text = "Hello world";
+    return r;
 }
 
 }  // namespace
@@ -272,10 +270,7 @@ TEST_CASE("non-streamed completion with logprobs is one object", "[server]") {
     CHECK(t["choices"][0]["logprobs"]["token_logprobs"][0] == Approx(-0.5));
     CHECK(t["choices"][0]["logprobs"]["text_offset"][0] == 0);
 
-    TaskEvent error;
-    error.kind = TaskEventKind::ERROR;
-    error.error_status = 500;
-    error.error = "boom";
+    TaskEvent error = TaskError{500, "boom"};
     GenerationOptions s;
     s.stream = true;
     OpenAiResponder failing(Endpoint::CHAT, s, "m", tokenizer());
@@ -297,7 +292,7 @@ TEST_CASE("the request queue bounds waiting tasks and skips cancelled ones", "[s
     CHECK(q.push(c));
     std::vector<TaskEvent> events;
     REQUIRE(b->wait_events(events, std::chrono::milliseconds(0)));
-    CHECK(events.back().kind == TaskEventKind::ERROR);
+    CHECK(std::holds_alternative<TaskError>(events.back()));
     q.done_running();
     CHECK(q.pop() == c);
     q.shutdown();

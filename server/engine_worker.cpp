@@ -1,0 +1,94 @@
+// The engine thread's loop (see engine_worker.h).
+#include "server/engine_worker.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "engine/errors.h"
+
+EngineWorker::EngineWorker(EngineOptions options, size_t max_waiting)
+    : options_(std::move(options)), queue_(max_waiting) {}
+
+EngineWorker::~EngineWorker() {
+    stop();
+    join();
+}
+
+void EngineWorker::start(std::function<void(const Engine&)> on_ready, std::function<void()> on_failed) {
+    thread_ = std::thread(
+        [this, on_ready = std::move(on_ready), on_failed = std::move(on_failed)] { main(on_ready, on_failed); });
+}
+
+void EngineWorker::stop() {
+    stopped_.store(true);
+    queue_.shutdown();
+}
+
+void EngineWorker::join() {
+    if (thread_.joinable()) thread_.join();
+}
+
+std::string EngineWorker::load_error() const {
+    std::lock_guard lock(error_mutex_);
+    return load_error_;
+}
+
+void EngineWorker::main(const std::function<void(const Engine&)>& on_ready, const std::function<void()>& on_failed) {
+    try {
+        engine_ = std::make_unique<Engine>(options_);
+    } catch (const std::exception& e) {
+        {
+            std::lock_guard lock(error_mutex_);
+            load_error_ = e.what();
+        }
+        on_failed();
+        return;
+    }
+    if (!engine_->load_warning().empty()) std::fprintf(stderr, "moe-server: %s\n", engine_->load_warning().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", engine_->placement_summary().c_str());
+    ready_.store(true);
+    on_ready(*engine_);
+    while (std::shared_ptr<Task> task = queue_.pop()) {
+        if (!task->cancelled()) {
+            try {
+                task->run(*engine_);
+            } catch (const MoeError& e) {
+                task->finish(400, e.what());
+            } catch (const std::exception& e) {
+                task->finish(500, std::string("Internal server error: ") + e.what());
+            }
+        }
+        task->finish(499, "the request was cancelled");
+        queue_.done_running();
+    }
+}
+
+void EngineWorker::run_between_tasks(const std::function<void(Engine&)>& fn) {
+    while (!ready()) {
+        if (stopped()) throw MoeError("the server stopped before the model was ready");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::string error;
+    auto task = std::make_shared<Task>([&](Engine& e, Task& t) {
+        try {
+            fn(e);
+        } catch (const std::exception& ex) {
+            error = ex.what();
+        }
+        t.push(TaskDone{});
+    });
+    if (!queue_.push(task, true)) throw MoeError("the server is shutting down");
+    std::vector<TaskEvent> events;
+    for (;;) {
+        task->wait_events(events, std::chrono::milliseconds(100));
+        for (const TaskEvent& event : events) {
+            if (const TaskError* e = std::get_if<TaskError>(&event)) throw MoeError(e->message);
+            if (std::holds_alternative<TaskDone>(event)) {
+                if (!error.empty()) throw MoeError(error);
+                return;
+            }
+        }
+    }
+}

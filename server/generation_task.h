@@ -1,0 +1,54 @@
+// Request -> task mapping: turns a parsed OpenAI request (openai_request.h)
+// into the prompt's token ids and the engine Task (request_queue.h) that
+// runs its generation, sampled or beam search, and sends typed events back.
+// The prompt is checked here, once, by the engine (Engine::check_prompt),
+// before the task is queued: the HTTP status must be known before the
+// response starts. On the engine thread the task also keeps the server's
+// books: metrics, and the replies remembered for prefix reuse across chat
+// turns. The way back, task events -> OpenAI JSON, is openai_response.h.
+// Must not know about HTTP transport or the queue's owner.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/errors.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/runtime/engine.h"
+#include "server/chat_prompt.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/request_queue.h"
+
+// The ApiError (400, param "messages") for messages the chat template refuses.
+ApiError invalid_messages(const MoeError& error);
+
+// BOS (when add_bos) and the encoding of text.
+std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos);
+
+class GenerationTasks {
+public:
+    // metrics: counted into on the engine thread; must outlive the tasks.
+    explicit GenerationTasks(Metrics& metrics);
+
+    // HTTP thread: the task of a chat request; its prompt is the chat
+    // template's rendering with remembered replies carried by their ids.
+    // Throws ApiError: 400 for messages the template refuses, 400
+    // context_length_exceeded when the prompt leaves no room for a reply.
+    std::shared_ptr<Task> chat(const Engine& engine, const ChatRequest& request);
+    // HTTP thread: the task of a completion request (its token ids as
+    // given, or BOS and the text's encoding). Throws as chat() does.
+    std::shared_ptr<Task> completion(const Engine& engine, const CompletionRequest& request);
+
+private:
+    std::shared_ptr<Task> make(const Engine& engine, Endpoint endpoint, std::vector<int> prompt,
+                               const GenerationOptions& options);
+    // Engine thread: the tasks' work.
+    void run_sampling(Engine& engine, Task& task, const GenerateRequest& request, bool is_chat);
+    void run_beam_search(Engine& engine, Task& task, const BeamRequest& request, bool is_chat);
+
+    Metrics& metrics_;
+    ReplyTokens replies_;  // recent chat replies' ids, for prefix reuse across turns
+};
