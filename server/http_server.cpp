@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -51,15 +52,6 @@ const char* mime_type(const std::string& name) {
     return nullptr;
 }
 
-EngineOptions engine_options(const ServerOptions& o) {
-    EngineOptions eo;
-    eo.model_dir = o.model_dir;
-    eo.ctx = o.ctx;
-    eo.threads = o.threads;
-    eo.device = o.device;
-    return eo;
-}
-
 // GET / and /index.html: the web UI's page.
 void handle_index(const httplib::Request&, httplib::Response& res) {
     std::string_view page = embedded_file("index.html");
@@ -88,8 +80,8 @@ struct HttpServer::Impl {
     std::string model_id;
     int64_t started_at;
     Metrics metrics;
+    GenerationTasks tasks;  // before the worker: its tasks use it until the worker is gone
     EngineWorker worker;
-    GenerationTasks tasks;
     HttpTransport http;
 
     explicit Impl(ServerOptions o)
@@ -98,8 +90,12 @@ struct HttpServer::Impl {
           started_at(
               std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                   .count()),
-          worker(engine_options(options), size_t(std::max(0, options.max_queue))),
           tasks(metrics),
+          worker({.model_dir = options.model_dir,
+                  .threads = options.threads,
+                  .ctx = options.ctx,
+                  .device = options.device},
+                 size_t(std::max(0, options.max_queue))),
           http(options, metrics) {
         add_routes();
     }

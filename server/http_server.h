@@ -1,9 +1,11 @@
-// HttpServer: the OpenAI-compatible HTTP/SSE front of one Engine. It owns the
-// cpp-httplib server and its worker threads, the bounded request queue, the
-// one engine thread that loads the model and runs tasks one at a time, the
-// metrics, auth, CORS and the embedded web UI. Requests are validated into
-// native types on the worker threads; the engine thread never sees JSON.
-// Must not do model math or read files other than the model folder.
+// HttpServer: the OpenAI-compatible HTTP/SSE front of one Engine, and the
+// server's public entry point. It owns the routes and their three rooms: the
+// transport (http_transport.h: cpp-httplib, auth, CORS, SSE), request -> task
+// mapping (generation_task.h) and the engine thread with its bounded queue
+// (engine_worker.h), plus the metrics and the embedded web UI. Requests are
+// validated into native types on the HTTP worker threads; the engine thread
+// never sees JSON. Must not do model math or read files other than the model
+// folder.
 #pragma once
 #include <cstddef>
 #include <filesystem>
@@ -12,7 +14,6 @@
 #include <string>
 
 #include "engine/runtime/engine.h"
-
 
 struct ServerOptions {
     std::filesystem::path model_dir;

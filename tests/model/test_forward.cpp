@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "cpu_kernels/kernels.h"
+#include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/errors.h"
 #include "engine/devices/expert_executor.h"
@@ -266,6 +267,38 @@ TEST_CASE("generation: prefix reuse, seeds, stop strings and cancellation", "[fo
         REQUIRE_THROWS_AS(run(req), MoeError);
         req.prompt.clear();
         REQUIRE_THROWS_AS(run(req), MoeError);
+    }
+}
+
+TEST_CASE("a reply ends where prompt and reply fill the context and a full prompt is refused", "[forward]") {
+    EngineOptions o;
+    o.model_dir = test_model_dir("tiny");
+    o.threads = 2;
+    o.ctx = 64;
+    Engine engine(o);
+    GenerateRequest req;
+    req.prompt = prompt_tokens(60, 3);
+    req.sampling.temperature = 0;
+    req.max_tokens = 64;
+    req.ignore_eos = true;
+    GenerateResult r = engine.generate(req, [](const TokenEvent&) { return true; });
+    REQUIRE(r.n_generated == 4);
+    REQUIRE(r.finish_reason == FinishReason::LENGTH);
+
+    BeamResult b = engine.beam_search(beam_request_from(req, 2, 1.0f, 2), [](const BeamStep&) { return true; });
+    REQUIRE(b.hypotheses.size() == 2);
+    for (const BeamHypothesis& h : b.hypotheses) {
+        REQUIRE(h.length == 4);
+        REQUIRE(h.finish_reason == FinishReason::LENGTH);
+    }
+
+    req.prompt = prompt_tokens(64, 3);
+    try {
+        engine.generate(req, [](const TokenEvent&) { return true; });
+        FAIL("a prompt that fills the context was accepted");
+    } catch (const ContextLengthError& e) {
+        REQUIRE(e.n_prompt == 64);
+        REQUIRE(e.ctx == 64);
     }
 }
 
