@@ -130,7 +130,7 @@ StreamStats stream_chat(httplib::Client& client, const json& body) {
     if (!have_first) throw MoeError("bench: the stream carried no content");
     s.ttft_ms = ms_between(t0, t_first);
     double decode_ms = ms_between(t_first, t_finish);
-    if (s.completion_tokens > 1 && decode_ms > 0) s.decode_tok_s = (s.completion_tokens - 1) * 1000.0 / decode_ms;
+    if (s.completion_tokens > 1) s.decode_tok_s = per_second(s.completion_tokens - 1, decode_ms);
     return s;
 }
 

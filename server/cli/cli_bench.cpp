@@ -252,7 +252,7 @@ int bench_beam(Args& args) {
                   {"beam_tokens_per_step", tokens_per_step},
                   {"best_tok_s", best.best_tok_s()},
                   {"passes_s", best.steps_per_s()},
-                  {"beam_tok_s", best.decode_ms > 0 ? best.n_beam_tokens * 1000.0 / best.decode_ms : 0},
+                  {"beam_tok_s", per_second(best.n_beam_tokens, best.decode_ms)},
                   {"routed_experts_per_step", experts_per_step},
                   {"weight_bytes_per_pass", step.bytes},
                   {"flops_per_pass", step.flops},

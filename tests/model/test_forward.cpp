@@ -63,6 +63,25 @@ std::vector<int> prompt_tokens(int n, int salt) {
     return t;
 }
 
+// The tiny synthetic model on 2 threads with ctx positions.
+Engine tiny_engine(int ctx) {
+    EngineOptions o;
+    o.model_dir = test_model_dir("tiny");
+    o.threads = 2;
+    o.ctx = ctx;
+    return Engine(o);
+}
+
+// Greedy, EOS ignored: exactly max_tokens tokens unless the context ends first.
+GenerateRequest greedy_request(std::vector<int> prompt, int max_tokens) {
+    GenerateRequest req;
+    req.prompt = std::move(prompt);
+    req.sampling.temperature = 0;
+    req.max_tokens = max_tokens;
+    req.ignore_eos = true;
+    return req;
+}
+
 double max_abs(const std::vector<double>& v) {
     double m = 0;
     for (double x : v) m = std::max(m, std::fabs(x));
@@ -271,16 +290,8 @@ TEST_CASE("generation: prefix reuse, seeds, stop strings and cancellation", "[fo
 }
 
 TEST_CASE("a reply ends where prompt and reply fill the context and a full prompt is refused", "[forward]") {
-    EngineOptions o;
-    o.model_dir = test_model_dir("tiny");
-    o.threads = 2;
-    o.ctx = 64;
-    Engine engine(o);
-    GenerateRequest req;
-    req.prompt = prompt_tokens(60, 3);
-    req.sampling.temperature = 0;
-    req.max_tokens = 64;
-    req.ignore_eos = true;
+    Engine engine = tiny_engine(64);
+    GenerateRequest req = greedy_request(prompt_tokens(60, 3), 64);
     GenerateResult r = engine.generate(req, [](const TokenEvent&) { return true; });
     REQUIRE(r.n_generated == 4);
     REQUIRE(r.finish_reason == FinishReason::LENGTH);
@@ -303,17 +314,8 @@ TEST_CASE("a reply ends where prompt and reply fill the context and a full promp
 }
 
 TEST_CASE("routing counts add up to tokens x top-k per layer", "[forward]") {
-    EngineOptions o;
-    o.model_dir = test_model_dir("tiny");
-    o.threads = 2;
-    o.ctx = 128;
-    Engine engine(o);
-    GenerateRequest req;
-    req.prompt = prompt_tokens(9, 2);
-    req.sampling.temperature = 0;
-    req.max_tokens = 5;
-    req.ignore_eos = true;
-    engine.generate(req, [](const TokenEvent&) { return true; });
+    Engine engine = tiny_engine(128);
+    engine.generate(greedy_request(prompt_tokens(9, 2), 5), [](const TokenEvent&) { return true; });
     RoutingCounts rc = engine.routing_counts();
     const ModelConfig& c = engine.config();
     REQUIRE(rc.n_layers == c.n_layers);
