@@ -21,7 +21,6 @@
 #include "engine/runtime/engine.h"
 #include "engine/errors.h"
 #include "engine/model/model_source.h"
-#include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -89,7 +88,6 @@ struct HttpServer::Impl {
     httplib::Server svr;
     RequestQueue queue;
     Metrics metrics;
-    ReplyTokens replies;  // recent chat replies' ids, for prefix reuse across turns
     std::thread engine_thread;
     std::unique_ptr<Engine> engine;
     std::atomic<bool> ready{false};
@@ -426,7 +424,7 @@ struct HttpServer::Impl {
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
         std::vector<int> prompt;
         try {
-            prompt = replies.encode(e.chat_template(), e.tokenizer(), chat.messages);
+            prompt = e.chat_prompt(chat.messages).ids;
         } catch (const MoeError& err) {
             throw ApiError(400, std::string("Invalid 'messages': ") + err.what(), "messages", "invalid_value");
         }
@@ -545,7 +543,7 @@ struct HttpServer::Impl {
             task.push(std::move(event));
             return !task.cancelled();
         });
-        if (is_chat && result.finish_reason != FinishReason::CANCELLED) replies.remember(result.text, result.tokens);
+        if (is_chat && result.finish_reason != FinishReason::CANCELLED) e.remember_reply(result.text, result.tokens);
         metrics.add_prompt_tokens(result.n_prompt, result.n_cached);
         metrics.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(),
                                  result.decode_tok_s());
@@ -559,7 +557,7 @@ struct HttpServer::Impl {
     void run_beam_search(Engine& e, Task& task, const BeamRequest& b, bool is_chat) {
         BeamResult result = e.beam_search(b, [&](const BeamStep&) { return !task.cancelled(); });
         const bool done = result.finish_reason != FinishReason::CANCELLED && !result.hypotheses.empty();
-        if (is_chat && done) replies.remember(result.hypotheses[0].text, result.hypotheses[0].tokens);
+        if (is_chat && done) e.remember_reply(result.hypotheses[0].text, result.hypotheses[0].tokens);
         if (done) metrics.observe_ttft(std::chrono::duration<double>(Clock::now() - task.admitted()).count());
         int completion = 0;
         for (const BeamHypothesis& h : result.hypotheses) completion += h.length;
