@@ -262,16 +262,9 @@ GenerateResult Engine::generate(const GenerateRequest& request,
                                                     token) != m.config.eos_token_ids.end();
         event.token = token;
         event.text.clear();
-        event.top_logprobs.clear();
         if (request.top_logprobs >= 0) {
             event.logprob = sampler.last_logprob(token);
-            std::vector<int> ids(vocab);
-            for (int i = 0; i < vocab; i++) ids[i] = i;
-            int k = std::min(request.top_logprobs, vocab);
-            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
-                return sampler.last_logprob(a) > sampler.last_logprob(b);
-            });
-            for (int i = 0; i < k; i++) event.top_logprobs.push_back({ids[i], sampler.last_logprob(ids[i])});
+            sampler.last_top_logprobs(request.top_logprobs, event.top_logprobs);
         }
         bool stopped = false;
         if (eos) {
