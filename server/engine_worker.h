@@ -1,8 +1,9 @@
 // The engine thread and the queue it drains: EngineWorker loads the model on
 // its own thread, then runs the queued Tasks (request_queue.h) one at a time
-// until it is stopped. It owns the Engine; HTTP threads may read what loading
-// fixed (config, tokenizer, chat template, ctx, check_prompt) once ready()
-// and hand everything else to the engine thread as a Task. A task that
+// until it is stopped. It owns the Engine; once ready(), HTTP threads may
+// call what engine/runtime/engine.h lists as safe beside a running request
+// (config, tokenizer, chat template, check_prompt, chat_prompt, ...) and
+// hand everything else to the engine thread as a Task. A task that
 // throws becomes its TaskError (MoeError 400, other exceptions 500). Knows
 // nothing of HTTP, JSON or what a task does.
 #pragma once

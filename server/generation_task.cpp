@@ -31,7 +31,7 @@ GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& chat) {
     std::vector<int> prompt;
     try {
-        prompt = replies_.encode(e.chat_template(), e.tokenizer(), chat.messages);
+        prompt = e.chat_prompt(chat.messages).ids;
     } catch (const MoeError& err) {
         throw invalid_messages(err);
     }
@@ -86,7 +86,7 @@ void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest&
         task.push(ev);
         return !task.cancelled();
     });
-    if (is_chat && result.finish_reason != FinishReason::CANCELLED) replies_.remember(result.text, result.tokens);
+    if (is_chat && result.finish_reason != FinishReason::CANCELLED) e.remember_reply(result.text, result.tokens);
     metrics_.add_prompt_tokens(result.n_prompt, result.n_cached);
     metrics_.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(), result.decode_tok_s());
     task.push(std::move(result));
@@ -96,7 +96,7 @@ void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest&
 void GenerationTasks::run_beam_search(Engine& e, Task& task, const BeamRequest& b, bool is_chat) {
     BeamResult result = e.beam_search(b, [&](const BeamStep&) { return !task.cancelled(); });
     const bool done = result.finish_reason != FinishReason::CANCELLED && !result.hypotheses.empty();
-    if (is_chat && done) replies_.remember(result.hypotheses[0].text, result.hypotheses[0].tokens);
+    if (is_chat && done) e.remember_reply(result.hypotheses[0].text, result.hypotheses[0].tokens);
     if (done) metrics_.observe_ttft(seconds_since(task.admitted()));
     metrics_.add_generated_tokens(completion_tokens(result));
     metrics_.add_prompt_tokens(result.n_prompt, result.n_cached);

@@ -4,8 +4,8 @@
 // The prompt is checked here, once, by the engine (Engine::check_prompt),
 // before the task is queued: the HTTP status must be known before the
 // response starts. On the engine thread the task also keeps the server's
-// books: metrics, and the replies remembered for prefix reuse across chat
-// turns. The way back, task events -> OpenAI JSON, is openai_response.h.
+// books: metrics, and the replies the engine remembers for prefix reuse
+// across chat turns (Engine::remember_reply). The way back, task events -> OpenAI JSON, is openai_response.h.
 // Must not know about HTTP transport or the queue's owner.
 #pragma once
 #include <memory>
@@ -16,7 +16,6 @@
 #include "engine/errors.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
-#include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -33,8 +32,8 @@ public:
     // metrics: counted into on the engine thread; must outlive the tasks.
     explicit GenerationTasks(Metrics& metrics);
 
-    // HTTP thread: the task of a chat request; its prompt is the chat
-    // template's rendering with remembered replies carried by their ids.
+    // HTTP thread: the task of a chat request; its prompt is
+    // Engine::chat_prompt (one rendering, remembered replies by their ids).
     // Throws ApiError: 400 for messages the template refuses, 400
     // context_length_exceeded when the prompt leaves no room for a reply.
     std::shared_ptr<Task> chat(const Engine& engine, const ChatRequest& request);
@@ -50,5 +49,4 @@ private:
     void run_beam_search(Engine& engine, Task& task, const BeamRequest& request, bool is_chat);
 
     Metrics& metrics_;
-    ReplyTokens replies_;  // recent chat replies' ids, for prefix reuse across turns
 };

@@ -1,7 +1,8 @@
 // Engine: loads a model (a folder or a synthetic source, engine/model/model_source.h)
 // and runs generation and scoring requests on the calling thread (see
 // engine.h). The prompt's KV-cache prefix shared with the previous request is
-// reused, so a multi-turn chat only prefills what is new.
+// reused, and a chat prompt carries the ids generated for earlier replies
+// (ChatReplies), so a multi-turn chat only prefills what is new.
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
@@ -11,15 +12,16 @@
 #include <mutex>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/runtime/beam_search.h"
 #include "engine/devices/device_setup.h"
-#include "engine/errors.h"
 #include "engine/devices/expert_executor.h"
-#include "engine/runtime/forward.h"
 #include "engine/devices/hybrid_executor.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/errors.h"
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/runtime/chat_replies.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
 #include "profiles/routing_stats.h"
 
 namespace {
@@ -51,9 +53,11 @@ struct Engine::Impl {
     ModelSource source;
     ModelConfig config;
     ModelWeights weights;
-    Tokenizer tokenizer;
+    // tokenizer, chat_template and replies are used by other threads while
+    // a request runs (engine.h): the first two never change after load.
+    const Tokenizer tokenizer;
     std::string template_warning;  // before chat_template, which fills it
-    ChatTemplate chat_template;
+    const ChatTemplate chat_template;
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -63,6 +67,7 @@ struct Engine::Impl {
     ForwardPass forward;
     Batch batch;
     std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
+    ChatReplies replies;      // recent chat replies' ids, so a chat's next turn reuses cached
     mutable std::mutex stats_mutex;
     RoutingStats stats_total, stats_last, stats_step;
     ExecutionStats exec_total, exec_last;
@@ -159,6 +164,14 @@ int Engine::threads() const { return impl_->pool.size(); }
 
 std::string Engine::model_id() const { return model_source_id(impl_->source); }
 
+ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
+    return impl_->replies.splice(impl_->chat_template.render(impl_->tokenizer, messages), messages, impl_->tokenizer);
+}
+
+void Engine::remember_reply(const std::string& text, const std::vector<int>& tokens) {
+    impl_->replies.remember(text, tokens);
+}
+
 RoutingCounts Engine::routing_counts() const {
     std::lock_guard lock(impl_->stats_mutex);
     RoutingCounts r;
@@ -254,16 +267,9 @@ GenerateResult Engine::generate(const GenerateRequest& request,
                                                     token) != m.config.eos_token_ids.end();
         event.token = token;
         event.text.clear();
-        event.top_logprobs.clear();
         if (request.top_logprobs >= 0) {
             event.logprob = sampler.last_logprob(token);
-            std::vector<int> ids(vocab);
-            for (int i = 0; i < vocab; i++) ids[i] = i;
-            int k = std::min(request.top_logprobs, vocab);
-            std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
-                return sampler.last_logprob(a) > sampler.last_logprob(b);
-            });
-            for (int i = 0; i < k; i++) event.top_logprobs.push_back({ids[i], sampler.last_logprob(ids[i])});
+            sampler.last_top_logprobs(request.top_logprobs, event.top_logprobs);
         }
         bool stopped = false;
         if (eos) {

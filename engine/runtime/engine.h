@@ -1,21 +1,36 @@
 // Engine: the library entry point the CLI and the server use. It owns a
 // loaded model (weights, tokenizer, chat template), the KV cache, the forward
-// state, the expert executor and the thread pool, and runs one generation at
-// a time on the calling thread. It knows nothing of HTTP or JSON.
+// state, the expert executor, the thread pool and the chat replies it
+// generated (for prompt-prefix reuse across chat turns), and runs one
+// generation at a time on the calling thread. It knows nothing of HTTP or JSON.
+//
+// Threads. generate, beam_search and score run on one thread at a time (the
+// server's engine thread): they alone touch the KV cache, the forward state
+// and the pool. While one runs, any other thread (the server's HTTP threads)
+// may call the rest:
+// * config, ctx, threads, model_id, load_warning, placement,
+//   placement_summary: set at load, never changed;
+// * tokenizer and chat_template: const objects set at load, whose const
+//   methods are thread-safe (a Detokenizer is per caller);
+// * check_prompt: reads only what loading fixed;
+// * chat_prompt and remember_reply: the remembered replies are guarded by a
+//   mutex (engine/runtime/chat_replies.h);
+// * routing_counts and execution_stats: copies taken under the statistics mutex.
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "engine/text/chat_template.h"
 #include "engine/devices/execution_stats.h"
 #include "engine/errors.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
+#include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 
 // Where the model runs: a CUDA device when there is one (dense weights, KV
@@ -155,6 +170,17 @@ public:
     // it; a server calls it before queueing, to answer at once. Reads only
     // what loading fixed: any thread may call it while a request runs.
     void check_prompt(const std::vector<int>& prompt) const;
+
+    // Chat: messages rendered with the model's chat template, once (BOS
+    // first, ending where the reply begins); each assistant message that is a
+    // reply this engine generated (remember_reply) is carried by the ids it
+    // generated, so the KV cache of the turn that produced it is reused.
+    // Throws MoeError as ChatTemplate::render does.
+    ChatPrompt chat_prompt(std::span<const ChatMessage> messages) const;
+    // A finished chat reply, its text as sent to the client and the ids
+    // generated for it, for later turns' chat_prompt (the newest
+    // ChatReplies::MAX_REPLIES are kept).
+    void remember_reply(const std::string& text, const std::vector<int>& tokens);
 
     // Runs one request on the calling thread. on_token is called for every
     // generated token; returning false cancels (finish CANCELLED) before the

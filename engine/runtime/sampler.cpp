@@ -202,6 +202,18 @@ float Sampler::last_logprob(int token) const {
     return logprobs_[token];
 }
 
+void Sampler::last_top_logprobs(int k, std::vector<std::pair<int, float>>& out) {
+    if (!has_logprobs_) throw MoeError("sampler: last_top_logprobs() called before sample()");
+    out.clear();
+    k = std::clamp(k, 0, vocab_size_);
+    // candidates_ is scratch between sample() calls.
+    std::iota(candidates_.begin(), candidates_.end(), 0);
+    const float* logprobs = logprobs_.data();
+    std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(),
+                      [logprobs](int a, int b) { return logprobs[a] > logprobs[b]; });
+    for (int i = 0; i < k; i++) out.push_back({candidates_[i], logprobs_[candidates_[i]]});
+}
+
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
     for (auto& s : stops) {
         if (!s.empty()) stops_.push_back(std::move(s));

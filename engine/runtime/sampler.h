@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 struct SamplingParams {
@@ -39,6 +40,11 @@ public:
     // temperature 1 when greedy) of the last sample() call, for logprobs in
     // the API. Throws MoeError before the first sample() or for a bad token.
     float last_logprob(int token) const;
+    // The k most likely tokens of the last sample() call and their
+    // log-probabilities (as last_logprob), most likely first, into out
+    // (cleared; k capped at the vocabulary). Allocates nothing beyond out's
+    // growth: it sorts in the sampler's own buffer.
+    void last_top_logprobs(int k, std::vector<std::pair<int, float>>& out);
 
     const SamplingParams& params() const { return params_; }
 
@@ -46,7 +52,7 @@ private:
     SamplingParams params_;
     int vocab_size_;
     std::mt19937_64 rng_;
-    std::vector<int> candidates_;  // token ids, vocab_size
+    std::vector<int> candidates_;  // token ids, vocab_size; scratch between sample() calls
     std::vector<float> probs_;     // vocab_size
     std::vector<int> counts_;      // occurrences per token in the penalty window, all 0 between calls
     std::vector<int> touched_;     // tokens with counts_ > 0 (capacity vocab_size)

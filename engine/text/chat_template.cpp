@@ -13,7 +13,10 @@
 // turn is the text "[INST] " + content + " [/INST]" and each assistant reply
 // its content, every one encoded as its own segment with the dummy prefix;
 // EOS follows each reply. The prompt already ends where the reply begins, so
-// add_generation_prompt changes nothing.
+// add_generation_prompt changes nothing. A reply is a reply span (ChatSpan)
+// when it is one message, not joined with a neighbour, and no system message
+// after it changes the system prompt: then the tokens before it are exactly
+// the prompt that asked for it.
 //
 // CHATML, LLAMA3 and PHI3 follow the usual Hugging Face templates. Their
 // markers must exist in the vocabulary as pieces; the text between markers is
@@ -21,6 +24,8 @@
 // have none, so "<|im_start|>user" is not "<|im_start|> user"). They start with
 // BOS (LLAMA3: <|begin_of_text|>). PHI3 is the Phi-3.5 form; without the
 // generation prompt it ends after the last message's "<|end|>\n".
+// Their replies are encoded together with the text before them (role,
+// newlines), so they have no reply spans.
 #include "engine/model/files.h"
 #include "engine/text/chat_template.h"
 
@@ -36,7 +41,9 @@ enum class PartKind { BOS, EOS, MARKER, TEXT };
 
 struct ChatPart {
     PartKind kind;
-    std::string text;  // MARKER: the piece; TEXT: plain text
+    std::string text;    // MARKER: the piece; TEXT: plain text
+    int message = -1;    // ChatSpan::message
+    bool reply = false;  // ChatSpan::reply
 };
 
 std::string role_list_error(size_t index, const std::string& role) {
@@ -53,17 +60,26 @@ void check_roles(std::span<const ChatMessage> messages) {
 }
 
 std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
+    // A turn: neighbouring messages of one role (system messages removed), joined.
+    struct Turn {
+        std::string role, content;
+        int message = 0;         // its first message
+        int n_messages = 1;      // messages joined into it
+        size_t system_size = 0;  // of the system prompt as it stood at its first message
+    };
     std::string system;
     bool have_system = false;
-    std::vector<ChatMessage> turns;  // system removed, same-role neighbours merged
-    for (const ChatMessage& m : messages) {
+    std::vector<Turn> turns;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
         if (m.role == "system") {
             system += (have_system ? "\n\n" : "") + m.content;
             have_system = true;
         } else if (!turns.empty() && turns.back().role == m.role) {
             turns.back().content += "\n\n" + m.content;
+            turns.back().n_messages++;
         } else {
-            turns.push_back(m);
+            turns.push_back({m.role, m.content, int(i), 1, system.size()});
         }
     }
     if (turns.empty()) throw MoeError("chat messages: no user message (Mistral template)");
@@ -73,15 +89,17 @@ std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
 
     std::vector<ChatPart> parts{{PartKind::BOS, {}}};
     for (size_t i = 0; i < turns.size(); ++i) {
-        const ChatMessage& turn = turns[i];
+        const Turn& turn = turns[i];
         if (turn.role == "user") {
             const std::string prefix = i == 0 && !system.empty() ? system + "\n\n" : "";
-            parts.push_back({PartKind::TEXT, "[INST] " + prefix + turn.content + " [/INST]"});
+            parts.push_back({PartKind::TEXT, "[INST] " + prefix + turn.content + " [/INST]", turn.message});
         } else {
             if (turn.content.empty())
                 throw MoeError("chat messages: assistant message content must be non-empty (Mistral template)");
-            parts.push_back({PartKind::TEXT, turn.content});
-            parts.push_back({PartKind::EOS, {}});
+            // The system prompt only grows, so an unchanged size means unchanged.
+            const bool reply = turn.n_messages == 1 && turn.system_size == system.size();
+            parts.push_back({PartKind::TEXT, turn.content, turn.message, reply});
+            parts.push_back({PartKind::EOS, {}, turn.message});
         }
     }
     return parts;
@@ -89,11 +107,12 @@ std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
 
 std::vector<ChatPart> chatml_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) {
     std::vector<ChatPart> parts{{PartKind::BOS, {}}};
-    for (const ChatMessage& m : messages) {
-        parts.push_back({PartKind::MARKER, "<|im_start|>"});
-        parts.push_back({PartKind::TEXT, m.role + "\n" + m.content});
-        parts.push_back({PartKind::MARKER, "<|im_end|>"});
-        parts.push_back({PartKind::TEXT, "\n"});
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        parts.push_back({PartKind::MARKER, "<|im_start|>", int(i)});
+        parts.push_back({PartKind::TEXT, m.role + "\n" + m.content, int(i)});
+        parts.push_back({PartKind::MARKER, "<|im_end|>", int(i)});
+        parts.push_back({PartKind::TEXT, "\n", int(i)});
     }
     if (add_generation_prompt) {
         parts.push_back({PartKind::MARKER, "<|im_start|>"});
@@ -112,18 +131,18 @@ std::string trim(const std::string& s) {
 
 std::vector<ChatPart> llama3_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) {
     std::vector<ChatPart> parts{{PartKind::MARKER, "<|begin_of_text|>"}};
-    auto header = [&](const std::string& role) {
-        parts.push_back({PartKind::MARKER, "<|start_header_id|>"});
-        parts.push_back({PartKind::TEXT, role});
-        parts.push_back({PartKind::MARKER, "<|end_header_id|>"});
+    auto header = [&](const std::string& role, int message) {
+        parts.push_back({PartKind::MARKER, "<|start_header_id|>", message});
+        parts.push_back({PartKind::TEXT, role, message});
+        parts.push_back({PartKind::MARKER, "<|end_header_id|>", message});
     };
-    for (const ChatMessage& m : messages) {
-        header(m.role);
-        parts.push_back({PartKind::TEXT, "\n\n" + trim(m.content)});
-        parts.push_back({PartKind::MARKER, "<|eot_id|>"});
+    for (size_t i = 0; i < messages.size(); ++i) {
+        header(messages[i].role, int(i));
+        parts.push_back({PartKind::TEXT, "\n\n" + trim(messages[i].content), int(i)});
+        parts.push_back({PartKind::MARKER, "<|eot_id|>", int(i)});
     }
     if (add_generation_prompt) {
-        header("assistant");
+        header("assistant", -1);
         parts.push_back({PartKind::TEXT, "\n\n"});
     }
     return parts;
@@ -131,12 +150,13 @@ std::vector<ChatPart> llama3_parts(std::span<const ChatMessage> messages, bool a
 
 std::vector<ChatPart> phi3_parts(std::span<const ChatMessage> messages, bool add_generation_prompt) {
     std::vector<ChatPart> parts{{PartKind::BOS, {}}};
-    for (const ChatMessage& m : messages) {
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
         if (m.role == "system" && m.content.empty()) continue;  // as the template skips it
-        parts.push_back({PartKind::MARKER, "<|" + m.role + "|>"});
-        parts.push_back({PartKind::TEXT, "\n" + m.content});
-        parts.push_back({PartKind::MARKER, "<|end|>"});
-        parts.push_back({PartKind::TEXT, "\n"});
+        parts.push_back({PartKind::MARKER, "<|" + m.role + "|>", int(i)});
+        parts.push_back({PartKind::TEXT, "\n" + m.content, int(i)});
+        parts.push_back({PartKind::MARKER, "<|end|>", int(i)});
+        parts.push_back({PartKind::TEXT, "\n", int(i)});
     }
     if (add_generation_prompt) {
         parts.push_back({PartKind::MARKER, "<|assistant|>"});
@@ -263,12 +283,14 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std:
     return ChatTemplate(family);
 }
 
-std::vector<int> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                                      bool add_generation_prompt) const {
+ChatPrompt ChatTemplate::render(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                bool add_generation_prompt) const {
     const std::vector<ChatPart> parts = render_parts(family_, messages, add_generation_prompt);
     const bool dummy_prefix = text_dummy_prefix(family_);
-    std::vector<int> ids;
+    ChatPrompt prompt;
+    prompt.spans.reserve(parts.size());
     for (const ChatPart& part : parts) {
+        const size_t begin = prompt.ids.size();
         switch (part.kind) {
         case PartKind::BOS:
         case PartKind::EOS: {
@@ -277,7 +299,7 @@ std::vector<int> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<cons
             if (id < 0)
                 throw MoeError(std::string("chat template ") + chat_family_name(family_) + " needs " +
                                (bos ? "a BOS" : "an EOS") + " token, which the tokenizer lacks");
-            ids.push_back(id);
+            prompt.ids.push_back(id);
             break;
         }
         case PartKind::MARKER: {
@@ -285,17 +307,23 @@ std::vector<int> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<cons
             if (id < 0)
                 throw MoeError(std::string("chat template ") + chat_family_name(family_) + " needs token " + part.text +
                                ", which the tokenizer lacks");
-            ids.push_back(id);
+            prompt.ids.push_back(id);
             break;
         }
         case PartKind::TEXT: {
             const std::vector<int> text_ids = tokenizer.encode(part.text, dummy_prefix);
-            ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+            prompt.ids.insert(prompt.ids.end(), text_ids.begin(), text_ids.end());
             break;
         }
         }
+        prompt.spans.push_back({begin, prompt.ids.size(), part.message, part.reply});
     }
-    return ids;
+    return prompt;
+}
+
+std::vector<int> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                      bool add_generation_prompt) const {
+    return render(tokenizer, messages, add_generation_prompt).ids;
 }
 
 std::string ChatTemplate::render_text(std::span<const ChatMessage> messages, bool add_generation_prompt) const {

@@ -2,8 +2,12 @@
 // tokenizer_config.json and rendered by a built-in renderer (no Jinja
 // interpreter). Rendering yields segments: special tokens as ids, text encoded
 // separately with SentencePiece's dummy prefix, exactly as Mistral's own
-// library tokenizes ("</s>" then "▁[INST]" = 733 16289 28793).
+// library tokenizes ("</s>" then "▁[INST]" = 733 16289 28793). render() says
+// which tokens came from which message, and where an assistant reply sits
+// as its own segment, so a caller can put the ids a model generated for it
+// back in place (engine/runtime/chat_replies.h) without rendering again.
 #pragma once
+#include <cstddef>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -14,6 +18,24 @@
 struct ChatMessage {
     std::string role;     // "system", "user" or "assistant"
     std::string content;
+};
+
+// One segment of a rendered conversation: a special token or one encoded text.
+struct ChatSpan {
+    size_t begin = 0, end = 0;  // tokens [begin, end) of ChatPrompt::ids
+    int message = -1;           // the message whose turn it renders (joined turns: the first); -1: none
+    // An assistant reply where its own generation left it: exactly the
+    // message's content, encoded on its own, right after the tokens the
+    // messages before it render to with the generation prompt. Ids a model
+    // generated for that text may stand here instead.
+    bool reply = false;
+};
+
+// A conversation rendered and tokenized once: the ids, and their segments in
+// order (they cover ids exactly).
+struct ChatPrompt {
+    std::vector<int> ids;
+    std::vector<ChatSpan> spans;
 };
 
 enum class ChatFamily { MISTRAL, CHATML, LLAMA3, PHI3 };
@@ -33,9 +55,13 @@ public:
 
     ChatFamily family() const { return family_; }
 
-    // Renders + tokenizes messages (BOS first). With add_generation_prompt the
-    // result ends where the assistant's reply begins. Throws MoeError for an
-    // unknown role, an empty conversation or an order the family forbids.
+    // Renders + tokenizes messages (BOS first), once. With
+    // add_generation_prompt the result ends where the assistant's reply
+    // begins. Throws MoeError for an unknown role, an empty conversation or an
+    // order the family forbids. Thread-safe (const).
+    ChatPrompt render(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                      bool add_generation_prompt = true) const;
+    // The ids of render().
     std::vector<int> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
                             bool add_generation_prompt = true) const;
 

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include "engine/text/tokenizer.h"
-#include "server/chat_prompt.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_queue.h"
@@ -299,36 +298,4 @@ TEST_CASE("the request queue bounds waiting tasks and skips cancelled ones", "[s
     CHECK(a->cancelled() == false);
     CHECK(c->cancelled());  // the running task is cancelled on shutdown
     CHECK(q.pop() == nullptr);
-}
-
-TEST_CASE("earlier replies are carried by their generated ids, not a re-encoding", "[server]") {
-    const Tokenizer& t = tokenizer();
-    ChatTemplate mistral(ChatFamily::MISTRAL);
-    // "Hello" spelled as two pieces: decodes the same, encodes differently.
-    std::vector<int> generated = {t.piece_to_id("\xE2\x96\x81Hel"), t.piece_to_id("lo")};
-    REQUIRE(generated[0] >= 0);
-    REQUIRE(generated[1] >= 0);
-    REQUIRE(t.decode(generated) == "Hello");
-    REQUIRE(t.encode("Hello") != generated);
-    std::vector<ChatMessage> chat = {{"user", "hi"}, {"assistant", "Hello"}, {"user", "again"}};
-    std::vector<int> plain = mistral.encode(t, chat);
-
-    ReplyTokens replies;
-    CHECK(replies.encode(mistral, t, chat) == plain);  // nothing remembered yet
-    replies.remember("Hello", generated);
-    std::vector<int> spliced = replies.encode(mistral, t, chat);
-    std::vector<int> before = mistral.encode(t, std::span(chat).first(1));
-    std::vector<int> expected = before;
-    expected.insert(expected.end(), generated.begin(), generated.end());
-    std::vector<int> rest(plain.begin() + long(before.size() + t.encode("Hello").size()), plain.end());
-    expected.insert(expected.end(), rest.begin(), rest.end());
-    CHECK(spliced == expected);
-    CHECK(t.decode(spliced) == t.decode(plain));
-
-    // A different text, or ids that do not decode to it, are left alone.
-    std::vector<ChatMessage> other = {{"user", "hi"}, {"assistant", "Hello!"}, {"user", "again"}};
-    CHECK(replies.encode(mistral, t, other) == mistral.encode(t, other));
-    ReplyTokens wrong;
-    wrong.remember("Hello", {t.piece_to_id("lo")});
-    CHECK(wrong.encode(mistral, t, chat) == plain);
 }

@@ -1,7 +1,8 @@
 // Tests of ChatTemplate: Mistral rendering against mistral-common's reference
 // ids and text, its message rules (from chat_template_v1_spm.jinja), family
 // detection from real tokenizer_config.json files, and the ChatML, Llama-3
-// and Phi-3 renderers on vocabularies that have (or lack) their markers.
+// and Phi-3 renderers on vocabularies that have (or lack) their markers, and
+// the segments render() reports (which message, which are reply spans).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -16,8 +17,10 @@ namespace tokenizer_test {
 std::string spm_with_control_pieces(std::string model, const std::vector<std::string>& pieces);
 std::string spm_model_from_gguf(const std::filesystem::path& path);
 const Tokenizer& mistral();
+const Tokenizer& extended();
 }  // namespace tokenizer_test
 
+using tokenizer_test::extended;
 using tokenizer_test::mistral;
 
 namespace {
@@ -49,17 +52,6 @@ std::string moe_error_of(const ChatTemplate& t, const Tokenizer& tok, const std:
         return e.what();
     }
     return "(no MoeError)";
-}
-
-// The Mixtral vocabulary plus the markers of the other families as control pieces.
-const Tokenizer& extended() {
-    static const Tokenizer tok = Tokenizer::from_bytes(
-        tokenizer_test::spm_with_control_pieces(
-            read_file(shared_data_dir() / "tokenizers/mistral-v1.model"),
-            {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-             "<|eot_id|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"}),
-        "mistral-v1+markers");
-    return tok;
 }
 
 const std::vector<ChatMessage> CONVERSATION = {
@@ -137,6 +129,86 @@ TEST_CASE("Mistral template: system prompt, merging and segments", "[chat_templa
     for (int id : ids) controls += tok.is_control(id);
     CHECK(controls == 2);
     CHECK(ids.front() == 1);
+}
+
+TEST_CASE("render: every segment's tokens and message, and the reply spans", "[chat_template]") {
+    const Tokenizer& tok = extended();
+    struct Segment {
+        std::vector<int> ids;
+        int message;
+        bool reply;
+    };
+    auto check_segments = [&](const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                              const std::vector<Segment>& want) {
+        const ChatPrompt p = t.render(tok, messages);
+        CHECK(p.ids == t.encode(tok, messages));
+        REQUIRE(p.spans.size() == want.size());
+        size_t at = 0;
+        for (size_t s = 0; s < want.size(); s++) {
+            INFO("segment " << s);
+            const ChatSpan& span = p.spans[s];
+            CHECK(span.begin == at);
+            CHECK(std::vector<int>(p.ids.begin() + long(span.begin), p.ids.begin() + long(span.end)) == want[s].ids);
+            CHECK(span.message == want[s].message);
+            CHECK(span.reply == want[s].reply);
+            at = span.end;
+        }
+        CHECK(at == p.ids.size());
+    };
+    auto enc = [&](const std::string& text, bool dummy_prefix) { return tok.encode(text, dummy_prefix); };
+
+    // Mistral: a reply alone in its turn is a reply span; one joined with its
+    // neighbour is not, nor is one followed by a system message.
+    check_segments(ChatTemplate(ChatFamily::MISTRAL),
+                   {{"system", "S"},
+                    {"user", "U"},
+                    {"assistant", "A"},
+                    {"user", "V"},
+                    {"assistant", "B"},
+                    {"assistant", "C"},
+                    {"user", "W"}},
+                   {{{1}, -1, false},
+                    {enc("[INST] S\n\nU [/INST]", true), 1, false},
+                    {enc("A", true), 2, true},
+                    {{2}, 2, false},
+                    {enc("[INST] V [/INST]", true), 3, false},
+                    {enc("B\n\nC", true), 4, false},
+                    {{2}, 4, false},
+                    {enc("[INST] W [/INST]", true), 6, false}});
+    check_segments(ChatTemplate(ChatFamily::MISTRAL),
+                   {{"user", "U"}, {"assistant", "A"}, {"system", "S"}, {"user", "V"}},
+                   {{{1}, -1, false},
+                    {enc("[INST] S\n\nU [/INST]", true), 0, false},
+                    {enc("A", true), 1, false},
+                    {{2}, 1, false},
+                    {enc("[INST] V [/INST]", true), 3, false}});
+
+    // ChatML: each message's markers and text are its own; the generation
+    // prompt belongs to none; the reply is encoded with its role, no reply span.
+    const int start = tok.piece_to_id("<|im_start|>"), end = tok.piece_to_id("<|im_end|>");
+    check_segments(ChatTemplate(ChatFamily::CHATML), {{"user", "Hi"}, {"assistant", "Hello"}},
+                   {{{1}, -1, false},
+                    {{start}, 0, false},
+                    {enc("user\nHi", false), 0, false},
+                    {{end}, 0, false},
+                    {enc("\n", false), 0, false},
+                    {{start}, 1, false},
+                    {enc("assistant\nHello", false), 1, false},
+                    {{end}, 1, false},
+                    {enc("\n", false), 1, false},
+                    {{start}, -1, false},
+                    {enc("assistant\n", false), -1, false}});
+    // Llama 3 and Phi-3 number their segments the same way.
+    for (ChatFamily family : {ChatFamily::LLAMA3, ChatFamily::PHI3}) {
+        INFO(chat_family_name(family));
+        const ChatPrompt p = ChatTemplate(family).render(tok, CONVERSATION);
+        std::vector<int> messages;
+        for (const ChatSpan& span : p.spans) {
+            CHECK_FALSE(span.reply);
+            if (messages.empty() || messages.back() != span.message) messages.push_back(span.message);
+        }
+        CHECK(messages == std::vector<int>{-1, 0, 1, 2, 3, -1});
+    }
 }
 
 TEST_CASE("Mistral template rejects what the reference rejects", "[chat_template]") {

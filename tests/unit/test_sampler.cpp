@@ -350,6 +350,35 @@ TEST_CASE("last_logprob is the log-softmax after penalties and temperature", "[s
     REQUIRE_THROWS_AS(fresh.last_logprob(0), MoeError);
 }
 
+TEST_CASE("last_top_logprobs are the k largest logprobs, best first, between draws", "[sampler]") {
+    const int n = 1000;
+    const std::vector<float> logits = random_logits(n, 5);
+    SamplingParams p = sampling_off(0.7f, 3);
+    p.top_k = 20;
+    p.top_p = 0.9f;
+    Sampler s(p, n);
+    std::vector<std::pair<int, float>> top;
+    REQUIRE_THROWS_AS(s.last_top_logprobs(3, top), MoeError);
+    for (int round = 0; round < 3; ++round) {
+        auto copy = logits;
+        s.sample(copy.data(), {});
+        std::vector<int> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return s.last_logprob(a) > s.last_logprob(b); });
+        s.last_top_logprobs(5, top);
+        REQUIRE(top.size() == 5);
+        for (int i = 0; i < 5; ++i) {
+            CHECK(top[size_t(i)].first == order[size_t(i)]);
+            CHECK(top[size_t(i)].second == s.last_logprob(order[size_t(i)]));
+        }
+    }
+    s.last_top_logprobs(0, top);
+    CHECK(top.empty());
+    s.last_top_logprobs(n + 5, top);  // capped at the vocabulary
+    CHECK(top.size() == size_t(n));
+}
+
 TEST_CASE("logits of -inf are never drawn", "[sampler]") {
     std::vector<float> logits(50, -INFINITY);
     logits[10] = 0.0f;

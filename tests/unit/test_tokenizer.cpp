@@ -1,7 +1,8 @@
 // Tests of Tokenizer and Detokenizer against the real Mixtral tokenizer and
 // reference ids: Mistral's own (mistral-common) and llama.cpp's Llama-SPM
 // test set, whose GGUF vocabulary is rebuilt here as a SentencePiece model.
-// Also defines test-only model builders that test_chat_template.cpp uses.
+// Also defines test-only model builders that test_chat_template.cpp and
+// test_chat_replies.cpp use.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
@@ -204,6 +205,18 @@ std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& pat
 
 const Tokenizer& mistral() {
     static const Tokenizer tok = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-v1.model");
+    return tok;
+}
+
+// The Mixtral vocabulary plus the markers of the other chat families as
+// control pieces (the chat template and chat reply tests).
+const Tokenizer& extended() {
+    static const Tokenizer tok =
+        Tokenizer::from_bytes(spm_with_control_pieces(read_file(shared_data_dir() / "tokenizers/mistral-v1.model"),
+                                                      {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
+                                                       "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                                                       "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"}),
+                              "mistral-v1+markers");
     return tok;
 }
 

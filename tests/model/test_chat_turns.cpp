@@ -1,0 +1,68 @@
+// Chat turns through the Engine: chat_prompt renders a conversation once
+// (its spans say where each message's tokens are), carries the reply the
+// engine generated in an earlier turn by its generated ids, and so the second
+// turn of a chat reuses the first turn's KV cache.
+#include <algorithm>
+#include <catch2/catch.hpp>
+
+#include "engine/runtime/engine.h"
+#include "test_support.h"
+
+TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]") {
+    Engine engine(
+        EngineOptions{.model_dir = test_model_dir("tiny"), .threads = 2, .ctx = 256, .max_batch = 512, .device = {}});
+    const Tokenizer& tok = engine.tokenizer();
+    auto run = [&](const std::vector<int>& prompt) {
+        GenerateRequest req;
+        req.prompt = prompt;
+        req.sampling.temperature = 0;
+        req.max_tokens = 12;
+        req.ignore_eos = true;
+        return engine.generate(req, [](const TokenEvent&) { return true; });
+    };
+
+    const std::vector<ChatMessage> turn1 = {{"user", "Tell me a story."}};
+    const ChatPrompt prompt1 = engine.chat_prompt(turn1);
+    CHECK(prompt1.ids == engine.chat_template().encode(tok, turn1));
+    const GenerateResult reply = run(prompt1.ids);
+    REQUIRE(reply.n_cached == 0);
+    REQUIRE(reply.finish_reason == FinishReason::LENGTH);
+    REQUIRE(tok.decode(reply.tokens) == reply.text);
+    // The reply's text encodes to other ids than the model generated, so
+    // without the engine's splice the cache would stop matching inside it.
+    const std::vector<int> reencoded = tok.encode(reply.text);
+    const size_t same =
+        size_t(std::mismatch(reencoded.begin(), reencoded.end(), reply.tokens.begin(), reply.tokens.end()).first -
+               reencoded.begin());
+    REQUIRE(same + 1 < reply.tokens.size());
+
+    const std::vector<ChatMessage> turn2 = {turn1[0], {"assistant", reply.text}, {"user", "Say it shorter."}};
+    CHECK(engine.chat_prompt(turn2).ids == engine.chat_template().encode(tok, turn2));  // nothing remembered yet
+    engine.remember_reply(reply.text, reply.tokens);
+    const ChatPrompt prompt2 = engine.chat_prompt(turn2);
+
+    // One rendering says where every message's tokens are: the spans cover
+    // the ids in order, and message 1 is one reply span holding the
+    // generated ids right after the first turn's prompt.
+    size_t at = 0;
+    std::vector<const ChatSpan*> replies;
+    for (const ChatSpan& s : prompt2.spans) {
+        CHECK(s.begin == at);
+        at = s.end;
+        if (s.reply) replies.push_back(&s);
+    }
+    CHECK(at == prompt2.ids.size());
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0]->message == 1);
+    CHECK(replies[0]->begin == prompt1.ids.size());
+    CHECK(std::vector<int>(prompt2.ids.begin(), prompt2.ids.begin() + long(prompt1.ids.size())) == prompt1.ids);
+    CHECK(std::vector<int>(prompt2.ids.begin() + long(replies[0]->begin),
+                           prompt2.ids.begin() + long(replies[0]->end)) == reply.tokens);
+
+    // The first turn's prompt and every generated token but the last (sampled,
+    // never run) are reused; the re-encoded conversation would have lost the
+    // reply from its first re-encoded difference on.
+    CHECK(run(prompt2.ids).n_cached == int(prompt1.ids.size() + reply.tokens.size()) - 1);
+    REQUIRE(run(prompt1.ids).tokens == reply.tokens);
+    CHECK(run(engine.chat_template().encode(tok, turn2)).n_cached == int(prompt1.ids.size() + same));
+}
