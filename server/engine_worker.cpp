@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/errors.h"
+#include "server/placement_text.h"
 
 EngineWorker::EngineWorker(EngineOptions options, size_t max_waiting)
     : options_(std::move(options)), queue_(max_waiting) {}
@@ -47,7 +48,7 @@ void EngineWorker::main(const std::function<void(const Engine&)>& on_ready, cons
         return;
     }
     if (!engine_->load_warning().empty()) std::fprintf(stderr, "moe-server: %s\n", engine_->load_warning().c_str());
-    std::fprintf(stderr, "moe-server: %s\n", engine_->placement_summary().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine_->placement()).c_str());
     ready_.store(true);
     on_ready(*engine_);
     while (std::shared_ptr<Task> task = queue_.pop()) {

@@ -26,6 +26,7 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/placement_text.h"
 
 using json = nlohmann::ordered_json;
 
@@ -231,7 +232,7 @@ struct HttpServer::Impl {
             for (int x = 0; x < rc.n_experts; x++) row.push_back(p.resident.at(size_t(l) * p.n_experts + x) != 0);
             resident.push_back(row);
         }
-        bool device = p.device != "none";
+        bool device = p.device != DeviceKind::NONE;
         double gpu_share = ex.total.device_share();
         send_json(res, {{"object", "experts"},
                         {"model", model_id},
@@ -241,12 +242,12 @@ struct HttpServer::Impl {
                         {"counts_total", matrix(rc.total)},
                         {"counts_last", matrix(rc.last)},
                         {"resident", resident},
-                        {"device", p.device},
-                        {"device_name", p.device_name},
+                        {"device", device_kind_name(p.device)},
+                        {"device_name", placement_device_name(p)},
                         {"work_share", {{"cpu", 1.0 - gpu_share}, {"gpu", gpu_share}}},
                         {"hit_rate", device ? json(ex.total.hit_rate()) : json(nullptr)},
                         {"placement",
-                         {{"plan", p.plan},
+                         {{"plan", plan_kind_name(p.plan)},
                           {"profile", p.profile},
                           {"capacity", p.capacity},
                           {"budget_bytes", p.budget_bytes},
@@ -285,7 +286,7 @@ struct HttpServer::Impl {
         const PlacementInfo& p = engine.placement();
         ExecutionStats s = engine.execution_stats().total;
         ExpertMetrics m;
-        m.device = p.device;
+        m.device = device_kind_name(p.device);
         m.resident = p.capacity;
         m.total = p.n_layers * p.n_experts;
         for (int i = 0; i < 3; i++) {
@@ -300,7 +301,7 @@ struct HttpServer::Impl {
         m.measured_cpu_ms = s.measured_cpu_ms;
         m.predicted_device_ms = s.predicted_device_ms;
         m.measured_device_ms = s.measured_device_ms;
-        m.device_name = p.device_name;
+        m.device_name = placement_device_name(p);
         m.layer_predicted_cpu_ms = s.layer_predicted_cpu_ms;
         m.layer_measured_cpu_ms = s.layer_measured_cpu_ms;
         m.layer_predicted_device_ms = s.layer_predicted_device_ms;

@@ -30,7 +30,7 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
     PlacementInfo& info = s.info;
     const int staging = DEFAULT_STAGING_SLOTS;
     const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
-    info.device = "cuda";
+    info.device = DeviceKind::CUDA;
     info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
     *why_not = cuda_budget(o.device, c, ctx, o.max_batch, double(d.free_bytes), info.device_name, staging, info);
     if (!why_not->empty()) return false;

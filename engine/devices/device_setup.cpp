@@ -135,12 +135,12 @@ Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capac
         Profile profile = profile_read(o.profile);
         profile_check(profile, model_fingerprint(c), o.profile.string());
         residency = static_plan_popularity(profile.counts, c.n_layers, c.n_experts, capacity);
-        info.plan = "popularity";
+        info.plan = PlanKind::POPULARITY;
         info.profile = o.profile.string();
         info.expected_hit_rate = hit_rate(residency, profile.counts);
     } else {
         residency = static_plan_even(c.n_layers, c.n_experts, capacity);
-        info.plan = "even";
+        info.plan = PlanKind::EVEN;
     }
     for (int l = 0; l < c.n_layers; l++)
         for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
@@ -175,8 +175,7 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
 
     const int total = c.n_layers * c.n_experts;
     const int staging = EMULATED_STAGING_SLOTS;
-    info.device = "emulated";
-    info.device_name = "emulated GPU (test double, computes on the CPU)";
+    info.device = DeviceKind::EMULATED;
     info.staging_slots = staging;
     info.dense_bytes = cost_dense_bytes(c);
     info.kv_bytes = kv_cache_bytes(c, ctx);

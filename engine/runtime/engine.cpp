@@ -40,6 +40,30 @@ ContextLengthError::ContextLengthError(int n_prompt_, int ctx_)
       n_prompt(n_prompt_),
       ctx(ctx_) {}
 
+const char* device_kind_name(DeviceKind kind) {
+    switch (kind) {
+    case DeviceKind::NONE:
+        return "none";
+    case DeviceKind::EMULATED:
+        return "emulated";
+    case DeviceKind::CUDA:
+        return "cuda";
+    }
+    return "?";
+}
+
+const char* plan_kind_name(PlanKind kind) {
+    switch (kind) {
+    case PlanKind::NONE:
+        return "none";
+    case PlanKind::EVEN:
+        return "even";
+    case PlanKind::POPULARITY:
+        return "popularity";
+    }
+    return "?";
+}
+
 const char* finish_reason_name(FinishReason reason) {
     switch (reason) {
     case FinishReason::STOP: return "stop";
@@ -187,42 +211,6 @@ const PlacementInfo& Engine::placement() const { return impl_->device.info; }
 Engine::Execution Engine::execution_stats() const {
     std::lock_guard lock(impl_->stats_mutex);
     return {impl_->exec_total, impl_->exec_last};
-}
-
-std::string Engine::placement_summary() const {
-    const PlacementInfo& p = impl_->device.info;
-    if (p.device == "none") return "device: none, every expert on the CPU (" + p.device_name + ")";
-    constexpr double GIB = double(1u << 30);
-    char line[640];
-    int n = 0;
-    if (p.device == "cuda")
-        n = std::snprintf(line, sizeof line,
-                          "device: %s, %.2f GiB: %d of %d experts resident (%.1f MiB each; dense %.2f GiB, KV %.2f "
-                          "GiB, activations %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
-                          p.device_name.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
-                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB,
-                          p.activation_bytes / GIB, p.margin_bytes / GIB, p.staging_slots, p.plan.c_str());
-    else if (p.margin_bytes > 0)
-        n = std::snprintf(line, sizeof line,
-                          "device: %s (test double, computes on the CPU), %.2f GiB: %d of %d experts resident "
-                          "(%.1f MiB each; dense %.2f GiB, KV %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
-                          p.device.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
-                          p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB, p.margin_bytes / GIB,
-                          p.staging_slots, p.plan.c_str());
-    else
-        n = std::snprintf(line, sizeof line,
-                          "device: %s (test double, computes on the CPU): %d of %d experts resident (%.1f MiB each, "
-                          "%.2f GiB with %d staging slots; dense weights and KV not counted), plan: %s",
-                          p.device.c_str(), p.capacity, p.n_layers * p.n_experts, p.expert_bytes / (1 << 20),
-                          p.budget_bytes / GIB, p.staging_slots, p.plan.c_str());
-    std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
-    if (!p.profile.empty()) s += " from " + p.profile;
-    if (!p.copy_source.empty()) s += "; copies: " + p.copy_source;
-    if (p.expected_hit_rate >= 0) {
-        std::snprintf(line, sizeof line, ", expected hit rate %.1f%%", 100.0 * p.expected_hit_rate);
-        s += line;
-    }
-    return s;
 }
 
 void Engine::check_prompt(const std::vector<int>& prompt) const {

@@ -8,8 +8,8 @@
 // server's engine thread): they alone touch the KV cache, the forward state
 // and the pool. While one runs, any other thread (the server's HTTP threads)
 // may call the rest:
-// * config, ctx, threads, model_id, load_warning, placement,
-//   placement_summary: set at load, never changed;
+// * config, ctx, threads, model_id, load_warning, placement: set at load,
+//   never changed;
 // * tokenizer and chat_template: const objects set at load, whose const
 //   methods are thread-safe (a Detokenizer is per caller);
 // * check_prompt: reads only what loading fixed;
@@ -66,10 +66,20 @@ struct EngineOptions {
     DeviceOptions device;
 };
 
-// Where experts live: the device, its budget and the static plan.
+// The device experts may run on. NONE: every expert on the CPU, with no
+// planner, timing or execution bookkeeping on the way.
+enum class DeviceKind : uint8_t { NONE, EMULATED, CUDA };
+const char* device_kind_name(DeviceKind kind);  // "none", "emulated", "cuda"
+
+// The static plan of which experts are resident: NONE without a device.
+enum class PlanKind : uint8_t { NONE, EVEN, POPULARITY };
+const char* plan_kind_name(PlanKind kind);  // "none", "even", "popularity"
+
+// Where experts live: the device, its budget and the static plan. Facts
+// only: the words for people are the caller's.
 struct PlacementInfo {
-    std::string device = "none";      // "none", "emulated" or "cuda"
-    std::string device_name;          // e.g. "NVIDIA H100 80GB HBM3 (cuda:0)"; for "none", why the CPU serves
+    DeviceKind device = DeviceKind::NONE;
+    std::string device_name;          // CUDA: "NVIDIA H100 80GB HBM3 (cuda:0)"; NONE: why the CPU serves
     int staging_slots = 0;            // device slots copied experts run from
     std::string copy_source;          // CUDA: how copies reach the device (pinned staging or registered mapping, measured)
     double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
@@ -79,7 +89,7 @@ struct PlacementInfo {
     double margin_bytes = 0;          // workspace and fragmentation (emulated: activations too)
     double expert_bytes = 0;          // one expert
     int capacity = 0;                 // resident experts
-    std::string plan = "none";        // "popularity", "even" or "none"
+    PlanKind plan = PlanKind::NONE;
     std::string profile;              // the profile the plan came from
     double expected_hit_rate = -1;    // on the profile's workload; -1 without a profile
     std::string latency_source;       // where the latency model came from
@@ -205,9 +215,8 @@ public:
     RoutingCounts routing_counts() const;
 
     const PlacementInfo& placement() const;
-    // One line for logs: device, budget, resident experts, plan, hit rate.
-    std::string placement_summary() const;
-    // Where experts ran: since start, and for the last request.
+    // Where experts ran: since start, and for the last request. Without a
+    // device, built from the routing counts when called (nothing is timed).
     struct Execution {
         ExecutionStats total, last;
     };

@@ -18,6 +18,7 @@
 #include "engine/errors.h"
 #include "engine/model/synth_model.h"
 #include "engine/text/tokenizer.h"
+#include "server/placement_text.h"
 
 using json = nlohmann::json;
 
@@ -270,7 +271,7 @@ int cli_generate(const std::vector<std::string>& words) {
 
     Engine engine(options);
     if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
-    std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     if (prompt) {
         request.prompt = engine.tokenizer().encode(*prompt);
         request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
@@ -351,7 +352,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     if (window < 2) throw MoeError("--ctx: must be at least 2");
     options.ctx = std::max(16, window);
     Engine engine(options);
-    std::fprintf(stderr, "moe-server: %s\n", engine.placement_summary().c_str());
+    std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     auto t0 = std::chrono::steady_clock::now();
     Engine::Score s = engine.score(tokens, window);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -362,7 +363,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
         std::printf("%ld tokens scored in windows of %d: mean NLL %.6f, perplexity %.4f (%.1f tok/s)\n", s.n_scored,
                     window, mean, std::exp(mean), double(tokens.size()) / secs);
     }
-    if (engine.placement().device != "none")
+    if (engine.placement().device != DeviceKind::NONE)
         std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().total).c_str());
     return 0;
 }

@@ -66,7 +66,7 @@ Ceiling engine_ceiling(const Engine& engine) {
 // copies, a 4096-cubed GEMM: about a second).
 void add_gpu_ceilings(json& line, const Engine& engine) {
 #ifdef MOE_HAVE_CUDA
-    if (engine.placement().device != "cuda") return;
+    if (engine.placement().device != DeviceKind::CUDA) return;
     GpuCeilings g = gpu_measure_ceilings(size_t(64) << 20, 4096);
     line["gpu"] = engine.placement().device_name;
     line["h2d_pinned_gbs"] = g.h2d_pinned_gbs;
@@ -83,12 +83,12 @@ void add_gpu_ceilings(json& line, const Engine& engine) {
 // nothing), and a GPU's ceilings.
 void add_placement_fields(json& line, const Engine& engine) {
     const PlacementInfo& p = engine.placement();
-    if (p.device == "none") return;
+    if (p.device == DeviceKind::NONE) return;
     add_gpu_ceilings(line, engine);
     ExecutionStats s = engine.execution_stats().last;
-    line["device"] = p.device;
+    line["device"] = device_kind_name(p.device);
     line["resident_experts"] = p.capacity;
-    line["plan"] = p.plan;
+    line["plan"] = plan_kind_name(p.plan);
     line["hit_rate"] = s.hit_rate();
     line["device_share"] = s.device_share();
     line["expert_runs"] = {{"cpu", s.runs[int(ExpertSite::CPU)]},

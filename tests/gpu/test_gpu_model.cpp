@@ -246,7 +246,7 @@ TEST_CASE("the engine on the device scores text like the CPU and keeps device me
     };
     auto cpu = engine_for(false);
     auto gpu = engine_for(true);
-    REQUIRE(gpu->placement().device == "cuda");
+    REQUIRE(gpu->placement().device == DeviceKind::CUDA);
     std::vector<int> tokens = prompt_tokens(120, cpu->config().vocab_size);
     Engine::Score a = cpu->score(tokens, 64), b = gpu->score(tokens, 64);
     REQUIRE(a.n_scored == b.n_scored);

@@ -21,6 +21,7 @@
 #include "engine/runtime/kv_cache.h"
 #include "engine/model/weights.h"
 #include "placement/residency.h"
+#include "server/placement_text.h"
 #include "test_support.h"
 
 namespace {
@@ -190,7 +191,7 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     plain.threads = 2;
     Engine a(plain);
     GenerateResult ra = a.generate(req, [](const TokenEvent&) { return true; });
-    REQUIRE(a.placement().device == "none");
+    REQUIRE(a.placement().device == DeviceKind::NONE);
     REQUIRE(a.execution_stats().last.runs[int(ExpertSite::CPU)] > 0);
 
     EngineOptions emulated = plain;
@@ -199,7 +200,7 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     GenerateResult rb = b.generate(req, [](const TokenEvent&) { return true; });
     REQUIRE(rb.tokens == ra.tokens);
     const PlacementInfo& p = b.placement();
-    REQUIRE(p.device == "emulated");
+    REQUIRE(p.device == DeviceKind::EMULATED);
     REQUIRE(p.capacity == (p.n_layers * p.n_experts) / 2);
     int resident = 0;
     for (uint8_t r : p.resident) resident += r;
@@ -208,7 +209,7 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     REQUIRE(last.total_tokens() == uint64_t(req.prompt.size() + ra.n_generated - 1) * 2 * 2);  // tokens x top-2 x 2 layers
     REQUIRE(last.hit_rate() > 0);
     REQUIRE(last.hit_rate() < 1);
-    REQUIRE(b.placement_summary().find("emulated") != std::string::npos);
+    REQUIRE(placement_summary(b.placement()).find("emulated") != std::string::npos);
 }
 
 TEST_CASE("emulate-gpu flag: a dry run with a stats line, bad values refused", "[hybrid][cli]") {
