@@ -58,7 +58,8 @@ enum class ExpertSite : uint8_t {
     DEVICE,  // resident on the device, computed there
     COPY,    // copied to the device for this layer, computed there
 };
-const char* expert_site_name(ExpertSite site);  // "cpu", "device", "copy"
+constexpr int EXPERT_SITE_COUNT = int(ExpertSite::COPY) + 1;  // the sites above, for per-site arrays and loops
+const char* expert_site_name(ExpertSite site);                // "cpu", "device", "copy"
 
 // The relative bound of LayerPlanner::plan with S <= 2 slots (1 %; with
 // S >= 3, 1 + PLAN_EPSILON becomes 2 + PLAN_EPSILON).

@@ -282,51 +282,25 @@ struct HttpServer::Impl {
     }
 
     ExpertMetrics expert_metrics() {
-        Engine& engine = worker.engine();
+        const Engine& engine = worker.engine();
         const PlacementInfo& p = engine.placement();
-        ExecutionStats s = engine.execution_stats().total;
-        ExpertMetrics m;
-        m.device = device_kind_name(p.device);
-        m.resident = p.capacity;
-        m.total = p.n_layers * p.n_experts;
-        for (int i = 0; i < 3; i++) {
-            m.runs[i] = s.runs[i];
-            m.tokens[i] = s.total_tokens(ExpertSite(i));
-        }
-        m.copy_bytes = s.copy_bytes;
-        m.layers = s.layers;
-        m.predicted_ms = s.predicted_ms;
-        m.measured_ms = s.measured_ms;
-        m.predicted_cpu_ms = s.predicted_cpu_ms;
-        m.measured_cpu_ms = s.measured_cpu_ms;
-        m.predicted_device_ms = s.predicted_device_ms;
-        m.measured_device_ms = s.measured_device_ms;
-        m.device_name = placement_device_name(p);
-        m.layer_predicted_cpu_ms = s.layer_predicted_cpu_ms;
-        m.layer_measured_cpu_ms = s.layer_measured_cpu_ms;
-        m.layer_predicted_device_ms = s.layer_predicted_device_ms;
-        m.layer_measured_device_ms = s.layer_measured_device_ms;
-        return m;
+        return {device_kind_name(p.device), placement_device_name(p), p.capacity, p.n_layers * p.n_experts,
+                engine.execution_stats().total};
     }
 
+    // {"sites": {SITE: {KEY: count}}, KEY: value, ..., "per_layer": {KEY:
+    // [ms per layer]}}, walking execution_stats_fields().
     static json execution_json(const ExecutionStats& s) {
-        json sites = json::object();
-        for (int i = 0; i < 3; i++)
-            sites[expert_site_name(ExpertSite(i))] = {{"runs", s.runs[i]}, {"tokens", s.total_tokens(ExpertSite(i))}};
-        return {{"sites", sites},
-                {"copy_bytes", s.copy_bytes},
-                {"layers", s.layers},
-                {"predicted_ms", s.predicted_ms},
-                {"measured_ms", s.measured_ms},
-                {"predicted_cpu_ms", s.predicted_cpu_ms},
-                {"measured_cpu_ms", s.measured_cpu_ms},
-                {"predicted_device_ms", s.predicted_device_ms},
-                {"measured_device_ms", s.measured_device_ms},
-                {"per_layer",
-                 {{"predicted_cpu_ms", s.layer_predicted_cpu_ms},
-                  {"measured_cpu_ms", s.layer_measured_cpu_ms},
-                  {"predicted_device_ms", s.layer_predicted_device_ms},
-                  {"measured_device_ms", s.layer_measured_device_ms}}}};
+        json out{{"sites", json::object()}};
+        for (const ExecutionField& f : execution_stats_fields()) {
+            if (auto* site_value = std::get_if<ExecutionField::PerSite>(&f.value))
+                for (int i = 0; i < EXPERT_SITE_COUNT; i++)
+                    out["sites"][expert_site_name(ExpertSite(i))][f.key] = (*site_value)(s, ExpertSite(i));
+            if (auto* count = std::get_if<ExecutionField::Count>(&f.value)) out[f.key] = s.*count->member;
+            if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) out[f.key] = s.*(*ms);
+            if (auto* layer = std::get_if<ExecutionField::PerLayer>(&f.value)) out["per_layer"][f.key] = s.*layer->ms;
+        }
+        return out;
     }
 };
 

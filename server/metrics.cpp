@@ -130,7 +130,6 @@ std::string Metrics::render(size_t queue_waiting, bool running) const {
 }
 
 std::string Metrics::render_experts(const ExpertMetrics& e) {
-    static const char* SITES[3] = {"cpu", "device", "copy"};
     std::string out;
     header(out, "moe_device_info", "gauge",
            "The expert device: none (CPU only), cuda (a GPU), or emulated (a dry run that computes on the CPU).");
@@ -144,40 +143,33 @@ std::string Metrics::render_experts(const ExpertMetrics& e) {
     out += "moe_experts_resident " + std::to_string(e.resident) + "\n";
     header(out, "moe_experts", "gauge", "Experts of the model (all layers).");
     out += "moe_experts " + std::to_string(e.total) + "\n";
-    header(out, "moe_expert_runs_total", "counter", "Expert executions, by site (cpu, device = resident, copy).");
-    for (int s = 0; s < 3; s++)
-        out += std::string("moe_expert_runs_total{site=\"") + SITES[s] + "\"} " + std::to_string(e.runs[s]) + "\n";
-    header(out, "moe_expert_tokens_total", "counter", "Routed tokens computed, by site.");
-    for (int s = 0; s < 3; s++)
-        out += std::string("moe_expert_tokens_total{site=\"") + SITES[s] + "\"} " + std::to_string(e.tokens[s]) + "\n";
-    header(out, "moe_expert_copy_bytes_total", "counter", "Expert weights copied to the device.");
-    out += "moe_expert_copy_bytes_total " + std::to_string(e.copy_bytes) + "\n";
-    header(out, "moe_moe_layers_total", "counter", "MoE layer executions.");
-    out += "moe_moe_layers_total " + std::to_string(e.layers) + "\n";
-    header(out, "moe_expert_phase_predicted_ms_total", "counter", "Latency model's prediction of the expert phases.");
-    out += "moe_expert_phase_predicted_ms_total " + number(e.predicted_ms) + "\n";
-    header(out, "moe_expert_phase_measured_ms_total", "counter", "Measured wall time of the expert phases.");
-    out += "moe_expert_phase_measured_ms_total " + number(e.measured_ms) + "\n";
-    header(out, "moe_expert_cpu_predicted_ms_total", "counter", "Predicted time of the CPU side.");
-    out += "moe_expert_cpu_predicted_ms_total " + number(e.predicted_cpu_ms) + "\n";
-    header(out, "moe_expert_cpu_measured_ms_total", "counter", "Measured time of the CPU side.");
-    out += "moe_expert_cpu_measured_ms_total " + number(e.measured_cpu_ms) + "\n";
-    header(out, "moe_expert_device_predicted_ms_total", "counter", "Predicted time of the device side.");
-    out += "moe_expert_device_predicted_ms_total " + number(e.predicted_device_ms) + "\n";
-    header(out, "moe_expert_device_measured_ms_total", "counter", "Measured busy time of the device side.");
-    out += "moe_expert_device_measured_ms_total " + number(e.measured_device_ms) + "\n";
-    header(out, "moe_expert_layer_ms_total", "counter",
-           "Expert phase per MoE layer and side (cpu, device): the latency model's prediction and the measurement.");
-    for (size_t l = 0; l < e.layer_measured_cpu_ms.size(); l++) {
-        const std::string layer = std::to_string(l);
-        auto row = [&](const char* side, const char* kind, double v) {
-            out += "moe_expert_layer_ms_total{layer=\"" + layer + "\",side=\"" + side + "\",kind=\"" + kind + "\"} " +
-                   number(v) + "\n";
-        };
-        row("cpu", "predicted", e.layer_predicted_cpu_ms[l]);
-        row("cpu", "measured", e.layer_measured_cpu_ms[l]);
-        row("device", "predicted", e.layer_predicted_device_ms[l]);
-        row("device", "measured", e.layer_measured_device_ms[l]);
+
+    // One counter per execution field; the per-layer fields share one
+    // counter, its rows by layer, then by side and kind.
+    const ExecutionStats& s = e.execution;
+    const ExecutionField* layer_field = nullptr;
+    std::vector<const ExecutionField::PerLayer*> per_layer;
+    for (const ExecutionField& f : execution_stats_fields()) {
+        const std::string metric = f.metric;
+        if (auto* layer = std::get_if<ExecutionField::PerLayer>(&f.value)) {
+            layer_field = &f;
+            per_layer.push_back(layer);
+            continue;
+        }
+        header(out, f.metric, "counter", f.help);
+        if (auto* site_value = std::get_if<ExecutionField::PerSite>(&f.value))
+            for (int i = 0; i < EXPERT_SITE_COUNT; i++)
+                out += metric + "{site=\"" + expert_site_name(ExpertSite(i)) + "\"} " +
+                       std::to_string((*site_value)(s, ExpertSite(i))) + "\n";
+        if (auto* count = std::get_if<ExecutionField::Count>(&f.value))
+            out += metric + " " + std::to_string(s.*count->member) + "\n";
+        if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) out += metric + " " + number(s.*(*ms)) + "\n";
     }
+    if (!layer_field) return out;
+    header(out, layer_field->metric, "counter", layer_field->help);
+    for (int l = 0; l < s.n_layers; l++)
+        for (const ExecutionField::PerLayer* layer : per_layer)
+            out += std::string(layer_field->metric) + "{layer=\"" + std::to_string(l) + "\",side=\"" + layer->side +
+                   "\",kind=\"" + layer->kind + "\"} " + number((s.*layer->ms)[size_t(l)]) + "\n";
     return out;
 }

@@ -14,23 +14,15 @@
 #include <utility>
 #include <vector>
 
-// Where experts ran since start (plain numbers, filled by the caller from
-// the engine's execution statistics).
+#include "engine/devices/execution_stats.h"
+
+// Where experts ran since start (filled by the caller from the engine's
+// placement and execution statistics).
 struct ExpertMetrics {
-    std::string device = "none";
-    int resident = 0, total = 0;     // resident experts of all experts
-    uint64_t runs[3] = {0, 0, 0};    // by site: cpu, device, copy
-    uint64_t tokens[3] = {0, 0, 0};  // by site
-    uint64_t copy_bytes = 0;
-    uint64_t layers = 0;
-    double predicted_ms = 0, measured_ms = 0;          // expert phase, summed over layers
-    double predicted_cpu_ms = 0, measured_cpu_ms = 0;  // its CPU side
-    double predicted_device_ms = 0, measured_device_ms = 0;  // its device side
-    std::string device_name;                           // the GPU's name, or why the CPU serves
-    // Per layer (n_layers each), summed over executions: each side's
-    // predicted and measured time.
-    std::vector<double> layer_predicted_cpu_ms, layer_measured_cpu_ms;
-    std::vector<double> layer_predicted_device_ms, layer_measured_device_ms;
+    std::string device = "none";  // "none", "emulated" or "cuda"
+    std::string device_name;      // the GPU's name, or why the CPU serves
+    int resident = 0, total = 0;  // resident experts of all experts
+    ExecutionStats execution;     // one counter per field of execution_stats_fields()
 };
 
 class Metrics {

@@ -1,48 +1,100 @@
-// ExecutionStats arithmetic (see execution_stats.h).
+// ExecutionStats arithmetic and the one description of its figures (see
+// execution_stats.h). Shaping, clearing and merging walk the same table as
+// the renderers, so a figure added there is carried everywhere.
 #include "engine/devices/execution_stats.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
+#include <functional>
+
+namespace {
+
+using S = ExecutionStats;
+using F = ExecutionField;
+
+constexpr const char* LAYER_HELP =
+    "Expert phase per MoE layer and side (cpu, device): the latency model's prediction and the measurement.";
+
+const std::array<ExecutionField, 14> FIELDS = {{
+    {"runs", "runs", "moe_expert_runs_total", "Expert executions, by site (cpu, device = resident, copy).",
+     F::PerSite([](const S& s, ExpertSite site) { return s.runs[int(site)]; })},
+    {"tokens", "tokens", "moe_expert_tokens_total", "Routed tokens computed, by site.",
+     F::PerSite([](const S& s, ExpertSite site) { return s.total_tokens(site); })},
+    {"copy_bytes", "copied", "moe_expert_copy_bytes_total", "Expert weights copied to the device.",
+     F::Count{&S::copy_bytes, true}},
+    {"layers", "layers", "moe_moe_layers_total", "MoE layer executions.", F::Count{&S::layers, false}},
+    {"predicted_ms", "phase predicted", "moe_expert_phase_predicted_ms_total",
+     "Latency model's prediction of the expert phases.", &S::predicted_ms},
+    {"measured_ms", "phase measured", "moe_expert_phase_measured_ms_total", "Measured wall time of the expert phases.",
+     &S::measured_ms},
+    {"predicted_cpu_ms", "cpu predicted", "moe_expert_cpu_predicted_ms_total", "Predicted time of the CPU side.",
+     &S::predicted_cpu_ms},
+    {"measured_cpu_ms", "cpu measured", "moe_expert_cpu_measured_ms_total", "Measured time of the CPU side.",
+     &S::measured_cpu_ms},
+    {"predicted_device_ms", "device predicted", "moe_expert_device_predicted_ms_total",
+     "Predicted time of the device side.", &S::predicted_device_ms},
+    {"measured_device_ms", "device measured", "moe_expert_device_measured_ms_total",
+     "Measured busy time of the device side.", &S::measured_device_ms},
+    {"predicted_cpu_ms", "cpu predicted", "moe_expert_layer_ms_total", LAYER_HELP,
+     F::PerLayer{&S::layer_predicted_cpu_ms, "cpu", "predicted"}},
+    {"measured_cpu_ms", "cpu measured", "moe_expert_layer_ms_total", LAYER_HELP,
+     F::PerLayer{&S::layer_measured_cpu_ms, "cpu", "measured"}},
+    {"predicted_device_ms", "device predicted", "moe_expert_layer_ms_total", LAYER_HELP,
+     F::PerLayer{&S::layer_predicted_device_ms, "device", "predicted"}},
+    {"measured_device_ms", "device measured", "moe_expert_layer_ms_total", LAYER_HELP,
+     F::PerLayer{&S::layer_measured_device_ms, "device", "measured"}},
+}};
+
+}  // namespace
+
+std::span<const ExecutionField> execution_stats_fields() {
+    return FIELDS;
+}
 
 ExecutionStats::ExecutionStats(int n_layers_, int n_experts_) : n_layers(n_layers_), n_experts(n_experts_) {
     for (auto& t : tokens) t.assign(size_t(n_layers) * n_experts, 0);
-    for (auto* v : {&layer_predicted_cpu_ms, &layer_predicted_device_ms, &layer_measured_cpu_ms,
-                    &layer_measured_device_ms})
-        v->assign(size_t(n_layers), 0.0);
+    for (const ExecutionField& f : FIELDS)
+        if (auto* layer = std::get_if<F::PerLayer>(&f.value)) (this->*layer->ms).assign(size_t(n_layers), 0.0);
 }
 
 void ExecutionStats::clear() {
     for (auto& t : tokens) std::fill(t.begin(), t.end(), 0);
     std::fill(std::begin(runs), std::end(runs), 0);
-    copy_bytes = layers = 0;
-    predicted_cpu_ms = predicted_device_ms = predicted_ms = 0;
-    measured_cpu_ms = measured_device_ms = measured_ms = 0;
-    for (auto* v : {&layer_predicted_cpu_ms, &layer_predicted_device_ms, &layer_measured_cpu_ms,
-                    &layer_measured_device_ms})
-        std::fill(v->begin(), v->end(), 0.0);
+    for (const ExecutionField& f : FIELDS) {
+        if (auto* count = std::get_if<F::Count>(&f.value)) this->*count->member = 0;
+        if (auto* ms = std::get_if<F::Ms>(&f.value)) this->*(*ms) = 0;
+        if (auto* layer = std::get_if<F::PerLayer>(&f.value))
+            std::fill((this->*layer->ms).begin(), (this->*layer->ms).end(), 0.0);
+    }
+}
+
+template <class Op>
+void ExecutionStats::combine(const ExecutionStats& o, Op op) {
+    assert(o.n_layers == n_layers && o.n_experts == n_experts);
+    for (int s = 0; s < EXPERT_SITE_COUNT; s++) {
+        for (size_t i = 0; i < tokens[s].size(); i++) tokens[s][i] = op(tokens[s][i], o.tokens[s][i]);
+        runs[s] = op(runs[s], o.runs[s]);
+    }
+    for (const ExecutionField& f : FIELDS) {
+        if (auto* count = std::get_if<F::Count>(&f.value))
+            this->*count->member = op(this->*count->member, o.*count->member);
+        if (auto* ms = std::get_if<F::Ms>(&f.value)) this->*(*ms) = op(this->*(*ms), o.*(*ms));
+        if (auto* layer = std::get_if<F::PerLayer>(&f.value)) {
+            std::vector<double>& mine = this->*layer->ms;
+            const std::vector<double>& theirs = o.*layer->ms;
+            for (size_t l = 0; l < mine.size(); l++) mine[l] = op(mine[l], theirs[l]);
+        }
+    }
 }
 
 void ExecutionStats::merge(const ExecutionStats& o) {
-    assert(o.n_layers == n_layers && o.n_experts == n_experts);
-    for (int s = 0; s < 3; s++) {
-        for (size_t i = 0; i < tokens[s].size(); i++) tokens[s][i] += o.tokens[s][i];
-        runs[s] += o.runs[s];
-    }
-    copy_bytes += o.copy_bytes;
-    layers += o.layers;
-    predicted_cpu_ms += o.predicted_cpu_ms;
-    predicted_device_ms += o.predicted_device_ms;
-    predicted_ms += o.predicted_ms;
-    measured_cpu_ms += o.measured_cpu_ms;
-    measured_device_ms += o.measured_device_ms;
-    measured_ms += o.measured_ms;
-    for (size_t l = 0; l < layer_measured_cpu_ms.size(); l++) {
-        layer_predicted_cpu_ms[l] += o.layer_predicted_cpu_ms[l];
-        layer_predicted_device_ms[l] += o.layer_predicted_device_ms[l];
-        layer_measured_cpu_ms[l] += o.layer_measured_cpu_ms[l];
-        layer_measured_device_ms[l] += o.layer_measured_device_ms[l];
-    }
+    combine(o, std::plus<>());
+}
+
+void ExecutionStats::subtract(const ExecutionStats& o) {
+    combine(o, std::minus<>());
 }
 
 ExecutionStats::WorstLayer ExecutionStats::worst_layer() const {
@@ -68,7 +120,9 @@ uint64_t ExecutionStats::total_tokens(ExpertSite site) const {
 }
 
 uint64_t ExecutionStats::total_tokens() const {
-    return total_tokens(ExpertSite::CPU) + total_tokens(ExpertSite::DEVICE) + total_tokens(ExpertSite::COPY);
+    uint64_t sum = 0;
+    for (int s = 0; s < EXPERT_SITE_COUNT; s++) sum += total_tokens(ExpertSite(s));
+    return sum;
 }
 
 double ExecutionStats::hit_rate() const {

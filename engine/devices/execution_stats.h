@@ -1,10 +1,14 @@
 // ExecutionStats: where each routed expert ran (CPU, resident on the device,
 // copied to the device), how many bytes the copies moved, and the predicted
 // against the measured time of each MoE layer's expert phase. Filled by the
-// HybridExpertExecutor, merged by the engine per request and in total, read
-// by /metrics, /v1/experts and the CLI's stats line. Bookkeeping only.
+// HybridExpertExecutor, merged by the engine per request and in total.
+// execution_stats_fields() describes every figure once (name, help, value):
+// /metrics, /v1/experts, the CLI's stats line and the bench walk it instead
+// of naming members. Bookkeeping only: no words beyond those names and help.
 #pragma once
 #include <cstdint>
+#include <span>
+#include <variant>
 #include <vector>
 
 #include "placement/layer_plan.h"
@@ -12,10 +16,10 @@
 struct ExecutionStats {
     int n_layers = 0, n_experts = 0;
     // (n_layers, n_experts) tokens computed per site, indexed by ExpertSite.
-    std::vector<uint64_t> tokens[3];
-    uint64_t runs[3] = {0, 0, 0};  // expert executions per site
-    uint64_t copy_bytes = 0;       // weights copied to the device
-    uint64_t layers = 0;           // MoE layers executed
+    std::vector<uint64_t> tokens[EXPERT_SITE_COUNT];
+    uint64_t runs[EXPERT_SITE_COUNT] = {};  // expert executions per site
+    uint64_t copy_bytes = 0;                // weights copied to the device
+    uint64_t layers = 0;                    // MoE layers executed
     // Sums over layers, in ms: the plan's prediction of each side and of the
     // makespan, and the measured wall time of each side and of the phase.
     double predicted_cpu_ms = 0, predicted_device_ms = 0, predicted_ms = 0;
@@ -28,7 +32,8 @@ struct ExecutionStats {
     ExecutionStats() = default;
     ExecutionStats(int n_layers, int n_experts);
     void clear();
-    void merge(const ExecutionStats& other);  // this += other (same shape)
+    void merge(const ExecutionStats& other);     // this += other (same shape)
+    void subtract(const ExecutionStats& other);  // this -= other, an earlier state of this
 
     uint64_t tokens_at(ExpertSite site, int layer, int expert) const {
         return tokens[int(site)][size_t(layer) * n_experts + expert];
@@ -47,4 +52,37 @@ struct ExecutionStats {
         double predicted_ms = 0, measured_ms = 0;
     };
     WorstLayer worst_layer() const;
+
+private:
+    template <class Op>
+    void combine(const ExecutionStats& other, Op op);  // this = op(this, other), member by member
 };
+
+// One figure of ExecutionStats, as every renderer names and reads it.
+struct ExecutionField {
+    // Its value: a count per site; one count (of things or of bytes); one
+    // time in ms; or a time in ms per layer, with its side ("cpu",
+    // "device") and kind ("predicted", "measured").
+    using PerSite = uint64_t (*)(const ExecutionStats&, ExpertSite);
+    struct Count {
+        uint64_t ExecutionStats::*member;
+        bool bytes;
+    };
+    using Ms = double ExecutionStats::*;
+    struct PerLayer {
+        std::vector<double> ExecutionStats::*ms;
+        const char* side;
+        const char* kind;
+    };
+
+    const char* key;     // JSON key: "runs", "copy_bytes", "predicted_cpu_ms"
+    const char* label;   // words in a text line: "runs", "copied", "cpu predicted"
+    const char* metric;  // Prometheus counter: "moe_expert_runs_total" (the per-layer fields share one)
+    const char* help;    // its HELP text
+    std::variant<PerSite, Count, Ms, PerLayer> value;
+};
+
+// Every figure, in output order: the per-site counts, the other counts and
+// the times, then the per-layer times (cpu predicted, cpu measured, device
+// predicted, device measured).
+std::span<const ExecutionField> execution_stats_fields();

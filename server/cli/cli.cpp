@@ -71,26 +71,47 @@ SamplingParams parse_sampling_flags(Args& args) {
 
 std::string execution_stats_line(const ExecutionStats& s) {
     if (s.layers == 0) return "experts: none run";
-    auto share = [&](ExpertSite site) {
-        uint64_t all = s.total_tokens();
-        return all ? 100.0 * double(s.total_tokens(site)) / double(all) : 0.0;
-    };
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "experts: %llu runs on cpu, %llu on device (resident), %llu copied (%.1f MiB) | tokens %.1f%% cpu, "
-                  "%.1f%% device, %.1f%% copied | hit rate %.1f%% | expert phase predicted %.1f ms (cpu %.1f, device "
-                  "%.1f), measured %.1f ms (cpu %.1f, device %.1f) over %llu layers",
-                  (unsigned long long)s.runs[int(ExpertSite::CPU)], (unsigned long long)s.runs[int(ExpertSite::DEVICE)],
-                  (unsigned long long)s.runs[int(ExpertSite::COPY)], double(s.copy_bytes) / (1 << 20),
-                  share(ExpertSite::CPU), share(ExpertSite::DEVICE), share(ExpertSite::COPY), 100.0 * s.hit_rate(),
-                  s.predicted_ms, s.predicted_cpu_ms, s.predicted_device_ms, s.measured_ms, s.measured_cpu_ms,
-                  s.measured_device_ms, (unsigned long long)s.layers);
-    std::string text = line;
+    // "label figures" parts, walking execution_stats_fields(): per site every
+    // site with its share; the other counts and times when not 0; of the
+    // per-layer times only the furthest layer, at the end.
+    std::string text = "experts:";
+    const char* separator = " ";
+    char part[160];
+    for (const ExecutionField& f : execution_stats_fields()) {
+        if (auto* site_value = std::get_if<ExecutionField::PerSite>(&f.value)) {
+            uint64_t all = 0;
+            for (int i = 0; i < EXPERT_SITE_COUNT; i++) all += (*site_value)(s, ExpertSite(i));
+            text += separator + std::string(f.label);
+            for (int i = 0; i < EXPERT_SITE_COUNT; i++) {
+                uint64_t v = (*site_value)(s, ExpertSite(i));
+                std::snprintf(part, sizeof part, "%s %s %llu (%.1f%%)", i ? "," : "", expert_site_name(ExpertSite(i)),
+                              (unsigned long long)v, all ? 100.0 * double(v) / double(all) : 0.0);
+                text += part;
+            }
+        } else if (auto* count = std::get_if<ExecutionField::Count>(&f.value)) {
+            uint64_t v = s.*count->member;
+            if (v == 0) continue;
+            if (count->bytes)
+                std::snprintf(part, sizeof part, "%s%s %.1f MiB", separator, f.label, double(v) / (1 << 20));
+            else
+                std::snprintf(part, sizeof part, "%s%s %llu", separator, f.label, (unsigned long long)v);
+            text += part;
+        } else if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) {
+            if (s.*(*ms) == 0) continue;
+            std::snprintf(part, sizeof part, "%s%s %.1f ms", separator, f.label, s.*(*ms));
+            text += part;
+        } else {
+            continue;
+        }
+        separator = " | ";
+    }
+    std::snprintf(part, sizeof part, " | hit rate %.1f%%", 100.0 * s.hit_rate());
+    text += part;
     ExecutionStats::WorstLayer w = s.worst_layer();
     if (w.layer >= 0) {
-        std::snprintf(line, sizeof line, " | furthest layer: %d %s predicted %.1f ms, measured %.1f ms", w.layer,
+        std::snprintf(part, sizeof part, " | furthest layer: %d %s predicted %.1f ms, measured %.1f ms", w.layer,
                       w.device ? "device" : "cpu", w.predicted_ms, w.measured_ms);
-        text += line;
+        text += part;
     }
     return text;
 }

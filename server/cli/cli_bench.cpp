@@ -78,6 +78,25 @@ void add_gpu_ceilings(json& line, const Engine& engine) {
 #endif
 }
 
+// The execution figures of s as bench fields, walking
+// execution_stats_fields(): the per-site ones as "expert_KEY": {SITE:
+// value}, the other counts and times as "KEY" (the per-layer arrays are
+// /v1/experts'), and the share of routed tokens computed on the device;
+// each divided by `steps` when given (per step).
+json execution_fields(const ExecutionStats& s, std::optional<int> steps = std::nullopt) {
+    auto value = [&](auto v) { return steps ? json(double(v) / *steps) : json(v); };
+    json out{{"device_share", s.device_share()}};
+    for (const ExecutionField& f : execution_stats_fields()) {
+        if (auto* site_value = std::get_if<ExecutionField::PerSite>(&f.value))
+            for (int i = 0; i < EXPERT_SITE_COUNT; i++)
+                out[std::string("expert_") + f.key][expert_site_name(ExpertSite(i))] =
+                    value((*site_value)(s, ExpertSite(i)));
+        if (auto* count = std::get_if<ExecutionField::Count>(&f.value)) out[f.key] = value(s.*count->member);
+        if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) out[f.key] = value(s.*(*ms));
+    }
+    return out;
+}
+
 // With a device (CUDA, or --emulate-gpu's dry run): the placement and where
 // the last run's experts went (the speed of an emulated device means
 // nothing), and a GPU's ceilings.
@@ -90,11 +109,7 @@ void add_placement_fields(json& line, const Engine& engine) {
     line["resident_experts"] = p.capacity;
     line["plan"] = plan_kind_name(p.plan);
     line["hit_rate"] = s.hit_rate();
-    line["device_share"] = s.device_share();
-    line["expert_runs"] = {{"cpu", s.runs[int(ExpertSite::CPU)]},
-                           {"device", s.runs[int(ExpertSite::DEVICE)]},
-                           {"copy", s.runs[int(ExpertSite::COPY)]}};
-    line["copy_bytes"] = s.copy_bytes;
+    line.update(execution_fields(s));
 }
 
 int bench_decode(Args& args, bool prefill) {
@@ -157,13 +172,9 @@ int bench_decode(Args& args, bool prefill) {
 // of the request's execution statistics after and before them (the prompt's
 // prefill and the first step excluded).
 json placement_per_step(const ExecutionStats& before, const ExecutionStats& after, int steps) {
-    auto runs = [&](ExpertSite site) { return double(after.runs[int(site)] - before.runs[int(site)]) / steps; };
-    auto tokens = [&](ExpertSite site) { return double(after.total_tokens(site) - before.total_tokens(site)); };
-    double all = tokens(ExpertSite::CPU) + tokens(ExpertSite::DEVICE) + tokens(ExpertSite::COPY);
-    return json{{"expert_runs", {{"cpu", runs(ExpertSite::CPU)}, {"device", runs(ExpertSite::DEVICE)},
-                                 {"copy", runs(ExpertSite::COPY)}}},
-                {"copy_mib", double(after.copy_bytes - before.copy_bytes) / steps / (1 << 20)},
-                {"device_share", all > 0 ? (tokens(ExpertSite::DEVICE) + tokens(ExpertSite::COPY)) / all : 0.0}};
+    ExecutionStats delta = after;
+    delta.subtract(before);
+    return execution_fields(delta, steps);
 }
 
 // "1,4,8,16" -> {1, 4, 8, 16}, each a beam width.
