@@ -273,8 +273,9 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     s.info.resident.assign(size_t(s.info.n_layers) * s.info.n_experts, 0);
     s.info.expert_bytes = double(expert_bytes(c));
     s.info.device_name = why_cpu;
-    // Every expert runs on the CPU; a calibration, when there is one, still
-    // gives the predicted times in the statistics.
+    // Every expert runs on the CPU, called directly: nothing is planned or
+    // timed. The latency model (a calibration's when there is one) is only
+    // reported.
     if (cpu_curve) s.latency.cpu = *cpu_curve;
     s.info.latency_source = cpu_curve ? "CPU: " + calibration : "none (no calibration: predictions are 0)";
     s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * std::max(1, c.n_experts_active));

@@ -1,7 +1,9 @@
 // ExecutionStats: where each routed expert ran (CPU, resident on the device,
 // copied to the device), how many bytes the copies moved, and the predicted
 // against the measured time of each MoE layer's expert phase. Filled by the
-// HybridExpertExecutor, merged by the engine per request and in total.
+// HybridExpertExecutor when there is a device, merged by the engine per
+// request and in total; without a device the engine builds them from the
+// routing counts when asked (the CPU-only path plans and times nothing).
 // execution_stats_fields() describes every figure once (name, help, value):
 // /metrics, /v1/experts, the CLI's stats line and the bench walk it instead
 // of naming members. Bookkeeping only: no words beyond those names and help.
@@ -22,6 +24,7 @@ struct ExecutionStats {
     uint64_t layers = 0;                    // MoE layers executed
     // Sums over layers, in ms: the plan's prediction of each side and of the
     // makespan, and the measured wall time of each side and of the phase.
+    // Without a device: all 0.
     double predicted_cpu_ms = 0, predicted_device_ms = 0, predicted_ms = 0;
     double measured_cpu_ms = 0, measured_device_ms = 0, measured_ms = 0;
     // The same per layer (n_layers each): what the plan predicted and what

@@ -4,8 +4,10 @@
 // layer's makespan smallest), starts the device's experts, runs the CPU's on
 // the thread pool at the same time, then waits for the device. Outputs go to
 // each task's own rows, so results never depend on where or when an expert
-// ran. Without a device every expert runs on the CPU. Records
-// ExecutionStats (sites, copies, predicted vs measured time) per step.
+// ran. Records ExecutionStats (sites, copies, predicted vs measured time)
+// per step. The engine uses it only with a device (without one the forward
+// pass calls the CPU executor directly); with a null device (tests) every
+// expert runs on the CPU through the planner.
 #pragma once
 #include <vector>
 

@@ -87,14 +87,18 @@ struct Engine::Impl {
     DeviceSetup device;  // the backend, and the device experts may run on
     KvCache cache;
     CpuExpertExecutor cpu_executor;
-    HybridExpertExecutor executor;
+    // With a device only: the planner, the device's experts beside the CPU's,
+    // and the execution statistics it records. Without one the forward pass
+    // calls the CPU executor directly.
+    std::unique_ptr<HybridExpertExecutor> hybrid;
     ForwardPass forward;
     Batch batch;
     std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
     ChatReplies replies;      // recent chat replies' ids, so a chat's next turn reuses cached
     mutable std::mutex stats_mutex;
     RoutingStats stats_total, stats_last, stats_step;
-    ExecutionStats exec_total, exec_last;
+    ExecutionStats exec_total, exec_last;        // with a device
+    uint64_t passes_total = 0, passes_last = 0;  // without one: forward passes, for ExecutionStats::layers
 
     Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
         : source(std::move(src)), config(std::move(cfg)), weights(model_source_weights(source, config, n_threads)),
@@ -104,8 +108,11 @@ struct Engine::Impl {
           pool(n_threads), device(device_setup(o, config, weights, ctx, pool)),
           cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
           cpu_executor(config, weights, pool, o.max_batch),
-          executor(config, *device.backend, cpu_executor, device.device.get(), device.latency),
-          forward(config, *device.backend, cache, executor, o.max_batch, o.max_batch),
+          hybrid(device.device ? std::make_unique<HybridExpertExecutor>(config, *device.backend, cpu_executor,
+                                                                        device.device.get(), device.latency)
+                               : nullptr),
+          forward(config, *device.backend, cache, hybrid ? static_cast<ExpertExecutor&>(*hybrid) : cpu_executor,
+                  o.max_batch, o.max_batch),
           stats_total(config.n_layers, std::max(1, config.n_experts)),
           stats_last(config.n_layers, std::max(1, config.n_experts)),
           stats_step(config.n_layers, std::max(1, config.n_experts)),
@@ -156,15 +163,33 @@ struct Engine::Impl {
         std::lock_guard lock(stats_mutex);
         stats_last.clear();
         exec_last.clear();
+        passes_last = 0;
     }
 
+    // After each forward pass: its routing counts, and with a device what
+    // the hybrid executor recorded.
     void record_stats() {
         std::lock_guard lock(stats_mutex);
         stats_total.merge(stats_step);
         stats_last.merge(stats_step);
-        exec_total.merge(executor.step());
-        exec_last.merge(executor.step());
-        executor.clear_step();
+        if (!hybrid) {
+            passes_total++;
+            passes_last++;
+            return;
+        }
+        exec_total.merge(hybrid->step());
+        exec_last.merge(hybrid->step());
+        hybrid->clear_step();
+    }
+
+    // Without a device every routed expert ran on the CPU, untimed: the
+    // execution statistics are the routing counts (stats_mutex held).
+    ExecutionStats cpu_only_stats(const RoutingStats& routing, uint64_t passes) const {
+        ExecutionStats s(routing.n_layers(), routing.n_experts());
+        s.tokens[int(ExpertSite::CPU)] = routing.counts();
+        s.runs[int(ExpertSite::CPU)] = routing.runs();
+        s.layers = passes * uint64_t(config.n_layers);
+        return s;
     }
 };
 
@@ -209,8 +234,11 @@ RoutingCounts Engine::routing_counts() const {
 const PlacementInfo& Engine::placement() const { return impl_->device.info; }
 
 Engine::Execution Engine::execution_stats() const {
-    std::lock_guard lock(impl_->stats_mutex);
-    return {impl_->exec_total, impl_->exec_last};
+    const Impl& m = *impl_;
+    std::lock_guard lock(m.stats_mutex);
+    if (!m.hybrid)
+        return {m.cpu_only_stats(m.stats_total, m.passes_total), m.cpu_only_stats(m.stats_last, m.passes_last)};
+    return {m.exec_total, m.exec_last};
 }
 
 void Engine::check_prompt(const std::vector<int>& prompt) const {
