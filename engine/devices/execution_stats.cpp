@@ -4,7 +4,6 @@
 #include "engine/devices/execution_stats.h"
 
 #include <algorithm>
-#include <array>
 #include <cassert>
 #include <cmath>
 #include <functional>
@@ -17,7 +16,7 @@ using F = ExecutionField;
 constexpr const char* LAYER_HELP =
     "Expert phase per MoE layer and side (cpu, device): the latency model's prediction and the measurement.";
 
-const std::array<ExecutionField, 14> FIELDS = {{
+const ExecutionField FIELDS[] = {
     {"runs", "runs", "moe_expert_runs_total", "Expert executions, by site (cpu, device = resident, copy).",
      F::PerSite([](const S& s, ExpertSite site) { return s.runs[int(site)]; })},
     {"tokens", "tokens", "moe_expert_tokens_total", "Routed tokens computed, by site.",
@@ -45,7 +44,7 @@ const std::array<ExecutionField, 14> FIELDS = {{
      F::PerLayer{&S::layer_predicted_device_ms, "device", "predicted"}},
     {"measured_device_ms", "device measured", "moe_expert_layer_ms_total", LAYER_HELP,
      F::PerLayer{&S::layer_measured_device_ms, "device", "measured"}},
-}};
+};
 
 }  // namespace
 

@@ -106,7 +106,14 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Tokens by site add up to the routed tokens of every (layer, expert).
+uint64_t total_runs(const ExecutionStats& s) {
+    uint64_t sum = 0;
+    for (uint64_t r : s.runs) sum += r;
+    return sum;
+}
+
+// Tokens by site add up to the routed tokens of every (layer, expert), runs
+// by site to the routing's runs.
 void check_stats_add_up(const Run& r, int n_layers, int n_experts) {
     for (int l = 0; l < n_layers; l++)
         for (int e = 0; e < n_experts; e++) {
@@ -114,6 +121,7 @@ void check_stats_add_up(const Run& r, int n_layers, int n_experts) {
                            r.exec.tokens_at(ExpertSite::COPY, l, e);
             REQUIRE(sum == r.routing.get(l, e));
         }
+    REQUIRE(total_runs(r.exec) == r.routing.runs());
     REQUIRE(r.exec.copy_bytes == r.device_copied);
 }
 
@@ -148,7 +156,7 @@ TEST_CASE("any placement gives the all-CPU logits bitwise, prefill and decode", 
         check_stats_add_up(r, c.n_layers, c.n_experts);
         const ExecutionStats& s = r.exec;
         if (k.residency.n_resident() == 0) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == 0);
-        if (k.residency.n_resident() == total) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == s.runs[0] + s.runs[1] + s.runs[2]);
+        if (k.residency.n_resident() == total) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == total_runs(s));
         if (k.model.cpu.stream_ms == 1000) REQUIRE(s.runs[int(ExpertSite::CPU)] == 0);
         if (k.model.device.stream_ms == 1000) REQUIRE(s.runs[int(ExpertSite::COPY)] == 0);
         REQUIRE(s.layers == uint64_t(c.n_layers) * (1 + n_decode));
@@ -192,7 +200,14 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     Engine a(plain);
     GenerateResult ra = a.generate(req, [](const TokenEvent&) { return true; });
     REQUIRE(a.placement().device == DeviceKind::NONE);
-    REQUIRE(a.execution_stats().last.runs[int(ExpertSite::CPU)] > 0);
+    // Without a device the statistics are the routing counts, untimed: one
+    // prefill pass and a decode pass per generated token but the last.
+    ExecutionStats cpu = a.execution_stats().last;
+    REQUIRE(cpu.runs[int(ExpertSite::CPU)] > 0);
+    REQUIRE(cpu.runs[int(ExpertSite::CPU)] == total_runs(cpu));
+    REQUIRE(cpu.tokens[int(ExpertSite::CPU)] == a.routing_counts().last);
+    REQUIRE(cpu.layers == uint64_t(ra.n_generated) * 2);
+    REQUIRE(cpu.measured_ms == 0);
 
     EngineOptions emulated = plain;
     emulated.device.emulate_gpu_expert_share = 0.5;
@@ -209,6 +224,10 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     REQUIRE(last.total_tokens() == uint64_t(req.prompt.size() + ra.n_generated - 1) * 2 * 2);  // tokens x top-2 x 2 layers
     REQUIRE(last.hit_rate() > 0);
     REQUIRE(last.hit_rate() < 1);
+    // The same routing: the device's engine ran as many experts and layers.
+    REQUIRE(total_runs(last) == cpu.runs[int(ExpertSite::CPU)]);
+    REQUIRE(last.layers == cpu.layers);
+    REQUIRE(last.measured_ms > 0);
     REQUIRE(placement_summary(b.placement()).find("emulated") != std::string::npos);
 }
 
