@@ -47,7 +47,7 @@ if (!SERVER || !MODEL) {
 }
 mkdirSync(ARTIFACTS, { recursive: true });
 
-const GROUPS = ['chat', 'stop', 'experts', 'errors'];
+const GROUPS = ['chat', 'stop', 'experts', 'experts-cpu', 'errors'];
 const selected = process.argv.slice(2);
 for (const g of selected) {
   if (!GROUPS.includes(g)) {
@@ -192,10 +192,10 @@ function assert_clean(problems) {
 }
 
 // One server and one browser for a suite's tests.
-function use_server_and_browser() {
+function use_server_and_browser(server_args = []) {
   const fixture = {};
   before(async () => {
-    fixture.server = await start_server();
+    fixture.server = await start_server(server_args);
     fixture.browser = await launch_browser();
   });
   after(async () => {
@@ -482,7 +482,9 @@ group('stop', () => {
 });
 
 group('experts', () => {
-  const f = use_server_and_browser();
+  // An emulated device (a test double) holds half the experts, so the panel
+  // has resident experts, a GPU/CPU share and per-layer times to show.
+  const f = use_server_and_browser(['--emulate-gpu', '50%']);
   test('the experts panel shows routing counts after a reply', async () => {
     const { page, problems } = await open_ui(f.browser.context, f.server);
     await set_settings(page, { 'Max tokens': 16 });
@@ -515,7 +517,8 @@ group('experts', () => {
       assert.equal(await panel.locator('.heatmap .cell.resident').count(), info.resident.flat().filter(Boolean).length);
     }
     // Per-layer predicted vs measured time: one row per layer, the
-    // measured CPU times of the last reply as /v1/experts gives them.
+    // measured CPU times of the last reply as /v1/experts gives them
+    // (a CPU-only server times nothing and hides the table: see the next test).
     const times = panel.locator('#layer-times');
     await times.locator('summary').click();
     const rows = times.locator('tbody tr');
@@ -525,7 +528,28 @@ group('experts', () => {
       .evaluateAll((els) => els.map((e) => Number.parseFloat(e.textContent)));
     const fresh = await (await fetch(`${f.server.url}/v1/experts`)).json();
     fresh.execution_last.per_layer.measured_cpu_ms.forEach((v, l) => assert.ok(Math.abs(shown[l] - v) <= 0.051));
+    assert.ok(shown.some((v) => v > 0), 'the emulated device\'s layers were timed');
     await page.screenshot({ path: path.join(ARTIFACTS, 'experts-panel.png') });
+    assert_clean(problems);
+    await page.close();
+  });
+});
+
+group('experts-cpu', () => {
+  const f = use_server_and_browser();
+  test('the experts panel says all on CPU and shows no per-layer times', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await set_settings(page, { 'Max tokens': 8 });
+    await send(page, 'Which experts do you use?');
+    await wait_idle(page);
+    await page.getByRole('button', { name: 'Experts', exact: true }).click();
+    const panel = page.getByRole('complementary', { name: 'Experts' });
+    await panel.locator('.heatmap .cell').first().waitFor();
+    const info = await (await fetch(`${f.server.url}/v1/experts`)).json();
+    assert.equal(info.device, 'none');
+    assert.match(await panel.locator('#share-text').textContent(), /all on CPU/);
+    assert.equal(await panel.locator('.heatmap .cell.resident').count(), 0);
+    assert.equal(await panel.locator('#layer-times').isHidden(), true);
     assert_clean(problems);
     await page.close();
   });

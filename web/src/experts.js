@@ -121,7 +121,8 @@ export class ExpertsPanel {
     if (!layer_times) return;
     const per = exec?.per_layer;
     const keys = ['predicted_cpu_ms', 'measured_cpu_ms', 'predicted_device_ms', 'measured_device_ms'];
-    if (!per || !keys.every((k) => Array.isArray(per[k]) && per[k].length === layers)) {
+    // A CPU-only server plans and times nothing (every expert runs on the CPU).
+    if (!on_gpu || !per || !keys.every((k) => Array.isArray(per[k]) && per[k].length === layers)) {
       layer_times.hidden = true;
       return;
     }
@@ -135,7 +136,7 @@ export class ExpertsPanel {
       for (const k of keys) {
         const cell = document.createElement('td');
         const v = Number(per[k][l]);
-        cell.textContent = !on_gpu && k.includes('device') ? '–' : `${Number.isFinite(v) ? v.toFixed(1) : '?'} ms`;
+        cell.textContent = `${Number.isFinite(v) ? v.toFixed(1) : '?'} ms`;
         cell.dataset.key = k;
         row.append(cell);
       }
