@@ -133,17 +133,11 @@ Ceiling bench_ceiling(ThreadPool& pool, bool print) {
 
 namespace {
 
+// One weight matrix of an expert shape: n output rows of k inputs.
 struct Shape {
     const char* model;
     const char* name;
     int n, k;
-};
-
-constexpr Shape SHAPES[] = {
-    {"mixtral-8x7b", "w1/w3", 14336, 4096},
-    {"mixtral-8x7b", "w2", 4096, 14336},
-    {"mixtral-mini", "w1/w3", 3584, 1024},
-    {"mixtral-mini", "w2", 1024, 3584},
 };
 
 // Rotating copies of one random bf16 matrix set.
@@ -222,41 +216,47 @@ const char* path_name(const KernelTable& t, int m) {
 
 }  // namespace
 
-void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas) {
+void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
+                   const std::vector<BenchExpertShape>& shapes) {
     const int MS[] = {1, 2, 4, 8, 16, 64, 256};
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    for (const Shape& s : SHAPES) {
-        WeightCopies w = make_weights(size_t(s.n) * s.k, pool);
-        std::vector<float> x(size_t(256) * s.k), y(size_t(256) * s.n);
-        for (auto& v : x) v = d(rng);
-        for (Isa isa : isas) {
-            const KernelTable& t = kernel_table(isa);
-            for (int m : MS) {
-                if (isa == Isa::SCALAR && m > 2) continue;
-                double flops = matmul_bf16_flops(m, s.n, s.k);
-                // Large m on the bf16 path: oneDNN (the default where native)
-                // and our own packed kernel, both measured.
-                bool both = isa == Isa::AVX512BF16 && m >= t.packed_min_m && matmul_dnnl_select(true);
-                // (oneDNN is only taken from m = 128; below, both lines are ours.)
-                for (bool dnnl : both ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
-                    matmul_dnnl_select(dnnl);
-                    Timing tm = time_paired(
-                        pool, w, size_t(matmul_bf16_bytes(s.n, s.k)),
-                        [&](int rep) { matmul_bf16(t, y.data(), x.data(), w.copy(rep), m, s.n, s.k, pool); },
-                        flops > 1e10 ? 0.0 : 0.5);
-                    print_line("matmul_bf16", s, isa, m, both && !dnnl ? "packed" : path_name(t, m), tm,
-                               matmul_bf16_bytes(s.n, s.k), flops, ceiling);
+    for (const BenchExpertShape& expert : shapes) {
+        const char* model = expert.label.c_str();
+        for (Shape s : {Shape{model, "w1/w3", expert.hidden_dim, expert.dim},
+                        Shape{model, "w2", expert.dim, expert.hidden_dim}}) {
+            WeightCopies w = make_weights(size_t(s.n) * s.k, pool);
+            std::vector<float> x(size_t(256) * s.k), y(size_t(256) * s.n);
+            for (auto& v : x) v = d(rng);
+            for (Isa isa : isas) {
+                const KernelTable& t = kernel_table(isa);
+                for (int m : MS) {
+                    if (isa == Isa::SCALAR && m > 2) continue;
+                    double flops = matmul_bf16_flops(m, s.n, s.k);
+                    // Large m on the bf16 path: oneDNN (the default where native)
+                    // and our own packed kernel, both measured.
+                    bool both = isa == Isa::AVX512BF16 && m >= t.packed_min_m && matmul_dnnl_select(true);
+                    // (oneDNN is only taken from m = 128; below, both lines are ours.)
+                    for (bool dnnl : both ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+                        matmul_dnnl_select(dnnl);
+                        Timing tm = time_paired(
+                            pool, w, size_t(matmul_bf16_bytes(s.n, s.k)),
+                            [&](int rep) { matmul_bf16(t, y.data(), x.data(), w.copy(rep), m, s.n, s.k, pool); },
+                            flops > 1e10 ? 0.0 : 0.5);
+                        print_line("matmul_bf16", s, isa, m, both && !dnnl ? "packed" : path_name(t, m), tm,
+                                   matmul_bf16_bytes(s.n, s.k), flops, ceiling);
+                    }
+                    matmul_dnnl_select(true);
                 }
-                matmul_dnnl_select(true);
             }
         }
     }
     // Fused expert FFN: w1, w3 (hidden, dim) and w2 (dim, hidden) per copy.
-    for (auto [model, dim, hidden] : {std::tuple{"mixtral-8x7b", 4096, 14336}, std::tuple{"mixtral-mini", 1024, 3584}}) {
+    for (const BenchExpertShape& expert : shapes) {
+        const int dim = expert.dim, hidden = expert.hidden_dim;
         size_t per = size_t(dim) * hidden;
         WeightCopies w = make_weights(3 * per, pool);
-        Shape s{model, "expert", hidden, dim};
+        Shape s{expert.label.c_str(), "expert", hidden, dim};
         for (Isa isa : isas) {
             if (isa == Isa::SCALAR) continue;
             const KernelTable& t = kernel_table(isa);

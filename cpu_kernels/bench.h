@@ -1,9 +1,11 @@
 // Kernel benchmarks and this machine's ceilings, printed as JSON lines on
 // stdout: each figure sits beside the ceiling measured in the same run and
 // their ratio, so results survive a noisy machine. Called by `moe-server
-// bench ceiling|kernels`; bench decode / prefill (in the engine) take their
-// roofline from bench_ceiling(). Not tests; knows no model, only shapes.
+// bench ceiling|kernels`; bench decode / prefill / beam
+// (server/cli/cli_bench.cpp) take their roofline from bench_ceiling(). Not
+// tests; knows no model, only the shapes its caller gives.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "cpu_kernels/isa.h"
@@ -19,16 +21,25 @@ struct Ceiling {
 // Measures the ceilings (about 2 s); prints one JSON line when print.
 Ceiling bench_ceiling(ThreadPool& pool, bool print);
 
-// For the Mixtral (4096 x 14336, 14336 x 4096) and mixtral-mini (1024 x 3584,
-// 3584 x 1024) weight shapes, each ISA of isas and m = 1, 2, 4, 8, 16, 64, 256:
-// matmul_bf16 time, GB/s of weights, GFLOP/s and both ratios to the ceiling;
-// then the fused expert FFN of both models at m = 1 (decode) and 128. Each
+// One expert's shape: w1 and w3 are (hidden_dim, dim), w2 is (dim, hidden_dim).
+// label names it in the output ("model" field), e.g. the preset it came from.
+struct BenchExpertShape {
+    std::string label;
+    int dim;
+    int hidden_dim;
+};
+
+// For the w1/w3 and w2 matrices of each expert shape, each ISA of isas and
+// m = 1, 2, 4, 8, 16, 64, 256: matmul_bf16 time, GB/s of weights, GFLOP/s and
+// both ratios to the ceiling; then the fused expert FFN of each shape at
+// m = 1 (decode) and 128. Each
 // line also carries read_gbs_paired: a plain read of as many bytes timed
 // alternately with the kernel, so bw_ratio_paired compares like moments of a
 // noisy machine. Large m on avx512bf16 is measured both through oneDNN
 // ("onednn", the default where native) and our packed kernel ("packed"). The
 // scalar path runs only m <= 2 (it is the reference, not a contender).
-void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas);
+void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
+                   const std::vector<BenchExpertShape>& shapes);
 
 // Every path this CPU runs, scalar first.
 std::vector<Isa> bench_supported_isas();

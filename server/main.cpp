@@ -41,7 +41,7 @@ const char* USAGE =
     "               when there is one, its free memory; else the CPU, said in one line\n"
     "               [--emulate-gpu GiB|N%] [--profile FILE]: a dry run of expert placement on an emulated GPU\n"
     "               (a test double that computes on the CPU)\n"
-    "  bench        ceiling | kernels [--cpu-isa ISA] | decode --model DIR [--tokens N] |\n"
+    "  bench        ceiling | kernels [--cpu-isa ISA] [--model DIR] | decode --model DIR [--tokens N] |\n"
     "               prefill --model DIR [--tokens N] | server --model DIR |\n"
     "               beam --model DIR [--widths 1,4,8,16] [--tokens N] [--prompt TEXT] [--repeat N] |\n"
     "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N] |\n"

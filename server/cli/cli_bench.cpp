@@ -20,6 +20,7 @@
 #include "engine/errors.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_source.h"
+#include "engine/model/synth_model.h"
 #include "placement/residency.h"
 #include "profiles/profile.h"
 #include "server/cli/cli.h"
@@ -431,6 +432,21 @@ int bench_gpu(Args& args) {
 #endif
 }
 
+// The expert shapes `bench kernels` times: --model's, or by default those of
+// the mixtral-8x7b and mixtral-mini presets.
+std::vector<BenchExpertShape> bench_expert_shapes(Args& args) {
+    if (std::optional<ModelSource> source = parse_optional_model_flag(args)) {
+        ModelConfig c = model_source_config(*source);
+        return {{source->text, c.dim, c.hidden_dim}};
+    }
+    std::vector<BenchExpertShape> shapes;
+    for (const char* preset : {"mixtral-8x7b", "mixtral-mini"}) {
+        ModelConfig c = synth_preset(preset);
+        shapes.push_back({preset, c.dim, c.hidden_dim});
+    }
+    return shapes;
+}
+
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
@@ -449,6 +465,7 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");
+    std::vector<BenchExpertShape> shapes = bench_expert_shapes(args);
     args.finish();
     std::vector<Isa> isas = bench_supported_isas();
     if (isa) {
@@ -458,6 +475,6 @@ int cli_bench(const std::vector<std::string>& words) {
     }
     ThreadPool pool(threads);
     Ceiling ceiling = bench_ceiling(pool, true);
-    if (what == "kernels") bench_kernels(pool, ceiling, isas);
+    if (what == "kernels") bench_kernels(pool, ceiling, isas, shapes);
     return 0;
 }
