@@ -98,18 +98,6 @@ double relative_sse(const LatencyCurve& c, std::span<const TimingPoint> points) 
 
 }  // namespace
 
-double LatencyCurve::ms(double n_tokens) const {
-    if (n_tokens <= 0) return 0;  // no tokens: the expert does not run
-    if (large_from > 0 && n_tokens >= large_from) return fixed_ms + pack_ms + n_tokens * large_per_token_ms;
-    return fixed_ms + std::max(stream_ms, n_tokens * per_token_ms);
-}
-
-double CopyCurve::ms(double bytes) const {
-    if (bytes <= 0) return 0;
-    if (!(bytes_per_ms > 0)) return INF;
-    return latency_ms + bytes / bytes_per_ms;
-}
-
 // For a given knee, the curve is linear in its five parameters: of the
 // points below large_from, the first k (by n) are stream-bound, ms = fixed
 // + stream, the others compute-bound, ms = fixed + n * per_token; points at
@@ -191,14 +179,11 @@ LatencyModel latency_model_nominal_gpu(const LatencyCurve& cpu, double weight_by
 
 LatencyModel latency_model_from_calibration(const Calibration& c) {
     LatencyModel m;
-    auto curve = [](const CalibrationCurve& k) {
-        return LatencyCurve{k.fixed_ms, k.stream_ms, k.per_token_ms, k.large_from, k.pack_ms, k.large_per_token_ms};
-    };
-    m.cpu = curve(c.cpu);
+    m.cpu = c.cpu;
     m.has_device = c.has_device;
     if (c.has_device) {
-        m.device = curve(c.device);
-        m.copy = {c.copy.latency_ms, c.copy.bytes_per_ms};
+        m.device = c.device;
+        m.copy = c.copy;
     }
     return m;
 }

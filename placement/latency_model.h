@@ -2,45 +2,16 @@
 // for n tokens, and how long copying its weights to the device takes. Curves
 // are fitted to measurements (`moe-server calibrate`) and cross-checked with
 // the roofline (Hierarchical Roofline Model: bytes / measured bandwidth,
-// FLOPs / measured peak). Pure arithmetic over plain numbers.
+// FLOPs / measured peak). Pure arithmetic over plain numbers. The curves
+// themselves (LatencyCurve, CopyCurve, TimingPoint) are profiles/'s, which
+// stores them in the calibration file.
 #pragma once
 #include <span>
 #include <string>
 
+#include "profiles/latency_curve.h"
+
 struct Calibration;  // profiles/calibration.h
-
-// Time of one expert over n tokens:
-//   ms(n) = fixed_ms + max(stream_ms, n * per_token_ms)
-// fixed_ms: launch and fork/join overhead; stream_ms: reading the weights
-// once (memory-bound side); per_token_ms: the FLOPs of one token
-// (compute-bound side); the two sides overlap, hence the max.
-//
-// Large batches (n >= large_from; 0 = never): the CPU expert FFN switches
-// to a blocked path that first repacks each weight block for reuse across
-// many tokens and then computes; repacking does not overlap the compute:
-//   ms(n) = fixed_ms + pack_ms + n * large_per_token_ms
-// large_from is the active kernel table's ffn_packed_min_m (AVX2 48,
-// AVX512_BF16 128, AVX-512 and scalar never). The segment exists because a
-// switch of that kind (measured on Zen 4 when it sat at n = 32: 2.7x the
-// time of n = 16) is a step no single max-form curve fits within 15 %.
-// No tokens, no work: ms(n <= 0) = 0.
-struct LatencyCurve {
-    double fixed_ms = 0;
-    double stream_ms = 0;
-    double per_token_ms = 0;
-    int large_from = 0;
-    double pack_ms = 0;
-    double large_per_token_ms = 0;
-    double ms(double n_tokens) const;
-};
-
-// Time to copy `bytes` to the device: latency_ms + bytes / bytes_per_ms
-// (0 for no bytes; infinite without a device).
-struct CopyCurve {
-    double latency_ms = 0;
-    double bytes_per_ms = 0;  // 0 = no device to copy to
-    double ms(double bytes) const;
-};
 
 // Staging slots: the device buffers a non-resident expert is copied into
 // before it computes there. With S slots the copy of the j-th copied expert
@@ -67,11 +38,6 @@ struct LatencyModel {
     double cpu_ms(int n_tokens) const { return cpu.ms(n_tokens); }
     double device_ms(int n_tokens) const { return device.ms(n_tokens); }
     double copy_ms(double bytes) const { return copy.ms(bytes); }
-};
-
-struct TimingPoint {
-    double x = 0;   // n_tokens for a LatencyCurve, bytes for a CopyCurve
-    double ms = 0;  // measured
 };
 
 // Least-squares fits in relative error (every point weighs the same whatever

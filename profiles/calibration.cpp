@@ -1,5 +1,5 @@
 // Calibration file schema, key, cache path, read / write / validate (see
-// calibration.h). Every error is a ProfileError that names the file and the
+// calibration.h). Every error is a MoeError that names the file and the
 // field (dotted path, e.g. "cpu.points[3].ms").
 #include "profiles/calibration.h"
 
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "profiles/profile.h"
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -39,7 +39,7 @@ public:
     explicit Reader(std::string source) : source_(std::move(source)) {}
 
     [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-        throw ProfileError(source_ + ": " + field + ": " + what);
+        throw MoeError(source_ + ": " + field + ": " + what);
     }
     const json& at(const json& obj, const std::string& parent, const char* name) const {
         if (!obj.is_object()) fail(parent.empty() ? "(top level)" : parent, "expected an object");
@@ -61,16 +61,16 @@ public:
     bool boolean(const json& obj, const std::string& parent, const char* name) const {
         return typed<bool>(obj, parent, name, &json::is_boolean, "true or false");
     }
-    CalibrationCurve curve(const json& obj, const std::string& field) const {
+    LatencyCurve curve(const json& obj, const std::string& field) const {
         const json& c = at(obj, "", field.c_str());
         return {number(c, field, "fixed_ms"),    number(c, field, "stream_ms"), number(c, field, "per_token_ms"),
                 integer(c, field, "large_from"), number(c, field, "pack_ms"),   number(c, field, "large_per_token_ms")};
     }
-    std::vector<CalibrationPoint> points(const json& obj, const std::string& parent, const char* x_name) const {
+    std::vector<TimingPoint> points(const json& obj, const std::string& parent, const char* x_name) const {
         const json& arr = at(obj, parent, "points");
         std::string field = parent + ".points";
         if (!arr.is_array()) fail(field, "expected an array");
-        std::vector<CalibrationPoint> out;
+        std::vector<TimingPoint> out;
         for (size_t i = 0; i < arr.size(); i++) {
             std::string item = field + "[" + std::to_string(i) + "]";
             out.push_back({number(arr[i], item, x_name), number(arr[i], item, "ms")});
@@ -94,15 +94,15 @@ private:
     std::string source_;
 };
 
-ordered_json curve_json(const CalibrationCurve& c) {
+ordered_json curve_json(const LatencyCurve& c) {
     return {{"fixed_ms", c.fixed_ms},     {"stream_ms", c.stream_ms}, {"per_token_ms", c.per_token_ms},
             {"large_from", c.large_from}, {"pack_ms", c.pack_ms},     {"large_per_token_ms", c.large_per_token_ms}};
 }
 
 // Token counts are written as integers, byte counts as numbers.
-ordered_json points_json(const std::vector<CalibrationPoint>& points, const char* x_name) {
+ordered_json points_json(const std::vector<TimingPoint>& points, const char* x_name) {
     ordered_json arr = ordered_json::array();
-    for (const CalibrationPoint& p : points) {
+    for (const TimingPoint& p : points) {
         ordered_json x = std::string(x_name) == "n" ? ordered_json(int64_t(p.x)) : ordered_json(p.x);
         arr.push_back({{x_name, x}, {"ms", p.ms}});
     }
@@ -112,11 +112,11 @@ ordered_json points_json(const std::vector<CalibrationPoint>& points, const char
 // Field names are dotted paths into the file ("cpu.fixed_ms", "copy.points[2].ms").
 void check_value(double v, const std::string& field, std::string_view source, bool positive) {
     if (!std::isfinite(v) || v < 0 || (positive && v == 0))
-        throw ProfileError(std::string(source) + ": " + field + ": " + std::to_string(v) +
-                           (positive ? " (must be a positive number)" : " (must be a non-negative number)"));
+        throw MoeError(std::string(source) + ": " + field + ": " + std::to_string(v) +
+                       (positive ? " (must be a positive number)" : " (must be a non-negative number)"));
 }
 
-void check_curve(const CalibrationCurve& c, const std::string& field, std::string_view source) {
+void check_curve(const LatencyCurve& c, const std::string& field, std::string_view source) {
     check_value(c.fixed_ms, field + ".fixed_ms", source, false);
     check_value(c.stream_ms, field + ".stream_ms", source, false);
     check_value(c.per_token_ms, field + ".per_token_ms", source, false);
@@ -125,23 +125,23 @@ void check_curve(const CalibrationCurve& c, const std::string& field, std::strin
     check_value(c.large_per_token_ms, field + ".large_per_token_ms", source, false);
 }
 
-void check_points(const std::vector<CalibrationPoint>& points, const std::string& field, const char* x_name,
+void check_points(const std::vector<TimingPoint>& points, const std::string& field, const char* x_name,
                   std::string_view source) {
     if (points.size() < 2)
-        throw ProfileError(std::string(source) + ": " + field + ": " + std::to_string(points.size()) +
-                           " points (at least 2 needed)");
+        throw MoeError(std::string(source) + ": " + field + ": " + std::to_string(points.size()) +
+                       " points (at least 2 needed)");
     for (size_t i = 0; i < points.size(); i++) {
         std::string item = field + "[" + std::to_string(i) + "]";
         check_value(points[i].x, item + "." + x_name, source, true);
         if (std::string_view(x_name) == "n" && points[i].x != std::floor(points[i].x))
-            throw ProfileError(std::string(source) + ": " + item + ".n: " + std::to_string(points[i].x) +
-                               " (must be a whole number of tokens)");
+            throw MoeError(std::string(source) + ": " + item + ".n: " + std::to_string(points[i].x) +
+                           " (must be a whole number of tokens)");
         check_value(points[i].ms, item + ".ms", source, true);
     }
 }
 
 void check_text(const std::string& v, const char* field, std::string_view source) {
-    if (v.empty()) throw ProfileError(std::string(source) + ": " + field + ": empty");
+    if (v.empty()) throw MoeError(std::string(source) + ": " + field + ": empty");
 }
 
 }  // namespace
@@ -174,18 +174,17 @@ fs::path calibration_cache_path(std::string_view key) {
 
 void calibration_validate(const Calibration& c, std::string_view source) {
     if (c.version != CALIBRATION_VERSION)
-        throw ProfileError(std::string(source) + ": version: " + std::to_string(c.version) +
-                           " (this moe-server reads " + std::to_string(CALIBRATION_VERSION) +
-                           "; run `moe-server calibrate --force`)");
+        throw MoeError(std::string(source) + ": version: " + std::to_string(c.version) + " (this moe-server reads " +
+                       std::to_string(CALIBRATION_VERSION) + "; run `moe-server calibrate --force`)");
     check_text(c.cpu_name, "cpu_name", source);
     check_text(c.isa, "isa", source);
     check_text(c.device_name, "device_name", source);
     check_text(c.dtype, "expert.dtype", source);
     if (c.threads < 1)
-        throw ProfileError(std::string(source) + ": threads: " + std::to_string(c.threads) + " (must be >= 1)");
+        throw MoeError(std::string(source) + ": threads: " + std::to_string(c.threads) + " (must be >= 1)");
     if (c.dim < 1 || c.hidden_dim < 1)
-        throw ProfileError(std::string(source) + ": expert: shape " + std::to_string(c.dim) + "x" +
-                           std::to_string(c.hidden_dim) + " (both must be >= 1)");
+        throw MoeError(std::string(source) + ": expert: shape " + std::to_string(c.dim) + "x" +
+                       std::to_string(c.hidden_dim) + " (both must be >= 1)");
     check_value(c.read_gbs, "ceiling.read_gbs", source, true);
     check_value(c.fma_gflops, "ceiling.fma_gflops", source, true);
     check_value(c.expert_bytes, "expert.bytes", source, true);
@@ -203,12 +202,12 @@ void calibration_validate(const Calibration& c, std::string_view source) {
 
 Calibration calibration_read(const fs::path& path) {
     std::string source = path.string();
-    std::string text = profile_file_read(path);
+    std::string text = file_read_text(path);
     json j;
     try {
         j = json::parse(text);
     } catch (const json::exception& e) {
-        throw ProfileError(source + ": not valid JSON: " + e.what());
+        throw MoeError(source + ": not valid JSON: " + e.what());
     }
     Reader r(source);
     Calibration c;
@@ -272,7 +271,7 @@ void calibration_write(const Calibration& c, const fs::path& path) {
     std::error_code ec;
     if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
     // Written whole to a temporary name, then renamed: a reader never sees half a file.
-    profile_file_write_atomic(path, j.dump(2) + "\n");
+    file_write_atomic(path, j.dump(2) + "\n");
 }
 
 std::optional<Calibration> calibration_find_cached(std::string_view key) {
@@ -281,7 +280,7 @@ std::optional<Calibration> calibration_find_cached(std::string_view key) {
     if (!fs::exists(path, ec)) return std::nullopt;
     Calibration c = calibration_read(path);
     if (calibration_key(c) != key)
-        throw ProfileError(path.string() + ": key: '" + calibration_key(c) + "' is not the key looked up ('" +
-                           std::string(key) + "'); run `moe-server calibrate --force`");
+        throw MoeError(path.string() + ": key: '" + calibration_key(c) + "' is not the key looked up ('" +
+                       std::string(key) + "'); run `moe-server calibrate --force`");
     return c;
 }

@@ -1,9 +1,9 @@
 // The calibration file: what `moe-server calibrate` measured on this machine
 // for one expert shape, as plain numbers. Its schema, the cache key and file
-// name, read / write / validate and the cache lookup live here. It holds
-// fitted curves as numbers only: their meaning (and the conversion into a
-// latency model) belongs to placement/, which depends on this module, never
-// the reverse. Never runs a model or measures anything.
+// name, read / write / validate and the cache lookup live here. Its fitted
+// curves are latency_curve.h's; fitting them and planning with them belong
+// to placement/, which depends on this module, never the reverse. Never runs
+// a model or measures anything.
 #pragma once
 #include <filesystem>
 #include <optional>
@@ -11,31 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "profiles/latency_curve.h"
+
 constexpr int CALIBRATION_VERSION = 1;
-
-// ms(n) = fixed_ms + max(stream_ms, n * per_token_ms), and from n =
-// large_from on (0 = never) fixed_ms + pack_ms + n * large_per_token_ms;
-// see placement/latency_model.h for the meaning.
-struct CalibrationCurve {
-    double fixed_ms = 0;
-    double stream_ms = 0;
-    double per_token_ms = 0;
-    int large_from = 0;
-    double pack_ms = 0;
-    double large_per_token_ms = 0;
-};
-
-// ms(bytes) = latency_ms + bytes / bytes_per_ms.
-struct CalibrationCopy {
-    double latency_ms = 0;
-    double bytes_per_ms = 0;
-};
-
-// One measurement: x = tokens (expert curves) or bytes (copies).
-struct CalibrationPoint {
-    double x = 0;
-    double ms = 0;
-};
 
 struct Calibration {
     int version = CALIBRATION_VERSION;
@@ -56,16 +34,16 @@ struct Calibration {
     double expert_flops_per_token = 0;  // FLOPs of one expert for one token
 
     // CPU expert FFN: measured median times and the fitted curve.
-    std::vector<CalibrationPoint> cpu_points;
-    CalibrationCurve cpu;
+    std::vector<TimingPoint> cpu_points;
+    LatencyCurve cpu;
 
     // Device side, only when has_device: expert compute on the device and
     // host-to-device copies of expert weights.
     bool has_device = false;
-    std::vector<CalibrationPoint> device_points;
-    CalibrationCurve device;
-    std::vector<CalibrationPoint> copy_points;
-    CalibrationCopy copy;
+    std::vector<TimingPoint> device_points;
+    LatencyCurve device;
+    std::vector<TimingPoint> copy_points;
+    CopyCurve copy;
 };
 
 // The cache key from plain values, e.g.
@@ -80,22 +58,22 @@ std::string calibration_key(const Calibration& c);
 std::filesystem::path calibration_cache_dir();
 std::filesystem::path calibration_cache_path(std::string_view key);
 
-// Throws ProfileError "<source>: <field>: <what is wrong>" for a version
+// Throws MoeError "<source>: <field>: <what is wrong>" for a version
 // other than CALIBRATION_VERSION, an empty key field, a negative or
 // non-finite number, a point with x <= 0, ms <= 0 or a fractional token
 // count, or fewer than two CPU points (and two device and copy points when
 // has_device).
 void calibration_validate(const Calibration& c, std::string_view source);
 
-// Reads and validates a file: ProfileError naming the file for a file that
+// Reads and validates a file: MoeError naming the file for a file that
 // cannot be read, is not JSON, or misses / mistypes a field.
 Calibration calibration_read(const std::filesystem::path& path);
-// Validates, then writes (creating the folder); ProfileError naming the file
+// Validates, then writes (creating the folder); MoeError naming the file
 // when it cannot be written.
 void calibration_write(const Calibration& c, const std::filesystem::path& path);
 
 // The cached calibration for a key (calibration_cache_path), or nothing when
 // no file exists. A file that exists but does not validate, or whose key
-// fields do not give this key, is a ProfileError (run `moe-server calibrate
+// fields do not give this key, is a MoeError (run `moe-server calibrate
 // --force` to replace it).
 std::optional<Calibration> calibration_find_cached(std::string_view key);

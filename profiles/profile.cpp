@@ -13,7 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -36,7 +37,7 @@ public:
     explicit FieldReader(const std::string& source) : source_(source) {}
 
     [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-        throw ProfileError(source_ + ": " + field + ": " + what);
+        throw MoeError(source_ + ": " + field + ": " + what);
     }
 
     const json& get(const json& obj, const std::string& parent, const char* name) const {
@@ -240,21 +241,21 @@ std::string fingerprint_describe(const ModelFingerprint& f) {
 
 Profile profile_parse(const json& j, const std::string& source) {
     FieldReader r(source);
-    if (!j.is_object()) throw ProfileError(source + ": not a profile: the top level must be a JSON object");
+    if (!j.is_object()) throw MoeError(source + ": not a profile: the top level must be a JSON object");
     if (j.contains("format")) return parse_ours(r, j);
     if (j.contains("expert_popularity")) return parse_fiddler(r, j);
-    throw ProfileError(source +
-                       ": not a profile: neither a moe-server profile (no \"format\") nor a Fiddler "
-                       "popularity file (no \"expert_popularity\")");
+    throw MoeError(source +
+                   ": not a profile: neither a moe-server profile (no \"format\") nor a Fiddler "
+                   "popularity file (no \"expert_popularity\")");
 }
 
 Profile profile_read(const fs::path& path) {
-    std::string text = profile_file_read(path);
+    std::string text = file_read_text(path);
     json j;
     try {
         j = json::parse(text);
     } catch (const json::exception& e) {
-        throw ProfileError(path.string() + ": not JSON: " + e.what());
+        throw MoeError(path.string() + ": not JSON: " + e.what());
     }
     return profile_parse(j, path.string());
 }
@@ -263,10 +264,10 @@ json profile_to_json(const Profile& p) {
     const ModelFingerprint& m = p.model;
     const size_t cells = size_t(m.n_layers) * size_t(m.n_experts);
     if (p.from_fiddler || !p.has_phases())
-        throw ProfileError("cannot write an imported Fiddler profile: it has no model fingerprint or phase split");
+        throw MoeError("cannot write an imported Fiddler profile: it has no model fingerprint or phase split");
     if (m.n_layers < 1 || m.n_experts < 1 || p.prefill.size() != cells || p.decode.size() != cells)
-        throw ProfileError("profile tables do not match the fingerprint's " + std::to_string(m.n_layers) + " x " +
-                           std::to_string(m.n_experts));
+        throw MoeError("profile tables do not match the fingerprint's " + std::to_string(m.n_layers) + " x " +
+                       std::to_string(m.n_experts));
     const ProfileWorkload& w = p.workload;
     return json{
         {"format", PROFILE_FORMAT},
@@ -319,21 +320,21 @@ std::string profile_to_text(const Profile& profile) {
 }
 
 void profile_write(const Profile& profile, const fs::path& path) {
-    profile_file_write_atomic(path, profile_to_text(profile));
+    file_write_atomic(path, profile_to_text(profile));
 }
 
 void profile_check(const Profile& profile, const ModelFingerprint& expected, const std::string& path) {
     const ModelFingerprint& m = profile.model;
     if (profile.from_fiddler) {
         if (m.n_layers != expected.n_layers || m.n_experts != expected.n_experts)
-            throw ProfileError(path + ": Fiddler popularity table is " + std::to_string(m.n_layers) + " layers x " +
-                               std::to_string(m.n_experts) + " experts, the model has " +
-                               std::to_string(expected.n_layers) + " x " + std::to_string(expected.n_experts));
+            throw MoeError(path + ": Fiddler popularity table is " + std::to_string(m.n_layers) + " layers x " +
+                           std::to_string(m.n_experts) + " experts, the model has " +
+                           std::to_string(expected.n_layers) + " x " + std::to_string(expected.n_experts));
         return;
     }
     if (!(m == expected))
-        throw ProfileError(path + ": profile is for another model: profile " + fingerprint_describe(m) + "; model " +
-                           fingerprint_describe(expected));
+        throw MoeError(path + ": profile is for another model: profile " + fingerprint_describe(m) + "; model " +
+                       fingerprint_describe(expected));
 }
 
 Profile profile_empty(const ModelFingerprint& model) {
@@ -349,37 +350,4 @@ Profile profile_empty(const ModelFingerprint& model) {
 void profile_sum_phases(Profile& p) {
     p.counts.resize(p.prefill.size());
     for (size_t i = 0; i < p.prefill.size(); i++) p.counts[i] = p.prefill[i] + p.decode[i];
-}
-
-std::string profile_file_read(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ProfileError(path.string() + ": cannot open file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw ProfileError(path.string() + ": read failed");
-    return ss.str();
-}
-
-void profile_file_write_atomic(const fs::path& path, const std::string& text) {
-    fs::path tmp = path;
-    tmp += ".tmp." + std::to_string(::getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ProfileError(path.string() + ": cannot create the temporary file " + tmp.string());
-        out << text;
-        out.flush();
-        if (!out) {
-            out.close();
-            std::error_code ignored;
-            fs::remove(tmp, ignored);
-            throw ProfileError(tmp.string() + ": write failed (disk full?)");
-        }
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) {
-        std::error_code ignored;
-        fs::remove(tmp, ignored);
-        throw ProfileError(path.string() + ": cannot replace file: " + ec.message());
-    }
 }

@@ -5,7 +5,7 @@
 // profile belongs to the model at hand. The format is documented in
 // profiles/README.md. Plain data and files only: never runs or loads a model
 // (the fingerprint of a model is computed in engine/model/fingerprint.h). Every
-// refusal is a ProfileError naming the file and what is wrong.
+// refusal is a MoeError naming the file and what is wrong.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -91,8 +91,3 @@ void profile_check(const Profile& profile, const ModelFingerprint& expected, con
 Profile profile_empty(const ModelFingerprint& model);
 // prefill + decode into counts, after the phase tables changed.
 void profile_sum_phases(Profile& profile);
-
-// Whole-file helpers shared by the profile and prompt readers: read (a
-// ProfileError naming the path when it cannot be opened) and atomic replace.
-std::string profile_file_read(const std::filesystem::path& path);
-void profile_file_write_atomic(const std::filesystem::path& path, const std::string& text);

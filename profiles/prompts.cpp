@@ -8,8 +8,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "profiles/profile.h"
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -50,23 +50,22 @@ void read_sharegpt(const std::string& text, const std::string& source, PromptSet
     try {
         j = json::parse(text);
     } catch (const json::exception& e) {
-        throw ProfileError(source + ": not JSON (sharegpt format): " + e.what());
+        throw MoeError(source + ": not JSON (sharegpt format): " + e.what());
     }
-    if (!j.is_array())
-        throw ProfileError(source + ": sharegpt format: the top level must be an array of conversations");
+    if (!j.is_array()) throw MoeError(source + ": sharegpt format: the top level must be an array of conversations");
     for (size_t i = 0; i < j.size(); i++) {
         const json& item = j[i];
         std::string where = source + ": [" + std::to_string(i) + "]";
         if (!item.is_object() || !item.contains("conversations") || !item["conversations"].is_array())
-            throw ProfileError(where + ": needs a \"conversations\" array");
+            throw MoeError(where + ": needs a \"conversations\" array");
         const json* first_human = nullptr;
         const json& turns = item["conversations"];
         for (size_t t = 0; t < turns.size(); t++) {
             const json& turn = turns[t];
             if (!turn.is_object() || !turn.contains("from") || !turn["from"].is_string() || !turn.contains("value") ||
                 !turn["value"].is_string())
-                throw ProfileError(where + ".conversations[" + std::to_string(t) +
-                                   "]: needs string \"from\" and \"value\"");
+                throw MoeError(where + ".conversations[" + std::to_string(t) +
+                               "]: needs string \"from\" and \"value\"");
             const std::string& from = turn["from"].get_ref<const std::string&>();
             if (!first_human && (from == "human" || from == "user")) first_human = &turn["value"];
         }
@@ -89,9 +88,9 @@ void for_each_json_line(const std::string& text, const std::string& source, cons
         try {
             j = json::parse(lines[i]);
         } catch (const json::exception& e) {
-            throw ProfileError(where + ": not JSON (" + format + " format): " + e.what());
+            throw MoeError(where + ": not JSON (" + format + " format): " + e.what());
         }
-        if (!j.is_object()) throw ProfileError(where + ": " + format + " format: each line must be a JSON object");
+        if (!j.is_object()) throw MoeError(where + ": " + format + " format: each line must be a JSON object");
         fn(j, where);
     }
 }
@@ -120,9 +119,9 @@ void read_jsonl(const std::string& text, const std::string& source, PromptFormat
     for_each_json_line(text, source, prompt_format_name(format), [&](const json& j, const std::string& where) {
         const json* p = mtbench ? first_string_of(j, "turns") : jsonl_prompt(j);
         if (!p)
-            throw ProfileError(where + (mtbench ? ": needs \"turns\": a non-empty array of strings"
-                                                : ": none of \"prompt\", \"text\", \"question\", \"turns\"[0], "
-                                                  "\"choices\"[0].\"turns\"[0] is a string"));
+            throw MoeError(where + (mtbench ? ": needs \"turns\": a non-empty array of strings"
+                                            : ": none of \"prompt\", \"text\", \"question\", \"turns\"[0], "
+                                              "\"choices\"[0].\"turns\"[0] is a string"));
         keep(set, p->get<std::string>());
     });
 }
@@ -196,11 +195,11 @@ PromptSet prompts_parse(const std::string& text, const std::string& source, Prom
         break;
     }
     if (set.prompts.empty())
-        throw ProfileError(source + ": no prompts found (read as " + prompt_format_name(set.format) + ", " +
-                           std::to_string(set.n_skipped) + " entries without a usable prompt)");
+        throw MoeError(source + ": no prompts found (read as " + prompt_format_name(set.format) + ", " +
+                       std::to_string(set.n_skipped) + " entries without a usable prompt)");
     return set;
 }
 
 PromptSet prompts_read(const fs::path& path, PromptFormat format) {
-    return prompts_parse(profile_file_read(path), path.string(), format);
+    return prompts_parse(file_read_text(path), path.string(), format);
 }

@@ -2,7 +2,7 @@
 // JSONL, generic JSONL and plain text, plus `auto`, which picks one from the
 // file's extension and content. Each returns the prompt texts in file order;
 // entries with no usable prompt (no human turn, empty text) are skipped and
-// counted, malformed entries are a ProfileError naming the file and the line
+// counted, malformed entries are a MoeError naming the file and the line
 // or array index. Text only: never tokenizes or runs a model.
 #pragma once
 #include <filesystem>

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 #include "server/placement_text.h"
 
 EngineWorker::EngineWorker(EngineOptions options, size_t max_waiting)

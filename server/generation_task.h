@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "server/metrics.h"

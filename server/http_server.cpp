@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "embedded_files.h"
-#include "engine/errors.h"
 #include "engine/model/model_source.h"
 #include "engine/runtime/engine.h"
+#include "profiles/errors.h"
 #include "server/engine_worker.h"
 #include "server/generation_task.h"
 #include "server/http_transport.h"

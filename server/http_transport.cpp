@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 using json = nlohmann::ordered_json;
 

@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/errors.h"
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
 #include "server/cli/cli.h"
 #include "server/cli/cli_calibrate.h"
 #include "server/cli/cli_profile.h"
@@ -85,9 +84,6 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n\n%s", name.c_str(), USAGE);
         return 2;
     } catch (const MoeError& e) {
-        std::fprintf(stderr, "moe-server: error: %s\n", e.what());
-        return 2;
-    } catch (const ProfileError& e) {
         std::fprintf(stderr, "moe-server: error: %s\n", e.what());
         return 2;
     } catch (const std::exception& e) {

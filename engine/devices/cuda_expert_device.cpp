@@ -10,8 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/errors.h"
 #include "gpu_kernels/gpu_kernels.h"
+#include "profiles/errors.h"
 
 namespace {
 

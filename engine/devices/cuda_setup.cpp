@@ -7,11 +7,11 @@
 
 #include <algorithm>
 
-#include "engine/model/cost.h"
 #include "engine/devices/cuda_backend.h"
 #include "engine/devices/cuda_expert_device.h"
-#include "engine/errors.h"
+#include "engine/model/cost.h"
 #include "gpu_kernels/device.h"
+#include "profiles/errors.h"
 
 bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,

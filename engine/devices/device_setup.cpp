@@ -15,7 +15,6 @@
 #include "engine/devices/cuda_setup.h"
 #include "gpu_kernels/gpu_runtime.h"
 #endif
-#include "engine/errors.h"
 #include "engine/devices/expert_timing.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/host_memory.h"
@@ -23,8 +22,8 @@
 #include "gpu_kernels/device.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
+#include "profiles/errors.h"
 #include "profiles/profile.h"
-#include "profiles/profile_error.h"
 
 namespace {
 
@@ -58,7 +57,7 @@ std::optional<Calibration> cached_calibration(const ModelConfig& c, int threads,
     std::optional<Calibration> cal;
     try {
         cal = calibration_find_cached(key);
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         *warning = std::string("ignoring the cached calibration: ") + e.what() + " (run 'moe-server calibrate --force')";
     }
     if (cal) *path = calibration_cache_path(key).string();

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 namespace {
 

@@ -2,7 +2,6 @@
 // generation_config.json) into the plain ModelConfig struct and validates
 // every value. Owns the per-architecture defaults (Mixtral vs Mistral). Must
 // not touch tensors or open weight files.
-#include "engine/model/files.h"
 #include "engine/model/model_config.h"
 
 #include <cstdint>
@@ -10,7 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -6,9 +6,9 @@
 #include <charconv>
 #include <cstdio>
 
-#include "engine/errors.h"
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"
+#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 

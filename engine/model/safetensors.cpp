@@ -3,7 +3,6 @@
 // overlapping) before any TensorView is handed out, and resolves sharded
 // folders through model.safetensors.index.json. Never copies tensor data and
 // knows nothing about models.
-#include "engine/model/files.h"
 #include "engine/model/safetensors.h"
 
 #include <fcntl.h>
@@ -20,7 +19,8 @@
 #include <set>
 #include <sstream>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -27,9 +27,9 @@
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/thread_pool.h"
 #include "embedded_files.h"
-#include "engine/errors.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_table.h"
+#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 

@@ -23,8 +23,8 @@
 #include <limits>
 #include <numeric>
 
-#include "engine/errors.h"
 #include "engine/runtime/sampler.h"
+#include "profiles/errors.h"
 
 namespace {
 

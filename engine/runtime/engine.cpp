@@ -15,13 +15,13 @@
 #include "engine/devices/device_setup.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
-#include "engine/errors.h"
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/chat_replies.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
+#include "profiles/errors.h"
 #include "profiles/routing_stats.h"
 
 namespace {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "engine/devices/execution_stats.h"
-#include "engine/errors.h"
+#include "profiles/errors.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
 #include "engine/text/chat_template.h"

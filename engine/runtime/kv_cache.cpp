@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <numeric>
 #include <string>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 namespace {
 

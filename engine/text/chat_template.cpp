@@ -26,14 +26,14 @@
 // generation prompt it ends after the last message's "<|end|>\n".
 // Their replies are encoded together with the text before them (role,
 // newlines), so they have no reply spans.
-#include "engine/model/files.h"
 #include "engine/text/chat_template.h"
 
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace {
 

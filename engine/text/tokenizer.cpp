@@ -23,7 +23,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 Args::Args(std::vector<std::string> args) : words_(std::move(args)), used_(words_.size(), false) {}
 

@@ -17,14 +17,14 @@
 #include <thread>
 
 #include "engine/runtime/engine.h"
-#include "engine/errors.h"
+#include "profiles/errors.h"
 #include "server/cli/args.h"
 #include "server/cli/cli.h"
 #include "server/cli/demo_model.h"
-#include "server/http_server.h"
 #include "server/cli/http_sse_client.h"
-#include "server/openai_response.h"
 #include "server/cli/serve.h"
+#include "server/http_server.h"
+#include "server/openai_response.h"
 
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;

@@ -4,20 +4,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "cpu_kernels/isa.h"
-#include "engine/runtime/beam_search.h"
 #include "engine/devices/calibration_key.h"
-#include "engine/model/files.h"
-#include "engine/runtime/engine.h"
-#include "engine/errors.h"
 #include "engine/model/synth_model.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/runtime/engine.h"
 #include "engine/text/tokenizer.h"
+#include "profiles/errors.h"
+#include "profiles/files.h"
 #include "server/placement_text.h"
 
 using json = nlohmann::json;

@@ -8,20 +8,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
-#include "engine/runtime/beam_search.h"
 #include "engine/model/cost.h"
-#include "engine/runtime/engine.h"
-#include "engine/errors.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
+#include "engine/runtime/beam_search.h"
+#include "engine/runtime/engine.h"
 #include "placement/residency.h"
+#include "profiles/errors.h"
 #include "profiles/profile.h"
 #include "server/cli/cli.h"
 #include "server/cli/cli_calibrate.h"

@@ -8,7 +8,6 @@
 // copies from pinned memory (pageable beside them, printed), and the expert
 // FFN on the device at the same n with the weights resident; both are fitted
 // (has_device) and the placement planner uses them.
-#include "server/cli/cli.h"
 #include "server/cli/cli_calibrate.h"
 
 #include <algorithm>
@@ -21,13 +20,13 @@
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/calibration_key.h"
-#include "engine/model/cost.h"
-#include "engine/errors.h"
 #include "engine/devices/expert_timing.h"
+#include "engine/model/cost.h"
 #include "engine/model/model_source.h"
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
+#include "server/cli/cli.h"
 #ifdef MOE_HAVE_CUDA
 #include "gpu_kernels/bench_gpu.h"
 #include "gpu_kernels/device.h"
@@ -101,7 +100,7 @@ void print_table(const Calibration& cal) {
     std::printf("\n");
     std::printf("  %6s %12s %12s %9s %12s\n", "n", "measured_ms", "fitted_ms", "error_%", "roofline_ms");
     double worst = 0;
-    for (const CalibrationPoint& p : cal.cpu_points) {
+    for (const TimingPoint& p : cal.cpu_points) {
         double fit = model.cpu_ms(int(p.x)), err = error_pct(fit, p.ms);
         worst = std::max(worst, std::abs(err));
         std::printf("  %6d %12.4f %12.4f %+9.2f %12.4f\n", int(p.x), p.ms, fit, err, roof.ms(p.x));
@@ -115,7 +114,7 @@ void print_table(const Calibration& cal) {
                 model.device.per_token_ms);
     std::printf("  %6s %12s %12s %9s\n", "n", "measured_ms", "fitted_ms", "error_%");
     worst = 0;
-    for (const CalibrationPoint& p : cal.device_points) {
+    for (const TimingPoint& p : cal.device_points) {
         double fit = model.device_ms(int(p.x)), err = error_pct(fit, p.ms);
         worst = std::max(worst, std::abs(err));
         std::printf("  %6d %12.4f %12.4f %+9.2f\n", int(p.x), p.ms, fit, err);
@@ -123,7 +122,7 @@ void print_table(const Calibration& cal) {
     std::printf("  max |device fit error| %.2f %%\n", worst);
     std::printf("  copy fit: ms(bytes) = %.4f + bytes / %.3g per ms (%.2f GB/s)\n", model.copy.latency_ms,
                 model.copy.bytes_per_ms, model.copy.bytes_per_ms / 1e6);
-    for (const CalibrationPoint& p : cal.copy_points)
+    for (const TimingPoint& p : cal.copy_points)
         std::printf("  %12.0f bytes %10.4f ms measured %10.4f fitted %+7.2f %%\n", p.x, p.ms, model.copy_ms(p.x),
                     error_pct(model.copy_ms(p.x), p.ms));
 }
@@ -154,10 +153,10 @@ void measure_device(Calibration& cal, int gpu_device, int reps) {
                 cal.device_name.c_str(), ceil.h2d_pinned_gbs, ceil.h2d_pageable_gbs, ceil.h2d_registered_gbs,
                 ceil.device_gbs, ceil.bf16_tflops);
     cal.has_device = true;
-    for (const TimingPoint& p : points) cal.device_points.push_back({p.x, p.ms});
-    cal.device = {fit.fixed_ms, fit.stream_ms, fit.per_token_ms, fit.large_from, fit.pack_ms, fit.large_per_token_ms};
-    for (const TimingPoint& p : copies) cal.copy_points.push_back({p.x, p.ms});
-    cal.copy = {copy.latency_ms, copy.bytes_per_ms};
+    cal.device_points = points;
+    cal.device = fit;
+    cal.copy_points = copies;
+    cal.copy = copy;
 #else
     (void)cal, (void)gpu_device, (void)reps;
 #endif
@@ -184,7 +183,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
         std::optional<Calibration> cached;
         try {
             cached = calibration_find_cached(key);
-        } catch (const ProfileError& e) {
+        } catch (const MoeError& e) {
             std::printf("calibration: the cached file is unusable (%s); measuring again\n", e.what());
         }
         if (cached) {
@@ -207,8 +206,8 @@ int cli_calibrate(const std::vector<std::string>& words) {
     StageCost one = cost_expert(run.config, 1);
     cal.expert_bytes = one.bytes;
     cal.expert_flops_per_token = one.flops;
-    for (const TimingPoint& p : points) cal.cpu_points.push_back({p.x, p.ms});
-    cal.cpu = {fit.fixed_ms, fit.stream_ms, fit.per_token_ms, fit.large_from, fit.pack_ms, fit.large_per_token_ms};
+    cal.cpu_points = points;
+    cal.cpu = fit;
     measure_device(cal, gpu_device, reps);
     print_table(cal);
     calibration_write(cal, path);

@@ -2,7 +2,7 @@
 // expert FFN of a model on this machine, fit the latency model and check it
 // against the roofline and against a second, independent measurement. The
 // math lives in placement/ (fits) and profiles/ (the file); this is the
-// measuring and the printing. MoeError / ProfileError propagate to main().
+// measuring and the printing. MoeError propagates to main().
 #pragma once
 #include <string>
 #include <vector>

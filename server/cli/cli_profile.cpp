@@ -17,9 +17,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "engine/runtime/engine.h"
-#include "engine/errors.h"
 #include "engine/model/fingerprint.h"
+#include "engine/runtime/engine.h"
+#include "profiles/errors.h"
 #include "profiles/profile.h"
 #include "profiles/prompts.h"
 #include "server/cli/args.h"

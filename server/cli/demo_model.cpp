@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "engine/errors.h"
 #include "engine/model/synth_model.h"
+#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 

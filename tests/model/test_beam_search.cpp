@@ -16,13 +16,13 @@
 #include <functional>
 #include <map>
 
+#include "engine/devices/expert_executor.h"
+#include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
-#include "engine/errors.h"
-#include "engine/devices/expert_executor.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
-#include "engine/model/weights.h"
+#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace {

@@ -9,19 +9,18 @@
 // The AVX512_BF16 path rounds activations to bf16 (8-bit mantissa) before each
 // dot product, as vdpbf16ps needs; there the bound is 1e-2 * (1 + max |ref|).
 // Every path this CPU runs is checked.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "cpu_kernels/kernels.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
-#include "engine/errors.h"
 #include "engine/devices/expert_executor.h"
+#include "engine/model/weights.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
-#include "engine/model/weights.h"
+#include "profiles/errors.h"
 #include "reference_model.h"
 #include "test_support.h"
 

@@ -7,20 +7,19 @@
 // emulated device counts the bytes it copies, and the engine, CLI and flags
 // behave.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <memory>
 
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
-#include "engine/runtime/engine.h"
-#include "engine/errors.h"
 #include "engine/devices/expert_executor.h"
-#include "engine/runtime/forward.h"
 #include "engine/devices/hybrid_executor.h"
-#include "engine/runtime/kv_cache.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
 #include "placement/residency.h"
+#include "profiles/errors.h"
 #include "server/placement_text.h"
 #include "test_support.h"
 

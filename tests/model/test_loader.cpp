@@ -11,10 +11,10 @@
 #include <set>
 
 #include "embedded_files.h"
-#include "engine/errors.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
+#include "profiles/errors.h"
 #include "support/test_support.h"
 #include "support/weights_compare.h"
 

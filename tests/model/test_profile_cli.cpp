@@ -13,15 +13,15 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "engine/text/chat_template.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/tensor_table.h"
+#include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
+#include "profiles/errors.h"
 #include "profiles/profile.h"
-#include "profiles/profile_error.h"
 #include "profiles/prompts.h"
 #include "test_support.h"
 
@@ -141,7 +141,7 @@ TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]
     try {
         profile_check(p, small, out.string());
         FAIL("accepted a tiny profile for the small model");
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         std::string msg = e.what();
         INFO(msg);
         REQUIRE(msg.find(out.string() + ": profile is for another model") == 0);

@@ -6,18 +6,17 @@
 // presets only, to stay quick.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/runtime/engine.h"
-#include "engine/errors.h"
 #include "engine/devices/expert_executor.h"
-#include <memory>
-
-#include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
+#include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"
 

@@ -1,5 +1,5 @@
 // The calibration file: key and cache path, write / read round trip, the
-// cache lookup, and one ProfileError naming the file and the problem for
+// cache lookup, and one MoeError naming the file and the problem for
 // each kind of bad file (not JSON, wrong version, missing field, wrong type,
 // negative values, a key that does not match).
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "profiles/calibration.h"
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -50,11 +50,11 @@ fs::path edited_file(const std::string& tag, void (*edit)(json&)) {
     return p;
 }
 
-// The ProfileError message of reading path ("" when it reads fine).
+// The MoeError message of reading path ("" when it reads fine).
 std::string read_error(const fs::path& p) {
     try {
         calibration_read(p);
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         return e.what();
     }
     return "";
@@ -163,7 +163,7 @@ TEST_CASE("calibration cache: path under XDG_CACHE_HOME, lookup by key", "[calib
     // A file under another key's name is refused, not silently used.
     std::string other = calibration_key("other cpu", "avx2", 2, "none", 1024, 3584);
     fs::copy_file(calibration_cache_path(key), calibration_cache_path(other));
-    REQUIRE_THROWS_AS(calibration_find_cached(other), ProfileError);
+    REQUIRE_THROWS_AS(calibration_find_cached(other), MoeError);
 }
 
 TEST_CASE("calibration_write refuses invalid content and names the file", "[calibration]") {
@@ -173,7 +173,7 @@ TEST_CASE("calibration_write refuses invalid content and names the file", "[cali
     try {
         calibration_write(c, p);
         FAIL("no error");
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         std::string msg = e.what();
         REQUIRE(msg.find(p.string()) == 0);
         REQUIRE(msg.find("cpu.stream_ms") != std::string::npos);
@@ -181,7 +181,7 @@ TEST_CASE("calibration_write refuses invalid content and names the file", "[cali
     REQUIRE_FALSE(fs::exists(p));
 }
 
-TEST_CASE("bad calibration files: one ProfileError naming the file and the problem", "[calibration]") {
+TEST_CASE("bad calibration files: one MoeError naming the file and the problem", "[calibration]") {
     SECTION("missing file") {
         fs::path p = test_temp_dir("calibration-missing") / "nope.json";
         require_error(p, "cannot open", "");

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/text/chat_template.h"
-#include "engine/errors.h"
+#include "profiles/errors.h"
 #include "test_support.h"
 
 // Test-only model builders, defined in test_tokenizer.cpp.

@@ -4,14 +4,13 @@
 // are left room for beside the staging slots, the share-of-experts form, and
 // the refusals. Figures are recomputed here from the model's shapes.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
-#include "engine/model/cost.h"
 #include "engine/devices/device_setup.h"
-#include "engine/errors.h"
+#include "engine/model/cost.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
+#include "profiles/errors.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
-#include "engine/errors.h"
+#include "profiles/errors.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/errors.h"
 #include "engine/model/model_config.h"
+#include "profiles/errors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -12,8 +12,8 @@
 #include "engine/model/model_config.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/tensor_table.h"
+#include "profiles/errors.h"
 #include "profiles/profile.h"
-#include "profiles/profile_error.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -51,13 +51,13 @@ void write_text(const fs::path& path, const std::string& text) {
     out << text;
 }
 
-// The ProfileError message of reading `text` from a file ("" when accepted).
+// The MoeError message of reading `text` from a file ("" when accepted).
 std::string read_error(const std::string& text) {
     fs::path path = test_temp_dir("profile-bad") / "p.json";
     write_text(path, text);
     try {
         profile_read(path);
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         std::string msg = e.what();
         // Every refusal names the file first.
         REQUIRE(msg.rfind(path.string() + ": ", 0) == 0);
@@ -69,7 +69,7 @@ std::string read_error(const std::string& text) {
 std::string check_error(const Profile& p, const ModelFingerprint& f) {
     try {
         profile_check(p, f, "p.json");
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         return e.what();
     }
     return "";
@@ -201,14 +201,14 @@ TEST_CASE("Fiddler popularity file is imported as total counts and checked by it
     wider.n_experts = 8;
     REQUIRE(check_error(p, wider) == "p.json: Fiddler popularity table is 3 layers x 4 experts, the model has 3 x 8");
     // Not writable as our format: it has no fingerprint.
-    REQUIRE_THROWS_AS(profile_write(p, dir / "out.json"), ProfileError);
+    REQUIRE_THROWS_AS(profile_write(p, dir / "out.json"), MoeError);
 
     auto bad = [&](json j, const std::string& part) {
         write_text(dir / "bad.json", j.dump());
         try {
             profile_read(dir / "bad.json");
             FAIL("accepted " << j.dump());
-        } catch (const ProfileError& e) {
+        } catch (const MoeError& e) {
             INFO(e.what());
             REQUIRE(std::string(e.what()).find(part) != std::string::npos);
         }

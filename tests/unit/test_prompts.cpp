@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "profiles/profile_error.h"
+#include "profiles/errors.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"
 
@@ -18,11 +18,11 @@ fs::path prompts_dir() {
     return shared_data_dir() / "prompts";
 }
 
-// The ProfileError message of parsing `text` as a file named `name`.
+// The MoeError message of parsing `text` as a file named `name`.
 std::string parse_error(const std::string& text, const std::string& name, PromptFormat format = PromptFormat::AUTO) {
     try {
         prompts_parse(text, name, format);
-    } catch (const ProfileError& e) {
+    } catch (const MoeError& e) {
         return e.what();
     }
     return "";

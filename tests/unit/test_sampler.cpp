@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/errors.h"
 #include "engine/runtime/sampler.h"
+#include "profiles/errors.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <stdexcept>
 
 #include "embedded_files.h"
-#include "engine/errors.h"
 #include "engine/text/tokenizer.h"
+#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace tokenizer_test {
