@@ -4,14 +4,10 @@
 // what was expected; nothing here knows how a model runs.
 #include "profiles/profile.h"
 
-#include <unistd.h>
-
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "profiles/errors.h"
 #include "profiles/files.h"
