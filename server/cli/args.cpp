@@ -38,6 +38,12 @@ std::string Args::get(const std::string& name, const std::string& fallback) {
     return v ? *v : fallback;
 }
 
+std::string Args::required(const std::string& name, const std::string& context) {
+    auto v = get(name);
+    if (!v) throw MoeError(context + name + " is required");
+    return *v;
+}
+
 long Args::get_int(const std::string& name, long fallback, long min, long max) {
     auto v = get(name);
     if (!v) return fallback;

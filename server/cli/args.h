@@ -14,6 +14,9 @@ public:
 
     std::optional<std::string> get(const std::string& name);
     std::string get(const std::string& name, const std::string& fallback);
+    // A flag that must be given: MoeError "<context><name> is required" when
+    // absent (context: e.g. "calibrate: ", or empty).
+    std::string required(const std::string& name, const std::string& context = "");
     // Every value of a flag that may repeat (--stop a --stop b), in order.
     std::vector<std::string> get_all(const std::string& name);
     long get_int(const std::string& name, long fallback, long min, long max);

@@ -23,11 +23,11 @@ using json = nlohmann::json;
 
 namespace {
 
-
-std::string require(Args& args, const std::string& flag) {
-    auto v = args.get(flag);
-    if (!v) throw MoeError(flag + " is required");
-    return *v;
+// A --model string into its source, announcing a synthetic one.
+ModelSource model_flag_source(const std::string& text) {
+    ModelSource source = model_source_parse(text);
+    if (source.synthetic) std::fprintf(stderr, "moe-server: %s\n", model_source_note(source).c_str());
+    return source;
 }
 
 }  // namespace
@@ -35,15 +35,11 @@ std::string require(Args& args, const std::string& flag) {
 std::optional<ModelSource> parse_optional_model_flag(Args& args) {
     auto text = args.get("--model");
     if (!text) return std::nullopt;
-    ModelSource source = model_source_parse(*text);
-    if (source.synthetic) std::fprintf(stderr, "moe-server: %s\n", model_source_note(source).c_str());
-    return source;
+    return model_flag_source(*text);
 }
 
 ModelSource parse_model_flag(Args& args, const std::string& context) {
-    std::optional<ModelSource> source = parse_optional_model_flag(args);
-    if (!source) throw MoeError(context + "--model is required");
-    return *source;
+    return model_flag_source(args.required("--model", context));
 }
 
 void apply_isa_flag(Args& args) {
@@ -352,7 +348,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     EngineOptions options;
     ModelSource source = parse_model_flag(args);
     options.model_dir = source.text;
-    std::string text_path = require(args, "--text");
+    std::string text_path = args.required("--text");
     long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     bool as_json = args.flag("--json");
@@ -391,8 +387,8 @@ int cli_perplexity(const std::vector<std::string>& words) {
 int cli_synth_model(const std::vector<std::string>& words) {
     Args args(words);
     SynthOptions o;
-    o.preset = require(args, "--preset");
-    o.out = require(args, "--out");
+    o.preset = args.required("--preset");
+    o.out = args.required("--out");
     o.seed = uint64_t(args.get_int("--seed", 0, 0, 1L << 62));
     o.tokenizer = args.get("--tokenizer", "");
     o.max_shard_bytes = size_t(args.get_int("--shard-mb", long(o.max_shard_bytes >> 20), 1, 1 << 30)) << 20;

@@ -284,12 +284,6 @@ int bench_beam(Args& args) {
     return 0;
 }
 
-std::string required_flag(Args& args, const std::string& flag) {
-    auto v = args.get(flag);
-    if (!v) throw MoeError(flag + " is required");
-    return *v;
-}
-
 json workload_json(const Profile& p, const std::string& path) {
     const ProfileWorkload& w = p.workload;
     return {{"file", path},
@@ -308,8 +302,8 @@ json workload_json(const Profile& p, const std::string& path) {
 int bench_placement(Args& args) {
     const ModelSource source = parse_model_flag(args);
     const std::string& model = source.text;
-    const std::string a_path = required_flag(args, "--profile");
-    const std::string b_path = required_flag(args, "--eval");
+    const std::string a_path = args.required("--profile");
+    const std::string b_path = args.required("--eval");
     const int n_seeds = int(args.get_int("--seeds", 100, 2, 100000));
     args.finish();
     ModelConfig config = model_source_config(source);

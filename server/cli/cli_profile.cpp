@@ -126,15 +126,10 @@ bool parse_on_off(const std::string& flag, const std::string& value) {
 
 int cli_profile(const std::vector<std::string>& words) {
     Args args(words);
-    auto required = [&](const char* flag) {
-        auto v = args.get(flag);
-        if (!v) throw MoeError(std::string(flag) + " is required");
-        return *v;
-    };
     EngineOptions options;
     options.model_dir = parse_model_flag(args).text;
-    const std::string prompts_path = required("--prompts");
-    const std::string out_path = required("--out");
+    const std::string prompts_path = args.required("--prompts");
+    const std::string out_path = args.required("--out");
     const std::string format_name = args.get("--format", "auto");
     auto format = prompt_format_parse(format_name);
     if (!format)
