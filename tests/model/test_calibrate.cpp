@@ -1,7 +1,8 @@
 // `moe-server calibrate` on the tiny model: writes a valid calibration file
 // with nine points under $XDG_CACHE_HOME, reuses it on the next run unless
-// --force, writes --out as well, and fails cleanly on bad flags; the engine
-// then loads the file calibrate wrote (one key function for both).
+// --force (which replaces a planted file), writes --out as well, and fails
+// cleanly on bad flags; the engine then loads the file calibrate wrote (one
+// key function for both) and plans with its numbers.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,15 @@
 #include "test_support.h"
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A time no expert of the tiny model takes: a planted file's points.
+constexpr double PLANTED_MS = 1000.0;
+// A planted CPU curve's time per expert run (no measurement fits exactly it).
+constexpr double PLANTED_EXPERT_MS = 0.00123;
+
+}  // namespace
 
 TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[calibrate]") {
     fs::path cache = test_temp_dir("calibrate-cache");
@@ -49,12 +59,23 @@ TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[c
     REQUIRE(again.out.find("reusing") != std::string::npos);
     REQUIRE(calibration_read(out).cpu_points[3].ms == c.cpu_points[3].ms);
 
-    // --force measures again.
+    // --force measures again: plant a file whose CPU points no measurement of
+    // the tiny expert comes near (1000 ms each); without --force it is reused,
+    // with --force it is replaced by fresh measurements.
+    Calibration planted = c;
+    for (TimingPoint& p : planted.cpu_points) p.ms = PLANTED_MS;
+    calibration_write(planted, files[0]);
+    CommandResult reused = moe({"calibrate", "--model", model, "--threads", "1"});
+    INFO(reused.out << reused.err);
+    REQUIRE(reused.exit_code == 0);
+    REQUIRE(calibration_read(files[0]).cpu_points[0].ms == PLANTED_MS);
     CommandResult forced = moe({"calibrate", "--model", model, "--threads", "1", "--reps", "3", "--force"});
     INFO(forced.out << forced.err);
     REQUIRE(forced.exit_code == 0);
     REQUIRE(forced.out.find("reusing") == std::string::npos);
-    REQUIRE(calibration_read(files[0]).cpu_points.size() == 9);
+    Calibration measured = calibration_read(files[0]);
+    REQUIRE(measured.cpu_points.size() == 9);
+    for (const TimingPoint& p : measured.cpu_points) REQUIRE(p.ms < PLANTED_MS);
 }
 
 TEST_CASE("calibrate: bad flags are one-line errors with exit code 2", "[calibrate]") {
@@ -96,8 +117,30 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
     }
     // The dry run's planner uses it too, instead of the quick probe.
     o.device.emulate_gpu_expert_share = 0.5;
-    Engine emulated(o);
-    REQUIRE(emulated.placement().latency_source.rfind("CPU: " + written + "; device:", 0) == 0);
+    {
+        Engine emulated(o);
+        REQUIRE(emulated.placement().latency_source.rfind("CPU: " + written + "; device:", 0) == 0);
+    }
+
+    // And it plans with the file's numbers, not just its name: with a CPU
+    // curve of PLANTED_EXPERT_MS per expert run whatever its tokens (cheaper
+    // than any copy to the nominal GPU, so every expert that is not
+    // resident stays on the CPU), the predicted CPU time of a request is
+    // that times its CPU runs.
+    Calibration cal = calibration_read(written);
+    cal.cpu = {PLANTED_EXPERT_MS, 0, 0, 0, 0, 0};
+    calibration_write(cal, written);
+    Engine planned(o);
+    GenerateRequest req;
+    req.prompt = {1, 415, 2936, 9060, 285, 1142, 754, 28705};
+    req.max_tokens = 8;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+    planned.generate(req, [](const TokenEvent&) { return true; });
+    ExecutionStats s = planned.execution_stats().last;
+    const uint64_t cpu_runs = s.runs[int(ExpertSite::CPU)];
+    REQUIRE(cpu_runs > 0);
+    REQUIRE(s.predicted_cpu_ms == Approx(PLANTED_EXPERT_MS * double(cpu_runs)).epsilon(1e-9));
 
     // The synthetic tiny model has the same expert shape: the same file.
     CommandResult synth = moe({"calibrate", "--model", "synth:tiny", "--threads", "1"});

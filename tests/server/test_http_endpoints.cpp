@@ -473,16 +473,18 @@ TEST_CASE("experts endpoint and metrics show an emulated device's placement and 
 TEST_CASE("the web UI is served from the embedded bundle at /", "[server]") {
     ServerProcess server(test_model_dir("tiny"), {"--api-key", "k"});
     auto c = server.client();
+    // The bundle is committed (web/README.md), so the binary must serve it,
+    // byte for byte, and never the "not built" fallback page.
     fs::path bundle = fs::path(MOE_SOURCE_DIR) / "web" / "dist" / "index.html";
+    REQUIRE(fs::is_regular_file(bundle));
+    const std::string page = read_file(bundle);
     for (const char* path : {"/", "/index.html"}) {
         auto res = c.Get(path);  // no API key needed for the page
         REQUIRE(res);
         CHECK(res->status == 200);
         CHECK(res->get_header_value("Content-Type").rfind("text/html", 0) == 0);
-        if (fs::exists(bundle))
-            CHECK(res->body == read_file(bundle));
-        else
-            CHECK(res->body.find("not built") != std::string::npos);
+        CHECK(res->body == page);
+        CHECK(res->body.find("not built") == std::string::npos);
     }
     auto missing = c.Get("/no-such-file.js");
     REQUIRE(missing);

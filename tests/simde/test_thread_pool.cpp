@@ -1,11 +1,17 @@
 // ThreadPool: every index runs exactly once per fork, ranges cover [0, n)
 // exactly once with the requested alignment, sleeping workers wake up, and
-// many back-to-back forks neither lose nor duplicate work.
+// many back-to-back forks neither lose nor duplicate work; the physical core
+// count matches the kernel's topology in sysfs.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cpu_kernels/thread_pool.h"
@@ -56,4 +62,34 @@ TEST_CASE("uneven work: the caller waits for the slowest thread", "[thread_pool]
     REQUIRE(done.load() == 2);
 }
 
-TEST_CASE("physical_core_count is positive", "[thread_pool]") { REQUIRE(physical_core_count() >= 1); }
+// The kernel's CPU topology in sysfs, read independently of /proc/cpuinfo
+// (which physical_core_count parses): distinct (package, core) pairs of the
+// CPUs listed there; 0 when sysfs has no topology.
+int sysfs_physical_cores() {
+    std::set<std::pair<std::string, std::string>> cores;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/sys/devices/system/cpu", ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.size() < 4 || name.compare(0, 3, "cpu") != 0 ||
+            name.find_first_not_of("0123456789", 3) != std::string::npos)
+            continue;
+        std::ifstream package(entry.path() / "topology" / "physical_package_id");
+        std::ifstream core(entry.path() / "topology" / "core_id");
+        std::string p, c;
+        if (package >> p && core >> c) cores.insert({p, c});
+    }
+    return int(cores.size());
+}
+
+TEST_CASE("physical_core_count counts physical cores, hyper-threads once", "[thread_pool]") {
+    const int n = physical_core_count();
+    const int logical = int(std::thread::hardware_concurrency());
+    const int sysfs = sysfs_physical_cores();
+    INFO("physical_core_count " << n << ", sysfs " << sysfs << ", logical " << logical);
+    REQUIRE(n >= 1);
+    if (logical > 0) REQUIRE(n <= logical);
+    if (sysfs > 0)
+        REQUIRE(n == sysfs);
+    else
+        WARN("no CPU topology in sysfs: only the bounds are checked");
+}

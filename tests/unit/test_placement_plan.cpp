@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -146,10 +147,21 @@ std::vector<PlanInput> random_layer(std::mt19937_64& rng) {
 
 }  // namespace
 
-TEST_CASE("expert_site_name", "[placement]") {
-    REQUIRE(std::string(expert_site_name(ExpertSite::CPU)) == "cpu");
-    REQUIRE(std::string(expert_site_name(ExpertSite::DEVICE)) == "device");
-    REQUIRE(std::string(expert_site_name(ExpertSite::COPY)) == "copy");
+// The names key /v1/experts' "sites" and the site label of /metrics (the
+// server tests read them there): each site needs its own, and a value that
+// is no site must not borrow one.
+TEST_CASE("expert_site_name: every site has its own name, nothing else has one", "[placement]") {
+    using enum ExpertSite;
+    std::set<std::string> names;
+    for (ExpertSite site : {CPU, DEVICE, COPY}) {
+        const std::string name = expert_site_name(site);
+        INFO("site " << int(site) << ": '" << name << "'");
+        REQUIRE(!name.empty());
+        REQUIRE(name != "?");
+        REQUIRE(name.find_first_not_of("abcdefghijklmnopqrstuvwxyz") == std::string::npos);  // a label value
+        REQUIRE(names.insert(name).second);
+    }
+    for (int v = int(COPY) + 1; v <= 255; v++) REQUIRE(std::string(expert_site_name(ExpertSite(v))) == "?");
 }
 
 // A model whose numbers are easy to follow by hand: the device computes an
