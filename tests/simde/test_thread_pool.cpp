@@ -2,9 +2,8 @@
 // exactly once with the requested alignment, sleeping workers wake up, and
 // many back-to-back forks neither lose nor duplicate work; the physical core
 // count matches the kernel's topology in sysfs.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
