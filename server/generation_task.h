@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "profiles/errors.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
+#include "profiles/errors.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"

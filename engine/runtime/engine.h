@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "engine/devices/execution_stats.h"
-#include "profiles/errors.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
+#include "profiles/errors.h"
 
 // Where the model runs: a CUDA device when there is one (dense weights, KV
 // cache and the popular experts on it), else the CPU; or the emulated device

@@ -14,9 +14,9 @@
 #include <cmath>
 
 #include "cpu_kernels/kernels.h"
-#include "engine/runtime/beam_search.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
