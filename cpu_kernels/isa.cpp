@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cpuid.h>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 

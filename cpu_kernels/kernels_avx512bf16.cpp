@@ -3,6 +3,8 @@
 // fp32 helpers are the AVX-512 F ones. For Cooper Lake, Sapphire Rapids and
 // later, Zen 4 and later. Compiled a second time against SIMDe (MOE_SIMDE)
 // for the tests.
+#include <cstdint>
+
 #include "cpu_kernels/kernels_impl.h"
 #include "cpu_kernels/vec_avx512.h"
 

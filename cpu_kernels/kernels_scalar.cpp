@@ -3,6 +3,7 @@
 // no blocking tricks, so that it stays obviously right.
 #include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "cpu_kernels/isa.h"
 

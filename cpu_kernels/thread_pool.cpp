@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <fstream>
 #include <linux/futex.h>
 #include <set>

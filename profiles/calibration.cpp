@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "profiles/errors.h"
 #include "profiles/files.h"

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "profiles/errors.h"
 

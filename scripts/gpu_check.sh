@@ -99,7 +99,10 @@ nvidia-smi >/dev/null 2>&1 || arch="80;90"  # no GPU to ask (a dry run): build f
 step "configure (CUDA architectures $arch)" 300 cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_extra[@]}" || { note "stopping: no build"; exit 1; }
 grep -E "CUDA executor|Found|sentencepiece|httplib" "$log" | tail -5 >>"$summary"
-step "build" 900 cmake --build "$build" -j "$cores" || { note "stopping: no build"; exit 1; }
+# Keep going past a failing file, so one run reports every compile error.
+keep_going=(-k)
+[ ${#gen[@]} -gt 0 ] && keep_going=(-k 0)
+step "build" 900 cmake --build "$build" -j "$cores" -- "${keep_going[@]}" || { note "stopping: no build"; exit 1; }
 bin="$build/moe-server"
 export HOME="${HOME:-/root}"
 

@@ -2,6 +2,7 @@
 // carries HELP and TYPE lines; histogram buckets are cumulative on output.
 #include "server/metrics.h"
 
+#include <cstdint>
 #include <cstdio>
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 

@@ -14,6 +14,7 @@
 // nothing for a GPU.
 #pragma once
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>

@@ -1,6 +1,7 @@
 // ExpertPipeline (see expert_pipeline.h): the op list of one layer.
 #include "engine/devices/expert_pipeline.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 

@@ -3,6 +3,7 @@
 
 #include <cassert>
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 

@@ -9,6 +9,7 @@
 // pass calls the CPU executor directly); with a null device (tests) every
 // expert runs on the CPU through the planner.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "engine/devices/backend.h"

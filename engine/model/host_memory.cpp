@@ -1,6 +1,7 @@
 // host_memory_available (see host_memory.h).
 #include "engine/model/host_memory.h"
 
+#include <cstdint>
 #include <cstdio>
 
 uint64_t host_memory_available() {

@@ -4,7 +4,9 @@
 #include "engine/model/model_source.h"
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <system_error>
 
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"

@@ -15,12 +15,15 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <tuple>
 #include <unordered_map>
 

@@ -1,6 +1,8 @@
 // Tensor table (see tensor_table.h): the Hugging Face names and shapes of
 // every tensor, spelled here and nowhere else in the engine. Pure function
 // of the ModelConfig.
+#include <cstdint>
+
 #include "engine/model/tensor_table.h"
 
 std::vector<TensorEntry> tensor_table(const ModelConfig& c) {

@@ -6,6 +6,7 @@
 // half-loaded model. Does no math beyond these conversions.
 #include "engine/model/weights.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 

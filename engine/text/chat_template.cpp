@@ -31,6 +31,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "profiles/errors.h"
 #include "profiles/files.h"

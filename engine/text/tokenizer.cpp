@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <system_error>
 
 #include "profiles/errors.h"
 

@@ -1,8 +1,10 @@
 // Demo model location, creation and banner (see demo_model.h).
 #include "server/cli/demo_model.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 #include "engine/model/synth_model.h"
 #include "profiles/errors.h"

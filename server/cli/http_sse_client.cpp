@@ -1,6 +1,7 @@
 // SSE client (see http_sse_client.h).
 #include "server/cli/http_sse_client.h"
 
+#include <cstdint>
 #include <string_view>
 
 SseResponse sse_post(httplib::Client& client, const std::string& path, const std::string& body,

@@ -7,6 +7,7 @@
 // product) to bf16, where the CPU keeps them fp32: outputs agree within
 // FFN_TOL * (1 + max |CPU output|).
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include <algorithm>
 #include <cmath>

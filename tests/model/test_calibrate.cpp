@@ -4,6 +4,7 @@
 // cleanly on bad flags; the engine then loads the file calibrate wrote (one
 // key function for both) and plans with its numbers.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/expert_executor.h"

@@ -7,6 +7,7 @@
 // emulated device counts the bytes it copies, and the engine, CLI and flags
 // behave.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 

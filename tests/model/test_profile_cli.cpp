@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 

@@ -5,6 +5,7 @@
 // CLI runs on a synthetic source and names it a benchmark aid. Tiny and small
 // presets only, to stay quick.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>

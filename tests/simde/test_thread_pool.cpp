@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>

@@ -2,6 +2,7 @@
 // tests that need no model do not link the synth-model writer).
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <unistd.h>
 
 #include "engine/model/synth_model.h"

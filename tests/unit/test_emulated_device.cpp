@@ -6,6 +6,7 @@
 // refused.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>

@@ -4,6 +4,7 @@
 // expert runs. Plain numbers, no model.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <set>
 #include <string>
 

@@ -2,6 +2,7 @@
 // Mistral-7B v0.3 configs from the shared data, defaults, and one error per
 // kind of bad input (each a single line naming the file and the field).
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 

@@ -4,6 +4,7 @@
 // mismatch), the Fiddler import, and the model fingerprint computed from a
 // ModelConfig.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>

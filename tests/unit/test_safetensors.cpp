@@ -2,6 +2,7 @@
 // header layout, and one error per kind of malformed file (each a single line
 // naming the file and, where there is one, the tensor), plus sharded folders.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -2,6 +2,7 @@
 // Mistral names, shapes, roles and (layer, expert) indices in load order,
 // and lm_head left out when the embeddings are tied.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
