@@ -214,7 +214,7 @@ TEST_CASE("chat completion, streamed: SSE framing", "[server]") {
     CHECK(usage["choices"] == json::array());
     CHECK(usage["usage"]["completion_tokens"] == 10);
     CHECK(usage["usage"]["prompt_tokens"] == plain.body["usage"]["prompt_tokens"]);
-    CHECK(content == plain.body["choices"][0]["message"]["content"]);
+    CHECK(content == plain.body["choices"][0]["message"]["content"].get<std::string>());
 
     // Without include_usage there is no usage chunk and no usage field.
     auto bare = c.Post("/v1/chat/completions", merged(base, {{"stream", true}}).dump(), "application/json");
@@ -276,7 +276,7 @@ TEST_CASE("text completions: string and token prompts, streamed and not", "[serv
         CHECK(chunk["object"] == "text_completion");
         if (!chunk["choices"].empty()) text += chunk["choices"][0]["text"].get<std::string>();
     }
-    CHECK(text == r.body["choices"][0]["text"]);
+    CHECK(text == r.body["choices"][0]["text"].get<std::string>());
     CHECK(json::parse(frames[frames.size() - 2])["usage"]["completion_tokens"] == 6);
     CHECK(json::parse(frames[frames.size() - 3])["choices"][0]["finish_reason"] == "length");
 }
