@@ -1,5 +1,6 @@
 // bench_gpu.h: copies, GEMMs and the expert FFN timed with CUDA events.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -19,19 +20,33 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-// Median ms of fn() enqueued on stream, after one warm-up.
+// Median ms of one fn() enqueued on stream. The device is first kept busy
+// with fn() for WARM_MS (an idle GPU runs at a low clock for a while), and
+// each of the reps times enough back-to-back calls to fill BATCH_MS, so
+// launch and synchronisation jitter do not swamp a call of a tenth of a
+// millisecond.
+constexpr double WARM_MS = 50, BATCH_MS = 2;
+
 template <class Fn>
 double time_ms(GpuStream stream, int reps, Fn&& fn) {
     GpuEvent start(true), stop(true);
-    fn();
-    std::vector<double> ms;
-    for (int r = 0; r < reps; r++) {
+    auto timed = [&](int calls) {
         start.record(stream);
-        fn();
+        for (int i = 0; i < calls; i++) fn();
         stop.record(stream);
         stop.synchronize();
-        ms.push_back(stop.ms_since(start));
+        return stop.ms_since(start);
+    };
+    double one = timed(1);
+    for (double spent = one; spent < WARM_MS;) {
+        const int calls = std::max(1, int(std::min(1000.0, (WARM_MS - spent) / std::max(one, 1e-3))));
+        const double ms = timed(calls);
+        spent += ms;
+        one = ms / calls;
     }
+    const int batch = std::max(1, int(std::ceil(BATCH_MS / std::max(one, 1e-3))));
+    std::vector<double> ms;
+    for (int r = 0; r < reps; r++) ms.push_back(timed(batch) / batch);
     return median(ms);
 }
 

@@ -7,7 +7,8 @@
 #   OUTDIR/gpu_check.log    everything the steps printed
 #   OUTDIR/ctest_gpu.log    ctest -L gpu --output-on-failure
 #   OUTDIR/bench.jsonl      the benchmarks' JSON lines
-#   OUTDIR/calibrate.txt    the latency model's fit on this machine (CPU and GPU)
+#   OUTDIR/calibrate.txt    the latency model's fit on this machine (CPU and GPU),
+#                           Mixtral-8x7B's expert shape; calibrate-mini.txt mixtral-mini's
 # Build dependencies missing from the machine come from .gpu-deps/ (made by
 # scripts/fetch_gpu_deps.sh where Debian's archive is reachable), unpacked
 # into a private prefix, never into /. Each step has a time limit and a
@@ -125,6 +126,7 @@ bench_step "beam 4,8,16 mixtral-8x7b, 24 GiB GPU" 300 "$bin" bench beam "${big[@
 bench_step "decode mixtral-8x7b, CPU only" 240 "$bin" bench decode "${big[@]}" --gpu-device none --tokens 16 --repeat 1
 bench_step "prefill 512 mixtral-8x7b, CPU only" 240 "$bin" bench prefill "${big[@]}" --gpu-device none --tokens 512 --repeat 1
 mini=(--model synth:mixtral-mini)
+step "calibrate synth:mixtral-mini" 240 bash -c 'set -o pipefail; "$0" calibrate --model synth:mixtral-mini --force --reps 9 | tee "'"$out/calibrate-mini.txt"'"' "$bin"
 bench_step "decode mixtral-mini, 25% experts on the GPU" 120 "$bin" bench decode "${mini[@]}" --gpu-memory 25% --tokens 64
 bench_step "prefill 512 mixtral-mini, 25% on the GPU" 120 "$bin" bench prefill "${mini[@]}" --gpu-memory 25% --tokens 512
 bench_step "beam 4,8,16 mixtral-mini, 25% on the GPU" 180 "$bin" bench beam "${mini[@]}" --gpu-memory 25% --widths 4,8,16

@@ -135,7 +135,7 @@ void measure_device(Calibration& cal, int gpu_device, int reps) {
     std::vector<GpuDevice> devices = gpu_devices();
     if (gpu_device < 0 || gpu_device >= int(devices.size())) return;
     gpu_set_device(gpu_device);
-    const int device_reps = std::max(3, reps / 2);
+    const int device_reps = std::max(5, reps);
     std::vector<int> ns = token_counts();
     std::vector<double> ffn = gpu_time_expert_ffn(cal.dim, cal.hidden_dim, ns, device_reps);
     std::vector<TimingPoint> points;

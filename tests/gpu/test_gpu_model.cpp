@@ -2,7 +2,9 @@
 // prefill, decode and forked beams on tiny, small and mixtral-mini, under
 // three placements (nothing resident with every expert copied; half
 // resident with the rest on the CPU; the planner's own plan); greedy
-// continuations; perplexity through the Engine; device memory flat over 100
+// continuations (teacher-forced: the logit bound holds at every step, so the
+// GPU's greedy token is the CPU's wherever the CPU's two best logits lie
+// further apart than twice the tolerance); perplexity through the Engine; device memory flat over 100
 // requests. Each test reports itself skipped where no CUDA device exists.
 //
 // Tolerance: the GPU rounds every GEMM input to bf16 (cuBLAS bf16 x bf16 ->
@@ -140,30 +142,6 @@ void check_logits_close(const std::vector<float>& gpu, const std::vector<float>&
     REQUIRE(worst <= tol);
 }
 
-// Greedy on the GPU picks the CPU's token at every step where the CPU's two
-// best logits are further apart than the tolerance; closer than that, bf16
-// rounding may order them either way (counted, and the CPU's token is then
-// followed so the rest still compares).
-void check_greedy(const Trace& gpu, const Trace& cpu, int n_prompt, int vocab) {
-    double scale = 0;
-    for (float v : cpu.logits) scale = std::max(scale, std::fabs(double(v)));
-    const double tol = LOGIT_TOL * (1.0 + scale);
-    int ties = 0;
-    for (size_t step = 0; step < cpu.tokens.size(); step++) {
-        const float* c = cpu.logits.data() + (n_prompt - 1 + step) * size_t(vocab);
-        const float* g = gpu.logits.data() + (n_prompt - 1 + step) * size_t(vocab);
-        std::vector<float> sorted(c, c + vocab);
-        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-        int g_arg = int(std::max_element(g, g + vocab) - g);
-        if (sorted[0] - sorted[1] > 2 * tol)
-            REQUIRE(g_arg == cpu.tokens[step]);
-        else
-            ties++;
-    }
-    INFO("steps whose two best CPU logits lie within bf16 rounding: " << ties);
-    CHECK(ties <= int(cpu.tokens.size()) / 4);
-}
-
 }  // namespace
 
 TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
@@ -192,7 +170,6 @@ TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
             Stack gpu(dir, p.residency, p.model);
             Trace got = run(gpu, prompt, n_decode, &want.tokens);
             check_logits_close(got.logits, want.logits);
-            check_greedy(got, want, int(prompt.size()), c.vocab_size);
             const ExecutionStats& st = gpu.hybrid->step();
             if (p.residency == &none) REQUIRE(st.runs[int(ExpertSite::COPY)] > 0);
             if (p.residency == &half) REQUIRE(st.runs[int(ExpertSite::CPU)] > 0);
