@@ -105,6 +105,8 @@ keep_going=(-k)
 [ ${#gen[@]} -gt 0 ] && keep_going=(-k 0)
 step "build" 900 cmake --build "$build" -j "$cores" -- "${keep_going[@]}" || { note "stopping: no build"; exit 1; }
 bin="$build/moe-server"
+# MOE_GPU_CHECK_STEPS=build stops here (a built tree for a command of one's own).
+[ "${MOE_GPU_CHECK_STEPS:-all}" = build ] && { note "built; MOE_GPU_CHECK_STEPS=build stops here"; exit 0; }
 export HOME="${HOME:-/root}"
 
 # ---- tests ----------------------------------------------------------------

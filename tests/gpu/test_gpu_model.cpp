@@ -1,21 +1,21 @@
 // The whole model on a CUDA device against the CPU (label gpu): logits of
 // prefill, decode and forked beams on tiny, small and mixtral-mini, under
 // three placements (nothing resident with every expert copied; half
-// resident with the rest on the CPU; the planner's own plan); greedy
-// continuations (teacher-forced: the logit bound holds at every step, so the
-// GPU's greedy token is the CPU's wherever the CPU's two best logits lie
-// further apart than twice the tolerance); perplexity through the Engine; device memory flat over 100
-// requests. Each test reports itself skipped where no CUDA device exists.
+// resident with the rest on the CPU; the planner's own plan), decoding
+// teacher-forced on the CPU's greedy tokens; perplexity through the Engine;
+// device memory flat over 100 requests. Each test reports itself skipped
+// where no CUDA device exists.
 //
-// Tolerance: the GPU rounds every GEMM input to bf16 (cuBLAS bf16 x bf16 ->
-// fp32) where the CPU multiplies fp32 activations by bf16 weights, a
-// relative error of up to 2^-9 per input that the layers compound. Logits
-// must agree within LOGIT_TOL * (1 + max |CPU logit|).
+// Tolerance: support/logit_compare.h, one criterion per position (the
+// device's bf16 rounding of GEMM inputs may flip a router near-tie at a few
+// positions); tests/model/test_device_rounding.cpp checks the criterion
+// holds for the CPU with the device's rounding.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/devices/cuda_backend.h"
@@ -25,13 +25,13 @@
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/weights.h"
 #include "gpu_support.h"
+#include "logit_compare.h"
 #include "placement/latency_model.h"
 #include "placement/residency.h"
 #include "test_support.h"
 
 namespace {
 
-constexpr double LOGIT_TOL = 0.03;
 constexpr int MAX_BATCH = 128;
 constexpr int CTX = 256;
 
@@ -129,19 +129,6 @@ Trace run(Stack& s, const std::vector<int>& prompt, int n_decode, const std::vec
     return t;
 }
 
-void check_logits_close(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-    REQUIRE(gpu.size() == cpu.size());
-    double scale = 0, worst = 0;
-    for (float v : cpu) scale = std::max(scale, std::fabs(double(v)));
-    for (size_t i = 0; i < cpu.size(); i++) {
-        REQUIRE(std::isfinite(gpu[i]));
-        worst = std::max(worst, std::fabs(double(gpu[i]) - cpu[i]));
-    }
-    const double tol = LOGIT_TOL * (1.0 + scale);
-    INFO("max |gpu - cpu| = " << worst << ", tolerance " << tol << " (max |cpu logit| " << scale << ")");
-    REQUIRE(worst <= tol);
-}
-
 }  // namespace
 
 TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
@@ -169,7 +156,7 @@ TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
             INFO(preset << ": " << p.name);
             Stack gpu(dir, p.residency, p.model);
             Trace got = run(gpu, prompt, n_decode, &want.tokens);
-            check_logits_close(got.logits, want.logits);
+            require_logits_close(got.logits, want.logits, c.vocab_size);
             const ExecutionStats& st = gpu.hybrid->step();
             if (p.residency == &none) REQUIRE(st.runs[int(ExpertSite::COPY)] > 0);
             if (p.residency == &half) REQUIRE(st.runs[int(ExpertSite::CPU)] > 0);
@@ -205,7 +192,7 @@ TEST_CASE("forked beams on the device give the CPU's logits", "[gpu]") {
     const ModelConfig& c = cpu.config;
     Residency quarter = static_plan_even(c.n_layers, c.n_experts, c.n_layers * c.n_experts / 4);
     Stack gpu(dir, &quarter, model_planner(c), 5);
-    check_logits_close(beams(gpu), want);
+    require_logits_close(beams(gpu), want, c.vocab_size);
 }
 
 TEST_CASE("the engine on the device scores text like the CPU and keeps device memory flat", "[gpu]") {
@@ -245,3 +232,4 @@ TEST_CASE("the engine on the device scores text like the CPU and keeps device me
     INFO("device free bytes after request 1: " << free_after_first << ", after 101: " << gpu_free_bytes());
     REQUIRE(gpu_free_bytes() == free_after_first);
 }
+

@@ -1,0 +1,185 @@
+// The GPU tests' logit criterion (support/logit_compare.h) against the CPU
+// with the device's arithmetic: a Backend that rounds every GEMM input to
+// bf16 as gpu_matmul_f32in does, and experts computed as gpu_expert_ffn
+// does (input and inner activation rounded to bf16, fp32 accumulation).
+// Both are test doubles of the device's numerics, not of the device. The
+// criterion must hold for them on every preset the GPU tests use, and must
+// fail for a device that computes one expert per layer from the wrong
+// weights (a stale staging slot).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels/bf16.h"
+#include "cpu_kernels/thread_pool.h"
+#include "engine/devices/backend.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/model/weights.h"
+#include "engine/runtime/forward.h"
+#include "logit_compare.h"
+#include "test_support.h"
+
+namespace {
+
+constexpr int MAX_BATCH = 128;
+constexpr int CTX = 256;
+
+float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+// The CPU backend with bf16-rounded GEMM inputs; everything else delegated.
+class RoundingBackend final : public Backend {
+public:
+    explicit RoundingBackend(std::unique_ptr<Backend> inner) : b_(std::move(inner)) {}
+    const char* name() const override { return "cpu, GEMM inputs rounded to bf16"; }
+    const ModelWeights& weights() const override { return b_->weights(); }
+    KvMemory& kv_memory() override { return b_->kv_memory(); }
+    float* alloc(size_t n) override { return b_->alloc(n); }
+    void begin(const Batch& batch, const KvCache& cache) override { b_->begin(batch, cache); }
+    void embed(float* x) override { b_->embed(x); }
+    void rmsnorm(float* out, const float* x, const float* w, int rows, int dim, float eps) override {
+        b_->rmsnorm(out, x, w, rows, dim, eps);
+    }
+    void matmul(float* y, const float* x, const bf16* w, int m, int n, int k) override {
+        rounded_.assign(x, x + size_t(m) * k);
+        for (float& v : rounded_) v = round_bf16(v);
+        b_->matmul(y, rounded_.data(), w, m, n, k);
+    }
+    void rope(float* x, int n_heads) override { b_->rope(x, n_heads); }
+    void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
+    void attention(int layer, float* out, const float* q) override { b_->attention(layer, out, q); }
+    void add(float* x, const float* y, size_t n) override { b_->add(x, y, n); }
+    void route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) override {
+        b_->route(experts, weights, logits, rows, n_experts, k, renorm);
+    }
+    void gather(float* out, const float* x, const int* src, int rows, int dim) override {
+        b_->gather(out, x, src, rows, dim);
+    }
+    void combine(float* out, const float* y, const int* slots, const float* w, int rows, int k, int dim) override {
+        b_->combine(out, y, slots, w, rows, k, dim);
+    }
+    const float* to_host(const float* x, size_t n) override { return b_->to_host(x, n); }
+    ExpertRows expert_rows() override { return b_->expert_rows(); }
+    ExpertRows host_rows() override { return b_->host_rows(); }
+    void rows_to_host(std::span<const ExpertTask> tasks) override { b_->rows_to_host(tasks); }
+    void rows_from_host(std::span<const ExpertTask> tasks) override { b_->rows_from_host(tasks); }
+
+private:
+    std::unique_ptr<Backend> b_;
+    std::vector<float> rounded_;
+};
+
+// gpu_expert_ffn's arithmetic, row by row on the pool. With stale_slot, the
+// last task of every layer reads the next expert's weights.
+class RoundingExperts final : public ExpertExecutor {
+public:
+    RoundingExperts(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool, bool stale_slot)
+        : c_(c), w_(w), pool_(pool), stale_(stale_slot) {}
+    const char* name() const override { return "bf16-rounding experts"; }
+    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override {
+        const int dim = c_.dim, hidden = c_.hidden_dim;
+        for (size_t t = 0; t < tasks.size(); t++) {
+            const ExpertTask& task = tasks[t];
+            const int e = stale_ && t + 1 == tasks.size() ? (task.expert + 1) % c_.n_experts : task.expert;
+            const ExpertWeights& ew = w_.layers[size_t(layer)].experts[size_t(e)];
+            std::vector<float> x(static_cast<size_t>(dim)), h(static_cast<size_t>(hidden));
+            for (int r = task.row; r < task.row + task.n_tokens; r++) {
+                for (int i = 0; i < dim; i++) x[size_t(i)] = round_bf16(rows.x[size_t(r) * dim + i]);
+                pool_.parallel_for(hidden, 1, [&](long begin, long end) {
+                    for (long j = begin; j < end; j++) {
+                        float a = 0, b = 0;
+                        for (int i = 0; i < dim; i++) {
+                            a += bf16_to_f32(ew.w1[size_t(j) * dim + i]) * x[size_t(i)];
+                            b += bf16_to_f32(ew.w3[size_t(j) * dim + i]) * x[size_t(i)];
+                        }
+                        h[size_t(j)] = round_bf16(a / (1.0f + std::exp(-a)) * b);
+                    }
+                });
+                pool_.parallel_for(dim, 1, [&](long begin, long end) {
+                    for (long i = begin; i < end; i++) {
+                        float s = 0;
+                        for (int j = 0; j < hidden; j++) s += bf16_to_f32(ew.w2[size_t(i) * hidden + j]) * h[size_t(j)];
+                        rows.y[size_t(r) * dim + i] = s;
+                    }
+                });
+            }
+        }
+    }
+
+private:
+    const ModelConfig& c_;
+    const ModelWeights& w_;
+    ThreadPool& pool_;
+    bool stale_;
+};
+
+std::vector<int> prompt_tokens(int n, int vocab) {
+    std::vector<int> t{1};
+    for (int i = 1; i < n; i++) t.push_back(1 + (i * 7919 + 13) % (vocab - 1));
+    return t;
+}
+
+enum class Arithmetic { CPU, DEVICE, DEVICE_STALE_SLOT };
+
+// Prefill, then n_decode steps on `tokens` (filled with the greedy ones when
+// empty), as tests/gpu/test_gpu_model.cpp runs them; every position's logits.
+std::vector<float> run(const ModelConfig& c, const ModelWeights& w, Arithmetic a, const std::vector<int>& prompt,
+                       int n_decode, std::vector<int>& tokens) {
+    ThreadPool pool(2);
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, CTX, MAX_BATCH * c.n_experts_active);
+    if (a != Arithmetic::CPU) backend = std::make_unique<RoundingBackend>(std::move(backend));
+    KvCache cache(c.n_layers, 1, CTX, c.n_kv_heads * c.head_dim, -1, backend->kv_memory());
+    CpuExpertExecutor cpu(c, w, pool, MAX_BATCH);
+    RoundingExperts device(c, w, pool, a == Arithmetic::DEVICE_STALE_SLOT);
+    ExpertExecutor& experts = a == Arithmetic::CPU ? static_cast<ExpertExecutor&>(cpu) : device;
+    ForwardPass forward(c, *backend, cache, experts, MAX_BATCH, MAX_BATCH);
+    const int vocab = c.vocab_size;
+    Batch batch;
+    batch.reserve(MAX_BATCH);
+    for (int i = 0; i < int(prompt.size()); i++) batch.add(prompt[i], i, 0, true);
+    const float* l = forward.run(batch);
+    std::vector<float> out(l, l + prompt.size() * size_t(vocab));
+    const float* last = l + (prompt.size() - 1) * size_t(vocab);
+    for (int step = 0; step < n_decode; step++) {
+        if (int(tokens.size()) <= step) tokens.push_back(int(std::max_element(last, last + vocab) - last));
+        batch.clear();
+        batch.add(tokens[size_t(step)], int(prompt.size()) + step, 0, true);
+        last = forward.run(batch);
+        out.insert(out.end(), last, last + vocab);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the GPU tests' logit criterion holds for the device's bf16 arithmetic and fails for a stale expert slot",
+          "[device-rounding]") {
+    for (const char* preset : {"tiny", "small", "mixtral-mini"}) {
+        INFO(preset);
+        const std::filesystem::path dir = test_model_dir(preset);
+        const ModelConfig c = model_config_load(dir);
+        const ModelWeights w = weights_load(c, dir);
+        // The prompt lengths and decode steps of test_gpu_model.cpp.
+        const std::vector<int> prompt = prompt_tokens(std::string(preset) == "mixtral-mini" ? 100 : 40, c.vocab_size);
+        std::vector<int> tokens;
+        const std::vector<float> want = run(c, w, Arithmetic::CPU, prompt, 16, tokens);
+        const LogitComparison rounded = compare_logits(run(c, w, Arithmetic::DEVICE, prompt, 16, tokens), want, c.vocab_size);
+        INFO("device arithmetic: worst " << rounded.worst << ", median " << rounded.median << ", over "
+                                         << rounded.over << "/" << rounded.positions << ", tolerance "
+                                         << rounded.tolerance << ";" << rounded.profile);
+        CHECK(logits_close(rounded));
+        // The rounding alone must move the logits (else this test measures nothing).
+        CHECK(rounded.worst > 0);
+        if (std::string(preset) != "mixtral-mini") {  // mini's stale run adds nothing but time
+            const LogitComparison stale =
+                compare_logits(run(c, w, Arithmetic::DEVICE_STALE_SLOT, prompt, 16, tokens), want, c.vocab_size);
+            INFO("stale slot: worst " << stale.worst << ", median " << stale.median << ", over " << stale.over << "/"
+                                      << stale.positions);
+            CHECK_FALSE(logits_close(stale));
+        }
+    }
+}
