@@ -277,7 +277,7 @@ TEST_CASE("a vocab_size the tokenizer does not match is refused at load", "[cli]
                         "exceeds the model's vocab_size 31000");
 }
 
-TEST_CASE("every numeric flag refuses non-finite, negative and overflowing values", "[cli]") {
+TEST_CASE("every numeric flag refuses non-finite negative or overflowing values", "[cli]") {
     const std::string model = test_model_dir("tiny").string();
     struct Row {
         std::vector<std::string> command;  // up to the flag
