@@ -61,30 +61,26 @@ std::optional<double> Args::number(const std::string& text) {
 
 namespace {
 
+// x (parsed from a flag's text, nullopt when it did not parse) within [min, max].
 template <typename T>
-T in_range(const std::string& name, const std::string& text, T x, T min, T max) {
-    if (x < min || x > max)
+T checked(const std::string& name, const std::string& text, std::optional<T> x, T min, T max, const char* expected) {
+    if (!x) throw MoeError(name + ": expected " + expected + ", got '" + text + "'");
+    if (*x < min || *x > max)
         throw MoeError(name + ": " + text + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) +
                        "]");
-    return x;
+    return *x;
 }
 
 }  // namespace
 
 long Args::get_int(const std::string& name, long fallback, long min, long max) {
     auto v = get(name);
-    if (!v) return fallback;
-    auto x = integer(*v);
-    if (!x) throw MoeError(name + ": expected an integer, got '" + *v + "'");
-    return in_range(name, *v, *x, min, max);
+    return v ? checked(name, *v, integer(*v), min, max, "an integer") : fallback;
 }
 
 double Args::get_double(const std::string& name, double fallback, double min, double max) {
     auto v = get(name);
-    if (!v) return fallback;
-    auto x = number(*v);
-    if (!x) throw MoeError(name + ": expected a number, got '" + *v + "'");
-    return in_range(name, *v, *x, min, max);
+    return v ? checked(name, *v, number(*v), min, max, "a number") : fallback;
 }
 
 bool Args::flag(const std::string& name) {
