@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <system_error>
@@ -11,9 +13,32 @@
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The type of what is at path (lstat when follow is false); not_found for
+// nothing, MoeError for any other failure.
+fs::file_type type_at(const fs::path& path, bool follow) {
+    std::error_code ec;
+    fs::file_status s = follow ? fs::status(path, ec) : fs::symlink_status(path, ec);
+    if (s.type() == fs::file_type::not_found) return s.type();
+    if (ec) throw MoeError(path.string() + ": cannot access (" + ec.message() + ")");
+    return s.type();
+}
+
+}  // namespace
+
+fs::file_type file_type_at(const fs::path& path) {
+    return type_at(path, true);
+}
+
+bool file_exists(const fs::path& path) {
+    return file_type_at(path) != fs::file_type::not_found;
+}
+
 std::string file_read_text(const fs::path& path) {
+    if (file_type_at(path) == fs::file_type::directory) throw MoeError(path.string() + ": is a folder, not a file");
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw MoeError(path.string() + ": cannot open file");
+    if (!in) throw MoeError(path.string() + ": cannot open file (" + std::strerror(errno) + ")");
     std::ostringstream ss;
     ss << in.rdbuf();
     if (in.bad()) throw MoeError(path.string() + ": cannot read file");
@@ -26,8 +51,25 @@ nlohmann::json file_read_json(const fs::path& path) {
     return j;
 }
 
+fs::path file_write_target(const fs::path& path) {
+    fs::path target = path;
+    fs::file_type type = type_at(path, false);
+    if (type == fs::file_type::symlink) {
+        std::error_code ec;
+        target = fs::canonical(path, ec);
+        if (ec) throw MoeError(path.string() + ": a symbolic link to nothing writable (" + ec.message() + ")");
+        type = type_at(target, false);
+    }
+    if (type != fs::file_type::not_found && type != fs::file_type::regular)
+        throw MoeError(path.string() +
+                       ": exists and is not a regular file (a folder, device or pipe); refusing to "
+                       "replace it");
+    return target;
+}
+
 void file_write_atomic(const fs::path& path, const std::string& text) {
-    fs::path tmp = path;
+    const fs::path target = file_write_target(path);
+    fs::path tmp = target;
     tmp += ".tmp." + std::to_string(::getpid());
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -42,7 +84,7 @@ void file_write_atomic(const fs::path& path, const std::string& text) {
         }
     }
     std::error_code ec;
-    fs::rename(tmp, path, ec);
+    fs::rename(tmp, target, ec);
     if (ec) {
         std::error_code ignored;
         fs::remove(tmp, ignored);

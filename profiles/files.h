@@ -1,17 +1,33 @@
 // Whole-file reads and atomic writes for the project's small files: a model
 // folder's config.json, safetensors index and tokenizer_config.json, chat
 // files, and the popularity, prompt and calibration files of this folder.
-// Failures are MoeError naming the path. Lives here, the lowest module that
-// reads files, so engine/ and server/ use the same reader.
+// Failures are MoeError naming the path; no std::filesystem exception leaves
+// these functions. Lives here, the lowest module that reads files, so
+// engine/ and server/ use the same reader.
 #pragma once
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
-// "<path>: cannot open file" when it cannot be opened.
+// What is at path, following symbolic links: file_type::not_found when
+// nothing is (or a parent is not a folder); MoeError "<path>: cannot access
+// (<reason>)" when it cannot be looked at (permission, a loop of links).
+std::filesystem::file_type file_type_at(const std::filesystem::path& path);
+// file_type_at(path) != not_found.
+bool file_exists(const std::filesystem::path& path);
+// "<path>: cannot open file (<reason>)" when it cannot be opened, "<path>: is
+// a folder, not a file" for a folder. Pipes and devices are read as streams.
 std::string file_read_text(const std::filesystem::path& path);
 // file_read_text, then "<path>: not valid JSON" when it does not parse.
 nlohmann::json file_read_json(const std::filesystem::path& path);
-// Writes text to a temporary name beside path, then renames it over path:
-// a reader never sees half a file.
+// The file file_write_atomic(path) replaces: path itself when it is a
+// regular file or nothing, the file a symbolic link at path points to when
+// that is a regular file (the link stays a link). MoeError when the target
+// exists and is not a regular file (a device such as /dev/full, a pipe, a
+// folder), for a link to nothing, and when it cannot be looked at: callers
+// may check --out flags with it before long work.
+std::filesystem::path file_write_target(const std::filesystem::path& path);
+// Writes text to a temporary name beside file_write_target(path), then
+// renames it over that target: a reader never sees half a file, and a
+// device, pipe or folder at path is never replaced.
 void file_write_atomic(const std::filesystem::path& path, const std::string& text);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n\n%s", name.c_str(), USAGE);
         return 2;
     } catch (const MoeError& e) {
+        std::fprintf(stderr, "moe-server: error: %s\n", e.what());
+        return 2;
+    } catch (const std::filesystem::filesystem_error& e) {
+        // A path the user gave that the loaders missed turning into MoeError:
+        // still the user's file, so the same one line and exit code.
         std::fprintf(stderr, "moe-server: error: %s\n", e.what());
         return 2;
     } catch (const std::exception& e) {

@@ -181,11 +181,17 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
 
 ModelConfig model_config_load(const fs::path& dir) {
     fs::path config_path = dir / "config.json";
-    if (!fs::is_regular_file(config_path)) throw MoeError(config_path.string() + ": missing (not a model folder?)");
+    const fs::file_type dir_type = file_type_at(dir);
+    if (dir_type != fs::file_type::directory && dir_type != fs::file_type::not_found)
+        throw MoeError(dir.string() + ": not a folder (a model is a folder holding config.json)");
+    const fs::file_type config_type = file_type_at(config_path);
+    if (config_type == fs::file_type::not_found)
+        throw MoeError(config_path.string() + ": missing (not a model folder?)");
+    if (config_type != fs::file_type::regular) throw MoeError(config_path.string() + ": not a regular file");
     ModelConfig c = model_config_parse(read_json_file(config_path), config_path.string());
 
     fs::path gen_path = dir / "generation_config.json";
-    if (fs::exists(gen_path)) {
+    if (file_exists(gen_path)) {
         json g = read_json_file(gen_path);
         std::string source = gen_path.string();
         if (const json* bos = field(g, "bos_token_id")) c.bos_token_id = int_value(*bos, source, "bos_token_id");

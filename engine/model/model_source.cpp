@@ -111,6 +111,12 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
     if (t.vocab_size() > config.vocab_size)
         throw MoeError(where + ": vocabulary of " + std::to_string(t.vocab_size()) +
                        " pieces exceeds the model's vocab_size " + std::to_string(config.vocab_size));
+    // Refused rather than masked: the model could pick ids the tokenizer
+    // cannot turn into text, and fail in the middle of a reply.
+    if (t.vocab_size() < config.vocab_size)
+        throw MoeError((s.dir / "config.json").string() + ": vocab_size " + std::to_string(config.vocab_size) +
+                       " is larger than the " + std::to_string(t.vocab_size()) + " pieces of " + where + ": ids from " +
+                       std::to_string(t.vocab_size()) + " on could be generated but not decoded");
     return t;
 }
 

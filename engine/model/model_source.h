@@ -62,7 +62,10 @@ void model_source_check_memory(const ModelSource& source, const ModelConfig& con
 ModelWeights model_source_weights(const ModelSource& source, const ModelConfig& config, int threads);
 
 // The folder's tokenizer.model, or the embedded Mistral tokenizer. MoeError
-// naming the tokenizer when its vocabulary exceeds the model's vocab_size.
+// naming the tokenizer when its vocabulary exceeds the model's vocab_size,
+// and config.json when vocab_size exceeds the tokenizer's vocabulary (ids
+// the model could generate but the tokenizer not decode: refused at load,
+// not masked).
 Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& config);
 
 // The folder's chat template (ChatTemplate::from_model_dir, which sets

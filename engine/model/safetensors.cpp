@@ -222,7 +222,7 @@ SafetensorsFile::~SafetensorsFile() {
 SafetensorsSet::SafetensorsSet(const fs::path& dir) {
     fs::path index_path = dir / "model.safetensors.index.json";
     fs::path single_path = dir / "model.safetensors";
-    if (fs::exists(index_path)) {
+    if (file_exists(index_path)) {
         source_ = index_path.string();
         json index = file_read_json(index_path);
         auto wm = index.is_object() ? index.find("weight_map") : index.end();
@@ -238,7 +238,7 @@ SafetensorsSet::SafetensorsSet(const fs::path& dir) {
                                "', not a file in the model folder");
             if (!shards.count(shard)) {
                 fs::path shard_path = dir / shard;
-                if (!fs::exists(shard_path))
+                if (!file_exists(shard_path))
                     throw MoeError(shard_path.string() +
                                    ": shard missing (listed in model.safetensors.index.json for " +
                                    printable(it.key()) + ")");
@@ -252,7 +252,7 @@ SafetensorsSet::SafetensorsSet(const fs::path& dir) {
                                ": tensor missing (listed in model.safetensors.index.json)");
             tensors_.emplace(it.key(), t->second);
         }
-    } else if (fs::exists(single_path)) {
+    } else if (file_exists(single_path)) {
         source_ = single_path.string();
         files_.push_back(std::make_unique<SafetensorsFile>(single_path));
         tensors_ = files_.back()->tensors();

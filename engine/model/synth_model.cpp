@@ -542,7 +542,9 @@ uint64_t synth_disk_bytes(const ModelConfig& config) {
 
 void synth_check_free_space(const fs::path& out, uint64_t bytes) {
     fs::path probe = fs::absolute(out);
-    while (!fs::exists(probe) && probe.has_parent_path() && probe != probe.parent_path()) probe = probe.parent_path();
+    std::error_code ec;
+    while (!fs::exists(probe, ec) && probe.has_parent_path() && probe != probe.parent_path())
+        probe = probe.parent_path();
     struct statvfs st;
     if (::statvfs(probe.string().c_str(), &st) != 0)
         throw MoeError(out.string() + ": cannot check free disk space (" + std::strerror(errno) + ")");
@@ -569,12 +571,15 @@ void synth_model_write(const SynthOptions& o) {
     std::string tokenizer = tokenizer_bytes(o.tokenizer);
     std::vector<SynthTensor> ts = synth_tensors(c);
     int n_shards = assign_shards(ts, o.max_shard_bytes);
-    synth_check_free_space(out, synth_disk_bytes(c) + tokenizer.size());
 
+    // The folder first: where none can be made (/proc/x, a read-only mount)
+    // that is the problem to report, not the free space statvfs sees there.
     fs::path partial = out.string() + ".partial";
+    fs::remove_all(partial, ec);  // left over from an interrupted run
+    fs::create_directories(partial, ec);
+    if (ec) throw MoeError(out.string() + ": cannot create a folder there (" + ec.message() + ")");
     try {
-        fs::remove_all(partial);  // left over from an interrupted run
-        fs::create_directories(partial);
+        synth_check_free_space(out, synth_disk_bytes(c) + tokenizer.size());
         write_model(o, c, ts, n_shards, tokenizer, partial);
         fs::rename(partial, out);  // replaces an empty `out` folder
     } catch (const fs::filesystem_error& e) {

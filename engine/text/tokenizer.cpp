@@ -25,6 +25,7 @@
 #include <system_error>
 
 #include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace {
 
@@ -203,9 +204,9 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) throw MoeError(path.string() + ": tokenizer model not found");
-    if (!std::filesystem::is_regular_file(path, ec))
+    const std::filesystem::file_type type = file_type_at(path);
+    if (type == std::filesystem::file_type::not_found) throw MoeError(path.string() + ": tokenizer model not found");
+    if (type != std::filesystem::file_type::regular)
         throw MoeError(path.string() + ": tokenizer model is not a regular file");
     std::ifstream in(path, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

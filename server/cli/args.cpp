@@ -44,28 +44,43 @@ std::string Args::required(const std::string& name, const std::string& context) 
     return *v;
 }
 
-long Args::get_int(const std::string& name, long fallback, long min, long max) {
-    auto v = get(name);
-    if (!v) return fallback;
+std::optional<long> Args::integer(const std::string& text) {
     errno = 0;
     char* end = nullptr;
-    long x = std::strtol(v->c_str(), &end, 10);
-    if (v->empty() || *end != '\0' || errno == ERANGE)
-        throw MoeError(name + ": expected an integer, got '" + *v + "'");
-    if (x < min || x > max)
-        throw MoeError(name + ": " + *v + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    long x = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE) return std::nullopt;
     return x;
+}
+
+std::optional<double> Args::number(const std::string& text) {
+    char* end = nullptr;
+    double x = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(x)) return std::nullopt;
+    return x;
+}
+
+namespace {
+
+// x (parsed from a flag's text, nullopt when it did not parse) within [min, max].
+template <typename T>
+T checked(const std::string& name, const std::string& text, std::optional<T> x, T min, T max, const char* expected) {
+    if (!x) throw MoeError(name + ": expected " + expected + ", got '" + text + "'");
+    if (*x < min || *x > max)
+        throw MoeError(name + ": " + text + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) +
+                       "]");
+    return *x;
+}
+
+}  // namespace
+
+long Args::get_int(const std::string& name, long fallback, long min, long max) {
+    auto v = get(name);
+    return v ? checked(name, *v, integer(*v), min, max, "an integer") : fallback;
 }
 
 double Args::get_double(const std::string& name, double fallback, double min, double max) {
     auto v = get(name);
-    if (!v) return fallback;
-    char* end = nullptr;
-    double x = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || !std::isfinite(x)) throw MoeError(name + ": expected a number, got '" + *v + "'");
-    if (x < min || x > max)
-        throw MoeError(name + ": " + *v + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-    return x;
+    return v ? checked(name, *v, number(*v), min, max, "a number") : fallback;
 }
 
 bool Args::flag(const std::string& name) {

@@ -19,8 +19,16 @@ public:
     std::string required(const std::string& name, const std::string& context = "");
     // Every value of a flag that may repeat (--stop a --stop b), in order.
     std::vector<std::string> get_all(const std::string& name);
+    // Numbers: fallback when the flag is absent; MoeError naming the flag for
+    // anything but a whole number (get_int) or a finite number (get_double)
+    // in [min, max]: no NaN, infinity, overflow or trailing text.
     long get_int(const std::string& name, long fallback, long min, long max);
     double get_double(const std::string& name, double fallback, double min, double max);
+    // The syntax checks of get_int and get_double for a value the caller
+    // took apart itself (an item of a list, a number with a unit): nullopt
+    // for anything else.
+    static std::optional<long> integer(const std::string& text);
+    static std::optional<double> number(const std::string& text);
     bool flag(const std::string& name);  // a switch without a value
     // Throws for the first unused word (unknown flag or stray argument).
     void finish() const;

@@ -2,6 +2,7 @@
 #include "server/cli/cli.h"
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -114,23 +115,21 @@ std::string execution_stats_line(const ExecutionStats& s) {
 
 namespace {
 
+// The largest --emulate-gpu or --gpu-memory size: more than any device or
+// host holds, so a larger one is a typo (1e99), not a machine.
+constexpr double SIZE_GIB_MAX = 65536;
+
 // "12" (GiB, into *bytes) or "25%" (a share of all experts, into *share).
 void parse_size_or_share(const std::string& flag, const std::string& text, double* bytes, double* share) {
     bool is_share = !text.empty() && text.back() == '%';
-    std::string number = is_share ? text.substr(0, text.size() - 1) : text;
-    size_t used = 0;
-    double value = 0;
-    try {
-        value = std::stod(number, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used == 0 || used != number.size() || !std::isfinite(value) || value <= 0 || (is_share && value > 100))
-        throw MoeError(flag + ": expected a size in GiB (e.g. 12) or a share of experts (e.g. 25%), got '" + text + "'");
+    std::optional<double> value = Args::number(is_share ? text.substr(0, text.size() - 1) : text);
+    if (!value || *value <= 0 || *value > (is_share ? 100 : SIZE_GIB_MAX))
+        throw MoeError(flag + ": expected a size in GiB (e.g. 12, at most " + std::to_string(int(SIZE_GIB_MAX)) +
+                       ") or a share of experts (e.g. 25%), got '" + text + "'");
     if (is_share)
-        *share = value / 100.0;
+        *share = *value / 100.0;
     else
-        *bytes = value * double(1u << 30);
+        *bytes = *value * double(1u << 30);
 }
 
 }  // namespace
@@ -140,16 +139,10 @@ int parse_gpu_device_flag(Args& args, bool* given) {
     if (!v) return GPU_DEVICE_DEFAULT;
     if (given) *given = true;
     if (*v == "none") return -1;
-    size_t used = 0;
-    int index = -1;
-    try {
-        index = std::stoi(*v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used == 0 || used != v->size() || index < 0)
+    std::optional<long> index = Args::integer(*v);
+    if (!index || *index < 0 || *index > INT_MAX)
         throw MoeError("--gpu-device: expected a device index (0, 1, ...) or 'none', got '" + *v + "'");
-    return index;
+    return int(*index);
 }
 
 DeviceOptions parse_device_flags(Args& args) {

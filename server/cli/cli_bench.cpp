@@ -186,12 +186,11 @@ std::vector<int> parse_widths(const std::string& text) {
         size_t end = text.find(',', pos);
         if (end == std::string::npos) end = text.size();
         std::string item = text.substr(pos, end - pos);
-        char* stop = nullptr;
-        long w = std::strtol(item.c_str(), &stop, 10);
-        if (item.empty() || *stop != '\0' || w < 1 || w > BEAM_WIDTH_MAX)
+        std::optional<long> w = Args::integer(item);
+        if (!w || *w < 1 || *w > BEAM_WIDTH_MAX)
             throw MoeError("--widths: '" + item + "' is not a beam width in [1, " + std::to_string(BEAM_WIDTH_MAX) +
                            "] (give a list like 1,4,8,16)");
-        widths.push_back(int(w));
+        widths.push_back(int(*w));
         pos = end + 1;
     }
     return widths;

@@ -26,6 +26,7 @@
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
 #include "profiles/errors.h"
+#include "profiles/files.h"
 #include "server/cli/cli.h"
 #ifdef MOE_HAVE_CUDA
 #include "gpu_kernels/bench_gpu.h"
@@ -175,6 +176,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     // Hidden (not in the usage text), for quick tests: fewer sweeps.
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
     args.finish();
+    if (out) file_write_target(*out);  // a device or folder at --out: refused before measuring
 
     ModelConfig config = model_source_config(source);
     std::string key = engine_calibration_key(config, threads, gpu_device);

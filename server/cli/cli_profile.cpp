@@ -21,6 +21,7 @@
 #include "engine/model/fingerprint.h"
 #include "engine/runtime/engine.h"
 #include "profiles/errors.h"
+#include "profiles/files.h"
 #include "profiles/profile.h"
 #include "profiles/prompts.h"
 #include "server/cli/args.h"
@@ -144,8 +145,8 @@ int cli_profile(const std::vector<std::string>& words) {
     args.finish();
 
     // Refuse an unwritable --out now, not after the whole workload has run.
-    const std::filesystem::path out_dir = std::filesystem::absolute(out_path).parent_path();
-    if (!std::filesystem::is_directory(out_dir) || access(out_dir.c_str(), W_OK) != 0)
+    const std::filesystem::path out_dir = std::filesystem::absolute(file_write_target(out_path)).parent_path();
+    if (file_type_at(out_dir) != std::filesystem::file_type::directory || access(out_dir.c_str(), W_OK) != 0)
         throw MoeError("--out: cannot write into " + out_dir.string());
 
     PromptSet set = prompts_read(prompts_path, *format);

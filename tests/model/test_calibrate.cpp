@@ -3,6 +3,8 @@
 // --force (which replaces a planted file), writes --out as well, and fails
 // cleanly on bad flags; the engine then loads the file calibrate wrote (one
 // key function for both) and plans with its numbers.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
@@ -89,6 +91,17 @@ TEST_CASE("calibrate: bad flags are one-line errors with exit code 2", "[calibra
     CommandResult missing = moe({"calibrate", "--model", "/nonexistent/model"});
     REQUIRE(missing.exit_code == 2);
     REQUIRE(missing.err.find("/nonexistent/model") != std::string::npos);
+    // --out a pipe (as /dev/full would be for root): refused, not replaced.
+    fs::path dir = test_temp_dir("calibrate-pipe");
+    setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+    fs::path fifo = dir / "pipe";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CommandResult pipe = moe({"calibrate", "--model", test_model_dir("tiny").string(), "--threads", "1", "--reps", "1",
+                              "--out", fifo.string()});
+    INFO(pipe.out << pipe.err);
+    REQUIRE(pipe.exit_code == 2);
+    REQUIRE(pipe.err.find(fifo.string() + ": exists and is not a regular file") != std::string::npos);
+    REQUIRE(fs::is_fifo(fs::symlink_status(fifo)));
 }
 
 TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]") {

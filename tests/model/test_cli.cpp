@@ -3,12 +3,17 @@
 // model folders and bad flags.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/safetensors.h"
 #include "reference_model.h"
 #include "test_support.h"
 
@@ -154,6 +159,49 @@ TEST_CASE("bad model folders give one clear line and exit code 2", "[cli]") {
         fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") / 2);
         require_clean_error(moe({"generate", "--model", dir.string(), "--prompt", "hi"}), "model.safetensors");
     }
+    // std::filesystem throws for these (a loop of links fails for root too,
+    // where chmod 000 does not): each must still be a MoeError naming the path.
+    SECTION("config.json a loop of symbolic links") {
+        fs::path dir = copy_of_tiny("cfg-loop");
+        fs::remove(dir / "config.json");
+        fs::create_symlink("config.json", dir / "config.json");
+        require_clean_error(moe({"generate", "--model", dir.string(), "--prompt", "hi"}),
+                            (dir / "config.json").string() + ": cannot access");
+    }
+    SECTION("the model folder a loop of symbolic links") {
+        fs::path dir = test_temp_dir("dir-loop") / "model";
+        fs::create_symlink("model", dir);
+        require_clean_error(moe({"tokenize", "--model", dir.string(), "--text", "hi"}),
+                            dir.string() + ": cannot access");
+    }
+    SECTION("weights and generation_config.json loops of symbolic links") {
+        for (const char* name : {"model.safetensors", "generation_config.json", "tokenizer.model"}) {
+            fs::path dir = copy_of_tiny(std::string("loop-") + name);
+            fs::remove(dir / name);
+            fs::create_symlink(name, dir / name);
+            require_clean_error(moe({"generate", "--model", dir.string(), "--prompt", "hi"}), (dir / name).string());
+        }
+    }
+    SECTION("config.json a folder, the model a file") {
+        fs::path dir = copy_of_tiny("cfg-dir");
+        fs::remove(dir / "config.json");
+        fs::create_directory(dir / "config.json");
+        require_clean_error(moe({"generate", "--model", dir.string(), "--prompt", "hi"}),
+                            (dir / "config.json").string() + ": not a regular file");
+        require_clean_error(moe({"generate", "--model", (dir / "model.safetensors").string(), "--prompt", "hi"}),
+                            (dir / "model.safetensors").string() + ": not a folder");
+    }
+    SECTION("an unreadable folder") {
+        if (::geteuid() == 0) {
+            WARN("skipped: running as root, chmod 000 does not stop reads (the loops of links cover the same path)");
+            return;
+        }
+        fs::path dir = copy_of_tiny("unreadable");
+        fs::permissions(dir, fs::perms::none);
+        CommandResult r = moe({"generate", "--model", dir.string(), "--prompt", "hi"});
+        fs::permissions(dir, fs::perms::owner_all);
+        require_clean_error(r, dir.string());
+    }
     SECTION("config not JSON") {
         fs::path dir = copy_of_tiny("cfg");
         std::ofstream(dir / "config.json", std::ios::trunc) << "{ not json";
@@ -171,4 +219,133 @@ TEST_CASE("bad flags give one clear line and exit code 2", "[cli]") {
     require_clean_error(moe({"tokenize", "--model", dir, "--chat", "/nonexistent.json"}), "/nonexistent.json");
     CommandResult u = moe({"frobnicate"});
     REQUIRE(u.exit_code == 2);
+}
+
+TEST_CASE("a wrong path says what is wrong with it", "[cli]") {
+    fs::path dir = test_temp_dir("cli-paths");
+    require_clean_error(moe({"perplexity", "--model", test_model_dir("tiny").string(), "--text", dir.string()}),
+                        dir.string() + ": is a folder, not a file");
+    // statvfs of /proc says 0 bytes free: the problem is that nothing can be
+    // created there, not the space.
+    require_clean_error(moe({"synth-model", "--preset", "tiny", "--out", "/proc/moe-server-test"}),
+                        "/proc/moe-server-test: cannot create a folder there");
+}
+
+namespace {
+
+// A copy of the tiny model whose vocab_size is `vocab`: the embedding and
+// output rows cut, or padded with rows of zeros, to match.
+fs::path tiny_with_vocab(const std::string& tag, int vocab) {
+    fs::path dir = copy_of_tiny(tag);
+    json config = json::parse(read_file(dir / "config.json"));
+    const int64_t old_vocab = config["vocab_size"].get<int64_t>();
+    config["vocab_size"] = vocab;
+    std::ofstream(dir / "config.json", std::ios::trunc) << config.dump(2);
+    std::deque<std::string> storage;  // stays put as it grows: views point into it
+    std::vector<TensorView> views;
+    {
+        SafetensorsSet set(dir);
+        for (const auto& [name, t] : set.tensors()) {
+            TensorView v = t;
+            if (t.shape.size() == 2 && t.shape[0] == old_vocab) {
+                const size_t row = t.nbytes / size_t(old_vocab);
+                std::string bytes(static_cast<const char*>(t.data), std::min(t.nbytes, row * size_t(vocab)));
+                bytes.resize(row * size_t(vocab), '\0');
+                storage.push_back(std::move(bytes));
+                v.shape[0] = vocab;
+                v.data = storage.back().data();
+                v.nbytes = storage.back().size();
+            }
+            views.push_back(v);
+        }
+        safetensors_write(dir / "padded.safetensors", views);
+    }
+    fs::rename(dir / "padded.safetensors", dir / "model.safetensors");
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("a vocab_size the tokenizer does not match is refused at load", "[cli]") {
+    // Larger: ids the tokenizer cannot decode could be generated mid-reply.
+    fs::path big = tiny_with_vocab("vocab-big", 32064);
+    require_clean_error(moe({"generate", "--model", big.string(), "--prompt", "hi", "--max-tokens", "4"}),
+                        (big / "config.json").string() + ": vocab_size 32064 is larger than the 32000 pieces");
+    // Smaller: the tokenizer's ids would index past the embeddings.
+    fs::path small = tiny_with_vocab("vocab-small", 31000);
+    require_clean_error(moe({"generate", "--model", small.string(), "--prompt", "hi", "--max-tokens", "4"}),
+                        "exceeds the model's vocab_size 31000");
+}
+
+TEST_CASE("every numeric flag refuses non-finite negative or overflowing values", "[cli]") {
+    const std::string model = test_model_dir("tiny").string();
+    struct Row {
+        std::vector<std::string> command;  // up to the flag
+        std::string flag;
+    };
+    const std::vector<std::string> generate = {"generate", "--model", model, "--prompt", "x"};
+    const std::vector<std::string> beam = {"generate", "--model", model, "--prompt", "x", "--beam-width", "2"};
+    const std::vector<std::string> perplexity = {"perplexity", "--model", model, "--text", "/etc/hostname"};
+    const std::vector<std::string> profile = {"profile", "--model", model, "--prompts", "p.json", "--out", "o.json"};
+    const std::vector<std::string> synth = {"synth-model", "--preset", "tiny", "--out", "/nonexistent/never"};
+    const std::vector<std::string> serve = {"serve", "--model", model};
+    const std::vector<std::string> calibrate = {"calibrate", "--model", model};
+    const std::vector<Row> rows = {
+        {generate, "--max-tokens"},
+        {generate, "--temperature"},
+        {generate, "--top-k"},
+        {generate, "--top-p"},
+        {generate, "--min-p"},
+        {generate, "--repeat-penalty"},
+        {generate, "--presence-penalty"},
+        {generate, "--frequency-penalty"},
+        {generate, "--seed"},
+        {generate, "--threads"},
+        {generate, "--ctx"},
+        {generate, "--beam-width"},
+        {beam, "--length-penalty"},
+        {beam, "--num-return"},
+        {generate, "--emulate-gpu"},
+        {generate, "--gpu-memory"},
+        {generate, "--gpu-device"},
+        {perplexity, "--ctx"},
+        {perplexity, "--threads"},
+        {perplexity, "--emulate-gpu"},
+        {synth, "--seed"},
+        {synth, "--shard-mb"},
+        {profile, "--limit"},
+        {profile, "--gen-tokens"},
+        {profile, "--threads"},
+        {profile, "--ctx"},
+        {calibrate, "--threads"},
+        {calibrate, "--reps"},
+        {calibrate, "--gpu-device"},
+        {serve, "--port"},
+        {serve, "--ctx"},
+        {serve, "--threads"},
+        {serve, "--max-queue"},
+        {serve, "--emulate-gpu"},
+        {serve, "--gpu-memory"},
+        {{"bench", "decode", "--model", model}, "--tokens"},
+        {{"bench", "prefill", "--model", model}, "--repeat"},
+        {{"bench", "beam", "--model", model}, "--widths"},
+        {{"bench", "beam", "--model", model}, "--tokens"},
+        {{"bench", "latency", "--model", model}, "--reps"},
+        {{"bench", "placement", "--model", model, "--profile", "a", "--eval", "b"}, "--seeds"},
+        {{"bench", "gpu"}, "--reps"},
+        {{"bench", "server", "--model", model}, "--conversations"},
+        {{"bench", "server", "--model", model}, "--reply-tokens"},
+    };
+    for (const Row& row : rows) {
+        for (const char* value : {"nan", "-inf", "1e99", "-99999999999999999999"}) {
+            std::vector<std::string> words = row.command;
+            words.push_back(row.flag);
+            words.push_back(value);
+            CommandResult r = moe(words);
+            INFO(row.command[0] << " " << row.flag << " " << value << ": " << r.err);
+            REQUIRE(r.exit_code == 2);  // serve words its one line its own way ("moe-server serve: ")
+            REQUIRE(one_line(r.err));
+            REQUIRE(r.err.find(row.flag + ": ") != std::string::npos);
+        }
+    }
 }

@@ -4,6 +4,7 @@
 // against an independent tokenization of the same prompts); Ctrl-C writes
 // what was completed; a profile of one preset is refused by another model;
 // the fingerprint's tensor list matches a real synthetic checkpoint.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,6 +220,15 @@ TEST_CASE("profile refuses bad input with one line and exit code 2", "[profile_c
     REQUIRE(r.exit_code == 2);
     REQUIRE(r.err == "moe-server: error: --out: cannot write into " + (dir / "no-such-dir").string() + "\n");
     REQUIRE_FALSE(fs::exists(dir / "out.json"));
+    // A pipe (as /dev/full would be for root) is refused, not replaced.
+    const fs::path fifo = dir / "pipe";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CommandResult p = moe({"profile", "--model", tiny.string(), "--prompts", sharegpt_file().string(), "--limit", "1",
+                           "--gen-tokens", "1", "--out", fifo.string()});
+    INFO(p.err);
+    REQUIRE(p.exit_code == 2);
+    REQUIRE(p.err.find(fifo.string() + ": exists and is not a regular file") != std::string::npos);
+    REQUIRE(fs::is_fifo(fs::symlink_status(fifo)));
 }
 
 TEST_CASE("Ctrl-C during profile writes the prompts completed and exits 0", "[profile_cli]") {

@@ -163,7 +163,7 @@ TEST_CASE("profile validator refuses each kind of bad file with a message that s
     has(with([](json& j) { j["model"]["n_experts_active"] = 9; }), "model.n_experts_active: 9 exceeds n_experts 4");
 
     fs::path missing = test_temp_dir("profile-missing") / "none.json";
-    REQUIRE_THROWS_WITH(profile_read(missing), missing.string() + ": cannot open file");
+    REQUIRE_THROWS_WITH(profile_read(missing), missing.string() + ": cannot open file (No such file or directory)");
 }
 
 TEST_CASE("profile of another model is refused naming both fingerprints", "[profile]") {

@@ -120,5 +120,5 @@ TEST_CASE("malformed prompt files are refused naming the file and the entry", "[
     has(parse_error("[]", "s.json"), "s.json: no prompts found (read as sharegpt, 0 entries");
     has(parse_error("{\"prompt\":\"a\"}", "x.txt", PromptFormat::SHAREGPT), "x.txt: sharegpt format");
     fs::path missing = test_temp_dir("prompts-missing") / "none.json";
-    REQUIRE_THROWS_WITH(prompts_read(missing), missing.string() + ": cannot open file");
+    REQUIRE_THROWS_WITH(prompts_read(missing), missing.string() + ": cannot open file (No such file or directory)");
 }
