@@ -55,7 +55,7 @@ void EngineWorker::main(const std::function<void(const Engine&)>& on_ready, cons
         if (!task->cancelled()) {
             try {
                 task->run(*engine_);
-            } catch (const MoeError& e) {
+            } catch (const ContextLengthError& e) {
                 task->finish(400, e.what());
             } catch (const std::exception& e) {
                 task->finish(500, std::string("Internal server error: ") + e.what());

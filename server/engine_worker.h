@@ -4,7 +4,10 @@
 // call what engine/runtime/engine.h lists as safe beside a running request
 // (config, tokenizer, chat template, check_prompt, chat_prompt, ...) and
 // hand everything else to the engine thread as a Task. A task that
-// throws becomes its TaskError (MoeError 400, other exceptions 500). Knows
+// throws becomes its TaskError: 400 for a ContextLengthError (the client's
+// prompt), 500 for anything else (requests are validated before they are
+// queued, so a later failure is the server's, e.g. a token the tokenizer
+// cannot decode). Knows
 // nothing of HTTP, JSON or what a task does.
 #pragma once
 #include <atomic>

@@ -2,6 +2,8 @@
 // engine thread (see generation_task.h).
 #include "server/generation_task.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -12,7 +14,43 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// 400 context_length_exceeded for the messages or prompt (what) of a request;
+// detail says how they exceed the context.
+ApiError context_length_error(const char* what, int ctx, const std::string& detail) {
+    return ApiError(400,
+                    "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, your " + what +
+                        " " + detail + ". Shorten the " + what + " or start the server with a larger --ctx.",
+                    what, "context_length_exceeded");
+}
+
+// Refuses text that cannot fit the context before it is tokenized (the
+// tokenizer needs ~70 bytes of memory per byte of text).
+void check_text_length(const Engine& e, size_t bytes, const char* what) {
+    const size_t limit = size_t(e.ctx()) * MAX_TEXT_BYTES_PER_TOKEN;
+    if (bytes > limit)
+        throw context_length_error(what, e.ctx(),
+                                   "hold " + std::to_string(bytes) + " bytes of text, more than the " +
+                                       std::to_string(limit) + " (" + std::to_string(MAX_TEXT_BYTES_PER_TOKEN) +
+                                       " per token) this server tokenizes for that context");
+}
+
+// A generation that the shutdown cut short ends in a 503 error, not in a
+// result that looks finished.
+template <class Result>
+void push_result(Task& task, Result result) {
+    if (result.finish_reason == FinishReason::CANCELLED && task.cut_by_shutdown())
+        task.push(TaskError{503, SHUTTING_DOWN});
+    else
+        task.push(std::move(result));
+}
+
 }  // namespace
+
+void release_tokenizer_memory(size_t text_bytes) {
+#ifdef __GLIBC__
+    if (text_bytes > (64u << 10)) malloc_trim(0);
+#endif
+}
 
 ApiError invalid_messages(const MoeError& error) {
     return ApiError(400, std::string("Invalid 'messages': ") + error.what(), "messages", "invalid_value");
@@ -29,17 +67,23 @@ std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text
 GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 
 std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& chat) {
+    size_t bytes = 0;
+    for (const ChatMessage& m : chat.messages) bytes += m.content.size();
+    check_text_length(e, bytes, "messages");
     std::vector<int> prompt;
     try {
         prompt = e.chat_prompt(chat.messages).ids;
     } catch (const MoeError& err) {
         throw invalid_messages(err);
     }
+    release_tokenizer_memory(bytes);
     return make(e, Endpoint::CHAT, std::move(prompt), chat.options);
 }
 
 std::shared_ptr<Task> GenerationTasks::completion(const Engine& e, const CompletionRequest& c) {
+    if (!c.has_prompt_tokens) check_text_length(e, c.prompt.size(), "prompt");
     std::vector<int> prompt = c.has_prompt_tokens ? c.prompt_tokens : text_tokens(e.tokenizer(), c.prompt, true);
+    release_tokenizer_memory(c.prompt.size());
     return make(e, Endpoint::COMPLETION, std::move(prompt), c.options);
 }
 
@@ -48,13 +92,9 @@ std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, 
     try {
         e.check_prompt(prompt);
     } catch (const ContextLengthError& err) {
-        const char* what = endpoint == Endpoint::CHAT ? "messages" : "prompt";
-        throw ApiError(400,
-                       "This model's maximum context length is " + std::to_string(err.ctx) + " tokens. However, your " +
-                           what + " resulted in " + std::to_string(err.n_prompt) +
-                           " tokens, which leaves no room for a reply. Shorten the " + what +
-                           " or start the server with a larger --ctx.",
-                       what, "context_length_exceeded");
+        throw context_length_error(
+            endpoint == Endpoint::CHAT ? "messages" : "prompt", err.ctx,
+            "resulted in " + std::to_string(err.n_prompt) + " tokens, which leaves no room for a reply");
     }
     GenerateRequest g;
     g.prompt = std::move(prompt);
@@ -89,7 +129,7 @@ void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest&
     if (is_chat && result.finish_reason != FinishReason::CANCELLED) e.remember_reply(result.text, result.tokens);
     metrics_.add_prompt_tokens(result.n_prompt, result.n_cached);
     metrics_.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(), result.decode_tok_s());
-    task.push(std::move(result));
+    push_result(task, std::move(result));
 }
 
 // No token events: the choices come with the BeamResult.
@@ -103,5 +143,5 @@ void GenerationTasks::run_beam_search(Engine& e, Task& task, const BeamRequest& 
     metrics_.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(), result.best_tok_s());
     metrics_.observe_beam_search(result.n_steps, result.expert_load.histogram, result.expert_load.max(),
                                  result.expert_load.mean());
-    task.push(std::move(result));
+    push_result(task, std::move(result));
 }

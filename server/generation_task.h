@@ -6,7 +6,8 @@
 // response starts. On the engine thread the task also keeps the server's
 // books: metrics, and the replies the engine remembers for prefix reuse
 // across chat turns (Engine::remember_reply). The way back, task events -> OpenAI JSON, is openai_response.h.
-// Must not know about HTTP transport or the queue's owner.
+// A generation the server's shutdown cut short ends in TaskError 503, never
+// in a result. Must not know about HTTP transport or the queue's owner.
 #pragma once
 #include <memory>
 #include <span>
@@ -20,6 +21,15 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_queue.h"
+
+// A request's text (messages or prompt) may hold at most this many bytes per
+// context position; longer text is refused before it is tokenized.
+inline constexpr size_t MAX_TEXT_BYTES_PER_TOKEN = 32;
+
+// Call after tokenizing text_bytes of text on an HTTP thread: past 64 KiB,
+// gives the memory the tokenizer freed back to the system (glibc keeps
+// freed small blocks in the thread's arena, ~70 bytes per byte of text).
+void release_tokenizer_memory(size_t text_bytes);
 
 // The ApiError (400, param "messages") for messages the chat template refuses.
 ApiError invalid_messages(const MoeError& error);
@@ -35,7 +45,8 @@ public:
     // HTTP thread: the task of a chat request; its prompt is
     // Engine::chat_prompt (one rendering, remembered replies by their ids).
     // Throws ApiError: 400 for messages the template refuses, 400
-    // context_length_exceeded when the prompt leaves no room for a reply.
+    // context_length_exceeded when the prompt leaves no room for a reply
+    // or its text is longer than MAX_TEXT_BYTES_PER_TOKEN per position.
     std::shared_ptr<Task> chat(const Engine& engine, const ChatRequest& request);
     // HTTP thread: the task of a completion request (its token ids as
     // given, or BOS and the text's encoding). Throws as chat() does.

@@ -8,6 +8,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +33,10 @@
 using json = nlohmann::ordered_json;
 
 namespace {
+
+// Allocations from this size up are mapped on their own and given back to
+// the system when freed.
+constexpr int MMAP_THRESHOLD_BYTES = 256 << 10;
 
 const char* const UI_MISSING_PAGE =
     "<!doctype html><html><head><meta charset=\"utf-8\"><title>moe-server</title></head><body>"
@@ -132,14 +137,15 @@ struct HttpServer::Impl {
     }
 
     // Queues a generation task and answers from its events.
-    void answer(httplib::Response& res, Endpoint endpoint, const GenerationOptions& o, std::shared_ptr<Task> task) {
+    void answer(const httplib::Request& req, httplib::Response& res, Endpoint endpoint, const GenerationOptions& o,
+                std::shared_ptr<Task> task) {
         if (!worker.submit(task))
             throw ApiError(503,
                            "The server is busy: " + std::to_string(options.max_queue) +
                                " requests are already waiting for the engine. Retry shortly.",
                            "", "queue_full");
-        send_task_events(res, std::move(task), OpenAiResponder(endpoint, o, model_id, worker.engine().tokenizer()),
-                         o.stream);
+        send_task_events(req, res, std::move(task), OpenAiResponder(endpoint, o, model_id, worker.engine().tokenizer()),
+                         metrics);
     }
 
     // ---- routes ------------------------------------------------------------
@@ -175,13 +181,13 @@ struct HttpServer::Impl {
     void handle_chat(const httplib::Request& req, httplib::Response& res) {
         Engine& e = require_engine();
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
-        answer(res, Endpoint::CHAT, chat.options, tasks.chat(e, chat));
+        answer(req, res, Endpoint::CHAT, chat.options, tasks.chat(e, chat));
     }
 
     void handle_completion(const httplib::Request& req, httplib::Response& res) {
         Engine& e = require_engine();
         CompletionRequest c = completion_request_parse(parse_json_body(req.body), e.ctx(), e.tokenizer().vocab_size());
-        answer(res, Endpoint::COMPLETION, c.options, tasks.completion(e, c));
+        answer(req, res, Endpoint::COMPLETION, c.options, tasks.completion(e, c));
     }
 
     void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
@@ -197,6 +203,7 @@ struct HttpServer::Impl {
         } else {
             ids = text_tokens(e.tokenizer(), t.content, t.add_special);
         }
+        release_tokenizer_memory(t.text_bytes);
         json tokens = json::array();
         for (int id : ids) {
             if (t.with_pieces)
@@ -307,6 +314,12 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(ServerOptions options) {
     std::signal(SIGPIPE, SIG_IGN);
+#ifdef __GLIBC__
+    // A fixed threshold (the default one grows to 32 MiB after the first
+    // large free) keeps request-sized blocks (bodies, texts) out of the
+    // per-thread arenas, which would keep them after the request.
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+#endif
     if (options.model_dir.empty()) throw MoeError("serve: no model folder given");
     impl_ = std::make_unique<Impl>(std::move(options));
 }

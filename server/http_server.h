@@ -33,6 +33,8 @@ class HttpServer {
 public:
     // Ignores SIGPIPE process-wide: cpp-httplib writes to sockets without
     // MSG_NOSIGNAL, and a client that hangs up must not kill the server.
+    // Fixes glibc's mmap threshold (256 KiB), so that the memory of a large
+    // request goes back to the system when it is answered.
     explicit HttpServer(ServerOptions options);
     ~HttpServer();
     HttpServer(const HttpServer&) = delete;

@@ -1,7 +1,7 @@
 // cpp-httplib set-up, checks before routing, error bodies and the streaming
 // pump (see http_transport.h). A client that hangs up makes the pump's
-// write fail, which cancels the task, and the engine stops before its next
-// forward pass.
+// write fail (a stream) or its socket poll say so (one JSON object), which
+// cancels the task, and the engine stops before its next forward pass.
 #include "server/http_transport.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "profiles/errors.h"
+#include "server/client_socket.h"
 
 using json = nlohmann::ordered_json;
 
@@ -50,25 +51,46 @@ void send_json(httplib::Response& res, const json& j) {
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {
-    res.status = e.status;
-    if (e.status == 503) res.set_header("Retry-After", "1");
-    if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+    set_error_status(res, e.status);
     res.set_content(json_dump(api_error_json(e)), "application/json");
 }
 
-void send_task_events(httplib::Response& res, std::shared_ptr<Task> task, OpenAiResponder responder, bool stream) {
+void set_error_status(httplib::Response& res, int status) {
+    res.status = status;
+    if (status == 503) res.set_header("Retry-After", "1");
+    if (status == 401) res.set_header("WWW-Authenticate", "Bearer");
+}
+
+void send_task_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Task> task,
+                      OpenAiResponder responder, Metrics& metrics) {
+    if (!responder.streaming()) {
+        ClientSocket client(req);
+        std::string body;
+        std::vector<TaskEvent> events;
+        while (!responder.finished()) {
+            if (!client.connected()) {
+                task->cancel();
+                res.status = 499;  // nginx's "client closed request": nothing goes out
+                return;
+            }
+            task->wait_events(events, CLIENT_POLL);
+            for (const TaskEvent& ev : events) body += responder.on_event(ev);
+        }
+        set_error_status(res, responder.status());
+        res.set_content(body, "application/json");
+        return;
+    }
     struct Pump {
         std::shared_ptr<Task> task;
         OpenAiResponder responder;
+        Metrics& metrics;
         bool started = false;
     };
-    auto pump = std::make_shared<Pump>(Pump{task, std::move(responder)});
-    if (stream) {
-        res.set_header("Cache-Control", "no-cache");
-        res.set_header("X-Accel-Buffering", "no");
-    }
+    auto pump = std::make_shared<Pump>(Pump{task, std::move(responder), metrics});
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
-        stream ? "text/event-stream" : "application/json",
+        "text/event-stream",
         [pump](size_t, httplib::DataSink& sink) {
             std::string out;
             if (!pump->started) {
@@ -84,6 +106,7 @@ void send_task_events(httplib::Response& res, std::shared_ptr<Task> task, OpenAi
                 }
                 out.clear();
                 if (pump->responder.finished()) {
+                    if (pump->responder.status() != 200) pump->metrics.count_stream_error(pump->responder.status());
                     sink.done();
                     return true;
                 }
@@ -167,8 +190,8 @@ HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics) : o
     server_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         metrics_.count_request(route_label(req), res.status);
         if (options_.log_requests)
-            std::fprintf(stderr, "moe-server: %s %s %s -> %d\n", req.remote_addr.c_str(), req.method.c_str(),
-                         req.path.c_str(), res.status);
+            std::fprintf(stderr, "moe-server: %s %s %s -> %d\n", escape_control(req.remote_addr).c_str(),
+                         escape_control(req.method).c_str(), escape_control(req.path).c_str(), res.status);
     });
 }
 

@@ -2,8 +2,10 @@
 // worker threads and body limit; CORS headers and preflights, and the API
 // key, checked before routing; an OpenAI error body for every failure (a
 // handler's exception, 404, 413); the request log line and the per-route
-// request counts; and writing a queued task's answer as a chunked body (SSE
-// frames or one JSON object) while watching for the client to hang up.
+// request counts; and writing a queued task's answer (SSE frames in a
+// chunked body, or one JSON object with the status that fits) while
+// watching for the client to hang up. Control characters in the log line
+// are escaped.
 // Knows nothing of the engine or of what a route means.
 #pragma once
 #include <httplib.h>
@@ -23,13 +25,18 @@
 void send_json(httplib::Response& res, const nlohmann::ordered_json& j);
 // The error's status and OpenAI body; 503 adds Retry-After, 401 WWW-Authenticate.
 void send_error(httplib::Response& res, const ApiError& error);
+// The status and the headers that go with it (as send_error).
+void set_error_status(httplib::Response& res, int status);
 
-// Answers with a queued task's events, turned into text by the responder:
-// an SSE stream (stream) or one JSON object, both as a chunked body, since
-// only a content provider sees the client hang up while the engine works;
-// then the task is cancelled. The status line goes out first, so every
-// error the request can cause must be found before.
-void send_task_events(httplib::Response& res, std::shared_ptr<Task> task, OpenAiResponder responder, bool stream);
+// Answers with a queued task's events, turned into text by the responder.
+// A stream goes out as SSE frames in a chunked body (its status, 200, goes
+// first: a later error is an error event, counted in metrics as a stream
+// error). One JSON object is built on this thread while its socket is
+// polled for a hang-up, and sent with the status that fits the answer
+// (e.g. 503 when the shutdown dropped the task, 500 when the engine
+// failed). A client that hangs up cancels the task (status 499, not sent).
+void send_task_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Task> task,
+                      OpenAiResponder responder, Metrics& metrics);
 
 class HttpTransport {
 public:

@@ -24,6 +24,11 @@ void Metrics::count_request(const std::string& route, int status) {
     requests_[{route, status}]++;
 }
 
+void Metrics::count_stream_error(int status) {
+    std::lock_guard lock(mutex_);
+    stream_errors_[status]++;
+}
+
 void Metrics::add_prompt_tokens(long n_prompt, long n_cached) {
     std::lock_guard lock(mutex_);
     prompt_tokens_ += uint64_t(n_prompt);
@@ -76,6 +81,10 @@ std::string Metrics::render(size_t queue_waiting, bool running) const {
     for (const auto& [key, n] : requests_)
         out += "moe_http_requests_total{route=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
                std::to_string(n) + "\n";
+    header(out, "moe_stream_errors_total", "counter",
+           "Streams that ended in an error event after their HTTP 200, by the status that fits the error.");
+    for (const auto& [status, n] : stream_errors_)
+        out += "moe_stream_errors_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
     header(out, "moe_generations_total", "counter", "Finished generations, by finish reason.");
     for (const auto& [reason, n] : generations_)
         out += "moe_generations_total{finish_reason=\"" + reason + "\"} " + std::to_string(n) + "\n";

@@ -1,5 +1,5 @@
 // Server metrics in the Prometheus text format: HTTP requests by route and
-// status, prompt / cached / generated tokens, finished generations by reason,
+// status, streams that ended in an error, prompt / cached / generated tokens, finished generations by reason,
 // the last request's prompt and decode tok/s, queue depth, a
 // time-to-first-token histogram, and for beam search its steps and the
 // tokens each routed expert got per step (histogram, last request's max and
@@ -33,6 +33,9 @@ public:
     void add_generated_tokens(long n);
     void count_generation(const std::string& finish_reason, double prefill_tok_s, double decode_tok_s);
     void observe_ttft(double seconds);
+    // A stream that ended in an error event after its 200 went out, by the
+    // status that fits the error (503 shutdown, 500 engine failure).
+    void count_stream_error(int status);
     // One beam search: its decode steps, how many (step, layer, expert)
     // triples got c tokens (histogram[c]), and the request's most and mean
     // tokens per routed expert per step.
@@ -53,6 +56,7 @@ private:
     mutable std::mutex mutex_;
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     std::map<std::string, uint64_t> generations_;
+    std::map<int, uint64_t> stream_errors_;
     uint64_t prompt_tokens_ = 0;
     uint64_t cached_tokens_ = 0;
     uint64_t generated_tokens_ = 0;

@@ -14,10 +14,10 @@
 using json = nlohmann::json;
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_, std::string type_)
-    : std::runtime_error(message),
+    : std::runtime_error(escape_control(message)),
       status(status_),
       type(std::move(type_)),
-      param(std::move(param_)),
+      param(escape_control(param_)),
       code(std::move(code_)) {
     if (type.empty()) type = status >= 500 ? "server_error" : "invalid_request_error";
 }
@@ -315,6 +315,107 @@ std::string parse_content(const json& message, const std::string& where, bool ma
     return text;
 }
 
+ApiError json_syntax_error(const std::string& what) {
+    return ApiError(
+        400,
+        "We could not parse the JSON body of your request: " + what + " (HINT: a request body must be a JSON object.)",
+        "", "invalid_json");
+}
+
+// A SAX pass over the body before the DOM is built: refuses nesting deeper
+// than MAX_JSON_DEPTH and more than MAX_JSON_ELEMENTS values, and names the
+// field of a number that overflows a double ("temperature": 1e400). Keeps
+// only the path to the current value.
+class JsonShapeCheck final : public json::json_sax_t {
+public:
+    bool null() override { return value(); }
+    bool boolean(bool) override { return value(); }
+    bool number_integer(number_integer_t) override { return value(); }
+    bool number_unsigned(number_unsigned_t) override { return value(); }
+    bool number_float(number_float_t, const string_t&) override { return value(); }
+    bool string(string_t&) override { return value(); }
+    bool binary(binary_t&) override { return value(); }
+    bool start_object(std::size_t) override { return open(true); }
+    bool key(string_t& key) override {
+        path_.back().key = key.substr(0, MAX_KEY_BYTES);
+        return true;
+    }
+    bool end_object() override { return close(); }
+    bool start_array(std::size_t) override { return open(false); }
+    bool end_array() override { return close(); }
+    bool parse_error(std::size_t, const std::string& token, const nlohmann::detail::exception& e) override {
+        if (e.id == 406) {  // a number out of a double's range
+            if (!path_.empty() && !path_.back().object) path_.back().index++;
+            std::string name = path();
+            error_ = ApiError(400,
+                              "Invalid '" + name + "': the number " + token.substr(0, MAX_KEY_BYTES) +
+                                  " is outside the range of a double.",
+                              name, "invalid_value");
+        } else {
+            std::string what = e.what();
+            if (what.size() > MAX_ERROR_BYTES) what = what.substr(0, MAX_ERROR_BYTES) + "...";
+            error_ = json_syntax_error(what);
+        }
+        return false;
+    }
+
+    const ApiError& error() const { return error_; }
+
+private:
+    static constexpr size_t MAX_KEY_BYTES = 64;     // of a key or number quoted in an error
+    static constexpr size_t MAX_ERROR_BYTES = 300;  // of a syntax error's text
+
+    struct Level {
+        bool object;
+        std::string key;  // object: the current key
+        long index = -1;  // array: the current element
+    };
+
+    bool value() {
+        if (++elements_ > MAX_JSON_ELEMENTS) {
+            error_ = ApiError(400,
+                              "The request body holds more than " + std::to_string(MAX_JSON_ELEMENTS) +
+                                  " JSON elements (values, arrays and objects), the limit of this server.",
+                              "", "invalid_json");
+            return false;
+        }
+        if (!path_.empty() && !path_.back().object) path_.back().index++;
+        return true;
+    }
+    bool open(bool object) {
+        if (!value()) return false;
+        if (path_.size() >= MAX_JSON_DEPTH) {
+            error_ = ApiError(400,
+                              "The request body nests arrays and objects deeper than the limit of " +
+                                  std::to_string(MAX_JSON_DEPTH) + " levels (nesting depth).",
+                              "", "invalid_json");
+            return false;
+        }
+        path_.push_back({object, "", -1});
+        return true;
+    }
+    bool close() {
+        path_.pop_back();
+        return true;
+    }
+    // "messages[0].content": the keys and indices below the body object.
+    std::string path() const {
+        std::string out;
+        for (size_t i = 0; i < path_.size(); i++) {
+            const Level& l = path_[i];
+            if (!l.object)
+                out += "[" + std::to_string(l.index) + "]";
+            else if (i + 1 < path_.size() || !l.key.empty())
+                out += (out.empty() ? "" : ".") + l.key;
+        }
+        return out;
+    }
+
+    std::vector<Level> path_;
+    size_t elements_ = 0;
+    ApiError error_{400, "The request body could not be parsed.", "", "invalid_json"};
+};
+
 }  // namespace
 
 bool utf8_valid(std::string_view text) {
@@ -324,6 +425,36 @@ bool utf8_valid(std::string_view text) {
         i += n;
     }
     return true;
+}
+
+std::string escape_control(std::string_view text) {
+    static const char HEX[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(text.size());
+    auto escape = [&](unsigned char c) {
+        out += "\\x";
+        out += HEX[c >> 4];
+        out += HEX[c & 15];
+    };
+    for (size_t i = 0; i < text.size();) {
+        size_t n = utf8_sequence_length(text, i);
+        unsigned char c = static_cast<unsigned char>(text[i]);
+        if (n == 0 || c < 0x20 || c == 0x7F) {  // ill-formed UTF-8 or a C0 control
+            escape(c);
+            i++;
+        } else if (c == '\\') {
+            out += "\\\\";
+            i++;
+        } else if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {  // C1 control
+            escape(c);
+            escape(static_cast<unsigned char>(text[i + 1]));
+            i += 2;
+        } else {
+            out.append(text.substr(i, n));
+            i += n;
+        }
+    }
+    return out;
 }
 
 std::string utf8_sanitize(std::string_view text) {
@@ -344,15 +475,11 @@ std::string utf8_sanitize(std::string_view text) {
 
 json parse_json_body(const std::string& body) {
     if (!utf8_valid(body)) throw ApiError(400, "The request body is not valid UTF-8.", "", "invalid_utf8");
-    json j;
-    try {
-        j = json::parse(body);
-    } catch (const json::parse_error& e) {
-        throw ApiError(400,
-                       std::string("We could not parse the JSON body of your request: ") + e.what() +
-                           " (HINT: a request body must be a JSON object.)",
-                       "", "invalid_json");
-    }
+    // Checked before the DOM is built: 4 MiB of '[' would cost ~300 MB as a DOM.
+    JsonShapeCheck check;
+    if (!json::sax_parse(body, &check)) throw check.error();
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded()) throw json_syntax_error("the body could not be parsed");
     if (!j.is_object())
         throw ApiError(400, std::string("The request body must be a JSON object, but got ") + json_type_name(j) + ".",
                        "", "invalid_json");
@@ -452,14 +579,25 @@ CompletionRequest completion_request_parse(const json& body, int ctx, int vocab_
 
 TokenizeRequest tokenize_request_parse(const json& body) {
     TokenizeRequest r;
+    size_t& bytes = r.text_bytes;
     if (body.contains("messages")) {
         r.messages = chat_messages_parse(body);
         r.has_messages = true;
+        for (const ChatMessage& m : r.messages) bytes += m.content.size();
     } else if (auto c = get_string(body, "content")) {
         r.content = *c;
+        bytes = r.content.size();
     } else {
         throw ApiError(400, "Missing required parameter: 'content' (a string) or 'messages' (a chat).", "content",
                        "missing_required_parameter");
+    }
+    if (bytes > MAX_TOKENIZE_BYTES) {
+        const char* what = r.has_messages ? "messages" : "content";
+        throw ApiError(400,
+                       std::string("Invalid '") + what + "': " + std::to_string(bytes) +
+                           " bytes of text, but /tokenize encodes at most " + std::to_string(MAX_TOKENIZE_BYTES) +
+                           " bytes per request.",
+                       what, "invalid_value");
     }
     r.add_special = get_bool(body, "add_special").value_or(false);
     r.with_pieces = get_bool(body, "with_pieces").value_or(false);

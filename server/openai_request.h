@@ -15,11 +15,19 @@
 #include "engine/text/chat_template.h"
 #include "engine/runtime/sampler.h"
 
+// Limits of a request body's JSON, checked before its DOM is built.
+inline constexpr size_t MAX_JSON_DEPTH = 64;           // nested arrays and objects
+inline constexpr size_t MAX_JSON_ELEMENTS = 1u << 18;  // values, arrays and objects
+// The longest text /tokenize encodes (the tokenizer needs ~70 bytes per byte).
+inline constexpr size_t MAX_TOKENIZE_BYTES = 256u << 10;
+
 // An error answered to the client as {"error":{"message","type","param","code"}}.
 class ApiError : public std::runtime_error {
 public:
     // type defaults from the status: "invalid_request_error" for 4xx,
-    // "server_error" for 5xx. Empty param / code become JSON null.
+    // "server_error" for 5xx. Empty param / code become JSON null. Control
+    // characters in message and param are escaped (escape_control): they
+    // may quote what the client sent.
     ApiError(int status, const std::string& message, std::string param = "", std::string code = "",
              std::string type = "");
     int status;
@@ -34,6 +42,10 @@ nlohmann::ordered_json api_error_json(const ApiError& error);
 // True when `text` is well-formed UTF-8 (no overlongs, surrogates or code
 // points above U+10FFFF).
 bool utf8_valid(std::string_view text);
+// Text safe for a log line or an error message: C0 and C1 control
+// characters, DEL and ill-formed UTF-8 bytes become "\xHH", a backslash
+// "\\"; everything else is kept.
+std::string escape_control(std::string_view text);
 // Replaces every ill-formed byte with U+FFFD (for token pieces that are a
 // fragment of a character).
 std::string utf8_sanitize(std::string_view text);
@@ -83,6 +95,7 @@ struct TokenizeRequest {
     std::string content;                // when given as text
     std::vector<ChatMessage> messages;  // when given as a chat (rendered with the template)
     bool has_messages = false;
+    size_t text_bytes = 0;     // of the content or of all messages, at most MAX_TOKENIZE_BYTES
     bool add_special = false;  // text: prepend BOS
     bool with_pieces = false;  // answer [{id, piece}] instead of ids
 };

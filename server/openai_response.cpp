@@ -262,8 +262,9 @@ std::string OpenAiResponder::on(const TaskDone&) {
 }
 
 std::string OpenAiResponder::on(const TaskError& error) {
+    status_ = error.status;
     json body = api_error_json(ApiError(error.status, error.message));
-    return options_.stream ? sse_data(body) : json_dump(body);
+    return options_.stream ? sse_data(body) + SSE_DONE : json_dump(body);
 }
 
 std::string OpenAiResponder::on_event(const TaskEvent& event) {

@@ -46,7 +46,10 @@ nlohmann::ordered_json timings_json(const BeamResult& result, const GenerationOp
 // TokenEvent its content chunk, the GenerateResult the finish chunk, the
 // usage chunk when asked and [DONE]. Not streaming: everything is written at
 // the result as one object. A TaskError becomes an OpenAI error object (in
-// the stream as one data frame). Beam search has no token events: its n
+// a stream one data frame, then [DONE]; a client tells a stream cut by
+// shutdown or a failure from a finished one by this error event, since the
+// stream has no finish chunk then) and sets status(). Beam search has no
+// token events: its n
 // choices come with the BeamResult, streamed as one content chunk per
 // choice (the whole hypothesis), then one finish chunk per choice.
 class OpenAiResponder {
@@ -56,6 +59,9 @@ public:
     std::string start();
     std::string on_event(const TaskEvent& event);
     bool finished() const { return finished_; }
+    bool streaming() const { return options_.stream; }
+    // The HTTP status that fits the answer: 200, or the TaskError's.
+    int status() const { return status_; }
     const std::string& id() const { return id_; }
 
 private:
@@ -77,6 +83,7 @@ private:
     std::string id_;
     int64_t created_;
     bool finished_ = false;
+    int status_ = 200;
     size_t text_length_ = 0;                   // completion logprobs: text_offset of the next token
     nlohmann::ordered_json pending_logprobs_;  // chat: content entries; completion: the legacy object
 };

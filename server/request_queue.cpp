@@ -103,11 +103,11 @@ void RequestQueue::shutdown() {
         std::lock_guard lock(mutex_);
         shut_down_ = true;
         dropped.swap(waiting_);
-        if (running_) running_->cancel();
+        if (running_) running_->cancel_for_shutdown();
     }
     for (auto& t : dropped) {
-        t->cancel();
-        t->finish(503, "the server is shutting down");
+        t->cancel_for_shutdown();
+        t->finish(503, SHUTTING_DOWN);
     }
     available_.notify_all();
 }

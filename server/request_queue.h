@@ -20,6 +20,9 @@
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 
+// The message of the TaskError (503) of a task the shutdown dropped or cut.
+inline constexpr const char* SHUTTING_DOWN = "The server is shutting down; the request did not finish.";
+
 // The task failed, was cancelled or never ran.
 struct TaskError {
     int status = 500;     // the HTTP status that fits
@@ -56,6 +59,13 @@ public:
     // it in its token callback and stops before the next forward pass.
     void cancel() { cancelled_.store(true); }
     bool cancelled() const { return cancelled_.load(); }
+    // Any thread: cancels because the server shuts down, so that the task's
+    // work can tell its client it was cut (see cut_by_shutdown()).
+    void cancel_for_shutdown() {
+        shutdown_.store(true);
+        cancel();
+    }
+    bool cut_by_shutdown() const { return shutdown_.load(); }
 
     // When the task was admitted (for time-to-first-token as the user sees it).
     std::chrono::steady_clock::time_point admitted() const { return admitted_; }
@@ -63,6 +73,7 @@ public:
 private:
     Run run_;
     std::atomic<bool> cancelled_{false};
+    std::atomic<bool> shutdown_{false};
     std::chrono::steady_clock::time_point admitted_;
     std::mutex mutex_;
     std::condition_variable ready_;
@@ -87,8 +98,8 @@ public:
     size_t waiting() const;
     bool running() const;
 
-    // Cancels the running task and every waiting one (each gets a terminal
-    // error event), and makes pop() return nullptr.
+    // Cancels the running task (cancel_for_shutdown) and every waiting one
+    // (each gets TaskError 503 SHUTTING_DOWN), and makes pop() return nullptr.
     void shutdown();
 
 private:

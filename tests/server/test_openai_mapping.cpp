@@ -78,6 +78,28 @@ TEST_CASE("utf8_valid accepts well-formed text and refuses the rest", "[server]"
           "b");
 }
 
+TEST_CASE("escape_control escapes control characters, ill-formed bytes and backslashes only", "[server]") {
+    CHECK(escape_control("plain text, é €") == "plain text, é €");
+    CHECK(escape_control(std::string("a\r\nb\0c\x1b[31m\x7f", 12)) == "a\\x0d\\x0ab\\x00c\\x1b[31m\\x7f");
+    CHECK(escape_control("C1 \xC2\x9B csi, \xC2\xA0 nbsp") == "C1 \\xc2\\x9b csi, \xC2\xA0 nbsp");
+    CHECK(escape_control("bad \xFF byte, \\x00 typed") == "bad \\xff byte, \\\\x00 typed");
+    CHECK(std::string(ApiError(400, "line\nbreak", "p\r").what()) == "line\\x0abreak");
+    CHECK(ApiError(400, "x", "p\r").param == "p\\x0d");
+}
+
+TEST_CASE("parse_json_body limits nesting and elements and names an overflowing number's field", "[server]") {
+    CHECK(error_of([] { parse_json_body(std::string(MAX_JSON_DEPTH + 1, '[')); }).code == "invalid_json");
+    CHECK_NOTHROW(
+        parse_json_body("{\"a\":" + std::string(MAX_JSON_DEPTH - 1, '[') + std::string(MAX_JSON_DEPTH - 1, ']') + "}"));
+    std::string many = "{\"a\":[0";
+    for (size_t i = 3; i < MAX_JSON_ELEMENTS; i++) many += ",0";  // the object, the array and its values
+    CHECK_NOTHROW(parse_json_body(many + "]}"));
+    CHECK(std::string(error_of([&] { parse_json_body(many + ",0]}"); }).what()).find("elements") != std::string::npos);
+    CHECK(error_of([] { parse_json_body(R"({"temperature":1e400})"); }).param == "temperature");
+    CHECK(error_of([] { parse_json_body(R"({"a":[{"b":[1,2,-1e999]}]})"); }).param == "a[0].b[2]");
+    CHECK(error_of([] { parse_json_body(R"({"a":{"b":1E+400}})"); }).code == "invalid_value");
+}
+
 TEST_CASE("chat requests parse into native options", "[server]") {
     json body = {
         {"model", "x"},
@@ -274,8 +296,10 @@ TEST_CASE("non-streamed completion with logprobs is one object", "[server]") {
     s.stream = true;
     OpenAiResponder failing(Endpoint::CHAT, s, "m", tokenizer());
     std::vector<std::string> p = sse_payloads(failing.on_event(error));
-    REQUIRE(p.size() == 1);
+    REQUIRE(p.size() == 2);  // the error event, then [DONE]
     CHECK(json::parse(p[0])["error"]["message"] == "boom");
+    CHECK(p[1] == "[DONE]");
+    CHECK(failing.status() == 500);
 }
 
 TEST_CASE("the request queue bounds waiting tasks and skips cancelled ones", "[server]") {
