@@ -132,13 +132,14 @@ struct HttpServer::Impl {
     }
 
     // Queues a generation task and answers from its events.
-    void answer(httplib::Response& res, Endpoint endpoint, const GenerationOptions& o, std::shared_ptr<Task> task) {
+    void answer(const httplib::Request& req, httplib::Response& res, Endpoint endpoint, const GenerationOptions& o,
+                std::shared_ptr<Task> task) {
         if (!worker.submit(task))
             throw ApiError(503,
                            "The server is busy: " + std::to_string(options.max_queue) +
                                " requests are already waiting for the engine. Retry shortly.",
                            "", "queue_full");
-        send_task_events(res, std::move(task), OpenAiResponder(endpoint, o, model_id, worker.engine().tokenizer()),
+        send_task_events(req, res, std::move(task), OpenAiResponder(endpoint, o, model_id, worker.engine().tokenizer()),
                          o.stream);
     }
 
@@ -175,13 +176,13 @@ struct HttpServer::Impl {
     void handle_chat(const httplib::Request& req, httplib::Response& res) {
         Engine& e = require_engine();
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
-        answer(res, Endpoint::CHAT, chat.options, tasks.chat(e, chat));
+        answer(req, res, Endpoint::CHAT, chat.options, tasks.chat(e, chat));
     }
 
     void handle_completion(const httplib::Request& req, httplib::Response& res) {
         Engine& e = require_engine();
         CompletionRequest c = completion_request_parse(parse_json_body(req.body), e.ctx(), e.tokenizer().vocab_size());
-        answer(res, Endpoint::COMPLETION, c.options, tasks.completion(e, c));
+        answer(req, res, Endpoint::COMPLETION, c.options, tasks.completion(e, c));
     }
 
     void handle_tokenize(const httplib::Request& req, httplib::Response& res) {

@@ -1,19 +1,23 @@
-// HTTP transport: the cpp-httplib server and everything about the wire. Its
-// worker threads and body limit; CORS headers and preflights, and the API
-// key, checked before routing; an OpenAI error body for every failure (a
-// handler's exception, 404, 413); the request log line and the per-route
-// request counts; and writing a queued task's answer as a chunked body (SSE
-// frames or one JSON object) while watching for the client to hang up.
-// Knows nothing of the engine or of what a route means.
+// HTTP transport: the cpp-httplib server and everything about the wire. The
+// connections, their limits and the request deadline (http_connections.h);
+// before routing, the Host and Origin checks against DNS rebinding and
+// cross-site pages, the header sanity checks (one Content-Length, the body
+// limit), CORS headers and preflights, and the API key; an OpenAI error body
+// for every failure (a handler's exception, 403, 404, 408, 413, 431, 503);
+// the request log line and the per-route request counts; and writing a
+// queued task's answer (SSE frames or one JSON object) while watching for
+// the client to hang up. Knows nothing of the engine or of what a route
+// means.
 #pragma once
 #include <httplib.h>
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
+#include "server/http_connections.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -24,20 +28,22 @@ void send_json(httplib::Response& res, const nlohmann::ordered_json& j);
 // The error's status and OpenAI body; 503 adds Retry-After, 401 WWW-Authenticate.
 void send_error(httplib::Response& res, const ApiError& error);
 
-// Answers with a queued task's events, turned into text by the responder:
-// an SSE stream (stream) or one JSON object, both as a chunked body, since
-// only a content provider sees the client hang up while the engine works;
-// then the task is cancelled. The status line goes out first, so every
-// error the request can cause must be found before.
-void send_task_events(httplib::Response& res, std::shared_ptr<Task> task, OpenAiResponder responder, bool stream);
+// Answers req with a queued task's events, turned into text by the
+// responder: an SSE stream (stream) or one JSON object, as a chunked body
+// (HTTP/1.0: a body that ends with the connection), since only a content
+// provider sees the client hang up while the engine works; then the task is
+// cancelled. The status line goes out first, so every error the request can
+// cause must be found before.
+void send_task_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Task> task,
+                      OpenAiResponder responder, bool stream);
 
 class HttpTransport {
 public:
     using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
-    // options: listen address, API key, CORS origin, body limit, request
-    // log, and max_queue (the worker threads are sized for it). Requests
-    // are counted into metrics by route and status.
+    // options: listen address, allowed Host names, API key, CORS origin,
+    // the connection limits and request log. Requests are counted into
+    // metrics by route and status.
     HttpTransport(const ServerOptions& options, Metrics& metrics);
 
     // Routes (regular expressions, as cpp-httplib takes them). A handler's
@@ -50,7 +56,9 @@ public:
     // the address when it cannot.
     int bind();
     int port() const { return port_; }
-    // Serves until stop(); returns at once when stop() came first.
+    // Serves until stop(); returns at once when stop() came first, and
+    // within about a second after it otherwise (answers in progress get that
+    // long to finish).
     void listen();
     // Any thread, also before listen().
     void stop();
@@ -58,11 +66,13 @@ public:
 private:
     Handler guarded(Handler handler);
     bool authorized(const httplib::Request& req) const;
+    // The refusals before routing (connection cap, Host, Origin, malformed
+    // or oversized body headers); nullopt when the request may go on.
+    std::optional<ApiError> refusal(const httplib::Request& req) const;
+    bool host_allowed(const httplib::Request& req) const;
 
     const ServerOptions& options_;
     Metrics& metrics_;
-    httplib::Server server_;
+    HttpListener server_;
     int port_ = -1;
-    std::atomic<bool> stop_requested_{false};
-    std::atomic<bool> listening_{false};
 };
