@@ -74,10 +74,9 @@ bool has_body(const httplib::Request& req) {
            (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
-// A refusal before routing whose body was not read: the connection closes
+// A request answered before routing, its body unread: the connection closes
 // after the answer, so the body is not taken for the next request.
-void refuse(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
-    send_error(res, error);
+void close_if_unread(const httplib::Request& req, httplib::Response& res) {
     HttpConnection* connection = http_connection();
     if (connection && (has_body(req) || connection->over_cap())) {
         connection->close_after_response();
@@ -191,33 +190,9 @@ void send_task_events(const httplib::Request& req, httplib::Response& res, std::
 HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics)
     : options_(options), metrics_(metrics), server_(connection_limits(options)) {
     server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (std::optional<ApiError> error = refusal(req)) {
-            refuse(req, res, *error);
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (!options_.cors_origin.empty()) {
-            res.set_header("Access-Control-Allow-Origin", options_.cors_origin);
-            res.set_header("Vary", "Origin");
-        }
-        if (req.method == "OPTIONS") {
-            if (!options_.cors_origin.empty()) {
-                res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-                res.set_header("Access-Control-Max-Age", "600");
-            }
-            res.status = 204;
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (needs_auth(req.path) && !authorized(req)) {
-            bool given = req.has_header("Authorization");
-            send_error(res, ApiError(401,
-                                     given ? "Incorrect API key provided."
-                                           : "You didn't provide an API key. Send it as 'Authorization: Bearer "
-                                             "KEY' (the server was started with --api-key).",
-                                     "", "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        httplib::Server::HandlerResponse handled = pre_route(req, res);
+        if (handled == httplib::Server::HandlerResponse::Handled) close_if_unread(req, res);
+        return handled;
     });
 
     server_.set_error_handler(
@@ -269,6 +244,36 @@ HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics)
             std::fprintf(stderr, "moe-server: %s %s %s -> %d\n", req.remote_addr.c_str(), req.method.c_str(),
                          req.path.c_str(), res.status);
     });
+}
+
+httplib::Server::HandlerResponse HttpTransport::pre_route(const httplib::Request& req, httplib::Response& res) const {
+    if (std::optional<ApiError> error = refusal(req)) {
+        send_error(res, *error);
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!options_.cors_origin.empty()) {
+        res.set_header("Access-Control-Allow-Origin", options_.cors_origin);
+        res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+        if (!options_.cors_origin.empty()) {
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.set_header("Access-Control-Max-Age", "600");
+        }
+        res.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    if (needs_auth(req.path) && !authorized(req)) {
+        bool given = req.has_header("Authorization");
+        send_error(res, ApiError(401,
+                                 given ? "Incorrect API key provided."
+                                       : "You didn't provide an API key. Send it as 'Authorization: Bearer "
+                                         "KEY' (the server was started with --api-key).",
+                                 "", "invalid_api_key"));
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
 }
 
 HttpTransport::Handler HttpTransport::guarded(Handler handler) {

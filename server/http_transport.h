@@ -65,6 +65,9 @@ public:
 
 private:
     Handler guarded(Handler handler);
+    // Before routing, before the body is read: refusals, CORS, preflights
+    // and the API key.
+    httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res) const;
     bool authorized(const httplib::Request& req) const;
     // The refusals before routing (connection cap, Host, Origin, malformed
     // or oversized body headers); nullopt when the request may go on.

@@ -258,6 +258,16 @@ TEST_CASE("Host and Origin must be the server's own or localhost", "[server]") {
     CHECK(status({{"Host", "[::1]:" + port}}) == 200);
     CHECK(status({{"Host", "127.0.0.1:" + port}, {"Origin", "http://127.0.0.1:" + port}}) == 200);  // the web UI
     CHECK(status({{"Host", "localhost:" + port}, {"Origin", "http://localhost:" + port}}) == 200);
+    // Refused before its body was read: the connection closes, so the body
+    // is not read as the next request.
+    RawConnection refused(server.port());
+    refused.send("POST /v1/chat/completions HTTP/1.1\r\nHost: evil.example\r\nContent-Length: " +
+                 std::to_string(SMALL_CHAT.size()) + "\r\n\r\n" + SMALL_CHAT + HEALTH);
+    std::string replies = refused.read_until_close();
+    INFO(replies);
+    CHECK(replies.rfind("HTTP/1.1 403", 0) == 0);
+    CHECK(count_of(replies, "HTTP/1.1 ") == 1);
+    CHECK(refused.closed());
     // curl: no Origin, no Content-Type.
     RawConnection curl(server.port());
     curl.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:" + port +
@@ -266,7 +276,7 @@ TEST_CASE("Host and Origin must be the server's own or localhost", "[server]") {
     CHECK(curl.read_until_close().rfind("HTTP/1.1 200", 0) == 0);
 }
 
-TEST_CASE("--allow-host and --cors-origin add a Host name and a page's origin", "[server]") {
+TEST_CASE("flags --allow-host and --cors-origin add a Host name and a page's origin", "[server]") {
     ServerProcess server(test_model_dir("tiny"), {"--allow-host", "my.box", "--cors-origin", "http://app.example"});
     auto c = server.client();
     auto status = [&](const httplib::Headers& headers) { return get_json(c, "/v1/models", headers).status; };
