@@ -323,7 +323,7 @@ void HttpListener::run_connection(Connection& c) {
         t_connection = &stream;
         int left = c.over_cap ? 1 : KEEP_ALIVE_MAX;
         while (left-- > 0 && !stopping_.load()) {
-            if (!stream.wait_request(limits_.keep_alive_timeout)) break;
+            if (!stream.wait_request(c.over_cap ? OVER_CAP_TIMEOUT : limits_.keep_alive_timeout)) break;
             stream.begin_request(c.over_cap ? OVER_CAP_TIMEOUT : limits_.request_timeout);
             bool http10 = false;
             bool closed = false;
