@@ -218,8 +218,9 @@ private:
 thread_local HttpConnection* t_connection = nullptr;
 
 // Ends a connection so the client reads our last response rather than a
-// reset: stop sending, drain what still arrives for a moment, close.
-void linger_close(int fd) {
+// reset: stop sending, drain what still arrives for a moment (stop() cuts
+// it short by shutting the reading side). The caller closes.
+void drain_before_close(int fd) {
     ::shutdown(fd, SHUT_WR);
     char sink[16384];
     auto end = Clock::now() + LINGER;
@@ -227,7 +228,6 @@ void linger_close(int fd) {
         int ev = poll_one(fd, POLLIN, std::chrono::duration_cast<milliseconds>(end - Clock::now()));
         if (ev <= 0 || ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0) break;
     }
-    ::close(fd);
 }
 
 }  // namespace
@@ -334,11 +334,12 @@ void HttpListener::run_connection(Connection& c) {
         }
         t_connection = nullptr;
     }
+    drain_before_close(fd);
     {
         std::lock_guard lock(mutex_);
         c.fd = -1;  // stop() no longer touches it
     }
-    linger_close(fd);
+    ::close(fd);
     c.done.store(true);
 }
 

@@ -77,6 +77,11 @@ TEST_CASE("slow clients do not starve the server, and SIGTERM still ends it with
     JsonReply chat = post_raw(c, "/v1/chat/completions", SMALL_CHAT);
     CHECK(chat.status == 200);
 
+    // Answered and told to close, but still open: the server lingers on it.
+    RawConnection lingering(server.port());
+    lingering.send(HEALTH_CLOSE);
+    REQUIRE(lingering.readable(20s));
+
     auto t0 = std::chrono::steady_clock::now();
     CHECK(server.stop(SIGTERM) == 0);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
