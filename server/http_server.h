@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/engine.h"
 
@@ -23,8 +24,12 @@ struct ServerOptions {
     int ctx = 4096;                           // KV-cache positions
     int threads = 0;                          // engine threads; 0 = physical cores
     int max_queue = 8;                        // requests that may wait while one runs
-    std::string cors_origin;                  // empty = no CORS headers
+    std::string cors_origin;                  // empty = no CORS headers; also an Origin accepted
+    std::vector<std::string> allow_hosts;     // Host names accepted besides localhost and the bound address
     size_t max_body_bytes = size_t(8) << 20;  // larger bodies get 413
+    int request_timeout_s = 30;               // headers and body of one request, total; then 408
+    int max_connections = 256;                // open connections; more get 503
+    int max_client_connections = 32;          // open connections from one address; more get 503
     bool log_requests = true;                 // one stderr line per request
     DeviceOptions device;                     // --emulate-gpu, --profile
 };

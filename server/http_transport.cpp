@@ -1,18 +1,22 @@
 // cpp-httplib set-up, checks before routing, error bodies and the streaming
 // pump (see http_transport.h). A client that hangs up makes the pump's
-// write fail (a stream) or its socket poll say so (one JSON object), which
-// cancels the task, and the engine stops before its next forward pass.
+// write fail (a stream), or its connection report a reset (one JSON
+// object), which cancels the task, and the engine stops before its next
+// forward pass. A client that only shut down its sending side cannot be told
+// from one that is gone until something is written to it, so the answer
+// then goes out as a body written as it comes, after one harmless byte
+// (JSON whitespace, an SSE comment): a client that is gone answers it with
+// a reset.
 #include "server/http_transport.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "profiles/errors.h"
-#include "server/client_socket.h"
 
 using json = nlohmann::ordered_json;
 
@@ -44,6 +48,81 @@ bool needs_auth(const std::string& path) {
     return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/metrics";
 }
 
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    return s;
+}
+
+// The host of a Host header, lower case, without the port ("[::1]" keeps
+// its brackets).
+std::string host_name(const std::string& host_header) {
+    std::string h = lower(host_header);
+    if (!h.empty() && h[0] == '[') return h.substr(0, h.find(']') + 1);
+    return h.substr(0, h.find(':'));
+}
+
+// An address as a Host header names it: IPv6 in brackets, an IPv4-mapped
+// one as plain IPv4.
+std::string address_as_host(std::string addr) {
+    if (addr.rfind("::ffff:", 0) == 0 && addr.find('.') != std::string::npos) addr = addr.substr(7);
+    if (addr.find(':') == std::string::npos) return addr;
+    std::string bracketed = lower(addr);
+    bracketed.insert(bracketed.begin(), '[');
+    return bracketed + ']';
+}
+
+bool has_body(const httplib::Request& req) {
+    return req.has_header("Transfer-Encoding") ||
+           (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+}
+
+// A request answered before routing, its body unread: the connection closes
+// after the answer, so the body is not taken for the next request.
+void close_if_unread(const httplib::Request& req, httplib::Response& res) {
+    HttpConnection* connection = http_connection();
+    if (connection && (has_body(req) || connection->over_cap())) {
+        connection->close_after_response();
+        res.set_header("Connection", "close");
+    }
+}
+
+// The error a failed read of the request comes from, when a limit made it fail.
+std::optional<ApiError> fault_error(const ServerOptions& o) {
+    HttpConnection* connection = http_connection();
+    switch (connection ? connection->fault() : ConnectionFault::NONE) {
+    case ConnectionFault::TIMEOUT:
+        return ApiError(
+            408,
+            "The request's headers and body did not arrive within " + std::to_string(o.request_timeout_s) + " seconds.",
+            "", "request_timeout");
+    case ConnectionFault::TOO_MANY_HEADERS:
+        return ApiError(431,
+                        "The request has more than " + std::to_string(ConnectionLimits{}.max_headers) + " headers.", "",
+                        "headers_too_large");
+    case ConnectionFault::HEADERS_TOO_LARGE:
+        return ApiError(
+            431,
+            "The request's headers are larger than " + std::to_string(ConnectionLimits{}.max_header_bytes) + " bytes.",
+            "", "headers_too_large");
+    case ConnectionFault::BODY_TOO_LARGE:
+        return ApiError(413,
+                        "The request body is larger than the limit of " + std::to_string(o.max_body_bytes) + " bytes.",
+                        "", "request_too_large");
+    case ConnectionFault::NONE:
+        break;
+    }
+    return std::nullopt;
+}
+
+ConnectionLimits connection_limits(const ServerOptions& o) {
+    ConnectionLimits limits;
+    limits.request_timeout = std::chrono::seconds(o.request_timeout_s);
+    limits.max_body_bytes = o.max_body_bytes;
+    limits.max_connections = size_t(std::max(1, o.max_connections));
+    limits.max_client_connections = size_t(std::max(1, o.max_client_connections));
+    return limits;
+}
+
 }  // namespace
 
 void send_json(httplib::Response& res, const json& j) {
@@ -63,97 +142,103 @@ void set_error_status(httplib::Response& res, int status) {
 
 void send_task_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Task> task,
                       OpenAiResponder responder, Metrics& metrics) {
-    if (!responder.streaming()) {
-        ClientSocket client(req);
-        std::string body;
+    const bool stream = responder.streaming();
+    HttpConnection* connection = http_connection();
+    std::string prefix;  // a JSON answer's text so far
+    if (!stream) {
+        // Built here and sent with the status that fits, unless the client
+        // finishes sending first: then only a write tells whether it is
+        // still there, and the answer goes out as below.
         std::vector<TaskEvent> events;
         while (!responder.finished()) {
-            if (!client.connected()) {
+            if (connection && connection->gone()) {
                 task->cancel();
                 res.status = 499;  // nginx's "client closed request": nothing goes out
                 return;
             }
+            if (connection && connection->peer_finished_sending()) break;
             task->wait_events(events, CLIENT_POLL);
-            for (const TaskEvent& ev : events) body += responder.on_event(ev);
+            for (const TaskEvent& ev : events) prefix += responder.on_event(ev);
         }
-        set_error_status(res, responder.status());
-        res.set_content(body, "application/json");
-        return;
+        if (responder.finished()) {
+            set_error_status(res, responder.status());
+            res.set_content(prefix, "application/json");
+            return;
+        }
     }
     struct Pump {
         std::shared_ptr<Task> task;
         OpenAiResponder responder;
         Metrics& metrics;
+        std::string out;
         bool started = false;
+        bool probed = false;
     };
-    auto pump = std::make_shared<Pump>(Pump{task, std::move(responder), metrics});
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [pump](size_t, httplib::DataSink& sink) {
-            std::string out;
-            if (!pump->started) {
-                pump->started = true;
-                out = pump->responder.start();
+    auto pump = std::make_shared<Pump>(Pump{task, std::move(responder), metrics, std::move(prefix), !stream});
+    if (stream) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("X-Accel-Buffering", "no");
+    }
+    const char* type = stream ? "text/event-stream" : "application/json";
+    auto provider = [pump, stream](size_t, httplib::DataSink& sink) {
+        std::string out = std::move(pump->out);
+        pump->out.clear();
+        if (!pump->started) {
+            pump->started = true;
+            out = pump->responder.start();
+        }
+        std::vector<TaskEvent> events;
+        for (;;) {
+            // is_writable() notices a reset or an error; a client that
+            // finished sending gets the probe (see the file's comment).
+            if (!sink.is_writable() || (!out.empty() && !sink.write(out.data(), out.size()))) {
+                pump->task->cancel();
+                return false;
             }
-            std::vector<TaskEvent> events;
-            for (;;) {
-                // is_writable() also notices a peer that closed its end.
-                if (!sink.is_writable() || (!out.empty() && !sink.write(out.data(), out.size()))) {
-                    pump->task->cancel();
-                    return false;
-                }
-                out.clear();
-                if (pump->responder.finished()) {
-                    if (pump->responder.status() != 200) pump->metrics.count_stream_error(pump->responder.status());
-                    sink.done();
-                    return true;
-                }
-                pump->task->wait_events(events, CLIENT_POLL);
-                for (const TaskEvent& ev : events) out += pump->responder.on_event(ev);
+            out.clear();
+            if (pump->responder.finished()) {
+                if (pump->responder.status() != 200) pump->metrics.count_stream_error(pump->responder.status());
+                sink.done();
+                return true;
             }
-        },
-        [task](bool success) {
-            if (!success) task->cancel();
-        });
+            HttpConnection* connection = http_connection();
+            if (!pump->probed && connection && connection->peer_finished_sending()) {
+                pump->probed = true;
+                out = stream ? ":\n\n" : " ";
+                continue;
+            }
+            pump->task->wait_events(events, CLIENT_POLL);
+            for (const TaskEvent& ev : events) out += pump->responder.on_event(ev);
+        }
+    };
+    auto release = [task](bool success) {
+        if (!success) task->cancel();
+    };
+    // HTTP/1.0 knows no chunked bodies: the body ends with the connection.
+    if (req.version == "HTTP/1.0")
+        res.set_content_provider(type, std::move(provider), std::move(release));
+    else
+        res.set_chunked_content_provider(type, std::move(provider), std::move(release));
 }
 
-HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics) : options_(options), metrics_(metrics) {
-    size_t workers = std::max<size_t>(8, size_t(std::max(0, options_.max_queue)) + 8);
-    server_.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-    server_.set_payload_max_length(options_.max_body_bytes);
-
+HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics)
+    : options_(options), metrics_(metrics), server_(connection_limits(options)) {
     server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!options_.cors_origin.empty()) {
-            res.set_header("Access-Control-Allow-Origin", options_.cors_origin);
-            res.set_header("Vary", "Origin");
-        }
-        if (req.method == "OPTIONS") {
-            if (!options_.cors_origin.empty()) {
-                res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-                res.set_header("Access-Control-Max-Age", "600");
-            }
-            res.status = 204;
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (needs_auth(req.path) && !authorized(req)) {
-            bool given = req.has_header("Authorization");
-            send_error(res, ApiError(401,
-                                     given ? "Incorrect API key provided."
-                                           : "You didn't provide an API key. Send it as 'Authorization: Bearer "
-                                             "KEY' (the server was started with --api-key).",
-                                     "", "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        httplib::Server::HandlerResponse handled = pre_route(req, res);
+        if (handled == httplib::Server::HandlerResponse::Handled) close_if_unread(req, res);
+        return handled;
     });
 
     server_.set_error_handler(
         httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
             if (!res.body.empty() || res.is_chunked_content_provider_)
                 return httplib::Server::HandlerResponse::Unhandled;
+            if (std::optional<ApiError> error = fault_error(options_)) {
+                // The request was not read to its end: the connection closes.
+                send_error(res, *error);
+                res.set_header("Connection", "close");
+                return httplib::Server::HandlerResponse::Handled;
+            }
             std::string message;
             std::string code;
             switch (res.status) {
@@ -195,6 +280,36 @@ HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics) : o
     });
 }
 
+httplib::Server::HandlerResponse HttpTransport::pre_route(const httplib::Request& req, httplib::Response& res) const {
+    if (std::optional<ApiError> error = refusal(req)) {
+        send_error(res, *error);
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!options_.cors_origin.empty()) {
+        res.set_header("Access-Control-Allow-Origin", options_.cors_origin);
+        res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+        if (!options_.cors_origin.empty()) {
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.set_header("Access-Control-Max-Age", "600");
+        }
+        res.status = 204;
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    if (needs_auth(req.path) && !authorized(req)) {
+        bool given = req.has_header("Authorization");
+        send_error(res, ApiError(401,
+                                 given ? "Incorrect API key provided."
+                                       : "You didn't provide an API key. Send it as 'Authorization: Bearer "
+                                         "KEY' (the server was started with --api-key).",
+                                 "", "invalid_api_key"));
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+}
+
 HttpTransport::Handler HttpTransport::guarded(Handler handler) {
     return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
         try {
@@ -222,14 +337,67 @@ bool HttpTransport::authorized(const httplib::Request& req) const {
     return req.get_header_value("Authorization") == "Bearer " + options_.api_key;
 }
 
+// Host names localhost in any form, the address the connection came in on
+// (the bound address, or with 0.0.0.0 whichever of the machine's addresses
+// the client used), or an --allow-host name. A request without Host (HTTP/1.0)
+// passes: DNS rebinding needs a browser, and browsers always send it.
+bool HttpTransport::host_allowed(const httplib::Request& req) const {
+    if (!req.has_header("Host")) return true;
+    std::string host = host_name(req.get_header_value("Host"));
+    if (host == "localhost" || host == "127.0.0.1" || host == "[::1]") return true;
+    bool wildcard = options_.host == "0.0.0.0" || options_.host == "::";
+    if (host == address_as_host(req.local_addr) || (!wildcard && host == address_as_host(options_.host))) return true;
+    return std::any_of(options_.allow_hosts.begin(), options_.allow_hosts.end(),
+                       [&](const std::string& name) { return host_name(name) == host; });
+}
+
+std::optional<ApiError> HttpTransport::refusal(const httplib::Request& req) const {
+    HttpConnection* connection = http_connection();
+    if (connection && connection->over_cap())
+        return ApiError(503,
+                        "Too many connections: at most " + std::to_string(options_.max_client_connections) +
+                            " from one address and " + std::to_string(options_.max_connections) +
+                            " in all. Close idle connections and retry.",
+                        "", "too_many_connections");
+    if (req.get_header_value_count("Host") > 1 || !host_allowed(req))
+        return ApiError(403,
+                        "The Host header '" + req.get_header_value("Host") +
+                            "' is not this server's (start it with --allow-host NAME to accept that name).",
+                        "", "forbidden_host");
+    // A browser names the page's origin; the server's own page, or the
+    // --cors-origin one, may call it. curl and the SDKs send no Origin.
+    if (req.has_header("Origin")) {
+        std::string origin = lower(req.get_header_value("Origin"));
+        bool own = origin == "http://" + lower(req.get_header_value("Host"));
+        bool cors = options_.cors_origin == "*" || origin == lower(options_.cors_origin);
+        if (req.get_header_value_count("Origin") > 1 || !(own || cors))
+            return ApiError(403,
+                            "Requests from the web page at '" + req.get_header_value("Origin") +
+                                "' are not allowed (start the server with --cors-origin ORIGIN to allow one).",
+                            "", "forbidden_origin");
+    }
+    size_t lengths = req.get_header_value_count("Content-Length");
+    if (lengths > 1 || (lengths == 1 && req.has_header("Transfer-Encoding")))
+        return ApiError(
+            400, "The request has more than one body length (Content-Length repeated or with Transfer-Encoding).", "",
+            "invalid_request");
+    if (lengths == 1) {
+        const std::string length = req.get_header_value("Content-Length");
+        bool digits = !length.empty() && length.size() <= 19 &&
+                      std::all_of(length.begin(), length.end(), [](unsigned char c) { return std::isdigit(c); });
+        if (!digits) return ApiError(400, "Invalid Content-Length '" + length + "'.", "", "invalid_request");
+        if (std::stoull(length) > options_.max_body_bytes)
+            return ApiError(
+                413,
+                "The request body is larger than the limit of " + std::to_string(options_.max_body_bytes) + " bytes.",
+                "", "request_too_large");
+    }
+    return std::nullopt;
+}
+
 int HttpTransport::bind() {
     if (port_ > 0) return port_;
-    if (options_.port == 0) {
-        port_ = server_.bind_to_any_port(options_.host);
-        if (port_ < 0) port_ = -1;
-    } else if (server_.bind_to_port(options_.host, options_.port)) {
-        port_ = options_.port;
-    }
+    port_ = server_.bind_port(options_.host, options_.port);
     if (port_ <= 0)
         throw MoeError("serve: cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                        " (address in use or not available)");
@@ -237,14 +405,9 @@ int HttpTransport::bind() {
 }
 
 void HttpTransport::listen() {
-    listening_.store(true);
-    if (!stop_requested_.load()) server_.listen_after_bind();
-    listening_.store(false);
+    server_.serve();
 }
 
 void HttpTransport::stop() {
-    stop_requested_.store(true);
-    // A stop() just before listening would be lost: wait until it runs.
-    while (listening_.load() && !server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     server_.stop();
 }

@@ -1,6 +1,7 @@
 # HTTP server tests (label "server"): the real moe-server binary on loopback,
-# driven with cpp-httplib and curl. Client tests (label "client") are in
-# client.cmake.
+# driven with cpp-httplib, curl and raw sockets (slow, malformed, pipelined
+# and half-closed requests: server/test_http_hardening.cpp). Client tests
+# (label "client") are in client.cmake.
 
 file(GLOB SERVER_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/server/*.cpp)
 add_executable(test_server ${SERVER_TEST_SOURCES})

@@ -31,6 +31,10 @@ ServerOptions parse_serve_args(const std::vector<std::string>& words) {
     o.threads = int(args.get_int("--threads", o.threads, 0, 1024));
     o.max_queue = int(args.get_int("--max-queue", o.max_queue, 0, 1024));
     o.cors_origin = args.get("--cors-origin", "");
+    o.allow_hosts = args.get_all("--allow-host");
+    o.request_timeout_s = int(args.get_int("--request-timeout", o.request_timeout_s, 1, 3600));
+    o.max_connections = int(args.get_int("--max-connections", o.max_connections, 1, 65536));
+    o.max_client_connections = int(args.get_int("--max-client-connections", o.max_client_connections, 1, 65536));
     o.device = parse_device_flags(args);
     args.finish();
     return o;

@@ -4,10 +4,12 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -171,4 +173,62 @@ double metric_value(httplib::Client& client, const std::string& sample) {
         pos = end + 1;
     }
     return -1;
+}
+
+RawConnection::RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(uint16_t(port));
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+        throw std::runtime_error("cannot connect to port " + std::to_string(port));
+}
+
+RawConnection::~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+bool RawConnection::send(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        done += size_t(n);
+    }
+    return true;
+}
+
+void RawConnection::shutdown_write() {
+    ::shutdown(fd_, SHUT_WR);
+}
+
+bool RawConnection::readable(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, int(timeout.count())) > 0;
+}
+
+std::string RawConnection::read_until_close(std::chrono::milliseconds timeout) {
+    std::string out;
+    closed_ = false;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    char buf[65536];
+    while (std::chrono::steady_clock::now() < deadline) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (!readable(std::max(left, std::chrono::milliseconds(1)))) continue;
+        ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+        if (n <= 0) {
+            closed_ = true;
+            break;
+        }
+        out.append(buf, size_t(n));
+    }
+    return out;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+    size_t count = 0;
+    for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + needle.size()))
+        count++;
+    return count;
 }

@@ -1,6 +1,7 @@
 // Test fixture for the HTTP tests: runs the real moe-server binary as a
 // child process on a free loopback port, waits for /health, and stops it
-// with SIGTERM. Also small helpers to talk to it (JSON requests, metrics).
+// with SIGTERM. Also small helpers to talk to it (JSON requests, metrics,
+// and a raw TCP connection for what an HTTP client will not send).
 #pragma once
 #include <httplib.h>
 #include <sys/types.h>
@@ -57,6 +58,34 @@ JsonReply get_json(httplib::Client& client, const std::string& path, const httpl
 // The value of one sample line of /metrics ("name{labels}" exactly as
 // printed, or a bare name); -1 when absent.
 double metric_value(httplib::Client& client, const std::string& sample);
+
+// A raw TCP connection to 127.0.0.1:port, for malformed, slow, pipelined or
+// half-closed requests.
+class RawConnection {
+public:
+    explicit RawConnection(int port);
+    ~RawConnection();
+    RawConnection(const RawConnection&) = delete;
+    RawConnection& operator=(const RawConnection&) = delete;
+
+    // Sends all of bytes; false once the server has closed or reset.
+    bool send(const std::string& bytes);
+    void shutdown_write();
+    // Whether the server sent something or closed within timeout.
+    bool readable(std::chrono::milliseconds timeout);
+    // Everything the server sends until it closes the connection, or until
+    // timeout passes (generous: it catches a hang).
+    std::string read_until_close(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+    // True when the last read_until_close() ended with the server's close.
+    bool closed() const { return closed_; }
+
+private:
+    int fd_ = -1;
+    bool closed_ = false;
+};
+
+// How many times needle occurs in text.
+size_t count_of(const std::string& text, const std::string& needle);
 
 // A free TCP port on 127.0.0.1 right now (it may be taken again later).
 int free_port();
