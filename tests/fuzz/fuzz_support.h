@@ -1,0 +1,29 @@
+// Shared by the libFuzzer targets of tests/fuzz: the input as text, and
+// running a parser that may refuse the input only with its own error type.
+// Any other exception escapes, and libFuzzer reports it as a crash.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+inline std::string fuzz_text(const uint8_t* data, size_t size) {
+    return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// Calls f(); an exception of type E is a refusal and is handed to on_error.
+template <class E, class F, class G>
+void fuzz_expect(F f, G on_error) {
+    try {
+        f();
+    } catch (const E& e) {
+        on_error(e);
+    }
+}
+
+// The input parsed as JSON the way the model-file readers parse it; a
+// discarded value when it is not JSON.
+inline nlohmann::json fuzz_json(const uint8_t* data, size_t size) {
+    return nlohmann::json::parse(data, data + size, nullptr, false);
+}
