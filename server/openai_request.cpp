@@ -347,7 +347,7 @@ json parse_json_body(const std::string& body) {
     json j;
     try {
         j = json::parse(body);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double's range
         throw ApiError(400,
                        std::string("We could not parse the JSON body of your request: ") + e.what() +
                            " (HINT: a request body must be a JSON object.)",

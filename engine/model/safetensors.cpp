@@ -200,6 +200,8 @@ SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_
         j = json::parse(text, text + header_len);
     } catch (const json::parse_error& e) {
         throw MoeError(file + ": header is not valid JSON (parse error at byte " + std::to_string(e.byte) + ")");
+    } catch (const json::exception& e) {  // out_of_range: a number beyond double's range
+        throw MoeError(file + ": header is not valid JSON (" + printable(e.what()) + ")");
     }
     if (!j.is_object()) throw MoeError(file + ": header is not a JSON object");
 
