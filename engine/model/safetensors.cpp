@@ -219,7 +219,7 @@ SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_
         uint64_t end = begin + view.nbytes;
         out.offsets[it.key()] = begin;
         auto pos = out.tensors.emplace(it.key(), std::move(view)).first;  // JSON object keys are unique
-        if (end > begin) spans.push_back({begin, end, &pos->first});     // empty tensors overlap nothing
+        if (end > begin) spans.push_back({begin, end, &pos->first});      // empty tensors overlap nothing
     }
     // Overlap check: sorted by begin, each span must end before the next starts.
     std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });

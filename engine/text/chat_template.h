@@ -9,11 +9,10 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "engine/text/tokenizer.h"
 

@@ -4,9 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 inline std::string fuzz_text(const uint8_t* data, size_t size) {
     return std::string(reinterpret_cast<const char*>(data), size);

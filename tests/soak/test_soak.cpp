@@ -140,17 +140,26 @@ Result plain(ServerProcess& server, Kind k, const std::string& text) {
 // One mixed request, drawn from rng: about 30 % of the streams hang up after
 // the role chunk and two tokens (a running generation, so it is cancelled).
 Result mixed_request(ServerProcess& server, std::mt19937& rng) {
-    static const Kind KINDS[] = {Kind::CHAT,     Kind::CHAT,   Kind::CHAT_STREAM, Kind::CHAT_STREAM,
-                                 Kind::CHAT_STREAM, Kind::COMPLETION, Kind::COMPLETION_STREAM,
-                                 Kind::COMPLETION_STREAM, Kind::TOKENIZE, Kind::TOKENIZE,
-                                 Kind::HEALTH,   Kind::METRICS};
+    static const Kind KINDS[] = {Kind::CHAT,
+                                 Kind::CHAT,
+                                 Kind::CHAT_STREAM,
+                                 Kind::CHAT_STREAM,
+                                 Kind::CHAT_STREAM,
+                                 Kind::COMPLETION,
+                                 Kind::COMPLETION_STREAM,
+                                 Kind::COMPLETION_STREAM,
+                                 Kind::TOKENIZE,
+                                 Kind::TOKENIZE,
+                                 Kind::HEALTH,
+                                 Kind::METRICS};
     static const char* const TEXTS[] = {"Tell me a story about a lighthouse.", "What is 2 + 2?",
                                         "Write a haiku on autumn.", "Summarise the plot of Hamlet."};
     Kind k = KINDS[rng() % std::size(KINDS)];
     std::string text = TEXTS[rng() % std::size(TEXTS)];
     if (k != Kind::CHAT_STREAM && k != Kind::COMPLETION_STREAM) return plain(server, k, text);
     bool hang_up = rng() % 10 < 3;
-    return stream(server, k, generation_body(k, text, true, hang_up), [hang_up](int frames) { return !hang_up || frames < 3; });
+    return stream(server, k, generation_body(k, text, true, hang_up),
+                  [hang_up](int frames) { return !hang_up || frames < 3; });
 }
 
 struct Tally {
@@ -236,9 +245,8 @@ TEST_CASE("mixed clients, disconnects, a full queue and SIGTERM", "[soak]") {
 
     // The rest: free-running mixed load.
     run_clients(server, tally, 2, 20);
-    REQUIRE(eventually([&] {
-        return metric_value(m, "moe_requests_running") == 0 && metric_value(m, "moe_queue_depth") == 0;
-    }));
+    REQUIRE(eventually(
+        [&] { return metric_value(m, "moe_requests_running") == 0 && metric_value(m, "moe_queue_depth") == 0; }));
     const long rss_end = rss_kb(server.pid());
 
     // Every request was answered, cancelled or refused.
@@ -267,7 +275,8 @@ TEST_CASE("mixed clients, disconnects, a full queue and SIGTERM", "[soak]") {
         if (key.first == "/metrics" || key.first == "/health")
             CHECK(metric_value(m, requests_sample(key.first, key.second)) >= n);
         else
-            CHECK(eventually([&, key = key, n = n] { return metric_value(m, requests_sample(key.first, key.second)) == n; }));
+            CHECK(eventually(
+                [&, key = key, n = n] { return metric_value(m, requests_sample(key.first, key.second)) == n; }));
     }
     CHECK(eventually([&] { return metric_family_sum(m, "moe_generations_total") == generations; }));
     CHECK(metric_value(m, "moe_generations_total{finish_reason=\"cancelled\"}") == cancelled);
@@ -281,7 +290,8 @@ TEST_CASE("mixed clients, disconnects, a full queue and SIGTERM", "[soak]") {
             json body = generation_body(Kind::CHAT_STREAM, "Go on.", true, true);
             cut[i] = stream(server, Kind::CHAT_STREAM, body, [](int) { return true; });
         });
-        REQUIRE(eventually([&] { return metric_value(m, "moe_requests_running") + metric_value(m, "moe_queue_depth") == i + 1; }));
+        REQUIRE(eventually(
+            [&] { return metric_value(m, "moe_requests_running") + metric_value(m, "moe_queue_depth") == i + 1; }));
     }
     CHECK(server.stop(SIGTERM) == 0);
     for (auto& t : last) t.join();
