@@ -6,17 +6,11 @@
 #include <cstdlib>
 #include <vector>
 
-#include "embedded_files.h"
 #include "engine/text/chat_template.h"
 #include "fuzz_support.h"
 #include "profiles/errors.h"
 
 namespace {
-
-const Tokenizer& tokenizer() {
-    static const Tokenizer t = Tokenizer::from_bytes(embedded_file("mistral-v1.model"), "mistral-v1.model");
-    return t;
-}
 
 void check(const ChatPrompt& p, const std::vector<int>& ids) {
     if (p.ids != ids) std::abort();
@@ -27,7 +21,7 @@ void check(const ChatPrompt& p, const std::vector<int>& ids) {
     }
     if (at != p.ids.size()) std::abort();
     for (int id : p.ids)
-        if (id < 0 || id >= tokenizer().vocab_size()) std::abort();
+        if (id < 0 || id >= fuzz_tokenizer_model().vocab_size()) std::abort();
 }
 
 }  // namespace
@@ -48,8 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     fuzz_expect<MoeError>(
         [&] {
-            ChatPrompt p = tmpl.render(tokenizer(), messages, generation_prompt);
-            check(p, tmpl.encode(tokenizer(), messages, generation_prompt));
+            ChatPrompt p = tmpl.render(fuzz_tokenizer_model(), messages, generation_prompt);
+            check(p, tmpl.encode(fuzz_tokenizer_model(), messages, generation_prompt));
             tmpl.render_text(messages, generation_prompt);
         },
         [](const MoeError&) {});

@@ -6,22 +6,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "embedded_files.h"
 #include "engine/text/tokenizer.h"
 #include "fuzz_support.h"
 #include "server/openai_request.h"
 
-namespace {
-
-const Tokenizer& tokenizer() {
-    static const Tokenizer t = Tokenizer::from_bytes(embedded_file("mistral-v1.model"), "mistral-v1.model");
-    return t;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const Tokenizer& t = tokenizer();
+    const Tokenizer& t = fuzz_tokenizer_model();
     std::string text = fuzz_text(data, size);
     for (bool prefix : {true, false}) {
         std::vector<int> ids = t.encode(text, prefix);

@@ -56,7 +56,8 @@ for body in \
   '{"prompt":"Once upon a time","max_tokens":8,"ignore_eos":true,"cache_prompt":false,"frequency_penalty":0.5}' \
   '{"prompt":[1,415,2936],"max_tokens":1}' \
   '{"content":"hello","add_special":true,"with_pieces":true}' \
-  '{"tokens":[1,22557,28808]}'; do
+  '{"tokens":[1,22557,28808]}' \
+  '{"messages":[{"role":"user","content":"Hi"}],"temperature":1e400,"top_k":-1,"max_tokens":1e20}'; do
   printf '%s' "$body" | seed openai_request
 done
 
