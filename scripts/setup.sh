@@ -10,6 +10,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   libdnnl-dev catch2 libsimde-dev
   curl
+  clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers with clang
 )
 
 missing=()

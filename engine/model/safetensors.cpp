@@ -171,48 +171,66 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
 
     try {
         const unsigned char* bytes = static_cast<const unsigned char*>(map_);
-        uint64_t header_len = 0;
-        for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | bytes[i];
-        if (header_len > size - 8)
-            throw MoeError(file + ": header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                           std::to_string(size) + " bytes)");
-        const char* header = reinterpret_cast<const char*>(bytes + 8);
-        json j;
-        try {
-            j = json::parse(header, header + header_len);
-        } catch (const json::parse_error& e) {
-            throw MoeError(file + ": header is not valid JSON (parse error at byte " + std::to_string(e.byte) + ")");
-        }
-        if (!j.is_object()) throw MoeError(file + ": header is not a JSON object");
-
-        const unsigned char* data = bytes + 8 + header_len;
-        uint64_t data_size = size - 8 - header_len;
-        std::vector<Span> spans;
-        for (auto it = j.begin(); it != j.end(); ++it) {
-            if (it.key() == "__metadata__") {
-                if (!it->is_object()) throw MoeError(file + ": __metadata__ is not an object");
-                continue;
-            }
-            uint64_t begin = 0;
-            TensorView view = parse_entry(file, it.key(), it.value(), data_size, &begin);
-            view.data = data + begin;
-            uint64_t end = begin + view.nbytes;
-            auto pos = tensors_.emplace(it.key(), std::move(view)).first;  // JSON object keys are unique
-            if (end > begin) spans.push_back({begin, end, &pos->first});   // empty tensors overlap nothing
-        }
-        // Overlap check: sorted by begin, each span must end before the next starts.
-        std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-        for (size_t i = 1; i < spans.size(); i++) {
-            const Span& a = spans[i - 1];
-            const Span& b = spans[i];
-            if (b.begin < a.end)
-                throw MoeError(file + ": " + printable(*b.name) + ": data_offsets " + offsets_string(b.begin, b.end) +
-                               " overlap tensor '" + printable(*a.name) + "' " + offsets_string(a.begin, a.end));
-        }
+        SafetensorsHeader header =
+            safetensors_parse_header(std::string_view(reinterpret_cast<const char*>(bytes), size), size, file);
+        for (auto& [name, view] : header.tensors) view.data = bytes + header.data_start + header.offsets.at(name);
+        tensors_ = std::move(header.tensors);
     } catch (...) {
         ::munmap(map_, map_size_);
         throw;
     }
+}
+
+SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_size, const std::string& file) {
+    if (head.size() < 8 || file_size < head.size())
+        throw MoeError(file + ": file is " + std::to_string(head.size()) +
+                       " bytes, too short for the 8-byte safetensors header length");
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(head.data());
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | bytes[i];
+    if (header_len > file_size - 8)
+        throw MoeError(file + ": header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                       std::to_string(file_size) + " bytes)");
+    if (header_len > head.size() - 8)
+        throw MoeError(file + ": header length " + std::to_string(header_len) + " runs past the " +
+                       std::to_string(head.size()) + " bytes read");
+    const char* text = head.data() + 8;
+    json j;
+    try {
+        j = json::parse(text, text + header_len);
+    } catch (const json::parse_error& e) {
+        throw MoeError(file + ": header is not valid JSON (parse error at byte " + std::to_string(e.byte) + ")");
+    } catch (const json::exception& e) {  // out_of_range: a number beyond double's range
+        throw MoeError(file + ": header is not valid JSON (" + printable(e.what()) + ")");
+    }
+    if (!j.is_object()) throw MoeError(file + ": header is not a JSON object");
+
+    SafetensorsHeader out;
+    out.data_start = 8 + header_len;
+    uint64_t data_size = file_size - 8 - header_len;
+    std::vector<Span> spans;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (it.key() == "__metadata__") {
+            if (!it->is_object()) throw MoeError(file + ": __metadata__ is not an object");
+            continue;
+        }
+        uint64_t begin = 0;
+        TensorView view = parse_entry(file, it.key(), it.value(), data_size, &begin);
+        uint64_t end = begin + view.nbytes;
+        out.offsets[it.key()] = begin;
+        auto pos = out.tensors.emplace(it.key(), std::move(view)).first;  // JSON object keys are unique
+        if (end > begin) spans.push_back({begin, end, &pos->first});      // empty tensors overlap nothing
+    }
+    // Overlap check: sorted by begin, each span must end before the next starts.
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < spans.size(); i++) {
+        const Span& a = spans[i - 1];
+        const Span& b = spans[i];
+        if (b.begin < a.end)
+            throw MoeError(file + ": " + printable(*b.name) + ": data_offsets " + offsets_string(b.begin, b.end) +
+                           " overlap tensor '" + printable(*a.name) + "' " + offsets_string(a.begin, a.end));
+    }
+    return out;
 }
 
 SafetensorsFile::~SafetensorsFile() {

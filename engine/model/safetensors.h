@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 enum class DType { BF16, F16, F32 };
@@ -43,6 +44,20 @@ private:
     size_t map_size_ = 0;
     std::map<std::string, TensorView> tensors_;
 };
+
+// A validated safetensors header. Views' data pointers are null here;
+// offsets holds where each tensor begins in the data, which starts at
+// data_start bytes into the file.
+struct SafetensorsHeader {
+    uint64_t data_start = 0;
+    std::map<std::string, TensorView> tensors;
+    std::map<std::string, uint64_t> offsets;
+};
+
+// Validates the first bytes of a safetensors file of file_size bytes: `head`
+// must hold the 8-byte header length and the whole JSON header. Throws
+// MoeError naming `file` as SafetensorsFile does. Reads nothing past head.
+SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_size, const std::string& file);
 
 // All tensors of a model folder, single file or sharded.
 class SafetensorsSet {

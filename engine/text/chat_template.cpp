@@ -187,10 +187,9 @@ bool text_dummy_prefix(ChatFamily family) {
     return family == ChatFamily::MISTRAL;
 }
 
-// The chat_template of a parsed tokenizer_config.json: a string, or a list of
-// {name, template} objects of which "default" is taken. Empty when absent;
-// *note explains a list without "default".
-std::string config_chat_template(const nlohmann::json& config, const std::string& where, std::string* note) {
+}  // namespace
+
+std::string chat_template_from_config(const nlohmann::json& config, const std::string& where, std::string* note) {
     if (!config.is_object()) throw MoeError(where + ": expected a JSON object");
     const auto it = config.find("chat_template");
     if (it == config.end() || it->is_null()) return {};
@@ -211,8 +210,6 @@ std::string config_chat_template(const nlohmann::json& config, const std::string
     *note = where + ": chat_template has no \"default\" entry (found: " + names + ")";
     return {};
 }
-
-}  // namespace
 
 const char* chat_family_name(ChatFamily family) {
     switch (family) {
@@ -261,7 +258,7 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std:
         } catch (const nlohmann::json::exception& e) {
             throw MoeError(where + ": invalid JSON: " + e.what());
         }
-        jinja = config_chat_template(config, where, &note);
+        jinja = chat_template_from_config(config, where, &note);
     }
     if (jinja.empty() && note.empty() && std::filesystem::is_regular_file(jinja_path, ec)) {
         where = jinja_path.string();

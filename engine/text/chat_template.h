@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,12 @@ struct ChatPrompt {
 enum class ChatFamily { MISTRAL, CHATML, LLAMA3, PHI3 };
 
 const char* chat_family_name(ChatFamily family);
+
+// The chat_template of a parsed tokenizer_config.json: a string, or a list of
+// {name, template} objects of which "default" is taken. Empty when absent;
+// *note explains a list without "default". MoeError naming `where` for a
+// value of the wrong type.
+std::string chat_template_from_config(const nlohmann::json& config, const std::string& where, std::string* note);
 
 class ChatTemplate {
 public:

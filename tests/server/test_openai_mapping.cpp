@@ -217,6 +217,8 @@ TEST_CASE("parse_json_body refuses invalid UTF-8, bad JSON and non-objects", "[s
     CHECK(error_of([] { parse_json_body("{\"a\":\"\xFF\"}"); }).code == "invalid_utf8");
     CHECK(error_of([] { parse_json_body("{\"a\":"); }).code == "invalid_json");
     CHECK(error_of([] { parse_json_body("[1,2]"); }).code == "invalid_json");
+    // A number beyond double's range (nlohmann's out_of_range, not a parse error) is a 400 too.
+    CHECK(error_of([] { parse_json_body("{\"temperature\": 1e400}"); }).status == 400);
     CHECK(parse_json_body("{\"a\":1}")["a"] == 1);
     ApiError e(404, "gone", "p", "c");
     json j = api_error_json(e);

@@ -177,6 +177,13 @@ TEST_CASE("safetensors: header not JSON or not an object", "[safetensors]") {
     CHECK(open_error(raw_file(dir, R"({"__metadata__": {"format": "pt"}})", 0)).empty());
 }
 
+TEST_CASE("safetensors: a number too large for a double in the header", "[safetensors]") {
+    // Found by tests/fuzz/fuzz_safetensors: nlohmann throws out_of_range, not parse_error.
+    fs::path dir = test_temp_dir("st-overflow");
+    check_error(open_error(raw_file(dir, R"({"__metadata__": {"x": 1e400}})", 0)), dir / "model.safetensors",
+                "header is not valid JSON");
+}
+
 TEST_CASE("safetensors: malformed tensor entries", "[safetensors]") {
     fs::path dir = test_temp_dir("st-entries");
     fs::path p = dir / "model.safetensors";

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz/ with clang into build-fuzz/
+# (address + undefined sanitizers, CUDA off; the main build/ is untouched)
+# and runs each for SECONDS (default 60) from the seed corpus of
+# tests/fuzz/seeds.sh plus the corpus kept in build-fuzz/corpus/. Fails on any
+# crash, leak, timeout, out-of-memory or sanitizer report (the input that did
+# it is left in build-fuzz/artifacts/), and prints the execs each target reached.
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+seconds="${1:-60}"
+shift || true
+bash scripts/setup.sh >&2
+build="${MOE_FUZZ_BUILD_DIR:-build-fuzz}"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_WITH_CUDA=OFF \
+    -DMOE_BUILD_TESTS=OFF -DMOE_FUZZ=ON -DMOE_SANITIZE=address,undefined >&2
+fi
+cmake --build "$build" -j "$(nproc)" --target fuzzers >&2
+bash tests/fuzz/seeds.sh "$build/seeds" >&2
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for f in tests/fuzz/fuzz_*.cpp; do targets+=("$(basename "$f" .cpp | sed 's/^fuzz_//')"); done
+fi
+mkdir -p "$build/artifacts" "$build/logs"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+passed=0
+failed=0
+for t in "${targets[@]}"; do
+  mkdir -p "$build/corpus/$t"
+  log="$build/logs/$t.log"
+  rc=0
+  "$build/fuzz_$t" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$t-" "$build/corpus/$t" "$build/seeds/$t" > "$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  if [ "$rc" -eq 0 ] && ! grep -q -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' "$log"; then
+    echo "fuzz: $t: ok, ${execs:-0} execs in ${seconds} s, corpus $(ls "$build/corpus/$t" | wc -l) inputs"
+    passed=$((passed + 1))
+  else
+    echo "fuzz: $t: FAILED (exit $rc, ${execs:-?} execs); log $log:"
+    grep -E -A 30 'ERROR:|runtime error:|deadly signal|Test unit written' "$log" | head -n 60 || tail -n 40 "$log"
+    failed=$((failed + 1))
+  fi
+done
+echo "fuzz: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

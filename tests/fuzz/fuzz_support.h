@@ -1,0 +1,38 @@
+// Shared by the libFuzzer targets of tests/fuzz: the input as text or JSON,
+// the real Mistral tokenizer (the demo model's, embedded), and running a
+// parser that may refuse the input only with its own error type. Any other
+// exception escapes, and libFuzzer reports it as a crash.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "embedded_files.h"
+#include "engine/text/tokenizer.h"
+
+inline std::string fuzz_text(const uint8_t* data, size_t size) {
+    return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// Calls f(); an exception of type E is a refusal and is handed to on_error.
+template <class E, class F, class G>
+void fuzz_expect(F f, G on_error) {
+    try {
+        f();
+    } catch (const E& e) {
+        on_error(e);
+    }
+}
+
+// The input parsed as JSON the way the model-file readers parse it; a
+// discarded value when it is not JSON.
+inline nlohmann::json fuzz_json(const uint8_t* data, size_t size) {
+    return nlohmann::json::parse(data, data + size, nullptr, false);
+}
+
+// The Mistral v1 SentencePiece model embedded in the binary, loaded once.
+inline const Tokenizer& fuzz_tokenizer_model() {
+    static const Tokenizer t = Tokenizer::from_bytes(embedded_file("mistral-v1.model"), "mistral-v1.model");
+    return t;
+}
