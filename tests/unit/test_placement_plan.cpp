@@ -39,6 +39,24 @@ void operator delete(void* p) noexcept {
 void operator delete(void* p, size_t) noexcept {
     std::free(p);
 }
+// Every other form that pairs with these, so no allocation of another
+// allocator (e.g. a sanitizer's nothrow or array new) reaches std::free.
+void* operator new[](size_t bytes) {
+    return operator new(bytes);
+}
+void* operator new(size_t bytes, const std::nothrow_t&) noexcept {
+    global_allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(bytes ? bytes : 1);
+}
+void* operator new[](size_t bytes, const std::nothrow_t& tag) noexcept {
+    return operator new(bytes, tag);
+}
+void operator delete[](void* p) noexcept {
+    std::free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+    std::free(p);
+}
 
 namespace {
 
