@@ -49,8 +49,5 @@ void require_logits_close(const std::vector<float>& device, const std::vector<fl
     INFO("positions " << r.positions << ", tolerance " << r.tolerance << ", worst " << r.worst << ", median "
                       << r.median << ", over the tolerance " << r.over << " (first " << r.first_over
                       << "); position:error" << r.profile);
-    REQUIRE(r.finite);
-    REQUIRE(r.over * 10 <= r.positions);
-    REQUIRE(r.median <= r.tolerance / 4);
     REQUIRE(logits_close(r));
 }
