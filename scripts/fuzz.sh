@@ -5,12 +5,27 @@
 # tests/fuzz/seeds.sh plus the corpus kept in build-fuzz/corpus/. Fails on any
 # crash, leak, timeout, out-of-memory or sanitizer report (the input that did
 # it is left in build-fuzz/artifacts/), and prints the execs each target reached.
+# --runs N runs each target for N executions instead (the long runs: each
+# target at its own speed, e.g. --runs 1000000).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+#        scripts/fuzz.sh --runs N [TARGET...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-seconds="${1:-60}"
-shift || true
+limit=()
+if [ "${1:-}" = "--runs" ]; then
+  runs="${2:?--runs needs a count}"
+  [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --runs wants a positive whole number, not '$runs'" >&2; exit 2; }
+  limit=(-runs="$runs")
+  what="$runs runs"
+  shift 2
+else
+  seconds="${1:-60}"
+  [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive whole number, not '$seconds'" >&2; exit 2; }
+  limit=(-max_total_time="$seconds")
+  what="${seconds} s"
+  shift || true
+fi
 bash scripts/setup.sh >&2
 build="${MOE_FUZZ_BUILD_DIR:-build-fuzz}"
 if [ ! -f "$build/CMakeCache.txt" ]; then
@@ -33,11 +48,12 @@ for t in "${targets[@]}"; do
   mkdir -p "$build/corpus/$t"
   log="$build/logs/$t.log"
   rc=0
-  "$build/fuzz_$t" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  start=$SECONDS
+  "$build/fuzz_$t" "${limit[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$t-" "$build/corpus/$t" "$build/seeds/$t" > "$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   if [ "$rc" -eq 0 ] && ! grep -q -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' "$log"; then
-    echo "fuzz: $t: ok, ${execs:-0} execs in ${seconds} s, corpus $(ls "$build/corpus/$t" | wc -l) inputs"
+    echo "fuzz: $t: ok, ${execs:-0} execs in $((SECONDS - start)) s ($what), corpus $(ls "$build/corpus/$t" | wc -l) inputs"
     passed=$((passed + 1))
   else
     echo "fuzz: $t: FAILED (exit $rc, ${execs:-?} execs); log $log:"
