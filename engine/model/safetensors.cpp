@@ -121,29 +121,18 @@ void write_all(std::FILE* f, const void* data, size_t n, const fs::path& path) {
 
 }  // namespace
 
-const char* dtype_name(DType dtype) {
-    switch (dtype) {
-    case DType::BF16:
-        return "BF16";
-    case DType::F16:
-        return "F16";
-    case DType::F32:
-        return "F32";
-    }
-    return "?";
-}
-
-size_t dtype_size(DType dtype) {
-    return dtype == DType::F32 ? 4 : 2;
-}
-
 size_t safetensors_nbytes(DType dtype, const std::vector<int64_t>& shape, const std::string& what) {
-    size_t n = dtype_size(dtype);
-    for (int64_t d : shape) {
+    for (int64_t d : shape)
         if (d < 0) throw MoeError(what + ": negative dimension in shape " + shape_string(shape));
-        if (__builtin_mul_overflow(n, size_t(d), &n))
+    // A row (the last dimension) is whole blocks; the other dimensions count rows.
+    std::optional<size_t> row = dtype_row_bytes(dtype, shape.empty() ? 1 : shape.back());
+    if (!row)
+        throw MoeError(what + ": " + dtype_name(dtype) + " rows must hold a multiple of " +
+                       std::to_string(dtype_info(dtype).block) + " elements, not " + shape_string(shape));
+    size_t n = *row;
+    for (size_t i = 0; i + 1 < shape.size(); ++i)
+        if (__builtin_mul_overflow(n, size_t(shape[i]), &n))
             throw MoeError(what + ": shape " + shape_string(shape) + " is too large");
-    }
     return n;
 }
 

@@ -12,10 +12,8 @@
 #include <string_view>
 #include <vector>
 
-enum class DType { BF16, F16, F32 };
+#include "cpu_kernels/dtype.h"
 
-const char* dtype_name(DType dtype);
-size_t dtype_size(DType dtype);
 
 struct TensorView {
     std::string name;
@@ -88,6 +86,7 @@ void safetensors_write(const std::filesystem::path& path, const std::vector<Tens
 // dtype and shape are read. For writers that stream the data afterwards.
 std::string safetensors_header(const std::vector<TensorView>& tensors);
 
-// Bytes of a tensor of this dtype and shape; throws MoeError naming `what`
-// for a negative dimension or an overflow.
+// Bytes of a tensor of this dtype and shape (rows of shape.back() elements,
+// whole blocks for a quantized type); throws MoeError naming `what` for a
+// negative dimension, a row that is not whole blocks, or an overflow.
 size_t safetensors_nbytes(DType dtype, const std::vector<int64_t>& shape, const std::string& what);

@@ -57,8 +57,10 @@ float element_f32(const TensorView& t, size_t i) {
         std::memcpy(&f, p + 4 * i, 4);
         return f;
     }
+    default:
+        break;  // a quantized type never comes from a safetensors file (its reader admits the float types only)
     }
-    return 0.0f;
+    throw MoeError(t.file + ": " + t.name + ": " + dtype_name(t.dtype) + " is not a float type");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -66,7 +66,7 @@ TensorView view(const std::string& name, DType dtype, std::vector<int64_t> shape
     t.name = name;
     t.dtype = dtype;
     t.shape = std::move(shape);
-    t.nbytes = dtype_size(dtype);
+    t.nbytes = dtype_info(dtype).block_bytes;
     for (int64_t d : t.shape) t.nbytes *= size_t(d);
     t.data = data;
     return t;
@@ -74,13 +74,13 @@ TensorView view(const std::string& name, DType dtype, std::vector<int64_t> shape
 
 }  // namespace
 
-TEST_CASE("safetensors: dtype names and sizes", "[safetensors]") {
-    CHECK(std::string(dtype_name(DType::BF16)) == "BF16");
-    CHECK(std::string(dtype_name(DType::F16)) == "F16");
-    CHECK(std::string(dtype_name(DType::F32)) == "F32");
-    CHECK(dtype_size(DType::BF16) == 2);
-    CHECK(dtype_size(DType::F16) == 2);
-    CHECK(dtype_size(DType::F32) == 4);
+TEST_CASE("safetensors: a quantized tensor's bytes are whole blocks per row", "[safetensors]") {
+    CHECK(safetensors_nbytes(DType::Q4_K, {3, 512}, "t") == 3 * 2 * 144);
+    CHECK(safetensors_nbytes(DType::Q8_0, {2, 4, 64}, "t") == 2 * 4 * 2 * 34);
+    CHECK_THROWS_WITH(safetensors_nbytes(DType::Q6_K, {2, 100}, "t"),
+                      "t: Q6_K rows must hold a multiple of 256 elements, not [2, 100]");
+    CHECK_THROWS_WITH(safetensors_nbytes(DType::BF16, {int64_t(1) << 40, int64_t(1) << 40}, "t"),
+                      "t: shape [1099511627776, 1099511627776] is too large");
 }
 
 TEST_CASE("safetensors: write then read every dtype", "[safetensors]") {

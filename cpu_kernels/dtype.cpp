@@ -1,0 +1,47 @@
+// The element-type table of dtype.h.
+#include "cpu_kernels/dtype.h"
+
+#include <iterator>
+
+namespace {
+
+// Indexed by DType. Block layouts: quant.h.
+constexpr DTypeInfo kInfo[] = {
+    {"F32", 0, 1, 4},          // F32
+    {"F16", 1, 1, 2},          // F16
+    {"BF16", 30, 1, 2},        // BF16
+    {"Q8_0", 8, 32, 34},       // fp16 scale + 32 int8
+    {"Q4_0", 2, 32, 18},       // fp16 scale + 32 nibbles
+    {"Q4_K", 12, 256, 144},    // fp16 d, dmin + 12 bytes of 6-bit scales/mins + 128 bytes of nibbles
+    {"Q5_K", 13, 256, 176},    // Q4_K's + 32 bytes of fifth bits
+    {"Q6_K", 14, 256, 210},    // 128 bytes low nibbles + 64 bytes high 2 bits + 16 int8 scales + fp16 d
+};
+
+// ggml's type names by id (ggml.h's enum ggml_type); nullptr for ids it
+// removed or never used.
+constexpr const char* kGgmlNames[] = {
+    "f32",     "f16",     "q4_0",    "q4_1",   nullptr,   nullptr, "q5_0",    "q5_1",   "q8_0",    "q8_1",
+    "q2_K",    "q3_K",    "q4_K",    "q5_K",   "q6_K",    "q8_K",  "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
+    "iq4_nl",  "iq3_s",   "iq2_s",   "iq4_xs", "i8",      "i16",   "i32",     "i64",    "f64",     "iq1_m",
+    "bf16",    nullptr,   nullptr,   nullptr,  "tq1_0",   "tq2_0", nullptr,   nullptr,  nullptr,   "mxfp4",
+};
+
+}  // namespace
+
+const DTypeInfo& dtype_info(DType dtype) { return kInfo[static_cast<size_t>(dtype)]; }
+
+std::optional<size_t> dtype_row_bytes(DType dtype, int64_t n) {
+    const DTypeInfo& info = dtype_info(dtype);
+    if (n < 0 || n % info.block != 0) return std::nullopt;
+    return size_t(n / info.block) * size_t(info.block_bytes);
+}
+
+std::optional<DType> dtype_from_ggml(uint32_t ggml_id) {
+    for (size_t i = 0; i < std::size(kInfo); ++i)
+        if (kInfo[i].ggml_id == ggml_id) return static_cast<DType>(i);
+    return std::nullopt;
+}
+
+const char* ggml_type_name(uint32_t ggml_id) {
+    return ggml_id < std::size(kGgmlNames) ? kGgmlNames[ggml_id] : nullptr;
+}

@@ -1,0 +1,35 @@
+// Element types of weight tensors: the float types of safetensors and GGUF
+// files and the GGUF block-quantized types the kernels read. The one list of
+// them: names, GGUF (ggml) type ids, block sizes and bytes per block live
+// here and nowhere else. A quantized type stores a row of n weights as
+// n / block blocks of block_bytes each (the layouts are in quant.h); a float
+// type is a "block" of one element.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K };
+
+struct DTypeInfo {
+    const char* name;     // "BF16", "Q4_K", ...: safetensors' spelling for the float types, ggml's for the rest
+    uint32_t ggml_id;     // the type id GGUF tensor infos carry
+    int block;            // elements per block (1 for a float type)
+    int block_bytes;      // bytes per block
+};
+
+const DTypeInfo& dtype_info(DType dtype);
+inline const char* dtype_name(DType dtype) { return dtype_info(dtype).name; }
+inline bool dtype_quantized(DType dtype) { return dtype_info(dtype).block > 1; }
+
+// Bytes of a row of n elements; nullopt when n is negative or not a multiple
+// of the type's block.
+std::optional<size_t> dtype_row_bytes(DType dtype, int64_t n);
+
+// The DType of a ggml type id; nullopt for a type moe-server does not read.
+std::optional<DType> dtype_from_ggml(uint32_t ggml_id);
+
+// ggml's name of any type id it defines ("q2_K", "iq4_xs", ...), supported
+// here or not, for errors that name the type; nullptr for an id ggml does not
+// define.
+const char* ggml_type_name(uint32_t ggml_id);
