@@ -1,6 +1,7 @@
 // The element-type table of dtype.h.
 #include "cpu_kernels/dtype.h"
 
+#include <cstdlib>
 #include <iterator>
 
 namespace {
@@ -44,4 +45,10 @@ std::optional<DType> dtype_from_ggml(uint32_t ggml_id) {
 
 const char* ggml_type_name(uint32_t ggml_id) {
     return ggml_id < std::size(kGgmlNames) ? kGgmlNames[ggml_id] : nullptr;
+}
+
+WeightView weight_view(DType type, const void* data, int64_t rows, int64_t cols) {
+    std::optional<size_t> row = dtype_row_bytes(type, cols);
+    if (!row || rows < 0) std::abort();
+    return WeightView{type, data, rows, cols, *row};
 }

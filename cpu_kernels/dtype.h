@@ -3,7 +3,8 @@
 // them: names, GGUF (ggml) type ids, block sizes and bytes per block live
 // here and nowhere else. A quantized type stores a row of n weights as
 // n / block blocks of block_bytes each (the layouts are in quant.h); a float
-// type is a "block" of one element.
+// type is a "block" of one element. WeightView is how a weight matrix of any
+// of them is handed around: its type, its pointer and its row size.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,3 +34,21 @@ std::optional<DType> dtype_from_ggml(uint32_t ggml_id);
 // here or not, for errors that name the type; nullptr for an id ggml does not
 // define.
 const char* ggml_type_name(uint32_t ggml_id);
+
+// A (rows, cols) weight matrix of any type, read in place: row r starts at
+// data + r * row_bytes (row_bytes = dtype_row_bytes(type, cols)).
+struct WeightView {
+    DType type = DType::BF16;
+    const void* data = nullptr;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t row_bytes = 0;
+
+    bool empty() const { return data == nullptr; }
+    size_t bytes() const { return size_t(rows) * row_bytes; }
+    const void* row(int64_t r) const { return static_cast<const char*>(data) + size_t(r) * row_bytes; }
+};
+
+// The view of rows x cols elements of `type` at data. cols must be whole
+// blocks of the type (callers validate shapes first; a bad one aborts).
+WeightView weight_view(DType type, const void* data, int64_t rows, int64_t cols);

@@ -40,3 +40,13 @@ TEST_CASE("dtype: rows that are not whole blocks, and types not read", "[dtype]"
     CHECK(ggml_type_name(1000) == nullptr);
     CHECK(!dtype_from_ggml(1000).has_value());
 }
+
+TEST_CASE("dtype: a weight view's rows", "[dtype]") {
+    static const char data[3 * 2 * 144] = {};
+    WeightView v = weight_view(DType::Q4_K, data, 3, 512);
+    CHECK(v.row_bytes == 2 * 144);
+    CHECK(v.bytes() == sizeof data);
+    CHECK(v.row(2) == data + 2 * 2 * 144);
+    CHECK(!v.empty());
+    CHECK(WeightView{}.empty());
+}
