@@ -5,11 +5,6 @@
 // knows nothing about models.
 #include "engine/model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -27,20 +22,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-// Header bytes come from the file: keep error messages on one printable line.
-std::string printable(std::string_view s) {
-    std::string out;
-    for (char c : s.substr(0, 200)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-    if (s.size() > 200) out += "...";
-    return out;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
 
 std::string offsets_string(uint64_t begin, uint64_t end) {
     std::string s = "[";
@@ -94,7 +75,7 @@ TensorView parse_entry(const std::string& file, const std::string& name, const j
             throw MoeError(where + "shape dimension " + d.dump() + " is too large");
         view.shape.push_back(d.get<int64_t>());
     }
-    size_t expected = safetensors_nbytes(view.dtype, view.shape, where.substr(0, where.size() - 2));
+    size_t expected = tensor_nbytes(view.dtype, view.shape, where.substr(0, where.size() - 2));
 
     const json& off = *offsets_it;
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -105,7 +86,8 @@ TensorView parse_entry(const std::string& file, const std::string& name, const j
     if (begin > end) throw MoeError(where + "data_offsets " + range + " end before they begin");
     if (end - begin != expected)
         throw MoeError(where + "data_offsets " + range + " hold " + std::to_string(end - begin) + " bytes but " +
-                       dtype_name(view.dtype) + " " + shape_string(view.shape) + " needs " + std::to_string(expected));
+                       dtype_name(view.dtype) + " " + tensor_shape_string(view.shape) + " needs " +
+                       std::to_string(expected));
     if (end > data_size)
         throw MoeError(where + "data_offsets " + range + " run past the end of the data (" + std::to_string(data_size) +
                        " bytes; truncated file?)");
@@ -121,53 +103,11 @@ void write_all(std::FILE* f, const void* data, size_t n, const fs::path& path) {
 
 }  // namespace
 
-size_t safetensors_nbytes(DType dtype, const std::vector<int64_t>& shape, const std::string& what) {
-    for (int64_t d : shape)
-        if (d < 0) throw MoeError(what + ": negative dimension in shape " + shape_string(shape));
-    // A row (the last dimension) is whole blocks; the other dimensions count rows.
-    std::optional<size_t> row = dtype_row_bytes(dtype, shape.empty() ? 1 : shape.back());
-    if (!row)
-        throw MoeError(what + ": " + dtype_name(dtype) + " rows must hold a multiple of " +
-                       std::to_string(dtype_info(dtype).block) + " elements, not " + shape_string(shape));
-    size_t n = *row;
-    for (size_t i = 0; i + 1 < shape.size(); ++i)
-        if (__builtin_mul_overflow(n, size_t(shape[i]), &n))
-            throw MoeError(what + ": shape " + shape_string(shape) + " is too large");
-    return n;
-}
-
-SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
-    const std::string file = path.string();
-    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw MoeError(file + ": cannot open (" + std::strerror(errno) + ")");
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        throw MoeError(file + ": not a regular file");
-    }
-    uint64_t size = uint64_t(st.st_size);
-    if (size < 8) {
-        ::close(fd);
-        throw MoeError(file + ": file is " + std::to_string(size) +
-                       " bytes, too short for the 8-byte safetensors header length");
-    }
-    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    ::close(fd);
-    if (map == MAP_FAILED) throw MoeError(file + ": mmap failed (" + std::strerror(map_errno) + ")");
-    map_ = map;
-    map_size_ = size;
-
-    try {
-        const unsigned char* bytes = static_cast<const unsigned char*>(map_);
-        SafetensorsHeader header =
-            safetensors_parse_header(std::string_view(reinterpret_cast<const char*>(bytes), size), size, file);
-        for (auto& [name, view] : header.tensors) view.data = bytes + header.data_start + header.offsets.at(name);
-        tensors_ = std::move(header.tensors);
-    } catch (...) {
-        ::munmap(map_, map_size_);
-        throw;
-    }
+SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path), map_(path) {
+    std::string_view bytes = map_.bytes();
+    SafetensorsHeader header = safetensors_parse_header(bytes, bytes.size(), path.string());
+    for (auto& [name, view] : header.tensors) view.data = bytes.data() + header.data_start + header.offsets.at(name);
+    tensors_ = std::move(header.tensors);
 }
 
 SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_size, const std::string& file) {
@@ -220,10 +160,6 @@ SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_
                            " overlap tensor '" + printable(*a.name) + "' " + offsets_string(a.begin, a.end));
     }
     return out;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-    if (map_) ::munmap(map_, map_size_);
 }
 
 SafetensorsSet::SafetensorsSet(const fs::path& dir) {
@@ -280,7 +216,7 @@ std::string safetensors_header(const std::vector<TensorView>& tensors) {
     for (const TensorView& t : tensors) {
         if (t.name == "__metadata__" || header.contains(t.name))
             throw MoeError("safetensors_write: tensor name '" + printable(t.name) + "' used twice or reserved");
-        uint64_t n = safetensors_nbytes(t.dtype, t.shape, "safetensors_write: " + printable(t.name));
+        uint64_t n = tensor_nbytes(t.dtype, t.shape, "safetensors_write: " + printable(t.name));
         header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
         offset += n;
     }
@@ -294,10 +230,10 @@ std::string safetensors_header(const std::vector<TensorView>& tensors) {
 
 void safetensors_write(const fs::path& path, const std::vector<TensorView>& tensors) {
     for (const TensorView& t : tensors) {
-        size_t n = safetensors_nbytes(t.dtype, t.shape, "safetensors_write: " + printable(t.name));
+        size_t n = tensor_nbytes(t.dtype, t.shape, "safetensors_write: " + printable(t.name));
         if (t.nbytes != n || (n > 0 && !t.data))
             throw MoeError("safetensors_write: " + printable(t.name) + ": nbytes " + std::to_string(t.nbytes) +
-                           " does not match " + dtype_name(t.dtype) + " " + shape_string(t.shape) + " (" +
+                           " does not match " + dtype_name(t.dtype) + " " + tensor_shape_string(t.shape) + " (" +
                            std::to_string(n) + " bytes)");
     }
     std::string header = safetensors_header(tensors);

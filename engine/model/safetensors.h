@@ -12,24 +12,14 @@
 #include <string_view>
 #include <vector>
 
-#include "cpu_kernels/dtype.h"
-
-
-struct TensorView {
-    std::string name;
-    DType dtype = DType::BF16;
-    std::vector<int64_t> shape;
-    const void* data = nullptr;  // points into the mapping
-    size_t nbytes = 0;
-    std::string file;            // shard file name, for error messages
-};
+#include "engine/model/mapped_file.h"
+#include "engine/model/tensor_view.h"
 
 // One mapped file. Throws MoeError naming the file (and tensor) on any
 // malformed header. The mapping lives as long as the object.
 class SafetensorsFile {
 public:
     explicit SafetensorsFile(const std::filesystem::path& path);
-    ~SafetensorsFile();
     SafetensorsFile(const SafetensorsFile&) = delete;
     SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -38,8 +28,7 @@ public:
 
 private:
     std::filesystem::path path_;
-    void* map_ = nullptr;
-    size_t map_size_ = 0;
+    MappedFile map_;
     std::map<std::string, TensorView> tensors_;
 };
 
@@ -85,8 +74,3 @@ void safetensors_write(const std::filesystem::path& path, const std::vector<Tens
 // with data_offsets laid out back to back in the given order. Only name,
 // dtype and shape are read. For writers that stream the data afterwards.
 std::string safetensors_header(const std::vector<TensorView>& tensors);
-
-// Bytes of a tensor of this dtype and shape (rows of shape.back() elements,
-// whole blocks for a quantized type); throws MoeError naming `what` for a
-// negative dimension, a row that is not whole blocks, or an overflow.
-size_t safetensors_nbytes(DType dtype, const std::vector<int64_t>& shape, const std::string& what);

@@ -152,7 +152,7 @@ SynthTensor synth_tensor(const TensorEntry& entry) {
     t.view.name = entry.name;
     t.view.dtype = DType::BF16;
     t.view.shape = entry.shape;
-    t.view.nbytes = safetensors_nbytes(DType::BF16, t.view.shape, t.view.name);
+    t.view.nbytes = tensor_nbytes(DType::BF16, t.view.shape, t.view.name);
     const SynthInit init = synth_init(entry);
     t.init = init.init;
     t.scale = init.scale;

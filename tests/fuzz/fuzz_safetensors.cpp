@@ -19,7 +19,7 @@ void check(std::string_view head, uint64_t file_size) {
                 uint64_t begin = h.offsets.at(name);
                 if (view.nbytes > file_size - h.data_start || begin > file_size - h.data_start - view.nbytes)
                     std::abort();
-                if (view.nbytes != safetensors_nbytes(view.dtype, view.shape, name)) std::abort();
+                if (view.nbytes != tensor_nbytes(view.dtype, view.shape, name)) std::abort();
             }
         },
         [](const MoeError&) {});

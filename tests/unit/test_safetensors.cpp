@@ -75,11 +75,11 @@ TensorView view(const std::string& name, DType dtype, std::vector<int64_t> shape
 }  // namespace
 
 TEST_CASE("safetensors: a quantized tensor's bytes are whole blocks per row", "[safetensors]") {
-    CHECK(safetensors_nbytes(DType::Q4_K, {3, 512}, "t") == 3 * 2 * 144);
-    CHECK(safetensors_nbytes(DType::Q8_0, {2, 4, 64}, "t") == 2 * 4 * 2 * 34);
-    CHECK_THROWS_WITH(safetensors_nbytes(DType::Q6_K, {2, 100}, "t"),
+    CHECK(tensor_nbytes(DType::Q4_K, {3, 512}, "t") == 3 * 2 * 144);
+    CHECK(tensor_nbytes(DType::Q8_0, {2, 4, 64}, "t") == 2 * 4 * 2 * 34);
+    CHECK_THROWS_WITH(tensor_nbytes(DType::Q6_K, {2, 100}, "t"),
                       "t: Q6_K rows must hold a multiple of 256 elements, not [2, 100]");
-    CHECK_THROWS_WITH(safetensors_nbytes(DType::BF16, {int64_t(1) << 40, int64_t(1) << 40}, "t"),
+    CHECK_THROWS_WITH(tensor_nbytes(DType::BF16, {int64_t(1) << 40, int64_t(1) << 40}, "t"),
                       "t: shape [1099511627776, 1099511627776] is too large");
 }
 
