@@ -68,26 +68,37 @@ fs::path file_write_target(const fs::path& path) {
 }
 
 void file_write_atomic(const fs::path& path, const std::string& text) {
+    file_write_atomic_stream(path, [&](std::ostream& out) { out << text; });
+}
+
+void file_write_atomic_stream(const fs::path& path, const std::function<void(std::ostream&)>& write) {
     const fs::path target = file_write_target(path);
     fs::path tmp = target;
     tmp += ".tmp." + std::to_string(::getpid());
+    auto remove_tmp = [&] {
+        std::error_code ignored;
+        fs::remove(tmp, ignored);
+    };
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw MoeError(path.string() + ": cannot create the temporary file " + tmp.string());
-        out << text;
-        out.flush();
-        if (!out) {
+        try {
+            write(out);
+        } catch (...) {
             out.close();
-            std::error_code ignored;
-            fs::remove(tmp, ignored);
+            remove_tmp();
+            throw;
+        }
+        out.close();  // flushes; a failed write or flush leaves the stream failed
+        if (!out) {
+            remove_tmp();
             throw MoeError(tmp.string() + ": write failed (disk full?)");
         }
     }
     std::error_code ec;
     fs::rename(tmp, target, ec);
     if (ec) {
-        std::error_code ignored;
-        fs::remove(tmp, ignored);
+        remove_tmp();
         throw MoeError(path.string() + ": cannot replace file: " + ec.message());
     }
 }

@@ -6,7 +6,9 @@
 // engine/ and server/ use the same reader.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 
 // What is at path, following symbolic links: file_type::not_found when
@@ -31,3 +33,8 @@ std::filesystem::path file_write_target(const std::filesystem::path& path);
 // renames it over that target: a reader never sees half a file, and a
 // device, pipe or folder at path is never replaced.
 void file_write_atomic(const std::filesystem::path& path, const std::string& text);
+// The same for a file too large to build in memory: `write` streams the
+// content into the temporary file. When it throws (or the stream fails) the
+// temporary file is removed, the target is left as it was, and the error
+// goes on (a failed stream as "<tmp>: write failed (disk full?)").
+void file_write_atomic_stream(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write);

@@ -1,7 +1,8 @@
 // profiles/files.*: the atomic writer replaces regular files only (a device,
 // pipe or folder at the target is refused and left as it was), writes
 // through a symbolic link to a regular file (the link stays), refuses a link
-// to nothing; the reader names a folder; looking at a loop of links is a
+// to nothing; the streamed writer leaves the target as it was when its
+// writer throws; the reader names a folder; looking at a loop of links is a
 // MoeError naming the path, never a std::filesystem exception.
 #include <sys/stat.h>
 
@@ -70,6 +71,26 @@ TEST_CASE("file_write_atomic replaces regular files only", "[files]") {
     REQUIRE_FALSE(fs::exists(dir / "absent"));
 
     // Nothing left behind by the refusals.
+    for (const auto& e : fs::directory_iterator(dir))
+        REQUIRE(e.path().filename().string().find(".tmp.") == std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("file_write_atomic_stream streams and leaves the target alone when the writer throws", "[files]") {
+    const fs::path dir = test_temp_dir("files-stream");
+    const fs::path out = dir / "big.bin";
+    file_write_atomic_stream(out, [](std::ostream& o) {
+        for (int i = 0; i < 1000; i++) o << "chunk" << i << '\n';
+    });
+    REQUIRE(read_file(out).substr(0, 14) == "chunk0\nchunk1\n");
+    const std::string before = read_file(out);
+    REQUIRE_THROWS_WITH(file_write_atomic_stream(out,
+                                                 [](std::ostream& o) {
+                                                     o << "half";
+                                                     throw MoeError("writer failed");
+                                                 }),
+                        "writer failed");
+    REQUIRE(read_file(out) == before);
     for (const auto& e : fs::directory_iterator(dir))
         REQUIRE(e.path().filename().string().find(".tmp.") == std::string::npos);
     fs::remove_all(dir);
