@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${MOE_SHARED_DATA:-$root/../shared/data}"
 [ -d "$data" ] || { echo "seeds: $data missing (see tests/README.md)" >&2; exit 1; }
 rm -rf "$out"
-for t in safetensors model_config tokenizer_config openai_request chat_template tokenizer; do mkdir -p "$out/$t"; done
+for t in safetensors gguf model_config tokenizer_config openai_request chat_template tokenizer; do mkdir -p "$out/$t"; done
 
 # 8 bytes little-endian.
 le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
@@ -32,6 +32,66 @@ st() { { le64 ${#1}; printf '%s' "$1"; printf '%*s' "$2" ''; } | seed safetensor
 st '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}' 8
 st '{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"b":{"dtype":"F16","shape":[0],"data_offsets":[8,8]}}' 8
 st '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}' 8
+
+# gguf: every real GGUF's header (metadata + tensor infos, not the data), and
+# the same header with every array cut to its first 8 elements, so a whole
+# header of real keys and tensor infos fits in fuzz.sh's -max_len. gguf_walk
+# reads the file's bytes (od) and prints the header's length (mode=len) or
+# the shrunk header (mode=shrink).
+gguf_walk() {
+  od -An -v -t u1 "$2" | LC_ALL=C mawk -v mode="$1" '
+    function u(q, k,   v, i) { v = 0; for (i = k - 1; i >= 0; i--) v = v * 256 + b[q + i]; return v }
+    function emit(from, to,   i) { if (mode == "shrink") for (i = from; i < to; i++) printf "%c", b[i] }
+    function put(v, k,   i) { if (mode == "shrink") for (i = 0; i < k; i++) { printf "%c", v % 256; v = int(v / 256) } }
+    function need(q) { if (q > n) { print "gguf_walk: " FILENAME " ends inside its header" > "/dev/stderr"; exit 1 } }
+    function str(on,   k) { need(p + 8); k = u(p, 8); need(p + 8 + k); if (on) emit(p, p + 8 + k); p += 8 + k }
+    function val(t, on,   e, c, i) {
+      if (t == 8) { str(on); return }
+      if (t == 9) {
+        need(p + 12); e = u(p, 4); c = u(p + 4, 8)
+        if (on) { emit(p, p + 4); put(c > 8 ? 8 : c, 8) }
+        p += 12
+        for (i = 0; i < c; i++) val(e, on && i < 8)
+        return
+      }
+      need(p + size[t]); if (on) emit(p, p + size[t]); p += size[t]
+    }
+    { for (i = 1; i <= NF; i++) b[n++] = $i }
+    END {
+      split("1 2 2 4 4 4 1 0 0 8 8 8", s, " "); size[0] = 1
+      for (i = 1; i <= 12; i++) size[i] = s[i]
+      need(24); nt = u(8, 8); nkv = u(16, 8); emit(0, 24); p = 24
+      for (j = 0; j < nkv; j++) { str(1); need(p + 4); t = u(p, 4); emit(p, p + 4); p += 4; val(t, 1) }
+      for (j = 0; j < nt; j++) { str(1); need(p + 4); d = u(p, 4); need(p + 4 + 8 * d + 12); emit(p, p + 4 + 8 * d + 12); p += 4 + 8 * d + 12 }
+      if (mode == "len") print p
+    }'
+}
+while IFS= read -r f; do
+  head -c "$(gguf_walk len "$f")" "$f" | seed gguf
+  gguf_walk shrink "$f" | seed gguf
+done < <(find "$data/reference/gguf" "$data/reference/llama-cpp-vocab" -name '*.gguf' | sort)
+# A tiny hand-made file: one key of every value type (a nested array too),
+# general.alignment 64, an f32 and a q8_0 tensor and their data.
+le16() { local n=$1 i; for i in 0 1; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
+le32() { le16 $(($1 & 65535)); le16 $((($1 >> 16) & 65535)); }
+gstr() { le64 ${#1}; printf '%s' "$1"; }
+kv() { gstr "$1"; le32 "$2"; }
+{
+  printf 'GGUF'; le32 3; le64 2; le64 16
+  kv u8 0; printf '\x07'; kv i8 1; printf '\xff'; kv u16 2; le16 513; kv i16 3; printf '\xfe\xff'
+  kv u32 4; le32 7; kv i32 5; le32 4294967295; kv f32 6; printf '\x00\x00\xc0\x3f'; kv bool 7; printf '\x01'
+  kv str 8; gstr 'llama'; kv u64 10; le64 9; kv i64 11; le64 -2; kv f64 12; printf '\x00\x00\x00\x00\x00\x00\xf8\x3f'
+  kv tokens 9; le32 8; le64 3; gstr '<unk>'; gstr '<s>'; gstr '</s>'
+  kv scores 9; le32 6; le64 2; printf '\x00\x00\x80\x3f\x00\x00\x00\x40'
+  kv nested 9; le32 9; le64 2; le32 0; le64 1; printf '\x05'; le32 7; le64 0
+  kv general.alignment 4; le32 64
+  gstr a.weight; le32 2; le64 4; le64 2; le32 0; le64 0
+  gstr b.weight; le32 1; le64 32; le32 8; le64 64
+} > "$out/gguf/.handmade"
+# Pad the hand-made header to the alignment, then the data (32 + 32 + 34 bytes).
+len=$(stat -c %s "$out/gguf/.handmade")
+{ cat "$out/gguf/.handmade"; head -c $(((64 - len % 64) % 64)) /dev/zero; head -c 98 /dev/zero | tr '\0' '\21'; } | seed gguf
+rm "$out/gguf/.handmade"
 
 # config.json: every real one, generation_config.json too; hand-made dense and MoE ones.
 find "$data" \( -name 'config.json' -o -name '*.config.json' -o -name 'generation_config.json' \) | sort |
