@@ -51,7 +51,7 @@ enum class GgufType : uint32_t {
 std::string gguf_type_name(GgufType type);
 
 // A metadata value that owns its data: what gguf_write writes and what
-// GgufMetadata::value decodes. Integers keep their GGUF width (the C++ type
+// GgufMetadata::get_value decodes. Integers keep their GGUF width (the C++ type
 // given picks it: uint8_t -> UINT8, int -> INT32, size_t -> UINT64, ...);
 // an array holds elements of one type (arrays of arrays may differ inside).
 class GgufValue {
@@ -73,9 +73,11 @@ public:
     GgufValue(const char* v) : GgufValue(std::string(v)) {}
     // An array of elements of type elem (each element must be of that type).
     static GgufValue array(GgufType elem, std::vector<GgufValue> items);
-    // An array of T, typed as GgufValue(T) is: {1.0f, 2.0f} -> array of FLOAT32.
+    // An array of T, typed as GgufValue(T) is: {1.0f, 2.0f} -> array of
+    // FLOAT32; a vector of vectors is an array of arrays.
     template <class T>
     GgufValue(const std::vector<T>& items) : type_(GgufType::ARRAY), elem_(GgufValue(T{}).type()) {
+        static_assert(!std::is_same_v<T, GgufValue>, "an array of GgufValues is GgufValue::array(type, items)");
         std::vector<GgufValue> v;
         v.reserve(items.size());
         for (const T& x : items) v.emplace_back(x);
@@ -112,7 +114,7 @@ struct GgufKv {
     std::string_view key;
     GgufType type = GgufType::UINT8;
     GgufType elem_type = GgufType::UINT8;  // arrays: the elements' type
-    uint64_t count = 1;                    // arrays: the number of elements
+    uint64_t count = 1;                    // arrays: the number of elements (1 for a scalar)
     std::string_view bytes;                // the value as stored (an array's element type and count first)
 };
 
