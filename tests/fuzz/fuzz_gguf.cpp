@@ -84,8 +84,6 @@ void check(std::string_view head, uint64_t file_size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    std::string_view head(reinterpret_cast<const char*>(data), size);
-    check(head, size);
-    check(head, uint64_t(1) << 40);
+    fuzz_file_head(data, size, check);
     return 0;
 }

@@ -1,15 +1,18 @@
 // Test helpers: shared data lookup and on-demand synthetic models.
 #include "test_support.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 
@@ -63,4 +66,21 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 CommandResult moe(std::vector<std::string> args) {
     args.insert(args.begin(), moe_server_binary().string());
     return run_command(args);
+}
+
+std::string moe_error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const MoeError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+void check_error_line(const std::string& message, const fs::path& file, const std::string& what) {
+    INFO(message);
+    REQUIRE(!message.empty());
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.rfind(file.string() + ": ", 0) == 0);
+    CHECK(message.find(what) != std::string::npos);
 }

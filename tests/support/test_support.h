@@ -2,6 +2,7 @@
 // generated on demand (once per build tree), temporary folders.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,12 @@ std::filesystem::path test_temp_dir(const std::string& tag);
 
 // The built moe-server executable.
 std::filesystem::path moe_server_binary();
+
+// The message of the MoeError f() throws; "" when it throws none.
+std::string moe_error_of(const std::function<void()>& f);
+// Checks (Catch2) that a reader's error is one line, starts with "FILE: "
+// and contains `what`.
+void check_error_line(const std::string& message, const std::filesystem::path& file, const std::string& what);
 
 // Reads a whole file; throws std::runtime_error when it cannot.
 std::string read_file(const std::filesystem::path& path);

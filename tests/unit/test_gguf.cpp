@@ -33,21 +33,7 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
 }
 
 std::string open_error(const fs::path& path) {
-    try {
-        GgufFile f(path);
-    } catch (const MoeError& e) {
-        return e.what();
-    }
-    return "";
-}
-
-// The message is one line, starts with the file and contains `what`.
-void check_error(const std::string& m, const fs::path& file, const std::string& what) {
-    INFO(m);
-    REQUIRE(!m.empty());
-    CHECK(m.find('\n') == std::string::npos);
-    CHECK(m.rfind(file.string() + ": ", 0) == 0);
-    CHECK(m.find(what) != std::string::npos);
+    return moe_error_of([&] { GgufFile f(path); });
 }
 
 // Where `needle` occurs in bytes, once.
@@ -256,15 +242,9 @@ TEST_CASE("gguf: the header parser needs only the header's bytes", "[gguf]") {
     CHECK(h.offsets == whole.offsets);
     CHECK(h.metadata.get_strings("tokenizer.ggml.tokens").size() == 32000);
     // One byte short of the tensor infos: the bytes read end before the file does.
-    const std::string m = [&] {
-        try {
-            gguf_parse_header(head.substr(0, head.size() - 40), bytes.size(), p.string());
-        } catch (const MoeError& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    }();
-    check_error(m, p, "bytes read");
+    check_error_line(
+        moe_error_of([&] { gguf_parse_header(head.substr(0, head.size() - 40), bytes.size(), p.string()); }), p,
+        "bytes read");
 }
 
 // ---- round trips ------------------------------------------------------------
@@ -510,18 +490,13 @@ TEST_CASE("gguf: a header cut anywhere is refused in one line", "[gguf]") {
     for (size_t n = 0; n <= data_end; ++n) {
         INFO("cut at " << n << " of " << bytes.size());
         const std::string cut = bytes.substr(0, n);
-        std::string m;
-        try {
-            gguf_parse_header(cut, cut.size(), p.string());
-        } catch (const MoeError& e) {
-            m = e.what();
-        }
+        const std::string m = moe_error_of([&] { gguf_parse_header(cut, cut.size(), p.string()); });
         if (n == data_end)
             CHECK(m == "");  // only the padding after the last tensor is gone
         else
-            check_error(m, p,
-                        n < infos_end ? "would run past the end of the file (" + std::to_string(n) + " bytes)"
-                                      : "runs past the end of the file");
+            check_error_line(m, p,
+                             n < infos_end ? "would run past the end of the file (" + std::to_string(n) + " bytes)"
+                                           : "runs past the end of the file");
     }
     // Through the file, in the tensor infos and in the data.
     write_bytes(p, bytes.substr(0, infos_end - 4));
@@ -537,31 +512,32 @@ TEST_CASE("gguf: a header cut anywhere is refused in one line", "[gguf]") {
 TEST_CASE("gguf: string and array lengths past the end of the file", "[gguf]") {
     const fs::path p = test_temp_dir("gguf-lengths") / "len.gguf";
     // The key k.str's value: its length field follows the key and the type.
-    check_error(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.str") + 4, 1000000, 8); }), p,
-                "k.str: string of 1000000 bytes at offset");
-    check_error(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.str") + 4, ~uint64_t(0), 8); }), p,
-                "k.str: string of 18446744073709551615 bytes at offset");
+    check_error_line(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.str") + 4, 1000000, 8); }), p,
+                     "k.str: string of 1000000 bytes at offset");
+    check_error_line(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.str") + 4, ~uint64_t(0), 8); }), p,
+                     "k.str: string of 18446744073709551615 bytes at offset");
     // A key's own length.
-    check_error(patched_error(p, [](std::string& b) { patch_le(b, find_once(b, "k.str") - 8, uint64_t(1) << 62, 8); }),
-                p, "metadata KV 2 key: string of 4611686018427387904 bytes at offset");
+    check_error_line(
+        patched_error(p, [](std::string& b) { patch_le(b, find_once(b, "k.str") - 8, uint64_t(1) << 62, 8); }), p,
+        "metadata KV 2 key: string of 4611686018427387904 bytes at offset");
     // Array counts: past the end, and so large that count * size overflows.
     for (uint64_t count : {uint64_t(1000), uint64_t(1) << 62, ~uint64_t(0)}) {
-        check_error(patched_error(p, [&](std::string& b) { patch_le(b, info_at(b, "k.array") + 8, count, 8); }), p,
-                    "k.array: array of " + std::to_string(count) + " uint32 at offset");
+        check_error_line(patched_error(p, [&](std::string& b) { patch_le(b, info_at(b, "k.array") + 8, count, 8); }), p,
+                         "k.array: array of " + std::to_string(count) + " uint32 at offset");
     }
-    check_error(patched_error(p,
-                              [](std::string& b) {
-                                  const size_t at = info_at(b, "k.array");
-                                  patch_le(b, at + 4, uint32_t(GgufType::STRING), 4);
-                                  patch_le(b, at + 8, uint64_t(1) << 61, 8);
-                              }),
-                p, "k.array: array of 2305843009213693952 strings at offset");
-    check_error(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.array") + 4, 13, 4); }), p,
-                "k.array: array of unknown value type 13");
-    check_error(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.uint"), 13, 4); }), p,
-                "k.uint: unknown value type 13");
-    check_error(patched_error(p, [](std::string& b) { b[info_at(b, "k.bool") + 4] = 2; }), p,
-                "k.bool: bool value 2 is not 0 or 1");
+    check_error_line(patched_error(p,
+                                   [](std::string& b) {
+                                       const size_t at = info_at(b, "k.array");
+                                       patch_le(b, at + 4, uint32_t(GgufType::STRING), 4);
+                                       patch_le(b, at + 8, uint64_t(1) << 61, 8);
+                                   }),
+                     p, "k.array: array of 2305843009213693952 strings at offset");
+    check_error_line(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.array") + 4, 13, 4); }), p,
+                     "k.array: array of unknown value type 13");
+    check_error_line(patched_error(p, [](std::string& b) { patch_le(b, info_at(b, "k.uint"), 13, 4); }), p,
+                     "k.uint: unknown value type 13");
+    check_error_line(patched_error(p, [](std::string& b) { b[info_at(b, "k.bool") + 4] = 2; }), p,
+                     "k.bool: bool value 2 is not 0 or 1");
 }
 
 TEST_CASE("gguf: absurd tensor and KV counts", "[gguf]") {
@@ -607,10 +583,10 @@ TEST_CASE("gguf: bad tensor infos", "[gguf]") {
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 20, 77, 4); }) == f + ": t.q8: unknown type id 77");
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 24, 80, 8); }) ==
           f + ": t.q8: offset 80 is not a multiple of the alignment 32");
-    check_error(info([](std::string& b, size_t at) { patch_le(b, at + 24, 1 << 20, 8); }), p,
-                "t.q8: data at offset 1048576 (136 bytes) runs past the end of the file");
-    check_error(info([](std::string& b, size_t at) { patch_le(b, at + 24, uint64_t(1) << 63, 8); }), p,
-                "runs past the end of the file");
+    check_error_line(info([](std::string& b, size_t at) { patch_le(b, at + 24, 1 << 20, 8); }), p,
+                     "t.q8: data at offset 1048576 (136 bytes) runs past the end of the file");
+    check_error_line(info([](std::string& b, size_t at) { patch_le(b, at + 24, uint64_t(1) << 63, 8); }), p,
+                     "runs past the end of the file");
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 24, 32, 8); }) ==
           f + ": t.q8: data [32, 168) overlaps tensor 't.f32' [0, 64)");
 }

@@ -35,30 +35,11 @@ fs::path raw_file(const fs::path& dir, const std::string& header, size_t data_si
 }
 
 std::string open_error(const fs::path& path) {
-    try {
-        SafetensorsFile f(path);
-    } catch (const MoeError& e) {
-        return e.what();
-    }
-    return "";
+    return moe_error_of([&] { SafetensorsFile f(path); });
 }
 
 std::string set_error(const fs::path& dir) {
-    try {
-        SafetensorsSet s(dir);
-    } catch (const MoeError& e) {
-        return e.what();
-    }
-    return "";
-}
-
-// Checks the message is one line, starts with the file and contains `what`.
-void check_error(const std::string& m, const fs::path& file, const std::string& what) {
-    INFO(m);
-    REQUIRE(!m.empty());
-    CHECK(m.find('\n') == std::string::npos);
-    CHECK(m.rfind(file.string() + ": ", 0) == 0);
-    CHECK(m.find(what) != std::string::npos);
+    return moe_error_of([&] { SafetensorsSet s(dir); });
 }
 
 TensorView view(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
@@ -152,27 +133,28 @@ TEST_CASE("safetensors: a file shorter than 8 bytes", "[safetensors]") {
     fs::path dir = test_temp_dir("st-short");
     fs::path p = dir / "model.safetensors";
     write_bytes(p, "abc");
-    check_error(open_error(p), p, "file is 3 bytes, too short for the 8-byte safetensors header length");
+    check_error_line(open_error(p), p, "file is 3 bytes, too short for the 8-byte safetensors header length");
     write_bytes(p, "");
-    check_error(open_error(p), p, "file is 0 bytes");
+    check_error_line(open_error(p), p, "file is 0 bytes");
 }
 
 TEST_CASE("safetensors: header length past the end of the file", "[safetensors]") {
     fs::path dir = test_temp_dir("st-hlen");
     fs::path p = dir / "model.safetensors";
     write_bytes(p, le64(1000) + "{}");
-    check_error(open_error(p), p, "header length 1000 runs past the end of the file (10 bytes)");
+    check_error_line(open_error(p), p, "header length 1000 runs past the end of the file (10 bytes)");
     write_bytes(p, le64(~uint64_t(0)) + "{}");
-    check_error(open_error(p), p, "header length 18446744073709551615 runs past the end");
+    check_error_line(open_error(p), p, "header length 18446744073709551615 runs past the end");
 }
 
 TEST_CASE("safetensors: header not JSON or not an object", "[safetensors]") {
     fs::path dir = test_temp_dir("st-json");
-    check_error(open_error(raw_file(dir, "{\"a\": {\"dtype\": \n", 16)), dir / "model.safetensors",
-                "header is not valid JSON");
-    check_error(open_error(raw_file(dir, "[1, 2, 3]", 0)), dir / "model.safetensors", "header is not a JSON object");
-    check_error(open_error(raw_file(dir, R"({"__metadata__": 5})", 0)), dir / "model.safetensors",
-                "__metadata__ is not an object");
+    check_error_line(open_error(raw_file(dir, "{\"a\": {\"dtype\": \n", 16)), dir / "model.safetensors",
+                     "header is not valid JSON");
+    check_error_line(open_error(raw_file(dir, "[1, 2, 3]", 0)), dir / "model.safetensors",
+                     "header is not a JSON object");
+    check_error_line(open_error(raw_file(dir, R"({"__metadata__": 5})", 0)), dir / "model.safetensors",
+                     "__metadata__ is not an object");
     // Metadata alone is a valid (empty) file.
     CHECK(open_error(raw_file(dir, R"({"__metadata__": {"format": "pt"}})", 0)).empty());
 }
@@ -180,8 +162,8 @@ TEST_CASE("safetensors: header not JSON or not an object", "[safetensors]") {
 TEST_CASE("safetensors: a number too large for a double in the header", "[safetensors]") {
     // Found by tests/fuzz/fuzz_safetensors: nlohmann throws out_of_range, not parse_error.
     fs::path dir = test_temp_dir("st-overflow");
-    check_error(open_error(raw_file(dir, R"({"__metadata__": {"x": 1e400}})", 0)), dir / "model.safetensors",
-                "header is not valid JSON");
+    check_error_line(open_error(raw_file(dir, R"({"__metadata__": {"x": 1e400}})", 0)), dir / "model.safetensors",
+                     "header is not valid JSON");
 }
 
 TEST_CASE("safetensors: malformed tensor entries", "[safetensors]") {
@@ -225,7 +207,7 @@ TEST_CASE("safetensors: malformed tensor entries", "[safetensors]") {
         raw_file(dir, k.header, 32);
         std::string m = open_error(p);
         INFO(k.header);
-        check_error(m, p, k.expect);
+        check_error_line(m, p, k.expect);
     }
     // Adjacent, empty and gap-separated tensors are fine.
     raw_file(dir,
@@ -239,7 +221,7 @@ TEST_CASE("safetensors: malformed tensor entries", "[safetensors]") {
 
 TEST_CASE("safetensors: folders, single and sharded", "[safetensors]") {
     fs::path dir = test_temp_dir("st-sharded");
-    check_error(set_error(dir), dir, "no model.safetensors or model.safetensors.index.json");
+    check_error_line(set_error(dir), dir, "no model.safetensors or model.safetensors.index.json");
     CHECK(set_error(dir) == dir.string() + ": no model.safetensors or model.safetensors.index.json");
 
     std::vector<float> x = {1, 2, 3, 4}, y = {5, 6};
@@ -263,22 +245,23 @@ TEST_CASE("safetensors: folders, single and sharded", "[safetensors]") {
     // A tensor the index names but the shard lacks.
     index["weight_map"]["z"] = "model-00002-of-00002.safetensors";
     write_bytes(dir / "model.safetensors.index.json", index.dump());
-    check_error(set_error(dir), dir / "model-00002-of-00002.safetensors",
-                "z: tensor missing (listed in model.safetensors.index.json)");
+    check_error_line(set_error(dir), dir / "model-00002-of-00002.safetensors",
+                     "z: tensor missing (listed in model.safetensors.index.json)");
 
     // A shard the index names that is not there.
     index["weight_map"].erase("z");
     index["weight_map"]["w"] = "model-00003-of-00003.safetensors";
     write_bytes(dir / "model.safetensors.index.json", index.dump());
-    check_error(set_error(dir), dir / "model-00003-of-00003.safetensors",
-                "shard missing (listed in model.safetensors.index.json for w)");
+    check_error_line(set_error(dir), dir / "model-00003-of-00003.safetensors",
+                     "shard missing (listed in model.safetensors.index.json for w)");
 
     // Index problems.
     index["weight_map"]["w"] = "../model-00001-of-00002.safetensors";
     write_bytes(dir / "model.safetensors.index.json", index.dump());
-    check_error(set_error(dir), dir / "model.safetensors.index.json", "not a file in the model folder");
+    check_error_line(set_error(dir), dir / "model.safetensors.index.json", "not a file in the model folder");
     write_bytes(dir / "model.safetensors.index.json", R"({"metadata": {}})");
-    check_error(set_error(dir), dir / "model.safetensors.index.json", "field 'weight_map' missing or not an object");
+    check_error_line(set_error(dir), dir / "model.safetensors.index.json",
+                     "field 'weight_map' missing or not an object");
     write_bytes(dir / "model.safetensors.index.json", "{");
-    check_error(set_error(dir), dir / "model.safetensors.index.json", "not valid JSON");
+    check_error_line(set_error(dir), dir / "model.safetensors.index.json", "not valid JSON");
 }
