@@ -166,6 +166,20 @@ TEST_CASE("gguf: llama.cpp's Q8_0 and Q4_K_M reference files", "[gguf]") {
     }
 }
 
+TEST_CASE("gguf: rewriting llama.cpp's files gives their exact bytes", "[gguf]") {
+    // The writer lays out what llama.cpp's writer does (metadata in order,
+    // tensors aligned in file order, padding after each), so its files load
+    // wherever llama.cpp's do.
+    for (const std::string name : {"Q8_0.gguf", "Q4_K_M.gguf"}) {
+        INFO(name);
+        const fs::path dir = test_temp_dir("gguf-rewrite");
+        GgufFile f(reference_gguf(name));
+        gguf_write(dir / name, f.metadata().values(), f.tensors());
+        CHECK(read_file(dir / name) == read_file(reference_gguf(name)));
+        fs::remove_all(dir);
+    }
+}
+
 TEST_CASE("gguf: f32 tensors of the Q8_0 file equal the HF folder's bf16 ones", "[gguf]") {
     // Norms and the router are stored as f32; widened from the folder's bf16
     // they are exact, so equal bytes prove the offsets and the mapping.
