@@ -105,7 +105,13 @@ TEST_CASE("JSON nesting, element counts and long texts are refused before they c
     }
     const long after = rss_kib(server.pid());
     INFO("idle RSS " << idle << " KiB, after 350 hostile requests " << after << " KiB");
+#if defined(__SANITIZE_ADDRESS__)
+    // Under ASan (scripts/test.sh --sanitize) the server's memory is ASan's
+    // allocator, whose quarantine keeps freed blocks: the bound is for glibc's.
+    WARN("RSS bound not checked under AddressSanitizer: idle " << idle << " KiB, after " << after << " KiB");
+#else
     CHECK(after < 2 * idle);
+#endif
     auto c = server.client();
     CHECK(post_json(c, "/v1/chat/completions",
                     {{"messages", {{{"role", "user"}, {"content", "still serving"}}}}, {"max_tokens", 2}})
