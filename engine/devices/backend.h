@@ -45,8 +45,8 @@ public:
     virtual void embed(float* x) = 0;
     // out (rows, dim) = rmsnorm of each row of x with weight (dim,).
     virtual void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) = 0;
-    // y (m, n) = x (m, k) @ W (n, k)^T.
-    virtual void matmul(float* y, const float* x, const bf16* w, int m, int n, int k) = 0;
+    // y (m, w.rows) = x (m, w.cols) @ W^T.
+    virtual void matmul(float* y, const float* x, const WeightView& w, int m) = 0;
     // Rotate-half RoPE on x (n, n_heads * head_dim), entry i at its batch position.
     virtual void rope(float* x, int n_heads) = 0;
     // Writes the batch's keys and values (n, kv_dim) of one layer into the cache.

@@ -38,20 +38,14 @@ public:
 
     void embed(float* x) override {
         const int dim = c_.dim;
-        for (int i = 0; i < batch_->size(); i++) {
-            const bf16* row = weights_.embed + size_t(batch_->tokens[i]) * dim;
-            float* xi = x + size_t(i) * dim;
-            for (int j = 0; j < dim; j++) xi[j] = bf16_to_f32(row[j]);
-        }
+        for (int i = 0; i < batch_->size(); i++) weight_row_f32(x + size_t(i) * dim, weights_.embed, batch_->tokens[i]);
     }
 
     void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) override {
         for (int i = 0; i < rows; i++) ::rmsnorm(out + size_t(i) * dim, x + size_t(i) * dim, weight, dim, eps);
     }
 
-    void matmul(float* y, const float* x, const bf16* w, int m, int n, int k) override {
-        matmul_bf16(y, x, w, m, n, k, pool_);
-    }
+    void matmul(float* y, const float* x, const WeightView& w, int m) override { ::matmul(y, x, w, m, pool_); }
 
     void rope(float* x, int n_heads) override {
         const int width = n_heads * c_.head_dim;

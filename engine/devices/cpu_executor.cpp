@@ -1,4 +1,4 @@
-// CpuExpertExecutor: every routed expert through expert_ffn_bf16.
+// CpuExpertExecutor: every routed expert through expert_ffn.
 #include <cassert>
 
 #include "cpu_kernels/kernels.h"
@@ -15,7 +15,6 @@ void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<c
     for (const ExpertTask& t : tasks) {
         assert(t.n_tokens > 0 && t.n_tokens <= max_tokens_);
         const ExpertWeights& e = lw.experts[t.expert];
-        expert_ffn_bf16(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, config_.dim,
-                        config_.hidden_dim, scratch_.data(), pool_);
+        expert_ffn(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, scratch_.data(), pool_);
     }
 }

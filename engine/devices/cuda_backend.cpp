@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <type_traits>
 
 #include "engine/devices/device_setup.h"
 #include "engine/runtime/forward.h"
@@ -52,21 +51,25 @@ private:
     std::vector<GpuBuffer> blocks_;
 };
 
-// Every dense tensor of the model with its size in bytes, in one order.
+// Every dense tensor of the model with its size in bytes, in one order:
+// fn(const void*& data, bytes) may repoint it.
 template <class Fn>
 void for_each_dense(const ModelConfig& c, ModelWeights& w, Fn&& fn) {
-    const size_t dim = size_t(c.dim), q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
-    fn(w.embed, size_t(c.vocab_size) * dim * sizeof(bf16));
-    if (!c.tie_embeddings) fn(w.lm_head, size_t(c.vocab_size) * dim * sizeof(bf16));
-    fn(w.final_norm, dim * sizeof(float));
+    const size_t dim = size_t(c.dim);
+    auto matrix = [&](WeightView& m) { fn(m.data, m.bytes()); };
+    auto vector = [&](const float*& v) {
+        const void* p = v;
+        fn(p, dim * sizeof(float));
+        v = static_cast<const float*>(p);
+    };
+    matrix(w.embed);
+    if (!c.tie_embeddings) matrix(w.lm_head);
+    vector(w.final_norm);
     for (LayerWeights& lw : w.layers) {
-        fn(lw.attn_norm, dim * sizeof(float));
-        fn(lw.wq, q_dim * dim * sizeof(bf16));
-        fn(lw.wk, kv_dim * dim * sizeof(bf16));
-        fn(lw.wv, kv_dim * dim * sizeof(bf16));
-        fn(lw.wo, dim * q_dim * sizeof(bf16));
-        fn(lw.ffn_norm, dim * sizeof(float));
-        if (c.is_moe()) fn(lw.router, size_t(c.n_experts) * dim * sizeof(bf16));
+        vector(lw.attn_norm);
+        for (WeightView* m : {&lw.wq, &lw.wk, &lw.wv, &lw.wo}) matrix(*m);
+        vector(lw.ffn_norm);
+        if (c.is_moe()) matrix(lw.router);
     }
 }
 
@@ -111,15 +114,14 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     // copied from the host mapping once.
     dev_weights_ = dense_view(host_weights);
     size_t total = 0;
-    for_each_dense(c_, dev_weights_, [&](auto&, size_t bytes) { total += aligned(bytes); });
+    for_each_dense(c_, dev_weights_, [&](const void*&, size_t bytes) { total += aligned(bytes); });
     weight_memory_ = GpuBuffer(total);
     weight_bytes_ = total;
     unsigned char* base = weight_memory_.as<unsigned char>();
     size_t offset = 0;
-    for_each_dense(c_, dev_weights_, [&](auto& ptr, size_t bytes) {
-        using T = std::remove_cv_t<std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>>;
+    for_each_dense(c_, dev_weights_, [&](const void*& ptr, size_t bytes) {
         gpu_copy_h2d(base + offset, ptr, bytes, stream_.get());
-        ptr = reinterpret_cast<T*>(base + offset);
+        ptr = base + offset;
         offset += aligned(bytes);
     });
     if (c_.tie_embeddings) dev_weights_.lm_head = dev_weights_.embed;
@@ -206,15 +208,17 @@ void CudaBackend::begin(const Batch& batch, const KvCache& cache) {
     d_blocks_ = reinterpret_cast<const float* const*>(d_row_base_ + max_batch_);
 }
 
-void CudaBackend::embed(float* x) { gpu_embed(x, d_tokens_, dev_weights_.embed, n_, c_.dim, stream_.get()); }
+void CudaBackend::embed(float* x) {
+    gpu_embed(x, d_tokens_, static_cast<const bf16*>(dev_weights_.embed.data), n_, c_.dim, stream_.get());
+}
 
 void CudaBackend::rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) {
     gpu_rmsnorm(out, x, weight, rows, dim, eps, stream_.get());
 }
 
-void CudaBackend::matmul(float* y, const float* x, const bf16* w, int m, int n, int k) {
-    assert(size_t(m) * k * sizeof(bf16) <= x_bf16_.bytes());
-    gpu_matmul_f32in(*blas_, y, x, x_bf16_.as<bf16>(), w, m, n, k);
+void CudaBackend::matmul(float* y, const float* x, const WeightView& w, int m) {
+    assert(w.type == DType::BF16 && size_t(m) * w.cols * sizeof(bf16) <= x_bf16_.bytes());
+    gpu_matmul_f32in(*blas_, y, x, x_bf16_.as<bf16>(), static_cast<const bf16*>(w.data), m, int(w.rows), int(w.cols));
 }
 
 void CudaBackend::rope(float* x, int n_heads) {

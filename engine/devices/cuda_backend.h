@@ -32,7 +32,7 @@ public:
     void begin(const Batch& batch, const KvCache& cache) override;
     void embed(float* x) override;
     void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) override;
-    void matmul(float* y, const float* x, const bf16* w, int m, int n, int k) override;
+    void matmul(float* y, const float* x, const WeightView& w, int m) override;
     void rope(float* x, int n_heads) override;
     void kv_store(int layer, const float* k, const float* v) override;
     void attention(int layer, float* out, const float* q) override;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/model/cost.h"
 #include "gpu_kernels/gpu_kernels.h"
 #include "profiles/errors.h"
 
@@ -57,7 +58,7 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
     : config_(config),
       weights_(weights),
       pipeline_(residency, staging_slots),
-      expert_bytes_(expert_bytes(config)),
+      expert_bytes_(size_t(cost_expert(config, 0, weight_format(weights)).bytes)),
       budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
       compute_(compute),
@@ -132,9 +133,9 @@ void CudaExpertDevice::run_stage_job(void* arg) {
 void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, bf16* dst) {
     const size_t mat_bytes = expert_bytes_ / 3;
     if (choice_.source == CopySource::REGISTERED) {
-        gpu_copy_h2d(dst, w.w1, mat_bytes, copy_.get());
-        gpu_copy_h2d(reinterpret_cast<char*>(dst) + mat_bytes, w.w3, mat_bytes, copy_.get());
-        gpu_copy_h2d(reinterpret_cast<char*>(dst) + 2 * mat_bytes, w.w2, mat_bytes, copy_.get());
+        gpu_copy_h2d(dst, w.w1.data, mat_bytes, copy_.get());
+        gpu_copy_h2d(reinterpret_cast<char*>(dst) + mat_bytes, w.w3.data, mat_bytes, copy_.get());
+        gpu_copy_h2d(reinterpret_cast<char*>(dst) + 2 * mat_bytes, w.w2.data, mat_bytes, copy_.get());
         return;
     }
     // A job's memory must stay put until its host function has run.
@@ -142,7 +143,7 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, bf16* dst) {
     const int k = next_pinned_;
     next_pinned_ = (k + 1) % PINNED_BUFFERS;
     StageJob& job = jobs_[n_jobs_++];
-    job = {pinned_[size_t(k)].data(), {w.w1, w.w3, w.w2}, mat_bytes};
+    job = {pinned_[size_t(k)].data(), {w.w1.data, w.w3.data, w.w2.data}, mat_bytes};
     // The memcpy into buffer k waits for the DMA out of it (the copy before
     // last); the DMA waits for the memcpy. Each wait is enqueued after its
     // record, so it waits for that record.
@@ -169,7 +170,7 @@ void CudaExpertDevice::register_experts(const std::vector<ExpertPipeline::Expert
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
     for (const ExpertPipeline::Expert& e : experts) {
         const ExpertWeights& w = weights_.layers[size_t(e.layer)].experts[size_t(e.expert)];
-        for (const bf16* p : {w.w1, w.w3, w.w2}) {
+        for (const void* p : {w.w1.data, w.w3.data, w.w2.data}) {
             const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
             ranges.push_back({begin / page * page, (begin + mat_bytes + page - 1) / page * page});
         }

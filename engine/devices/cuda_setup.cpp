@@ -17,6 +17,17 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
                 const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not) {
     const int index = o.device.gpu_device;
+    std::vector<const WeightView*> matrices = {&weights.embed, &weights.lm_head};
+    for (const LayerWeights& L : weights.layers)
+        for (const WeightView* m :
+             {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.experts[0].w1, &L.experts[0].w3, &L.experts[0].w2})
+            matrices.push_back(m);
+    for (const WeightView* m : matrices)
+        if (!m->empty() && m->type != DType::BF16) {
+            *why_not = std::string("the CUDA backend reads bf16 weights only so far; this model has ") +
+                       dtype_name(m->type) + " weights";
+            return false;
+        }
     std::vector<GpuDevice> devices = gpu_devices();
     if (devices.empty()) {
         *why_not = "no CUDA device found";
@@ -32,7 +43,8 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
     const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
     info.device = DeviceKind::CUDA;
     info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
-    *why_not = cuda_budget(o.device, c, ctx, o.max_batch, double(d.free_bytes), info.device_name, staging, info);
+    *why_not = cuda_budget(o.device, c, weight_format(weights), ctx, o.max_batch, double(d.free_bytes),
+                           info.device_name, staging, info);
     if (!why_not->empty()) return false;
     const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
     Residency residency = plan_residency(o.device, c, info.capacity, info);

@@ -41,7 +41,7 @@ double margin_for(double budget_bytes) { return std::min(0.1 * budget_bytes, GIB
 // come from memory, as in decoding), median of 3 sweeps, fitted like
 // `calibrate` does.
 LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool) {
-    std::vector<ExpertWeights> cycle = expert_cycle(w, double(expert_bytes(c)), 1, 0, 256e6);
+    std::vector<ExpertWeights> cycle = expert_cycle(w, cost_expert(c, 0, weight_format(w)).bytes, 1, 0, 256e6);
     std::vector<TimingPoint> points = measure_expert_ffn(c, {cycle}, {1, 4, 16, 64, 128}, 3, pool)[0];
     for (TimingPoint& p : points) p.ms = std::max(p.ms, 1e-6);
     return latency_curve_fit(points, kernel_table(isa_active()).ffn_packed_min_m);
@@ -84,8 +84,8 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
     return bytes + 32 * ALIGN;
 }
 
-std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, int max_batch, double free_bytes,
-                        const std::string& device_name, int staging, PlacementInfo& info) {
+std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const WeightFormat& f, int ctx, int max_batch,
+                        double free_bytes, const std::string& device_name, int staging, PlacementInfo& info) {
     char line[512];
     if (o.gpu_memory_bytes > free_bytes) {
         std::snprintf(line, sizeof line, "--gpu-memory: %.2f GiB asked, but %s has %.2f GiB free",
@@ -93,8 +93,8 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, i
         throw MoeError(line);
     }
     info.staging_slots = staging;
-    info.expert_bytes = double(expert_bytes(c));
-    info.dense_bytes = cost_dense_bytes(c);
+    info.expert_bytes = cost_expert(c, 0, f).bytes;
+    info.dense_bytes = cost_dense_bytes(c, f);
     info.kv_bytes = kv_cache_bytes(c, ctx);
     info.activation_bytes = cuda_activation_bytes(c, ctx, max_batch, max_batch * std::max(1, c.n_experts_active));
     if (o.gpu_expert_share > 0) {
@@ -176,7 +176,7 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
     const int staging = EMULATED_STAGING_SLOTS;
     info.device = DeviceKind::EMULATED;
     info.staging_slots = staging;
-    info.dense_bytes = cost_dense_bytes(c);
+    info.dense_bytes = cost_dense_bytes(c, weight_format(weights));
     info.kv_bytes = kv_cache_bytes(c, ctx);
     double device_expert_bytes = 0;
     if (o.device.emulate_gpu_bytes > 0) {
@@ -230,7 +230,8 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     info.n_layers = c.n_layers;
     info.n_experts = std::max(1, c.n_experts);
     info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
-    info.expert_bytes = double(expert_bytes(c));
+    const double one_expert_bytes = cost_expert(c, 0, weight_format(weights)).bytes;
+    info.expert_bytes = one_expert_bytes;
     std::string calibration;
     std::optional<Calibration> cal =
         c.is_moe() ? cached_calibration(c, pool.size(), o.device.gpu_device, &calibration, &info.warning) : std::nullopt;
@@ -270,7 +271,7 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     s.info.n_layers = c.n_layers;
     s.info.n_experts = std::max(1, c.n_experts);
     s.info.resident.assign(size_t(s.info.n_layers) * s.info.n_experts, 0);
-    s.info.expert_bytes = double(expert_bytes(c));
+    s.info.expert_bytes = one_expert_bytes;
     s.info.device_name = why_cpu;
     // Every expert runs on the CPU, called directly: nothing is planned or
     // timed. The latency model (a calibration's when there is one) is only

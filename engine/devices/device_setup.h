@@ -9,9 +9,10 @@
 
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
-#include "engine/runtime/engine.h"
 #include "engine/devices/expert_device.h"
+#include "engine/model/cost.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/engine.h"
 #include "placement/latency_model.h"
 #include "placement/residency.h"
 
@@ -43,14 +44,14 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
 
 // The CUDA device budget: from the device's free memory and the flags
 // (o.gpu_memory_bytes, or o.gpu_expert_share of all experts resident, or
-// all free memory), fills info's budget, dense, KV, activation and margin
+// all free memory) and the weights' format f, fills info's expert bytes, budget, dense, KV, activation and margin
 // bytes, the staging slots and the resident capacity. Returns an empty
 // string, or why the budget cannot work (too small for the dense part and
 // the staging slots: the caller falls back to the CPU or refuses). Throws
 // MoeError when the flags ask for more than is free. Pure arithmetic,
 // tested without a GPU.
-std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, int ctx, int max_batch, double free_bytes,
-                        const std::string& device_name, int staging, PlacementInfo& info);
+std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const WeightFormat& f, int ctx, int max_batch,
+                        double free_bytes, const std::string& device_name, int staging, PlacementInfo& info);
 
 // Throws MoeError for a budget too small for one expert, a device on a dense
 // model, or a bad profile.

@@ -1,5 +1,6 @@
 // EmulatedDevice (see emulated_device.h): device memory is a host buffer,
-// copies are memcpy, compute is expert_ffn_bf16 on the device's own thread.
+// copies are memcpy of each matrix in its own type, compute is expert_ffn on
+// the device's own thread.
 #include "engine/devices/emulated_device.h"
 
 #include <cassert>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "cpu_kernels/kernels.h"
+#include "engine/model/cost.h"
 #include "profiles/errors.h"
 
 namespace {
@@ -24,19 +26,19 @@ EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& we
     : config_(config),
       weights_(weights),
       pipeline_(residency, staging_slots),
-      expert_elems_(size_t(3) * config.hidden_dim * config.dim),
+      slot_bytes_(size_t(cost_expert(config, 0, weight_format(weights)).bytes)),
       budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
       scratch_(size_t(2) * max_tokens * config.hidden_dim),
       pool_(threads) {
     assert(residency.n_layers() == config.n_layers && residency.n_experts() == config.n_experts);
     const int n_slots = pipeline_.n_resident() + staging_slots;
-    const double need = double(n_slots) * double(expert_elems_) * sizeof(bf16);
+    const double need = double(n_slots) * double(slot_bytes_);
     if (need > budget_bytes)
         throw MoeError("emulated device: " + std::to_string(pipeline_.n_resident()) + " resident experts plus " +
                        std::to_string(staging_slots) + " staging slots need " + std::to_string(gib(need)) +
                        " GiB, more than its budget of " + std::to_string(gib(budget_bytes)) + " GiB");
-    memory_.reset(new bf16[size_t(n_slots) * expert_elems_]);
+    memory_.reset(new std::byte[size_t(n_slots) * slot_bytes_]);
     for (int r = 0; r < pipeline_.n_resident(); r++) {
         const ExpertPipeline::Expert& e = pipeline_.residents()[size_t(r)];
         copy_expert(slot_memory({false, r}), e.layer, e.expert);
@@ -57,12 +59,21 @@ EmulatedDevice::~EmulatedDevice() {
     thread_.join();
 }
 
-void EmulatedDevice::copy_expert(bf16* dst, int layer, int expert) const {
-    const ExpertWeights& w = weights_.layers[layer].experts[expert];
-    const size_t mat = expert_elems_ / 3;
-    std::memcpy(dst, w.w1, mat * sizeof(bf16));
-    std::memcpy(dst + mat, w.w3, mat * sizeof(bf16));
-    std::memcpy(dst + 2 * mat, w.w2, mat * sizeof(bf16));
+ExpertWeights EmulatedDevice::slot_weights(std::byte* slot, int layer) const {
+    ExpertWeights in_slot = weights_.layers[size_t(layer)].experts[0];
+    for (WeightView* m : {&in_slot.w1, &in_slot.w3, &in_slot.w2}) {
+        m->data = slot;
+        slot += m->bytes();
+    }
+    return in_slot;
+}
+
+void EmulatedDevice::copy_expert(std::byte* dst, int layer, int expert) const {
+    const ExpertWeights& w = weights_.layers[size_t(layer)].experts[size_t(expert)];
+    for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
+        std::memcpy(dst, m->data, m->bytes());
+        dst += m->bytes();
+    }
 }
 
 void EmulatedDevice::OpQueue::copy(int layer, int expert, int slot) {
@@ -72,7 +83,7 @@ void EmulatedDevice::OpQueue::copy(int layer, int expert, int slot) {
     op.task.expert = expert;
     op.weights = {true, slot};
     device_.enqueued_.push_back(op);
-    device_.copied_bytes_ += device_.expert_elems_ * sizeof(bf16);
+    device_.copied_bytes_ += device_.weights_.layers[size_t(layer)].experts[size_t(expert)].bytes();
 }
 
 void EmulatedDevice::OpQueue::compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) {
@@ -109,10 +120,9 @@ void EmulatedDevice::run(const Op& op) {
     }
     const ExpertTask& t = op.task;
     if (t.n_tokens == 0) return;
-    const bf16* base = slot_memory(op.weights);
-    const size_t mat = expert_elems_ / 3, row = size_t(t.row) * config_.dim;
-    expert_ffn_bf16(op.rows.y + row, op.rows.x + row, base, base + mat, base + 2 * mat, t.n_tokens, config_.dim,
-                    config_.hidden_dim, scratch_.data(), pool_);
+    const ExpertWeights w = slot_weights(slot_memory(op.weights), op.layer);
+    const size_t row = size_t(t.row) * config_.dim;
+    expert_ffn(op.rows.y + row, op.rows.x + row, w.w1, w.w3, w.w2, t.n_tokens, scratch_.data(), pool_);
 }
 
 // The device thread: runs the ops in the order they were enqueued, which

@@ -46,9 +46,7 @@ public:
     double last_busy_ms() const override { return last_busy_ms_; }
     int staging_slots() const override { return pipeline_.staging_slots(); }
     double budget_bytes() const override { return budget_bytes_; }
-    double resident_bytes() const override {
-        return double(pipeline_.n_resident()) * double(expert_elems_) * sizeof(bf16);
-    }
+    double resident_bytes() const override { return double(pipeline_.n_resident()) * double(slot_bytes_); }
     uint64_t copied_bytes() const override { return copied_bytes_; }
 
 private:
@@ -76,10 +74,14 @@ private:
     };
 
     // Memory slot: resident slots first, then the staging slots.
-    bf16* slot_memory(WeightSlot w) {
-        return memory_.get() + size_t(w.staging ? pipeline_.n_resident() + w.index : w.index) * expert_elems_;
+    std::byte* slot_memory(WeightSlot w) {
+        return memory_.get() + size_t(w.staging ? pipeline_.n_resident() + w.index : w.index) * slot_bytes_;
     }
-    void copy_expert(bf16* dst, int layer, int expert) const;
+    // Copies an expert's w1, w3, w2 (each in its own type) one after the
+    // other into a slot; slot_weights gives the views of a slot holding an
+    // expert of that layer.
+    void copy_expert(std::byte* dst, int layer, int expert) const;
+    ExpertWeights slot_weights(std::byte* slot, int layer) const;
     void run(const Op& op);
     void worker();
     void wait_for_ops();
@@ -88,10 +90,10 @@ private:
     const ModelWeights& weights_;
     ExpertPipeline pipeline_;
     OpQueue queue_{*this};
-    size_t expert_elems_;  // bf16 elements of w1 + w3 + w2
+    size_t slot_bytes_;  // one expert of the largest layer: w1 + w3 + w2
     double budget_bytes_;
     int max_tokens_;
-    std::unique_ptr<bf16[]> memory_;  // (n_resident + S, expert_elems): resident slots, then staging
+    std::unique_ptr<std::byte[]> memory_;  // (n_resident + S) slots: resident slots, then staging
     std::vector<float> scratch_;      // 2 * max_tokens * hidden_dim
     ThreadPool pool_;                 // the device's compute: its own threads
     uint64_t copied_bytes_ = 0;

@@ -18,7 +18,7 @@
 std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, double expert_bytes, int stride, int phase,
                                         double cycle_bytes);
 
-// Median ms of expert_ffn_bf16 (active ISA) at each n of ns over `reps`
+// Median ms of expert_ffn (active ISA) at each n of ns over `reps`
 // sweeps, for each cycle of experts: every call runs the next expert of its
 // cycle, and the sweeps of the cycles alternate, so on a shared machine each
 // cycle sees the same moments. The warm-up maps every expert's pages and

@@ -20,9 +20,13 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 HybridExpertExecutor::HybridExpertExecutor(const ModelConfig& config, Backend& backend, ExpertExecutor& cpu,
-                                           ExpertDevice* device, const LatencyModel& model)
-    : backend_(backend), cpu_(cpu), device_(device), planner_(model, double(expert_bytes(config)), std::max(1, config.n_experts)),
-      expert_bytes_(double(expert_bytes(config))), step_(config.n_layers, std::max(1, config.n_experts)) {
+                                           ExpertDevice* device, const LatencyModel& model, double expert_bytes)
+    : backend_(backend),
+      cpu_(cpu),
+      device_(device),
+      planner_(model, expert_bytes, std::max(1, config.n_experts)),
+      expert_bytes_(expert_bytes),
+      step_(config.n_layers, std::max(1, config.n_experts)) {
     assert(!device || model.has_device);
     // The planner prices the pipeline the device runs: the same slot count.
     if (device && device->staging_slots() != model.staging_slots)

@@ -22,9 +22,10 @@ class HybridExpertExecutor final : public ExpertExecutor {
 public:
     // device may be null (CPU only). The planner's model must have
     // has_device set when device is not null. backend: where the rows live;
-    // the CPU experts' rows cross to the host through it.
+    // the CPU experts' rows cross to the host through it. expert_bytes: one
+    // expert's weights, what a copy moves (cost_expert(...).bytes).
     HybridExpertExecutor(const ModelConfig& config, Backend& backend, ExpertExecutor& cpu, ExpertDevice* device,
-                         const LatencyModel& model);
+                         const LatencyModel& model, double expert_bytes);
     // rows in the backend's memory.
     void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override;
     const char* name() const override { return device_ ? "hybrid" : "cpu"; }

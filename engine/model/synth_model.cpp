@@ -502,7 +502,11 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
         const size_t chunk = ts[i].init == Init::ROUTER || ts[i].view.shape.size() == 1 ? n : CHUNK_ELEMENTS;
         for (size_t start = 0; start < n; start += chunk) items.push_back({i, start, std::min(chunk, n - start)});
     }
-    weights_assign(w, c, [&](const TensorEntry& t) { return by_name.at(t.name); });
+    weights_assign(w, c, [&](const TensorEntry& t) {
+        const void* p = by_name.at(t.name);
+        return t.shape.size() == 1 ? weight_view(DType::F32, p, 1, t.shape[0])
+                                   : weight_view(DType::BF16, p, t.shape[0], t.shape[1]);
+    });
 
     std::atomic<size_t> next{0};
     std::mutex error_mutex;

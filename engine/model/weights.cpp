@@ -63,70 +63,48 @@ float element_f32(const TensorView& t, size_t i) {
     throw MoeError(t.file + ": " + t.name + ": " + dtype_name(t.dtype) + " is not a float type");
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
-
-class Loader {
-public:
-    explicit Loader(ModelWeights& w) : w_(w) {}
-
-    // A (rows, cols) matrix as bf16: the mapping itself when it already is
-    // aligned bf16, otherwise a converted copy owned by the weights.
-    const bf16* matrix(const TensorEntry& entry) {
-        const TensorView& t = get(entry.name, entry.shape);
-        size_t n = size_t(entry.shape[0]) * size_t(entry.shape[1]);
-        if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(bf16) == 0)
-            return static_cast<const bf16*>(t.data);
-        auto out = std::make_unique<bf16[]>(n);
-        if (t.dtype == DType::BF16) {
-            std::memcpy(out.get(), t.data, n * sizeof(bf16));
-        } else {
-            for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(element_f32(t, i));
-        }
-        w_.owned_bf16.push_back(std::move(out));
-        return w_.owned_bf16.back().get();
-    }
-
-    // A (n,) vector converted to fp32.
-    const float* vector(const TensorEntry& entry) {
-        const TensorView& t = get(entry.name, entry.shape);
-        const size_t n = size_t(entry.shape[0]);
-        auto out = std::make_unique<float[]>(n);
-        for (size_t i = 0; i < n; i++) out[i] = element_f32(t, i);
-        w_.owned_f32.push_back(std::move(out));
-        return w_.owned_f32.back().get();
-    }
-
-private:
-    const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) {
-        const TensorView* t = w_.files->find(name);
-        if (!t) throw MoeError(w_.files->source() + ": " + name + ": tensor missing");
-        if (t->shape != shape)
-            throw MoeError(t->file + ": " + name + ": expected shape " + shape_string(shape) + ", found " +
-                           shape_string(t->shape));
-        // BF16, F16 and F32 are all accepted (the reader refuses anything else).
-        return *t;
-    }
-
-    ModelWeights& w_;
-};
-
 }  // namespace
 
+const TensorView& weights_check_shape(const TensorView& t, const TensorEntry& entry) {
+    if (t.shape != entry.shape)
+        throw MoeError(t.file + ": " + t.name + ": expected shape " + tensor_shape_string(entry.shape) + ", found " +
+                       tensor_shape_string(t.shape));
+    return t;
+}
+
+WeightView weights_matrix(ModelWeights& w, const TensorView& t) {
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    const size_t n = size_t(rows) * size_t(cols);
+    const bool bf16_aligned = t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(bf16) == 0;
+    if (dtype_quantized(t.dtype) || bf16_aligned) return weight_view(t.dtype, t.data, rows, cols);
+    auto out = std::make_unique_for_overwrite<bf16[]>(n);
+    if (t.dtype == DType::BF16) {
+        std::memcpy(out.get(), t.data, n * sizeof(bf16));
+    } else {
+        for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(element_f32(t, i));
+    }
+    w.owned_bf16.push_back(std::move(out));
+    return weight_view(DType::BF16, w.owned_bf16.back().get(), rows, cols);
+}
+
+WeightView weights_vector(ModelWeights& w, const TensorView& t) {
+    const int64_t n = t.shape[0];
+    auto out = std::make_unique_for_overwrite<float[]>(size_t(n));
+    for (int64_t i = 0; i < n; i++) out[size_t(i)] = element_f32(t, size_t(i));
+    w.owned_f32.push_back(std::move(out));
+    return weight_view(DType::F32, w.owned_f32.back().get(), 1, n);
+}
+
 void weights_assign(ModelWeights& w, const ModelConfig& config,
-                    const std::function<const void*(const TensorEntry&)>& data) {
+                    const std::function<WeightView(const TensorEntry&)>& data) {
     w.layers.assign(size_t(config.n_layers), LayerWeights{});
     // A dense Mistral MLP is the single "expert" 0: gate = w1, up = w3, down = w2.
     for (LayerWeights& L : w.layers) L.experts.resize(config.is_moe() ? size_t(config.n_experts) : 1);
     for (const TensorEntry& t : tensor_table(config)) {
         LayerWeights* L = t.layer >= 0 ? &w.layers[size_t(t.layer)] : nullptr;
         ExpertWeights* E = t.expert >= 0 ? &L->experts[size_t(t.expert)] : nullptr;
-        const void* p = data(t);
-        const bf16* m = static_cast<const bf16*>(p);
-        const float* v = static_cast<const float*>(p);
+        const WeightView m = data(t);
+        const float* v = static_cast<const float*>(m.data);
         switch (t.role) {
         case TensorRole::EMBED: w.embed = m; break;
         case TensorRole::ATTN_NORM: L->attn_norm = v; break;
@@ -149,14 +127,12 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
 ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
     ModelWeights w;
     w.files = std::make_unique<SafetensorsSet>(dir);
-    Loader load(w);
-    weights_assign(w, config, [&](const TensorEntry& t) -> const void* {
-        if (t.shape.size() == 1) return load.vector(t);
-        return load.matrix(t);
+    weights_assign(w, config, [&](const TensorEntry& entry) {
+        const TensorView* t = w.files->find(entry.name);
+        if (!t) throw MoeError(w.files->source() + ": " + entry.name + ": tensor missing");
+        // BF16, F16 and F32 are all accepted (the reader refuses anything else).
+        weights_check_shape(*t, entry);
+        return entry.shape.size() == 1 ? weights_vector(w, *t) : weights_matrix(w, *t);
     });
     return w;
-}
-
-size_t expert_bytes(const ModelConfig& config) {
-    return 3 * size_t(config.hidden_dim) * size_t(config.dim) * sizeof(bf16);
 }

@@ -102,15 +102,19 @@ struct Engine::Impl {
     uint64_t passes_total = 0, passes_last = 0;  // without one: forward passes, for ExecutionStats::layers
 
     Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
-        : source(std::move(src)), config(std::move(cfg)), weights(model_source_weights(source, config, n_threads)),
+        : source(std::move(src)),
+          config(std::move(cfg)),
+          weights(model_source_weights(source, config, n_threads)),
           tokenizer(model_source_tokenizer(source, config)),
           chat_template(model_source_chat_template(source, &template_warning)),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
-          pool(n_threads), device(device_setup(o, config, weights, ctx, pool)),
+          pool(n_threads),
+          device(device_setup(o, config, weights, ctx, pool)),
           cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
           cpu_executor(config, weights, pool, o.max_batch),
           hybrid(device.device ? std::make_unique<HybridExpertExecutor>(config, *device.backend, cpu_executor,
-                                                                        device.device.get(), device.latency)
+                                                                        device.device.get(), device.latency,
+                                                                        device.info.expert_bytes)
                                : nullptr),
           forward(config, *device.backend, cache, hybrid ? static_cast<ExpertExecutor&>(*hybrid) : cpu_executor,
                   o.max_batch, o.max_batch),

@@ -81,15 +81,15 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
         const LayerWeights& lw = weights_.layers[l];
         b.rmsnorm(xb_, x_, lw.attn_norm, n, dim, c.rms_norm_eps);
         // q (n, q_dim), k, v (n, kv_dim) = xb @ W^T
-        b.matmul(q_, xb_, lw.wq, n, q_dim_, dim);
-        b.matmul(k_, xb_, lw.wk, n, kv_dim_, dim);
-        b.matmul(v_, xb_, lw.wv, n, kv_dim_, dim);
+        b.matmul(q_, xb_, lw.wq, n);
+        b.matmul(k_, xb_, lw.wk, n);
+        b.matmul(v_, xb_, lw.wv, n);
         b.rope(q_, c.n_heads);
         b.rope(k_, c.n_kv_heads);
         b.kv_store(l, k_, v_);
         b.attention(l, att_, q_);
         // out (n, dim) = att (n, q_dim) @ Wo^T; residual add
-        b.matmul(out_, att_, lw.wo, n, dim, q_dim_);
+        b.matmul(out_, att_, lw.wo, n);
         b.add(x_, out_, size_t(n) * dim);
 
         b.rmsnorm(xb_, x_, lw.ffn_norm, n, dim, c.rms_norm_eps);
@@ -107,7 +107,7 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     if (n_logits == 0) return nullptr;
     b.gather(logit_rows_, x_, logit_src_.data(), n_logits, dim);
     b.rmsnorm(logit_rows_, logit_rows_, weights_.final_norm, n_logits, dim, c.rms_norm_eps);
-    b.matmul(logits_, logit_rows_, weights_.lm_head, n_logits, c.vocab_size, dim);
+    b.matmul(logits_, logit_rows_, weights_.lm_head, n_logits);
     return b.to_host(logits_, size_t(n_logits) * c.vocab_size);
 }
 
@@ -121,7 +121,7 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
     // Routing: softmax over all experts, keep top-k, renormalise the k
     // weights; the choices come to the host for the placement planner.
     if (c.is_moe()) {
-        b.matmul(router_, xb_, lw.router, n, n_experts, dim);
+        b.matmul(router_, xb_, lw.router, n);
         b.route(route_expert_.data(), route_weight_.data(), router_, n, n_experts, n_route_, c.norm_topk_prob);
     } else {
         for (int i = 0; i < n; i++) {

@@ -6,17 +6,17 @@
 // Tolerance: the device's GEMMs round their inputs (x and the SwiGLU
 // product) to bf16, where the CPU keeps them fp32: outputs agree within
 // FFN_TOL * (1 + max |CPU output|).
-#include <catch2/catch.hpp>
-#include <cstdint>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/cuda_backend.h"
 #include "engine/devices/cuda_expert_device.h"
+#include "engine/model/cost.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 #include "gpu_support.h"
@@ -53,8 +53,8 @@ TEST_CASE("the CUDA expert device computes resident and copied experts like the 
     std::vector<float> scratch(size_t(2) * max_tokens * c.hidden_dim);
     for (const ExpertTask& t : tasks) {
         const ExpertWeights& e = w.layers[layer].experts[t.expert];
-        expert_ffn_bf16(want.data() + size_t(t.row) * dim, x.data() + size_t(t.row) * dim, e.w1, e.w3, e.w2,
-                        t.n_tokens, dim, c.hidden_dim, scratch.data(), pool);
+        expert_ffn(want.data() + size_t(t.row) * dim, x.data() + size_t(t.row) * dim, e.w1, e.w3, e.w2, t.n_tokens,
+                   scratch.data(), pool);
     }
     double scale = 0;
     for (float v : want) scale = std::max(scale, std::fabs(double(v)));
@@ -72,7 +72,7 @@ TEST_CASE("the CUDA expert device computes resident and copied experts like the 
     for (CopyMode mode : {CopyMode::STAGED, CopyMode::REGISTERED})
         for (int slots : {1, 2, 3}) {
             INFO("copy mode " << int(mode) << ", " << slots << " staging slots");
-            const double budget = double(residency.n_resident() + slots) * double(expert_bytes(c));
+            const double budget = double(residency.n_resident() + slots) * cost_expert(c, 0).bytes;
             CudaExpertDevice device(c, w, residency, budget, max_tokens, backend.stream(), backend.blas(), slots, mode);
             INFO(device.copy_source().describe());
             for (int round = 0; round < 2; round++) {  // the second reuses slots the first filled
@@ -88,6 +88,6 @@ TEST_CASE("the CUDA expert device computes resident and copied experts like the 
                 REQUIRE(worst <= FFN_TOL * (1 + scale));
                 REQUIRE(device.last_busy_ms() > 0);
             }
-            REQUIRE(device.copied_bytes() == 2 * n_copied * expert_bytes(c));
+            REQUIRE(device.copied_bytes() == 2 * n_copied * cost_expert(c, 0).bytes);
         }
 }

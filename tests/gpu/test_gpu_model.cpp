@@ -10,9 +10,8 @@
 // device's bf16 rounding of GEMM inputs may flip a router near-tie at a few
 // positions); tests/model/test_device_rounding.cpp checks the criterion
 // holds for the CPU with the device's rounding.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -20,10 +19,11 @@
 
 #include "engine/devices/cuda_backend.h"
 #include "engine/devices/cuda_expert_device.h"
+#include "engine/devices/hybrid_executor.h"
+#include "engine/model/cost.h"
+#include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/devices/hybrid_executor.h"
-#include "engine/model/weights.h"
 #include "gpu_support.h"
 #include "logit_compare.h"
 #include "placement/latency_model.h"
@@ -57,8 +57,8 @@ LatencyModel model_cpu_rest() {
 }
 
 LatencyModel model_planner(const ModelConfig& c) {
-    LatencyModel m = latency_model_nominal_gpu(LatencyCurve{0.05, 0.6, 0.05}, double(expert_bytes(c)),
-                                               6.0 * c.dim * c.hidden_dim);
+    LatencyModel m =
+        latency_model_nominal_gpu(LatencyCurve{0.05, 0.6, 0.05}, cost_expert(c, 0).bytes, 6.0 * c.dim * c.hidden_dim);
     m.staging_slots = DEFAULT_STAGING_SLOTS;
     return m;
 }
@@ -80,7 +80,8 @@ struct Stack {
         const int max_rows = MAX_BATCH * config.n_experts_active;
         if (residency) {
             auto cuda = std::make_unique<CudaBackend>(config, weights, 0, CTX, MAX_BATCH, max_rows);
-            const double budget = double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * double(expert_bytes(config));
+            const double budget =
+                double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * cost_expert(config, 0).bytes;
             device = std::make_unique<CudaExpertDevice>(config, weights, *residency, budget, MAX_BATCH, cuda->stream(),
                                                         cuda->blas(), DEFAULT_STAGING_SLOTS);
             backend = std::move(cuda);
@@ -90,8 +91,8 @@ struct Stack {
         cache = std::make_unique<KvCache>(config.n_layers, n_seqs, CTX, config.n_kv_heads * config.head_dim, -1,
                                           backend->kv_memory());
         cpu = std::make_unique<CpuExpertExecutor>(config, weights, pool, MAX_BATCH);
-        hybrid = std::make_unique<HybridExpertExecutor>(config, *backend, *cpu, device.get(),
-                                                        residency ? model : LatencyModel{});
+        hybrid = std::make_unique<HybridExpertExecutor>(
+            config, *backend, *cpu, device.get(), residency ? model : LatencyModel{}, cost_expert(config, 0).bytes);
         forward = std::make_unique<ForwardPass>(config, *backend, *cache, *hybrid, MAX_BATCH, MAX_BATCH);
     }
 };

@@ -44,10 +44,10 @@ public:
     void rmsnorm(float* out, const float* x, const float* w, int rows, int dim, float eps) override {
         b_->rmsnorm(out, x, w, rows, dim, eps);
     }
-    void matmul(float* y, const float* x, const bf16* w, int m, int n, int k) override {
-        rounded_.assign(x, x + size_t(m) * k);
+    void matmul(float* y, const float* x, const WeightView& w, int m) override {
+        rounded_.assign(x, x + size_t(m) * size_t(w.cols));
         for (float& v : rounded_) v = round_bf16(v);
-        b_->matmul(y, rounded_.data(), w, m, n, k);
+        b_->matmul(y, rounded_.data(), w, m);
     }
     void rope(float* x, int n_heads) override { b_->rope(x, n_heads); }
     void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
@@ -93,8 +93,8 @@ public:
                     for (long j = begin; j < end; j++) {
                         float a = 0, b = 0;
                         for (int i = 0; i < dim; i++) {
-                            a += bf16_to_f32(ew.w1[size_t(j) * dim + i]) * x[size_t(i)];
-                            b += bf16_to_f32(ew.w3[size_t(j) * dim + i]) * x[size_t(i)];
+                            a += bf16_to_f32(static_cast<const bf16*>(ew.w1.row(j))[i]) * x[size_t(i)];
+                            b += bf16_to_f32(static_cast<const bf16*>(ew.w3.row(j))[i]) * x[size_t(i)];
                         }
                         h[size_t(j)] = round_bf16(a / (1.0f + std::exp(-a)) * b);
                     }
@@ -102,7 +102,8 @@ public:
                 pool_.parallel_for(dim, 1, [&](long begin, long end) {
                     for (long i = begin; i < end; i++) {
                         float s = 0;
-                        for (int j = 0; j < hidden; j++) s += bf16_to_f32(ew.w2[size_t(i) * hidden + j]) * h[size_t(j)];
+                        for (int j = 0; j < hidden; j++)
+                            s += bf16_to_f32(static_cast<const bf16*>(ew.w2.row(i))[j]) * h[size_t(j)];
                         rows.y[size_t(r) * dim + i] = s;
                     }
                 });

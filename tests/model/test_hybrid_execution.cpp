@@ -15,6 +15,7 @@
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
+#include "engine/model/cost.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
@@ -73,12 +74,12 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     CpuExpertExecutor cpu(c, w, pool, max_batch);
     std::unique_ptr<EmulatedDevice> device;
     if (residency)
-        device = std::make_unique<EmulatedDevice>(c, w, *residency,
-                                                  double(residency->n_resident() + DEFAULT_STAGING_SLOTS) *
-                                                      double(expert_bytes(c)),
-                                                  max_batch, pool.size());
+        device = std::make_unique<EmulatedDevice>(
+            c, w, *residency, double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * cost_expert(c, 0).bytes,
+            max_batch, pool.size());
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
-    HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{});
+    HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{},
+                                cost_expert(c, 0).bytes);
     ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);
 
     Run r;
@@ -133,7 +134,7 @@ TEST_CASE("any placement gives the all-CPU logits bitwise, prefill and decode", 
     const auto dir = test_model_dir("small", 3);
     ModelConfig c = model_config_load(dir);
     const int n_prompt = 300, n_decode = 6;
-    const double eb = double(expert_bytes(c));
+    const double eb = cost_expert(c, 0).bytes;
     Run reference = run_model(dir, nullptr, LatencyModel{}, n_prompt, n_decode);
     REQUIRE(reference.exec.runs[int(ExpertSite::DEVICE)] + reference.exec.runs[int(ExpertSite::COPY)] == 0);
 
@@ -167,9 +168,9 @@ TEST_CASE("the mixed plan copies busy experts and leaves single tokens on the CP
     const auto dir = test_model_dir("small", 3);
     ModelConfig c = model_config_load(dir);
     Residency none = static_plan_even(c.n_layers, c.n_experts, 0);
-    Run prefill = run_model(dir, &none, model_mixed(double(expert_bytes(c))), 300, 0);
+    Run prefill = run_model(dir, &none, model_mixed(cost_expert(c, 0).bytes), 300, 0);
     REQUIRE(prefill.exec.runs[int(ExpertSite::COPY)] > 0);
-    Run decode_only = run_model(dir, &none, model_mixed(double(expert_bytes(c))), 1, 8);
+    Run decode_only = run_model(dir, &none, model_mixed(cost_expert(c, 0).bytes), 1, 8);
     // One token per expert: 2 ms copy + device never beats ~1 ms on the CPU.
     REQUIRE(decode_only.exec.runs[int(ExpertSite::COPY)] == 0);
     REQUIRE(decode_only.exec.runs[int(ExpertSite::CPU)] > 0);
@@ -180,7 +181,7 @@ TEST_CASE("the emulated device refuses a budget without room for its experts and
     ModelConfig c = model_config_load(dir);
     ModelWeights w = weights_load(c, dir);
     Residency half = static_plan_even(c.n_layers, c.n_experts, 4);
-    double eb = double(expert_bytes(c));
+    double eb = cost_expert(c, 0).bytes;
     REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 5 * eb, 16, 2), MoeError);  // one of two staging slots
     EmulatedDevice ok(c, w, half, 6 * eb, 16, 2);
     REQUIRE(ok.resident_bytes() == 4 * eb);

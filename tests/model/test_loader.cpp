@@ -12,6 +12,7 @@
 #include <set>
 
 #include "embedded_files.h"
+#include "engine/model/cost.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
@@ -137,26 +138,26 @@ TEST_CASE("loader: tiny synthetic model, single file", "[loader]") {
 
     ModelWeights w = weights_load(c, dir);
     REQUIRE(w.layers.size() == 2);
-    CHECK(w.embed == w.files->find("model.embed_tokens.weight")->data);  // zero copy
-    CHECK(w.lm_head == w.files->find("lm_head.weight")->data);
-    CHECK(w.lm_head != w.embed);
+    CHECK(w.embed.data == w.files->find("model.embed_tokens.weight")->data);  // zero copy
+    CHECK(w.lm_head.data == w.files->find("lm_head.weight")->data);
+    CHECK(w.lm_head.data != w.embed.data);
     CHECK(w.owned_bf16.empty());
     CHECK(w.owned_f32.size() == 2 * 2 + 1);
     for (const LayerWeights& L : w.layers) {
-        CHECK(L.router != nullptr);
+        CHECK(!L.router.empty());
         REQUIRE(L.experts.size() == 4);
-        for (const ExpertWeights& E : L.experts) CHECK((E.w1 && E.w2 && E.w3));
+        for (const ExpertWeights& E : L.experts) CHECK((!E.w1.empty() && !E.w2.empty() && !E.w3.empty()));
     }
-    CHECK(w.layers[0].experts[1].w2 == w.files->find("model.layers.0.block_sparse_moe.experts.1.w2.weight")->data);
-    CHECK(w.layers[0].experts[1].w3 == w.files->find("model.layers.0.block_sparse_moe.experts.1.w3.weight")->data);
-    CHECK(w.layers[1].router == w.files->find("model.layers.1.block_sparse_moe.gate.weight")->data);
-    CHECK(w.layers[1].wo == w.files->find("model.layers.1.self_attn.o_proj.weight")->data);
+    CHECK(w.layers[0].experts[1].w2.data == w.files->find("model.layers.0.block_sparse_moe.experts.1.w2.weight")->data);
+    CHECK(w.layers[0].experts[1].w3.data == w.files->find("model.layers.0.block_sparse_moe.experts.1.w3.weight")->data);
+    CHECK(w.layers[1].router.data == w.files->find("model.layers.1.block_sparse_moe.gate.weight")->data);
+    CHECK(w.layers[1].wo.data == w.files->find("model.layers.1.self_attn.o_proj.weight")->data);
     for (int i = 0; i < c.dim; i++) {
         CHECK(std::fabs(w.final_norm[i] - 1.0f) < 0.1f);
         CHECK(std::fabs(w.layers[0].attn_norm[i] - 1.0f) < 0.1f);
     }
-    CHECK(expert_bytes(c) == 3 * 128 * 64 * 2);
-    CHECK(expert_bytes(synth_preset("mixtral-8x7b")) == size_t(3) * 14336 * 4096 * 2);
+    CHECK(cost_expert(c, 0).bytes == 3 * 128 * 64 * 2);
+    CHECK(cost_expert(synth_preset("mixtral-8x7b"), 0).bytes == size_t(3) * 14336 * 4096 * 2);
 }
 
 TEST_CASE("loader: small synthetic model, sharded, equals the single file", "[loader][synth]") {
@@ -246,15 +247,15 @@ TEST_CASE("loader: F32 and F16 checkpoints load as the bf16 values", "[loader]")
         safetensors_write(dir / "model.safetensors", views);
         ModelWeights w = weights_load(c, dir);
         CHECK(!w.owned_bf16.empty());
-        CHECK(w.embed != w.files->find("model.embed_tokens.weight")->data);
+        CHECK(w.embed.data != w.files->find("model.embed_tokens.weight")->data);
 
         Flat fw = flatten(c, w), fr = flatten(c, ref);
         REQUIRE(fw.matrices.size() == fr.matrices.size());
         for (size_t m = 0; m < fw.matrices.size(); m++) {
-            size_t n = fw.matrices[m].second, bad = 0;
+            size_t n = size_t(fw.matrices[m].rows * fw.matrices[m].cols), bad = 0;
             for (size_t i = 0; i < n; i++) {
-                float got = bf16_to_f32(fw.matrices[m].first[i]);
-                float want = bf16_to_f32(fr.matrices[m].first[i]);
+                float got = bf16_to_f32(static_cast<const bf16*>(fw.matrices[m].data)[i]);
+                float want = bf16_to_f32(static_cast<const bf16*>(fr.matrices[m].data)[i]);
                 if (dtype == DType::F16) want = flush_below_f16(want);
                 if (dtype == DType::F32 && m == 0 && i < 3) continue;
                 bad += got != want;
@@ -273,9 +274,9 @@ TEST_CASE("loader: F32 and F16 checkpoints load as the bf16 values", "[loader]")
             CHECK(bad == 0);
         }
         if (dtype == DType::F32) {
-            CHECK(w.embed[0] == 0x3F80);
-            CHECK(w.embed[1] == 0x3F82);
-            CHECK(w.embed[2] == 0xBF81);
+            CHECK(static_cast<const bf16*>(w.embed.data)[0] == 0x3F80);
+            CHECK(static_cast<const bf16*>(w.embed.data)[1] == 0x3F82);
+            CHECK(static_cast<const bf16*>(w.embed.data)[2] == 0xBF81);
         } else {
             const float* f = w.final_norm;
             CHECK(f[0] == 1.0f);
@@ -349,15 +350,15 @@ TEST_CASE("loader: dense Mistral names and tied embeddings", "[loader]") {
 
     ModelConfig c = model_config_load(dir);
     ModelWeights w = weights_load(c, dir);
-    CHECK(w.lm_head == w.embed);
+    CHECK(w.lm_head.data == w.embed.data);
     for (int l = 0; l < 2; l++) {
         const LayerWeights& L = w.layers[size_t(l)];
         std::string p = "model.layers." + std::to_string(l) + ".mlp.";
-        CHECK(L.router == nullptr);
+        CHECK(L.router.empty());
         REQUIRE(L.experts.size() == 1);
-        CHECK(L.experts[0].w1 == w.files->find(p + "gate_proj.weight")->data);
-        CHECK(L.experts[0].w3 == w.files->find(p + "up_proj.weight")->data);
-        CHECK(L.experts[0].w2 == w.files->find(p + "down_proj.weight")->data);
+        CHECK(L.experts[0].w1.data == w.files->find(p + "gate_proj.weight")->data);
+        CHECK(L.experts[0].w3.data == w.files->find(p + "up_proj.weight")->data);
+        CHECK(L.experts[0].w2.data == w.files->find(p + "down_proj.weight")->data);
         CHECK(L.attn_norm[3] ==
               float((3 * 7 + std::strlen("model.layers.0.input_layernorm.weight")) % 13) * 0.125f - 0.5f);
     }
@@ -457,7 +458,7 @@ TEST_CASE("loader: each broken single-file model gives a one-line error", "[load
         write_bytes(dir / "config.json", j.dump());
         ModelConfig c = model_config_load(dir);
         ModelWeights w = weights_load(c, dir);
-        CHECK(w.lm_head == w.embed);
+        CHECK(w.lm_head.data == w.embed.data);
     }
 }
 
@@ -677,9 +678,9 @@ TEST_CASE("synth: routing is not uniform and logits are not flat", "[synth]") {
         const LayerWeights& L = w.layers[size_t(l)];
         std::vector<int> count(size_t(c.n_experts), 0);
         for (int t = 0; t < n_tokens; t++) {
-            std::vector<float> h = rmsnorm(w.embed + size_t(t) * size_t(c.dim), L.ffn_norm, c.dim);
+            std::vector<float> h = rmsnorm(static_cast<const bf16*>(w.embed.row(t)), L.ffn_norm, c.dim);
             std::vector<std::pair<float, int>> z;
-            for (int e = 0; e < c.n_experts; e++) z.push_back({dot(L.router + size_t(e) * size_t(c.dim), h), e});
+            for (int e = 0; e < c.n_experts; e++) z.push_back({dot(static_cast<const bf16*>(L.router.row(e)), h), e});
             std::sort(z.rbegin(), z.rend());
             for (int k = 0; k < c.n_experts_active; k++) count[size_t(z[size_t(k)].second)]++;
         }
@@ -693,12 +694,12 @@ TEST_CASE("synth: routing is not uniform and logits are not flat", "[synth]") {
     double sum_std = 0;
     const int n_probe = 32;
     for (int t = 0; t < n_probe; t++) {
-        std::vector<float> h = rmsnorm(w.embed + size_t(t * 997) * size_t(c.dim), w.final_norm, c.dim);
+        std::vector<float> h = rmsnorm(static_cast<const bf16*>(w.embed.row(t * 997)), w.final_norm, c.dim);
         double s = 0, ss = 0;
         float best = -1e30f;
         int arg = -1;
         for (int v = 0; v < c.vocab_size; v++) {
-            float z = dot(w.lm_head + size_t(v) * size_t(c.dim), h);
+            float z = dot(static_cast<const bf16*>(w.lm_head.row(v)), h);
             REQUIRE(std::isfinite(z));
             s += z;
             ss += double(z) * z;

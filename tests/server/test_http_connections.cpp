@@ -115,15 +115,22 @@ TEST_CASE("a request's headers and body must arrive within --request-timeout", "
 
 TEST_CASE("one client address holds at most --max-client-connections", "[server]") {
     ServerProcess server(test_model_dir("tiny"), {"--max-client-connections", "3"});
+    // On a loaded machine the fixture's start-up poll can still hold a place
+    // while its connection closes: then the third is the one refused and the
+    // extra one is served. Such a round is tried again with fresh connections.
     std::vector<std::unique_ptr<RawConnection>> open;
-    for (int i = 0; i < 3; i++) {
-        open.push_back(std::make_unique<RawConnection>(server.port()));
-        open.back()->send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");  // unfinished
+    std::string refused;
+    for (int round = 0; round < 5 && refused.rfind("HTTP/1.1 503", 0) != 0; round++) {
+        open.clear();
+        for (int i = 0; i < 3; i++) {
+            open.push_back(std::make_unique<RawConnection>(server.port()));
+            open.back()->send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");  // unfinished
+        }
+        std::this_thread::sleep_for(500ms);  // all three accepted
+        RawConnection extra(server.port());
+        extra.send(HEALTH_CLOSE);
+        refused = extra.read_until_close();
     }
-    std::this_thread::sleep_for(500ms);  // all three accepted
-    RawConnection extra(server.port());
-    extra.send(HEALTH);
-    std::string refused = extra.read_until_close();
     INFO(refused);
     CHECK(refused.rfind("HTTP/1.1 503", 0) == 0);
     CHECK(refused.find("too_many_connections") != std::string::npos);

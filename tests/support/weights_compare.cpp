@@ -6,26 +6,24 @@
 
 Flat flatten(const ModelConfig& c, const ModelWeights& w) {
     Flat f;
-    size_t d = size_t(c.dim), h = size_t(c.hidden_dim), v = size_t(c.vocab_size);
-    size_t q = size_t(c.n_heads * c.head_dim), kv = size_t(c.n_kv_heads * c.head_dim);
-    f.matrices.push_back({w.embed, v * d});
+    const size_t d = size_t(c.dim);
+    f.matrices.push_back(w.embed);
     for (const LayerWeights& L : w.layers) {
         f.vectors.push_back({L.attn_norm, d});
         f.vectors.push_back({L.ffn_norm, d});
-        f.matrices.push_back({L.wq, q * d});
-        f.matrices.push_back({L.wk, kv * d});
-        f.matrices.push_back({L.wv, kv * d});
-        f.matrices.push_back({L.wo, d * q});
-        if (L.router) f.matrices.push_back({L.router, size_t(c.n_experts) * d});
-        for (const ExpertWeights& E : L.experts) {
-            f.matrices.push_back({E.w1, h * d});
-            f.matrices.push_back({E.w3, h * d});
-            f.matrices.push_back({E.w2, d * h});
-        }
+        for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo}) f.matrices.push_back(*m);
+        if (!L.router.empty()) f.matrices.push_back(L.router);
+        for (const ExpertWeights& E : L.experts)
+            for (const WeightView* m : {&E.w1, &E.w3, &E.w2}) f.matrices.push_back(*m);
     }
     f.vectors.push_back({w.final_norm, d});
-    f.matrices.push_back({w.lm_head, v * d});
+    f.matrices.push_back(w.lm_head);
     return f;
+}
+
+// Same type, shape and bytes.
+bool same_matrix(const WeightView& a, const WeightView& b) {
+    return a.type == b.type && a.rows == b.rows && a.cols == b.cols && std::memcmp(a.data, b.data, a.bytes()) == 0;
 }
 
 void check_same_weights(const ModelConfig& c, const ModelWeights& a, const ModelWeights& b) {
@@ -33,9 +31,9 @@ void check_same_weights(const ModelConfig& c, const ModelWeights& a, const Model
     REQUIRE(fa.matrices.size() == fb.matrices.size());
     for (size_t i = 0; i < fa.matrices.size(); i++) {
         INFO("matrix " << i);
-        REQUIRE(fa.matrices[i].first != nullptr);
-        REQUIRE(fb.matrices[i].first != nullptr);
-        CHECK(std::memcmp(fa.matrices[i].first, fb.matrices[i].first, fa.matrices[i].second * 2) == 0);
+        REQUIRE(!fa.matrices[i].empty());
+        REQUIRE(!fb.matrices[i].empty());
+        CHECK(same_matrix(fa.matrices[i], fb.matrices[i]));
     }
     for (size_t i = 0; i < fa.vectors.size(); i++) {
         INFO("vector " << i);
@@ -47,8 +45,7 @@ int differing_tensors(const ModelConfig& c, const ModelWeights& a, const ModelWe
     Flat fa = flatten(c, a), fb = flatten(c, b);
     REQUIRE(fa.matrices.size() == fb.matrices.size());
     int differ = 0;
-    for (size_t i = 0; i < fa.matrices.size(); i++)
-        differ += std::memcmp(fa.matrices[i].first, fb.matrices[i].first, fa.matrices[i].second * sizeof(bf16)) != 0;
+    for (size_t i = 0; i < fa.matrices.size(); i++) differ += !same_matrix(fa.matrices[i], fb.matrices[i]);
     for (size_t i = 0; i < fa.vectors.size(); i++)
         differ += std::memcmp(fa.vectors[i].first, fb.vectors[i].first, fa.vectors[i].second * sizeof(float)) != 0;
     return differ;

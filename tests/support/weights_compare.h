@@ -9,9 +9,10 @@
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
-// Every bf16 matrix and fp32 vector of a loaded model, in table order, with its element count.
+// Every matrix (of any type) and fp32 vector (with its element count) of a
+// loaded model, in table order.
 struct Flat {
-    std::vector<std::pair<const bf16*, size_t>> matrices;
+    std::vector<WeightView> matrices;
     std::vector<std::pair<const float*, size_t>> vectors;
 };
 

@@ -25,7 +25,7 @@ TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV 
     o.gpu_memory_bytes = 24 * GIB;
     PlacementInfo info;
     const int ctx = 4096, max_batch = 512, staging = 2;
-    REQUIRE(cuda_budget(o, c, ctx, max_batch, 79 * GIB, "test GPU", staging, info).empty());
+    REQUIRE(cuda_budget(o, c, WeightFormat{}, ctx, max_batch, 79 * GIB, "test GPU", staging, info).empty());
     CHECK(info.budget_bytes == 24 * GIB);
     CHECK(info.dense_bytes == cost_dense_bytes(c));
     // fp32 keys and values of every layer for one context.
@@ -34,7 +34,7 @@ TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV 
     CHECK(info.margin_bytes == 1 * GIB);           // a tenth, at most 1 GiB
     CHECK(info.activation_bytes > 0);
     CHECK(info.activation_bytes < 0.5 * GIB);
-    const double expert = double(expert_bytes(c));
+    const double expert = cost_expert(c, 0).bytes;
     CHECK(expert == 3.0 * 4096 * 14336 * 2);
     const double left = 24 * GIB - info.dense_bytes - info.kv_bytes - info.activation_bytes - info.margin_bytes;
     CHECK(info.capacity == int(std::floor(left / expert)) - staging);
@@ -48,32 +48,32 @@ TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV 
 
 TEST_CASE("cuda budget: the free memory by default, a share of experts, and refusals", "[unit][cuda_budget]") {
     const ModelConfig c = synth_preset("mixtral-mini");
-    const double expert = double(expert_bytes(c));
+    const double expert = cost_expert(c, 0).bytes;
     PlacementInfo free_info;
-    REQUIRE(cuda_budget(DeviceOptions{}, c, 1024, 64, 8 * GIB, "test GPU", 2, free_info).empty());
+    REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, free_info).empty());
     CHECK(free_info.budget_bytes == 8 * GIB);
     CHECK(free_info.capacity == c.n_layers * c.n_experts);  // everything fits
 
     DeviceOptions share;
     share.gpu_expert_share = 0.25;
     PlacementInfo s;
-    REQUIRE(cuda_budget(share, c, 1024, 64, 8 * GIB, "test GPU", 2, s).empty());
+    REQUIRE(cuda_budget(share, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, s).empty());
     CHECK(s.capacity == c.n_layers * c.n_experts / 4);
     CHECK(s.budget_bytes < 8 * GIB);
 
     DeviceOptions too_much;
     too_much.gpu_memory_bytes = 9 * GIB;
     PlacementInfo t;
-    CHECK_THROWS_WITH(cuda_budget(too_much, c, 1024, 64, 8 * GIB, "test GPU", 2, t),
+    CHECK_THROWS_WITH(cuda_budget(too_much, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, t),
                       Catch::Contains("9.00 GiB asked") && Catch::Contains("8.00 GiB free"));
 
     // Room for the dense part but not for two staging slots: no GPU plan.
     DeviceOptions small;
     PlacementInfo d;
-    REQUIRE(cuda_budget(DeviceOptions{}, c, 1024, 64, 8 * GIB, "x", 2, d).empty());
+    REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "x", 2, d).empty());
     small.gpu_memory_bytes = (d.dense_bytes + d.kv_bytes + d.activation_bytes + 1.5 * expert) / 0.9;
     PlacementInfo n;
-    std::string why = cuda_budget(small, c, 1024, 64, 8 * GIB, "test GPU", 2, n);
+    std::string why = cuda_budget(small, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, n);
     CHECK(why.find("does not hold the dense weights") != std::string::npos);
     CHECK(why.find("2 staging slots") != std::string::npos);
 }

@@ -13,6 +13,7 @@
 
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
+#include "engine/model/cost.h"
 #include "profiles/errors.h"
 
 namespace {
@@ -38,7 +39,8 @@ struct RandomExperts {
         for (LayerWeights& lw : weights.layers) {
             lw.experts.resize(size_t(n_experts));
             for (ExpertWeights& e : lw.experts) {
-                e = {p, p + mat, p + 2 * mat};
+                e = {weight_view(DType::BF16, p, hidden, dim), weight_view(DType::BF16, p + mat, hidden, dim),
+                     weight_view(DType::BF16, p + 2 * mat, dim, hidden)};
                 p += 3 * mat;
             }
         }
@@ -58,7 +60,7 @@ TEST_CASE("emulated device: every placement and staging count gives the CPU's ou
 
     for (int staging : {1, 2, 3}) {
         Residency residency = static_plan_random(c.n_layers, c.n_experts, 7, uint32_t(staging));
-        const double eb = double(expert_bytes(c));
+        const double eb = cost_expert(c, 0).bytes;
         EmulatedDevice device(c, m.weights, residency, double(residency.n_resident() + staging) * eb, max_tokens,
                               threads, staging);
         REQUIRE(device.staging_slots() == staging);
@@ -88,20 +90,19 @@ TEST_CASE("emulated device: every placement and staging count gives the CPU's ou
             for (const ExpertTask& t : tasks) {
                 const ExpertWeights& w = m.weights.layers[size_t(l)].experts[size_t(t.expert)];
                 const size_t row = size_t(t.row) * c.dim;
-                expert_ffn_bf16(expected.data() + row, x.data() + row, w.w1, w.w3, w.w2, t.n_tokens, c.dim,
-                                c.hidden_dim, scratch.data(), pool);
+                expert_ffn(expected.data() + row, x.data() + row, w.w1, w.w3, w.w2, t.n_tokens, scratch.data(), pool);
             }
             REQUIRE(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) == 0);
         }
         REQUIRE(copies > 0);
-        REQUIRE(device.copied_bytes() == copies * uint64_t(expert_bytes(c)));
+        REQUIRE(device.copied_bytes() == copies * uint64_t(cost_expert(c, 0).bytes));
     }
 }
 
 TEST_CASE("emulated device: refuses a budget without room for its experts and staging slots", "[emulated]") {
     RandomExperts m(2, 4, 16, 24, 1);
     Residency half = static_plan_even(2, 4, 4);
-    const double eb = double(expert_bytes(m.config));
+    const double eb = cost_expert(m.config, 0).bytes;
     REQUIRE_THROWS_AS(EmulatedDevice(m.config, m.weights, half, 5 * eb, 8, 1), MoeError);  // two slots by default
     REQUIRE_THROWS_AS(EmulatedDevice(m.config, m.weights, half, 6 * eb, 8, 1, 3), MoeError);
     EmulatedDevice ok(m.config, m.weights, half, 6 * eb, 8, 1);
