@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <system_error>
 
+#include "engine/model/gguf_model.h"
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"
 #include "profiles/errors.h"
@@ -48,6 +49,7 @@ ModelSource model_source_parse(std::string_view text) {
     s.text = std::string(text);
     if (text.substr(0, SYNTH_PREFIX.size()) != SYNTH_PREFIX) {
         s.dir = s.text;
+        s.gguf = gguf_model_path(s.dir);
         return s;
     }
     s.synthetic = true;
@@ -71,7 +73,7 @@ std::string model_source_id(const ModelSource& s) {
     if (s.synthetic) return std::string(SYNTH_PREFIX) + s.preset + ":" + std::to_string(s.seed);
     fs::path p = fs::absolute(s.dir).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();
-    return p.filename().string();
+    return (s.gguf ? p.stem() : p.filename()).string();
 }
 
 std::string model_source_note(const ModelSource& s) {
@@ -86,7 +88,8 @@ std::string model_source_where(const ModelSource& s) {
 }
 
 ModelConfig model_source_config(const ModelSource& s) {
-    return s.synthetic ? synth_preset(s.preset) : model_config_load(s.dir);
+    if (s.synthetic) return synth_preset(s.preset);
+    return s.gguf ? gguf_model_config(s.dir) : model_config_load(s.dir);
 }
 
 void model_source_check_memory(const ModelSource& s, const ModelConfig& config, uint64_t available_bytes) {
@@ -100,6 +103,7 @@ void model_source_check_memory(const ModelSource& s, const ModelConfig& config, 
 }
 
 ModelWeights model_source_weights(const ModelSource& s, const ModelConfig& config, int threads) {
+    if (s.gguf) return gguf_model_weights(config, s.dir);
     if (!s.synthetic) return weights_load(config, s.dir);
     model_source_check_memory(s, config, host_memory_available());
     return synth_weights(config, s.seed, threads);

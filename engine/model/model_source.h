@@ -7,6 +7,9 @@
 //   into the binary and Mistral's chat template. It is a benchmark aid (a
 //   model's real shape, e.g. Mixtral-8x7B's, on a machine whose disk cannot
 //   hold it), never a real model: its text is gibberish.
+// * A regular file whose name ends in ".gguf" is a whole model in one GGUF
+//   file (engine/model/gguf_model.h): config, weights, tokenizer and chat
+//   template all from it.
 // * Anything else is a model folder, read by the real loader exactly as
 //   before (config.json, safetensors, tokenizer.model, tokenizer_config.json).
 //   A folder whose name starts with "synth:" is reached as ./synth:...
@@ -26,7 +29,8 @@
 struct ModelSource {
     std::string text;           // the --model string as given
     bool synthetic = false;     // synth:PRESET[:SEED]
-    std::filesystem::path dir;  // a folder: the folder
+    bool gguf = false;          // one GGUF file
+    std::filesystem::path dir;  // a folder: the folder; a GGUF model: the file
     std::string preset;         // synthetic: the synth-model preset (engine/model/synth_model.h)
     uint64_t seed = 0;          // synthetic: the synth-model seed
 };
@@ -36,8 +40,9 @@ struct ModelSource {
 // a seed that is not a whole number in [0, 2^62], or extra ":" parts.
 ModelSource model_source_parse(std::string_view text);
 
-// The model's name in the API and the benchmarks: the folder's name, or
-// "synth:PRESET:SEED" (the seed always spelled out).
+// The model's name in the API and the benchmarks: the folder's name, the
+// GGUF file's name without ".gguf", or "synth:PRESET:SEED" (the seed always
+// spelled out).
 std::string model_source_id(const ModelSource& source);
 
 // One line naming a synthetic source as a benchmark aid, with its preset,
@@ -48,7 +53,8 @@ std::string model_source_note(const ModelSource& source);
 // built in memory (a benchmark aid)".
 std::string model_source_where(const ModelSource& source);
 
-// The folder's config.json (+ generation_config.json), or the preset's.
+// The folder's config.json (+ generation_config.json), the GGUF file's
+// metadata, or the preset's.
 ModelConfig model_source_config(const ModelSource& source);
 
 // Throws MoeError naming the source, its preset, the bytes its in-memory

@@ -1,0 +1,264 @@
+// GGUF models (engine/model/gguf_model.h) against the Hugging Face folder
+// they came from: ../shared/data/reference/gguf/hf (random weights, bf16)
+// and llama.cpp's own conversion of it (Q8_0.gguf, Q4_K_M.gguf). The test
+// writes a bf16 GGUF of the folder in llama.cpp's layout itself, with the
+// q/k row permutation spelled as llama.cpp's converter does it (reshape
+// (n_head, 2, head_dim / 2, cols), swap the middle axes), independently of
+// the loader's gguf_llama_row.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels/thread_pool.h"
+#include "engine/devices/backend.h"
+#include "engine/devices/expert_executor.h"
+#include "engine/model/gguf.h"
+#include "engine/model/gguf_model.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
+#include "test_support.h"
+#include "weights_compare.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path reference_dir() {
+    return shared_data_dir() / "reference" / "gguf";
+}
+
+// The rows of a q or k projection (rows, cols) of elem_bytes elements
+// permuted as llama.cpp's converter permutes them: per head,
+// reshape(2, head_dim / 2) then transpose, so row (half, i) moves to (i, half).
+std::vector<char> llama_permute(const char* src, int64_t rows, size_t row_bytes, int head_dim) {
+    std::vector<char> out(size_t(rows) * row_bytes);
+    const int64_t half = head_dim / 2;
+    for (int64_t h = 0; h < rows / head_dim; h++)
+        for (int64_t part = 0; part < 2; part++)
+            for (int64_t i = 0; i < half; i++) {
+                const int64_t from = h * head_dim + part * half + i, to = h * head_dim + i * 2 + part;
+                std::memcpy(out.data() + size_t(to) * row_bytes, src + size_t(from) * row_bytes, row_bytes);
+            }
+    return out;
+}
+
+// The folder's model as a bf16 GGUF in llama.cpp's layout: metadata keys,
+// tensor names, q/k permuted, experts merged into 3-D tensors.
+void write_llama_gguf(const fs::path& out, const ModelConfig& c, const ModelWeights& w) {
+    std::vector<GgufKeyValue> meta = {
+        {"general.architecture", "llama"},
+        {"llama.embedding_length", uint32_t(c.dim)},
+        {"llama.feed_forward_length", uint32_t(c.hidden_dim)},
+        {"llama.block_count", uint32_t(c.n_layers)},
+        {"llama.attention.head_count", uint32_t(c.n_heads)},
+        {"llama.attention.head_count_kv", uint32_t(c.n_kv_heads)},
+        {"llama.expert_count", uint32_t(c.n_experts)},
+        {"llama.expert_used_count", uint32_t(c.n_experts_active)},
+        {"llama.rope.freq_base", c.rope_theta},
+        {"llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps},
+        {"llama.context_length", uint32_t(c.max_position_embeddings)},
+        {"tokenizer.ggml.bos_token_id", uint32_t(c.bos_token_id)},
+        {"tokenizer.ggml.eos_token_id", uint32_t(c.eos_token_ids.at(0))},
+    };
+    std::vector<std::vector<char>> storage;
+    std::vector<TensorView> tensors;
+    auto add = [&](const std::string& name, DType type, std::vector<int64_t> shape, std::vector<char> bytes) {
+        storage.push_back(std::move(bytes));
+        TensorView t;
+        t.name = name;
+        t.dtype = type;
+        t.shape = std::move(shape);
+        t.nbytes = storage.back().size();
+        tensors.push_back(t);
+    };
+    auto bytes_of = [](const void* p, size_t n) {
+        const char* b = static_cast<const char*>(p);
+        return std::vector<char>(b, b + n);
+    };
+    auto matrix = [&](const std::string& name, const WeightView& m) {
+        add(name, m.type, {m.rows, m.cols}, bytes_of(m.data, m.bytes()));
+    };
+    auto vector = [&](const std::string& name, const float* v) {
+        add(name, DType::F32, {c.dim}, bytes_of(v, size_t(c.dim) * sizeof(float)));
+    };
+    matrix("token_embd.weight", w.embed);
+    for (int l = 0; l < c.n_layers; l++) {
+        const LayerWeights& L = w.layers[size_t(l)];
+        const std::string p = "blk." + std::to_string(l) + ".";
+        vector(p + "attn_norm.weight", L.attn_norm);
+        add(p + "attn_q.weight", L.wq.type, {L.wq.rows, L.wq.cols},
+            llama_permute(static_cast<const char*>(L.wq.data), L.wq.rows, L.wq.row_bytes, c.head_dim));
+        add(p + "attn_k.weight", L.wk.type, {L.wk.rows, L.wk.cols},
+            llama_permute(static_cast<const char*>(L.wk.data), L.wk.rows, L.wk.row_bytes, c.head_dim));
+        matrix(p + "attn_v.weight", L.wv);
+        matrix(p + "attn_output.weight", L.wo);
+        vector(p + "ffn_norm.weight", L.ffn_norm);
+        matrix(p + "ffn_gate_inp.weight", L.router);
+        const char* kinds[] = {"gate", "up", "down"};
+        for (int k = 0; k < 3; k++) {
+            std::vector<char> all;
+            const WeightView& first = k == 0 ? L.experts[0].w1 : k == 1 ? L.experts[0].w3 : L.experts[0].w2;
+            for (const ExpertWeights& e : L.experts) {
+                const WeightView& m = k == 0 ? e.w1 : k == 1 ? e.w3 : e.w2;
+                std::vector<char> b = bytes_of(m.data, m.bytes());
+                all.insert(all.end(), b.begin(), b.end());
+            }
+            add(p + "ffn_" + kinds[k] + "_exps.weight", first.type, {int64_t(c.n_experts), first.rows, first.cols},
+                std::move(all));
+        }
+    }
+    vector("output_norm.weight", w.final_norm);
+    matrix("output.weight", w.lm_head);
+    for (size_t i = 0; i < tensors.size(); i++) tensors[i].data = storage[i].data();
+    gguf_write(out, meta, tensors);
+}
+
+// The logits of a forward pass over `tokens` (one sequence, every position).
+std::vector<float> forward_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens) {
+    ThreadPool pool(2);
+    const int n = int(tokens.size());
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, n * c.n_experts_active);
+    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor executor(c, w, pool, n);
+    ForwardPass forward(c, *backend, cache, executor, n, n);
+    Batch batch;
+    for (int i = 0; i < n; i++) batch.add(tokens[size_t(i)], i, 0, true);
+    const float* logits = forward.run(batch, nullptr);
+    return std::vector<float>(logits, logits + size_t(n) * c.vocab_size);
+}
+
+}  // namespace
+
+TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and logits", "[gguf_model]") {
+    const fs::path hf = reference_dir() / "hf";
+    const ModelConfig c = model_config_load(hf);
+    const ModelWeights w = weights_load(c, hf);
+    const fs::path file = test_temp_dir("gguf_model_layout") / "model-bf16.gguf";
+    write_llama_gguf(file, c, w);
+    REQUIRE(gguf_model_path(file));
+
+    const ModelConfig g = gguf_model_config(file);
+    CHECK(g.architecture == c.architecture);
+    CHECK(g.dim == c.dim);
+    CHECK(g.hidden_dim == c.hidden_dim);
+    CHECK(g.n_layers == c.n_layers);
+    CHECK(g.n_heads == c.n_heads);
+    CHECK(g.n_kv_heads == c.n_kv_heads);
+    CHECK(g.head_dim == c.head_dim);
+    CHECK(g.vocab_size == c.vocab_size);
+    CHECK(g.n_experts == c.n_experts);
+    CHECK(g.n_experts_active == c.n_experts_active);
+    CHECK(g.rope_theta == c.rope_theta);
+    CHECK(g.rms_norm_eps == c.rms_norm_eps);
+    CHECK(g.tie_embeddings == c.tie_embeddings);
+    CHECK(g.bos_token_id == c.bos_token_id);
+    CHECK(g.eos_token_ids == c.eos_token_ids);
+
+    const ModelWeights gw = gguf_model_weights(g, file);
+    check_same_weights(c, w, gw);
+    // Experts and dense matrices are read in place from the mapping.
+    const TensorView* gate = gw.gguf->find("blk.1.ffn_gate_exps.weight");
+    REQUIRE(gate);
+    CHECK(gw.layers[1].experts[2].w1.data == static_cast<const char*>(gate->data) + 2 * gate->nbytes / 4);
+
+    const std::vector<int> tokens = {1, 415, 5565, 302, 4843, 349, 264, 2475, 28723, 13};
+    CHECK(forward_logits(g, gw, tokens) == forward_logits(c, w, tokens));
+}
+
+TEST_CASE("gguf model: gguf_llama_row is the converter's permutation", "[gguf_model]") {
+    const int head_dim = 8;
+    std::vector<char> rows(3 * head_dim);
+    for (size_t i = 0; i < rows.size(); i++) rows[i] = char(i);
+    std::vector<char> permuted = llama_permute(rows.data(), 3 * head_dim, 1, head_dim);
+    for (int64_t r = 0; r < 3 * head_dim; r++) CHECK(permuted[size_t(gguf_llama_row(r, head_dim))] == char(r));
+}
+
+TEST_CASE("gguf model: llama.cpp's Q8_0 and Q4_K_M files map onto the folder's model", "[gguf_model]") {
+    const ModelConfig c = model_config_load(reference_dir() / "hf");
+    for (const char* name : {"Q8_0.gguf", "Q4_K_M.gguf"}) {
+        INFO(name);
+        const fs::path file = reference_dir() / name;
+        const ModelConfig g = gguf_model_config(file);
+        CHECK(g.dim == c.dim);
+        CHECK(g.hidden_dim == c.hidden_dim);
+        CHECK(g.n_layers == c.n_layers);
+        CHECK(g.n_kv_heads == c.n_kv_heads);
+        CHECK(g.n_experts == c.n_experts);
+        CHECK(g.vocab_size == c.vocab_size);
+        CHECK(g.rope_theta == c.rope_theta);
+        CHECK(g.tie_embeddings == c.tie_embeddings);
+        const ModelWeights w = gguf_model_weights(g, file);
+        const bool q8 = std::string(name) == "Q8_0.gguf";
+        CHECK(w.layers[0].experts[3].w1.type == (q8 ? DType::Q8_0 : DType::Q4_K));
+        CHECK(w.layers[0].router.type == DType::BF16);  // f32 in the file, converted once
+        CHECK(w.embed.type == (q8 ? DType::Q8_0 : DType::Q4_K));
+        CHECK(w.lm_head.type == (q8 ? DType::Q8_0 : DType::Q6_K));
+    }
+}
+
+TEST_CASE("gguf model: a file that is not a model of this shape gives one line naming it", "[gguf_model]") {
+    const fs::path hf = reference_dir() / "hf";
+    const ModelConfig c = model_config_load(hf);
+    const ModelWeights w = weights_load(c, hf);
+    const fs::path dir = test_temp_dir("gguf_model_errors");
+    const fs::path good = dir / "good.gguf";
+    write_llama_gguf(good, c, w);
+    GgufFile source(good);
+
+    // Rewrites good.gguf with one metadata key or tensor changed.
+    auto variant = [&](const std::string& tag, const std::function<void(std::vector<GgufKeyValue>&)>& meta,
+                       const std::function<void(std::vector<TensorView>&)>& tensors) {
+        std::vector<GgufKeyValue> m = source.metadata().values();
+        std::vector<TensorView> t = source.tensors();
+        meta(m);
+        tensors(t);
+        const fs::path out = dir / (tag + ".gguf");
+        gguf_write(out, m, t);
+        return out;
+    };
+    auto no_meta = [](std::vector<GgufKeyValue>&) {};
+    auto no_tensors = [](std::vector<TensorView>&) {};
+
+    fs::path arch = variant(
+        "arch", [](auto& m) { m[0].value = GgufValue("qwen3moe"); }, no_tensors);
+    check_error_line(moe_error_of([&] { gguf_model_config(arch); }), arch,
+                     "general.architecture: 'qwen3moe' is not supported");
+
+    fs::path no_heads = variant(
+        "heads",
+        [](auto& m) {
+            std::erase_if(m, [](const GgufKeyValue& kv) { return kv.key == "llama.attention.head_count"; });
+        },
+        no_tensors);
+    check_error_line(moe_error_of([&] { gguf_model_config(no_heads); }), no_heads,
+                     "llama.attention.head_count: missing key");
+
+    fs::path missing = variant("missing", no_meta, [](auto& t) {
+        std::erase_if(t, [](const TensorView& v) { return v.name == "blk.1.attn_k.weight"; });
+    });
+    check_error_line(moe_error_of([&] { gguf_model_weights(c, missing); }), missing,
+                     "blk.1.attn_k.weight: tensor missing");
+
+    fs::path experts = variant("experts", no_meta, [](auto& t) {
+        for (TensorView& v : t)
+            if (v.name == "blk.0.ffn_down_exps.weight") {
+                v.shape = {v.shape[0] / 2, v.shape[1] * 2, v.shape[2]};
+            }
+    });
+    check_error_line(moe_error_of([&] { gguf_model_weights(c, experts); }), experts,
+                     "blk.0.ffn_down_exps.weight: expected shape [n_experts, 256, 512]");
+
+    fs::path norm = variant("norm", no_meta, [](auto& t) {
+        for (TensorView& v : t)
+            if (v.name == "output_norm.weight") {
+                v.shape = {v.shape[0] / 2};
+                v.nbytes /= 2;
+            }
+    });
+    check_error_line(moe_error_of([&] { gguf_model_weights(c, norm); }), norm,
+                     "output_norm.weight: expected shape [256]");
+}
