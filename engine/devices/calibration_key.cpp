@@ -20,7 +20,8 @@ std::string gpu_device_name(int gpu_device) {
     return "none";
 }
 
-Calibration calibration_key_fields(const ModelConfig& config, int threads, int gpu_device) {
+Calibration calibration_key_fields(const ModelConfig& config, const std::string& expert_dtypes, int threads,
+                                   int gpu_device) {
     Calibration c;
     c.cpu_name = cpu_model_name();
     c.isa = isa_name(isa_active());
@@ -28,10 +29,11 @@ Calibration calibration_key_fields(const ModelConfig& config, int threads, int g
     c.device_name = gpu_device_name(gpu_device);
     c.dim = config.dim;
     c.hidden_dim = config.hidden_dim;
-    c.dtype = "bf16";
+    c.dtype = expert_dtypes;
     return c;
 }
 
-std::string engine_calibration_key(const ModelConfig& config, int threads, int gpu_device) {
-    return calibration_key(calibration_key_fields(config, threads, gpu_device));
+std::string engine_calibration_key(const ModelConfig& config, const std::string& expert_dtypes, int threads,
+                                   int gpu_device) {
+    return calibration_key(calibration_key_fields(config, expert_dtypes, threads, gpu_device));
 }

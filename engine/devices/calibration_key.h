@@ -18,9 +18,12 @@ std::string gpu_device_name(int gpu_device);
 
 // A Calibration with only its key fields set: the CPU's name, the active
 // kernel path, `threads`, gpu_device_name(gpu_device), the model's dim and
-// hidden_dim, and bf16. `calibrate` fills in the measurements.
-Calibration calibration_key_fields(const ModelConfig& config, int threads, int gpu_device);
+// hidden_dim, and its experts' types (weights_expert_dtypes). `calibrate`
+// fills in the measurements.
+Calibration calibration_key_fields(const ModelConfig& config, const std::string& expert_dtypes, int threads,
+                                   int gpu_device);
 
 // calibration_key(calibration_key_fields(...)): the file name `calibrate`
 // writes and the engine looks up.
-std::string engine_calibration_key(const ModelConfig& config, int threads, int gpu_device);
+std::string engine_calibration_key(const ModelConfig& config, const std::string& expert_dtypes, int threads,
+                                   int gpu_device);

@@ -51,9 +51,9 @@ LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, Thread
 // count, device (gpu_device; -1 = none) and expert shape; nothing when there
 // is none. A cached file that does not validate is ignored with a warning:
 // it must never keep the model from loading.
-std::optional<Calibration> cached_calibration(const ModelConfig& c, int threads, int gpu_device, std::string* path,
-                                              std::string* warning) {
-    std::string key = engine_calibration_key(c, threads, gpu_device);
+std::optional<Calibration> cached_calibration(const ModelConfig& c, const ModelWeights& w, int threads, int gpu_device,
+                                              std::string* path, std::string* warning) {
+    std::string key = engine_calibration_key(c, weights_expert_dtypes(w), threads, gpu_device);
     std::optional<Calibration> cal;
     try {
         cal = calibration_find_cached(key);
@@ -234,7 +234,8 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
     info.expert_bytes = one_expert_bytes;
     std::string calibration;
     std::optional<Calibration> cal =
-        c.is_moe() ? cached_calibration(c, pool.size(), o.device.gpu_device, &calibration, &info.warning) : std::nullopt;
+        c.is_moe() ? cached_calibration(c, weights, pool.size(), o.device.gpu_device, &calibration, &info.warning)
+                   : std::nullopt;
     std::optional<LatencyCurve> cpu_curve;
     if (cal) cpu_curve = latency_model_from_calibration(*cal).cpu;
     if (o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0) {

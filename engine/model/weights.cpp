@@ -6,6 +6,7 @@
 // half-loaded model. Does no math beyond these conversions.
 #include "engine/model/weights.h"
 
+#include <cctype>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -122,6 +123,21 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
         }
     }
     if (config.tie_embeddings) w.lm_head = w.embed;
+}
+
+std::string weights_expert_dtypes(const ModelWeights& w) {
+    std::vector<bool> seen(size_t(DType::Q6_K) + 1, false);
+    for (const LayerWeights& L : w.layers)
+        for (const ExpertWeights& e : L.experts)
+            for (const WeightView* m : {&e.w1, &e.w3, &e.w2}) seen[size_t(m->type)] = true;
+    std::string names;
+    for (size_t t = 0; t < seen.size(); t++) {
+        if (!seen[t]) continue;
+        std::string name = dtype_name(DType(t));
+        for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        names += (names.empty() ? "" : "+") + name;
+    }
+    return names;
 }
 
 ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {

@@ -69,6 +69,11 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
 // when it is bf16 (aligned) or block-quantized, else converted to bf16 owned
 // by w. weights_vector: a (n,) vector converted to fp32 owned by w, as a
 // (1, n) F32 view; MoeError for a quantized one.
+// The element types of the expert matrices, lower case, distinct, in
+// DType order, joined by "+": "bf16", "q8_0", "q4_k+q6_k". Keys the
+// calibration cache (an expert's speed follows its type).
+std::string weights_expert_dtypes(const ModelWeights& w);
+
 const TensorView& weights_check_shape(const TensorView& t, const TensorEntry& entry);
 WeightView weights_matrix(ModelWeights& w, const TensorView& t);
 WeightView weights_vector(ModelWeights& w, const TensorView& t);

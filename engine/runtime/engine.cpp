@@ -210,6 +210,9 @@ Engine::Engine(const EngineOptions& options) {
 Engine::~Engine() = default;
 
 const ModelConfig& Engine::config() const { return impl_->config; }
+WeightFormat Engine::weight_format() const {
+    return ::weight_format(impl_->weights);
+}
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 const ChatTemplate& Engine::chat_template() const { return impl_->chat_template; }
 const std::string& Engine::load_warning() const { return impl_->template_warning; }

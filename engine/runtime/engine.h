@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/devices/execution_stats.h"
+#include "engine/model/cost.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
 #include "engine/text/chat_template.h"
@@ -166,6 +167,8 @@ public:
     Engine& operator=(const Engine&) = delete;
 
     const ModelConfig& config() const;
+    // Bytes per weight of the loaded matrices (bf16: 2), for costs and rooflines.
+    WeightFormat weight_format() const;
     const Tokenizer& tokenizer() const;
     const ChatTemplate& chat_template() const;
     std::string model_id() const;       // the model folder's name, or synth:PRESET:SEED

@@ -141,12 +141,18 @@ int bench_decode(Args& args, bool prefill) {
             best = std::max(best, res.prefill_tok_s());
             best_ttft_ms = r == 0 ? res.ttft_ms : std::min(best_ttft_ms, res.ttft_ms);
         }
-        StageCost cost = cost_prefill(c, n_tokens);
+        StageCost cost = cost_prefill(c, n_tokens, engine.weight_format());
         double gflops = cost.flops / (n_tokens / best) / 1e9;
-        json line{{"bench", "prefill"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
-                  {"threads", engine.threads()}, {"tokens", n_tokens}, {"prefill_tok_s", best},
+        json line{{"bench", "prefill"},
+                  {"model", engine.model_id()},
+                  {"isa", isa_name(isa_active())},
+                  {"threads", engine.threads()},
+                  {"tokens", n_tokens},
+                  {"prefill_tok_s", best},
                   {"ttft_ms", best_ttft_ms},
-                  {"gflops", gflops}, {"fma_peak_gflops", ceiling.fma_gflops},
+                  {"weight_bytes", cost.bytes},
+                  {"gflops", gflops},
+                  {"fma_peak_gflops", ceiling.fma_gflops},
                   {"ratio_to_peak", gflops / ceiling.fma_gflops}};
         add_placement_fields(line, engine);
         std::printf("%s\n", line.dump().c_str());
@@ -157,7 +163,7 @@ int bench_decode(Args& args, bool prefill) {
             GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
             best = std::max(best, res.decode_tok_s());
         }
-        double bytes = cost_decode_token(c).bytes;
+        double bytes = cost_decode_token(c, engine.weight_format()).bytes;
         double roofline = roofline_decode_tok_s(bytes, ceiling);
         json line{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
                   {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
@@ -245,7 +251,8 @@ int bench_beam(Args& args) {
         for (uint64_t h : load.histogram) pairs += h;
         double experts_per_step = best.n_steps ? double(pairs) / best.n_steps : 0;
         double tokens_per_step = best.n_steps ? double(best.n_beam_tokens) / best.n_steps : 0;
-        StageCost step = cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step);
+        StageCost step =
+            cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step, engine.weight_format());
         // Hierarchical roofline of one pass: the weight bytes at the read
         // bandwidth, or its FLOPs at the fp32 FMA peak, whichever is slower
         // (the AVX512_BF16 path can beat the fp32 peak).

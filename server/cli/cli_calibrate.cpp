@@ -59,14 +59,17 @@ struct CalibrationRun {
     LatencyCurve roofline;
 };
 
-CalibrationRun calibration_start(const ModelSource& source, ThreadPool& pool, bool print_ceiling) {
+CalibrationRun calibration_load(const ModelSource& source, ThreadPool& pool) {
     CalibrationRun run;
     run.config = model_source_config(source);
     run.weights = model_source_weights(source, run.config, pool.size());
-    run.ceiling = bench_ceiling(pool, print_ceiling);
-    StageCost one = cost_expert(run.config, 1);
-    run.roofline = latency_curve_roofline(one.bytes, one.flops, run.ceiling.read_gbs, run.ceiling.fma_gflops);
     return run;
+}
+
+void calibration_start(CalibrationRun& run, ThreadPool& pool, bool print_ceiling) {
+    run.ceiling = bench_ceiling(pool, print_ceiling);
+    StageCost one = cost_expert(run.config, 1, weight_format(run.weights));
+    run.roofline = latency_curve_roofline(one.bytes, one.flops, run.ceiling.read_gbs, run.ceiling.fma_gflops);
 }
 
 // Where the active kernels switch to their blocked path: the fit's second
@@ -178,8 +181,11 @@ int cli_calibrate(const std::vector<std::string>& words) {
     args.finish();
     if (out) file_write_target(*out);  // a device or folder at --out: refused before measuring
 
-    ModelConfig config = model_source_config(source);
-    std::string key = engine_calibration_key(config, threads, gpu_device);
+    // The weights first: the key names the experts' types (memory-mapped
+    // files cost nothing here; synthetic ones are generated).
+    ThreadPool pool(threads);
+    CalibrationRun run = calibration_load(source, pool);
+    std::string key = engine_calibration_key(run.config, weights_expert_dtypes(run.weights), threads, gpu_device);
     fs::path path = calibration_cache_path(key);
     if (!force) {
         std::optional<Calibration> cached;
@@ -196,16 +202,17 @@ int cli_calibrate(const std::vector<std::string>& words) {
         }
     }
 
-    ThreadPool pool(threads);
-    CalibrationRun run = calibration_start(source, pool, false);
+    calibration_start(run, pool, false);
     std::vector<TimingPoint> points = measure_expert_ffn(
-        run.config, {expert_cycle(run.weights, cost_expert(run.config, 1).bytes, 1, 0, CYCLE_BYTES)}, token_counts(), reps, pool)[0];
+        run.config,
+        {expert_cycle(run.weights, cost_expert(run.config, 1, weight_format(run.weights)).bytes, 1, 0, CYCLE_BYTES)},
+        token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
-    Calibration cal = calibration_key_fields(run.config, threads, gpu_device);
+    Calibration cal = calibration_key_fields(run.config, weights_expert_dtypes(run.weights), threads, gpu_device);
     cal.read_gbs = run.ceiling.read_gbs;
     cal.fma_gflops = run.ceiling.fma_gflops;
-    StageCost one = cost_expert(run.config, 1);
+    StageCost one = cost_expert(run.config, 1, weight_format(run.weights));
     cal.expert_bytes = one.bytes;
     cal.expert_flops_per_token = one.flops;
     cal.cpu_points = points;
@@ -226,11 +233,12 @@ int bench_latency(Args& args) {
     args.finish();
 
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_start(source, pool, true);
+    CalibrationRun run = calibration_load(source, pool);
+    calibration_start(run, pool, true);
     // Fit on the even (layer, expert) pairs, check on the odd ones (their
     // sweeps interleaved, so both see the same load on a shared machine); a
     // model with a single expert checks on the same one (said in the output).
-    double bytes = cost_expert(run.config, 1).bytes;
+    double bytes = cost_expert(run.config, 1, weight_format(run.weights)).bytes;
     std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, bytes, 2, 0, CYCLE_BYTES);
     std::vector<ExpertWeights> check_set = expert_cycle(run.weights, bytes, 2, 1, CYCLE_BYTES);
     bool independent = !check_set.empty();
