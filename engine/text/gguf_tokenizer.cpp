@@ -67,6 +67,13 @@ int byte_token_value(std::string_view token) {
     return value;
 }
 
+// The bytes of a UTF-8 character by its first byte, as SentencePiece splits
+// text into characters (without validating the rest).
+size_t utf8_lead_length(char lead) {
+    const auto b = static_cast<uint8_t>(lead);
+    return b < 0xC0 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
+
 // A special id: nullopt when absent and not required; MoeError when absent
 // and required, or outside the vocabulary of n tokens.
 std::optional<int> special_id(const GgufMetadata& md, std::string_view source, std::string_view key, size_t n,
@@ -121,10 +128,12 @@ std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view so
     for (const auto& [key, id] : {std::pair{KEY_BOS, bos}, std::pair{KEY_EOS, eos}})
         if (id == *unk) fail(source, key, std::to_string(id) + " is the unknown token");
 
-    // SentencePiece keeps pieces that text can produce (normal, user-defined,
-    // unused) and reserved ones (control, unknown, byte) in two maps and
-    // refuses a piece twice in one.
-    std::unordered_map<std::string_view, size_t> text_pieces, reserved_pieces;
+    // SentencePiece keeps the pieces text can produce (normal, user-defined,
+    // unused) and reserved ones (control, unknown, byte) in two maps, refuses
+    // a piece twice in one, and looks up the reserved map first: a text piece
+    // also spelled by a reserved one would encode to the reserved id and fail
+    // at encode time. So every token is unique.
+    std::unordered_map<std::string_view, size_t> seen;
     int n_bytes = 0;  // each byte once: a second one repeats a reserved piece
     std::string model;
     model.reserve(n * 24 + 256);
@@ -155,8 +164,12 @@ std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view so
                 fail(source, KEY_TOKENS, token_text(i, token) + " has type byte but is not <0xNN>");
             ++n_bytes;
         }
-        const bool text_piece = type == NORMAL || type == USER_DEFINED || type == UNUSED;
-        auto [at, added] = (text_piece ? text_pieces : reserved_pieces).emplace(token, i);
+        // A control piece of one character is what SentencePiece finds for that
+        // character in text, and then fails to encode the text.
+        if (type == CONTROL && token.size() == utf8_lead_length(token[0]))
+            fail(source, KEY_TOKENS,
+                 token_text(i, token) + " is a control token of one character (text holding it could not be encoded)");
+        const auto [at, added] = seen.emplace(token, i);
         if (!added) fail(source, KEY_TOKENS, token_text(i, token) + " repeats token " + std::to_string(at->second));
 
         piece.clear();

@@ -33,8 +33,10 @@
 //               whitespace escaped as "▁".
 // Throws MoeError "SOURCE: KEY: what is wrong" for a missing or unsupported
 // tokenizer.ggml.model, missing tokens or scores, arrays of different
-// lengths, an unknown token type, an empty, duplicated or malformed byte
-// token, a score that is not finite, a special id outside the vocabulary.
+// lengths, an unknown token type, an empty or repeated token, a malformed
+// byte token, a control token of one character (SentencePiece finds it for
+// that character in text and then fails to encode the text), a score that is
+// not finite, a special id outside the vocabulary.
 std::string gguf_sentencepiece_model(const GgufMetadata& metadata, std::string_view source);
 
 // Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source).

@@ -328,6 +328,13 @@ TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key
         {with(good, "tokenizer.ggml.tokens",
               std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", "b", "▁a", "a", "▁ab"}),
          "tokenizer.ggml.tokens: token 7 'a' repeats token 4"},
+        {with(with(good, "tokenizer.ggml.tokens",
+                   std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", "b", "▁a", "ab", "ab"}),
+              "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 3}),
+         "tokenizer.ggml.tokens: token 8 'ab' repeats token 7"},  // a text piece and a control one
+        {with(good, "tokenizer.ggml.tokens",
+              std::vector<std::string>{"<unk>", "<s>", "\xF0\x9F\x98\x80", "▁", "a", "b", "▁a", "ab", "▁ab"}),
+         "tokenizer.ggml.tokens: token 2 '\xF0\x9F\x98\x80' is a control token of one character"},
         {with(good, "tokenizer.ggml.tokens",
               std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", std::string("b\0c", 3), "▁a", "ab", "▁ab"}),
          "tokenizer.ggml.tokens: token 5 'b?c' holds a NUL byte"},
