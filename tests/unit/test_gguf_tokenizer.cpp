@@ -364,4 +364,11 @@ TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key
         INFO(c.what);
         check_error_line(error_of(c.md), path, c.what);
     }
+
+    // llama.cpp's GPT-2 BPE vocabulary files.
+    for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf"}) {
+        const fs::path real = shared_data_dir() / "reference/llama-cpp-vocab" / name;
+        check_error_line(moe_error_of([&] { tokenizer_of(real); }), real,
+                         "tokenizer.ggml.model: 'gpt2' vocabularies are not supported yet");
+    }
 }
