@@ -182,6 +182,9 @@ std::vector<ChatPart> render_parts(ChatFamily family, std::span<const ChatMessag
     throw MoeError("chat template: unknown family");
 }
 
+// Ends the warning of a template that is absent or not recognised.
+constexpr const char* FALLBACK_NOTE = "; using the built-in mistral template";
+
 // Mistral encodes every text segment with SentencePiece's dummy prefix.
 bool text_dummy_prefix(ChatFamily family) {
     return family == ChatFamily::MISTRAL;
@@ -240,18 +243,34 @@ bool ChatTemplate::detect(const std::string& jinja, ChatFamily* family) {
     return true;
 }
 
-ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std::string* warning) {
+ChatTemplate ChatTemplate::from_jinja(std::string_view jinja, const std::string& where, std::string* warning,
+                                      std::string_view key) {
     std::string ignored;
     std::string& note = warning ? *warning : ignored;
     note.clear();
-    const std::string fallback = "; using the built-in mistral template";
+    if (jinja.empty()) {
+        note = where + ": no " + std::string(key) + " found" + FALLBACK_NOTE;
+        return ChatTemplate(ChatFamily::MISTRAL);
+    }
+    ChatFamily family = ChatFamily::MISTRAL;
+    if (!detect(std::string(jinja), &family)) {
+        note = where + ": " + std::string(key) +
+               " not recognised (no [INST], <|im_start|>, <|start_header_id|> or "
+               "<|user|>+<|end|> marker; it begins \"" +
+               std::string(jinja.substr(0, 40)) + "\")" + FALLBACK_NOTE;
+        for (char& c : note)
+            if (c == '\n' || c == '\r') c = ' ';
+    }
+    return ChatTemplate(family);
+}
 
+ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std::string* warning) {
     const std::filesystem::path config_path = dir / "tokenizer_config.json";
     const std::filesystem::path jinja_path = dir / "chat_template.jinja";  // newer HF layout
     std::error_code ec;
-    std::string jinja, where;
+    std::string jinja, note;
+    std::string where = config_path.string();
     if (std::filesystem::is_regular_file(config_path, ec)) {
-        where = config_path.string();
         nlohmann::json config;
         try {
             config = nlohmann::json::parse(file_read_text(config_path));
@@ -260,25 +279,15 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std:
         }
         jinja = chat_template_from_config(config, where, &note);
     }
-    if (jinja.empty() && note.empty() && std::filesystem::is_regular_file(jinja_path, ec)) {
+    if (!note.empty()) {  // a list of templates without "default"
+        if (warning) *warning = note + FALLBACK_NOTE;
+        return ChatTemplate(ChatFamily::MISTRAL);
+    }
+    if (jinja.empty() && std::filesystem::is_regular_file(jinja_path, ec)) {
         where = jinja_path.string();
         jinja = file_read_text(jinja_path);
     }
-    if (jinja.empty()) {
-        if (note.empty()) note = config_path.string() + ": no chat_template found";
-        note += fallback;
-        return ChatTemplate(ChatFamily::MISTRAL);
-    }
-    ChatFamily family = ChatFamily::MISTRAL;
-    if (!detect(jinja, &family)) {
-        note = where +
-               ": chat_template not recognised (no [INST], <|im_start|>, <|start_header_id|> or "
-               "<|user|>+<|end|> marker; it begins \"" +
-               jinja.substr(0, 40) + "\")" + fallback;
-        for (char& c : note)
-            if (c == '\n' || c == '\r') c = ' ';
-    }
-    return ChatTemplate(family);
+    return from_jinja(jinja, where, warning);
 }
 
 ChatPrompt ChatTemplate::render(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,

@@ -1,5 +1,6 @@
-// Chat templates: the family is detected from the chat_template in
-// tokenizer_config.json and rendered by a built-in renderer (no Jinja
+// Chat templates: the family is detected from a model's Jinja chat_template
+// (tokenizer_config.json's, or a GGUF's tokenizer.chat_template through
+// engine/text/gguf_tokenizer.h) and rendered by a built-in renderer (no Jinja
 // interpreter). Rendering yields segments: special tokens as ids, text encoded
 // separately with SentencePiece's dummy prefix, exactly as Mistral's own
 // library tokenizes ("</s>" then "▁[INST]" = 733 16289 28793). render() says
@@ -12,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/text/tokenizer.h"
@@ -57,6 +59,12 @@ public:
     // template falls back to MISTRAL and sets *warning; an unrecognised
     // template also falls back with a warning naming what was seen.
     static ChatTemplate from_model_dir(const std::filesystem::path& dir, std::string* warning);
+    // The family of a Jinja template found at `where` under `key` (a
+    // tokenizer_config.json's chat_template, a GGUF's tokenizer.chat_template).
+    // An empty or unrecognised template falls back to MISTRAL and sets
+    // *warning ("WHERE: KEY not recognised ..."); a recognised one clears it.
+    static ChatTemplate from_jinja(std::string_view jinja, const std::string& where, std::string* warning,
+                                   std::string_view key = "chat_template");
     // Detects the family of a Jinja template source; false when unknown.
     static bool detect(const std::string& jinja, ChatFamily* family);
 

@@ -24,6 +24,7 @@
 #include <iterator>
 #include <system_error>
 
+#include "engine/text/protobuf_wire.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
@@ -32,68 +33,16 @@ namespace {
 constexpr std::string_view SPACE_SYMBOL = "\xE2\x96\x81";      // "▁" U+2581
 constexpr std::string_view REPLACEMENT_CHAR = "\xEF\xBF\xBD";  // U+FFFD
 
-// ---- minimal protobuf wire-format reading (only what the model needs) -------
-
-// Reads a varint at data[*pos]; false when truncated or longer than 10 bytes.
-bool read_varint(std::string_view data, size_t* pos, uint64_t* value) {
-    *value = 0;
-    for (int shift = 0; shift < 64 && *pos < data.size(); shift += 7) {
-        const auto byte = static_cast<uint8_t>(data[(*pos)++]);
-        *value |= static_cast<uint64_t>(byte & 0x7F) << shift;
-        if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-}
-
-// Calls on_field(field_number, wire_type, payload, raw) for each top-level
-// field of a serialized message (payload: the bytes of a length-delimited
-// field, the value's bytes otherwise; raw: the whole field, key included).
-// False when the bytes are not well formed.
-template <typename F>
-bool for_each_field(std::string_view data, F on_field) {
-    size_t pos = 0;
-    while (pos < data.size()) {
-        const size_t field_start = pos;
-        uint64_t key = 0;
-        if (!read_varint(data, &pos, &key)) return false;
-        const auto field = static_cast<uint32_t>(key >> 3);
-        const auto wire = static_cast<uint32_t>(key & 7);
-        const size_t start = pos;
-        uint64_t len = 0;
-        switch (wire) {
-        case 0:
-            if (!read_varint(data, &pos, &len)) return false;
-            break;
-        case 1:
-            pos += 8;
-            break;
-        case 5:
-            pos += 4;
-            break;
-        case 2:
-            if (!read_varint(data, &pos, &len) || len > data.size() - pos) return false;
-            on_field(field, wire, data.substr(pos, len), data.substr(field_start, pos + len - field_start));
-            pos += len;
-            continue;
-        default:
-            return false;  // groups are not used by sentencepiece_model.proto
-        }
-        if (pos > data.size()) return false;
-        on_field(field, wire, data.substr(start, pos - start), data.substr(field_start, pos - field_start));
-    }
-    return true;
-}
-
 // ModelProto.normalizer_spec (field 3) . add_dummy_prefix (field 3, default true).
 // Repeated occurrences of a message field merge, so the last value wins.
 bool model_add_dummy_prefix(std::string_view model) {
     bool value = true;
-    for_each_field(model, [&](uint32_t field, uint32_t wire, std::string_view payload, std::string_view) {
+    pb_for_each_field(model, [&](uint32_t field, uint32_t wire, std::string_view payload, std::string_view) {
         if (field != 3 || wire != 2) return;
-        for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v, std::string_view) {
+        pb_for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v, std::string_view) {
             uint64_t x = 0;
             size_t pos = 0;
-            if (f == 3 && w == 0 && read_varint(v, &pos, &x)) value = x != 0;
+            if (f == 3 && w == 0 && pb_read_varint(v, &pos, &x)) value = x != 0;
         });
     });
     return value;
@@ -106,14 +55,13 @@ std::string model_with_dummy_prefix(std::string_view model, bool value) {
     std::string out;
     out.reserve(model.size() + 4);
     // Well formed: checked by the caller.
-    for_each_field(model, [&](uint32_t field, uint32_t, std::string_view, std::string_view raw) {
+    pb_for_each_field(model, [&](uint32_t field, uint32_t, std::string_view, std::string_view raw) {
         if (field != 4) out.append(raw);
     });
-    // field 3 (normalizer_spec), length 2: { field 3 (add_dummy_prefix) varint }
-    out += '\x1A';
-    out += '\x02';
-    out += '\x18';
-    out += value ? '\x01' : '\x00';
+    // normalizer_spec (field 3) { add_dummy_prefix (field 3) }, merged into the one before
+    std::string normalizer;
+    pb_put_varint_field(&normalizer, 3, value);
+    pb_put_bytes_field(&out, 3, normalizer);
     return out;
 }
 
@@ -226,7 +174,7 @@ Tokenizer Tokenizer::from_bytes(std::string_view serialized, std::string_view so
     const int n = tok.sp_->GetPieceSize();
     if (n <= 0) throw MoeError(where + ": not a SentencePiece model: no pieces");
     // model_with_dummy_prefix() walks the fields and relies on this.
-    if (!for_each_field(serialized, [](uint32_t, uint32_t, std::string_view, std::string_view) {}))
+    if (!pb_for_each_field(serialized, [](uint32_t, uint32_t, std::string_view, std::string_view) {}))
         throw MoeError(where + ": not a SentencePiece model: malformed protobuf data");
 
     tok.model_dummy_prefix_ = model_add_dummy_prefix(serialized);

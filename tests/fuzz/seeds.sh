@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${MOE_SHARED_DATA:-$root/../shared/data}"
 [ -d "$data" ] || { echo "seeds: $data missing (see tests/README.md)" >&2; exit 1; }
 rm -rf "$out"
-for t in safetensors gguf model_config tokenizer_config openai_request chat_template tokenizer; do mkdir -p "$out/$t"; done
+for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request chat_template tokenizer; do mkdir -p "$out/$t"; done
 
 # 8 bytes little-endian.
 le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
@@ -92,6 +92,25 @@ kv() { gstr "$1"; le32 "$2"; }
 len=$(stat -c %s "$out/gguf/.handmade")
 { cat "$out/gguf/.handmade"; head -c $(((64 - len % 64) % 64)) /dev/zero; head -c 98 /dev/zero | tr '\0' '\21'; } | seed gguf
 rm "$out/gguf/.handmade"
+
+# gguf_tokenizer: the gguf seeds (the real vocabularies' headers among them),
+# and a small valid "llama" vocabulary with a chat template, by hand:
+# <unk> <s> </s> ▁ a b ▁a ab ▁ab, scores 0 0 0 -1 .. -6.
+cp "$out"/gguf/* "$out/gguf_tokenizer/"
+gbytes() { le64 "$1"; printf "$2"; }  # a string of $1 bytes (UTF-8 needs the count given)
+f32() { for b in "$@"; do printf "\\x$b"; done; }
+{
+  printf 'GGUF'; le32 3; le64 0; le64 7
+  kv tokenizer.ggml.model 8; gstr llama
+  kv tokenizer.ggml.tokens 9; le32 8; le64 9; gstr '<unk>'; gstr '<s>'; gstr '</s>'
+  gbytes 3 '\xe2\x96\x81'; gstr a; gstr b; gbytes 4 '\xe2\x96\x81a'; gstr ab; gbytes 5 '\xe2\x96\x81ab'
+  kv tokenizer.ggml.scores 9; le32 6; le64 9; le32 0; le32 0; le32 0
+  f32 00 00 80 bf 00 00 00 c0 00 00 40 c0 00 00 80 c0 00 00 a0 c0 00 00 c0 c0
+  kv tokenizer.ggml.token_type 9; le32 5; le64 9; for t in 2 3 3 1 1 1 1 1 1; do le32 $t; done
+  kv tokenizer.ggml.bos_token_id 4; le32 1
+  kv tokenizer.ggml.eos_token_id 4; le32 2
+  kv tokenizer.chat_template 8; gstr "{{ '[INST] ' + messages[0]['content'] + ' [/INST]' }}"
+} | seed gguf_tokenizer
 
 # config.json: every real one, generation_config.json too; hand-made dense and MoE ones.
 find "$data" \( -name 'config.json' -o -name '*.config.json' -o -name 'generation_config.json' \) | sort |

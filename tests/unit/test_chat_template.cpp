@@ -8,14 +8,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/model/gguf.h"
 #include "engine/text/chat_template.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 
 // Test-only model builders, defined in test_tokenizer.cpp.
 namespace tokenizer_test {
 std::string spm_with_control_pieces(std::string model, const std::vector<std::string>& pieces);
-std::string spm_model_from_gguf(const std::filesystem::path& path);
 const Tokenizer& mistral();
 const Tokenizer& extended();
 }  // namespace tokenizer_test
@@ -368,21 +369,19 @@ TEST_CASE("ChatML, Llama-3 and Phi-3 render like their Hugging Face templates", 
 TEST_CASE("Phi-3 template on the real Phi-3 vocabulary", "[chat_template]") {
     // llama.cpp's Phi-3 vocab GGUF: Llama's pieces plus <|user|> = 32010,
     // <|end|> = 32007, <|assistant|> = 32001, and Phi-3-mini's chat_template.
-    const auto gguf = shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-phi-3.gguf";
-    const Tokenizer phi = Tokenizer::from_bytes(tokenizer_test::spm_model_from_gguf(gguf), gguf.string());
+    const auto path = shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-phi-3.gguf";
+    const GgufFile gguf(path);
+    const Tokenizer phi = tokenizer_from_gguf(gguf.metadata(), path.string());
     REQUIRE(phi.piece_to_id("<|user|>") == 32010);
     REQUIRE(phi.piece_to_id("<|end|>") == 32007);
     REQUIRE(phi.piece_to_id("<|assistant|>") == 32001);
 
-    const std::string gguf_bytes = read_file(gguf);
-    const size_t at = gguf_bytes.find("{{ bos_token }}");
-    REQUIRE(at != std::string::npos);
-    ChatFamily family = ChatFamily::MISTRAL;
-    CHECK(ChatTemplate::detect(gguf_bytes.substr(at, 300), &family));
-    CHECK(family == ChatFamily::PHI3);
+    std::string warning = "stale";
+    const ChatTemplate t = chat_template_from_gguf(gguf.metadata(), path.string(), &warning);
+    CHECK(t.family() == ChatFamily::PHI3);
+    CHECK(warning.empty());
 
     const std::vector<ChatMessage> messages = {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
-    const ChatTemplate t(ChatFamily::PHI3);
     // What that template renders (bos_token = "<s>") for these messages.
     const std::string expected =
         "<s><|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n";

@@ -1,57 +1,34 @@
 // Tests of Tokenizer and Detokenizer against the real Mixtral tokenizer and
-// reference ids: Mistral's own (mistral-common) and llama.cpp's Llama-SPM
-// test set, whose GGUF vocabulary is rebuilt here as a SentencePiece model.
-// Also defines test-only model builders that test_chat_template.cpp and
-// test_chat_replies.cpp use.
+// Mistral's own reference ids (mistral-common); llama.cpp's reference ids
+// are test_gguf_tokenizer.cpp's. Also defines test-only model builders and
+// readers that test_chat_template.cpp, test_chat_replies.cpp and
+// test_gguf_tokenizer.cpp use.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-#include <stdexcept>
 
 #include "embedded_files.h"
+#include "engine/text/protobuf_wire.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 
 namespace tokenizer_test {
 
-// ---- protobuf writing, for building SentencePiece models in tests -----------
-
-void put_varint(std::string* out, uint64_t v) {
-    while (v >= 0x80) {
-        *out += static_cast<char>((v & 0x7F) | 0x80);
-        v >>= 7;
-    }
-    *out += static_cast<char>(v);
-}
-
-void put_bytes_field(std::string* out, int field, std::string_view bytes) {
-    put_varint(out, static_cast<uint64_t>(field) << 3 | 2);
-    put_varint(out, bytes.size());
-    out->append(bytes);
-}
-
-void put_varint_field(std::string* out, int field, uint64_t v) {
-    put_varint(out, static_cast<uint64_t>(field) << 3);
-    put_varint(out, v);
-}
+// ---- SentencePiece models built in tests ------------------------------------
 
 // One ModelProto.pieces entry: {piece, score, type}.
 std::string spm_piece(std::string_view piece, float score, int type) {
     std::string p;
-    put_bytes_field(&p, 1, piece);
-    put_varint(&p, 2 << 3 | 5);
-    char raw[4];
-    std::memcpy(raw, &score, 4);
-    p.append(raw, 4);
-    put_varint_field(&p, 3, static_cast<uint64_t>(type));
+    pb_put_bytes_field(&p, 1, piece);
+    pb_put_float_field(&p, 2, score);
+    pb_put_varint_field(&p, 3, static_cast<uint64_t>(type));
     std::string field;
-    put_bytes_field(&field, 1, p);
+    pb_put_bytes_field(&field, 1, p);
     return field;
 }
 
@@ -61,134 +38,6 @@ constexpr int SPM_CONTROL = 3;
 // protobuf concatenation appends to the repeated pieces field.
 std::string spm_with_control_pieces(std::string model, const std::vector<std::string>& pieces) {
     for (const auto& piece : pieces) model += spm_piece(piece, 0.0f, SPM_CONTROL);
-    return model;
-}
-
-// ---- GGUF vocabulary -> SentencePiece model ----------------------------------
-
-struct GgufReader {
-    std::string data;
-    size_t pos = 0;
-
-    template <typename T>
-    T get() {
-        if (pos + sizeof(T) > data.size()) throw std::runtime_error("gguf: truncated");
-        T v;
-        std::memcpy(&v, data.data() + pos, sizeof(T));
-        pos += sizeof(T);
-        return v;
-    }
-    std::string str() {
-        const auto n = get<uint64_t>();
-        if (pos + n > data.size()) throw std::runtime_error("gguf: truncated string");
-        std::string s = data.substr(pos, n);
-        pos += n;
-        return s;
-    }
-};
-
-struct GgufVocab {
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;  // llama.cpp's token types, numbered as SentencePiece's
-    int64_t unk_id = 0, bos_id = 1, eos_id = 2;
-    std::string chat_template;
-};
-
-GgufVocab read_gguf_vocab(const std::filesystem::path& path) {
-    GgufReader r{read_file(path)};
-    if (r.data.substr(0, 4) != "GGUF") throw std::runtime_error(path.string() + ": not GGUF");
-    r.pos = 4;
-    r.get<uint32_t>();  // version
-    r.get<uint64_t>();  // tensor count
-    const auto n_kv = r.get<uint64_t>();
-    GgufVocab vocab;
-    const size_t scalar_size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    auto integer = [&](uint32_t type) -> int64_t {
-        switch (type) {
-        case 4:
-            return r.get<uint32_t>();
-        case 5:
-            return r.get<int32_t>();
-        case 10:
-            return static_cast<int64_t>(r.get<uint64_t>());
-        case 11:
-            return r.get<int64_t>();
-        default:
-            throw std::runtime_error("gguf: unexpected id type");
-        }
-    };
-    for (uint64_t i = 0; i < n_kv; ++i) {
-        const std::string key = r.str();
-        const auto type = r.get<uint32_t>();
-        if (key == "tokenizer.ggml.unknown_token_id")
-            vocab.unk_id = integer(type);
-        else if (key == "tokenizer.ggml.bos_token_id")
-            vocab.bos_id = integer(type);
-        else if (key == "tokenizer.ggml.eos_token_id")
-            vocab.eos_id = integer(type);
-        else if (type == 8) {
-            std::string s = r.str();
-            if (key == "tokenizer.chat_template") vocab.chat_template = s;
-        } else if (type == 9) {
-            const auto elem = r.get<uint32_t>();
-            const auto n = r.get<uint64_t>();
-            for (uint64_t j = 0; j < n; ++j) {
-                if (key == "tokenizer.ggml.tokens" && elem == 8)
-                    vocab.tokens.push_back(r.str());
-                else if (key == "tokenizer.ggml.scores" && elem == 6)
-                    vocab.scores.push_back(r.get<float>());
-                else if (key == "tokenizer.ggml.token_type" && elem == 5)
-                    vocab.types.push_back(r.get<int32_t>());
-                else if (elem == 8)
-                    r.str();
-                else if (elem < 13 && scalar_size[elem] > 0)
-                    r.pos += scalar_size[elem];
-                else
-                    throw std::runtime_error("gguf: unsupported array type");
-            }
-        } else if (type < 13 && scalar_size[type] > 0) {
-            r.pos += scalar_size[type];
-        } else {
-            throw std::runtime_error("gguf: unsupported value type");
-        }
-    }
-    if (vocab.tokens.empty() || vocab.tokens.size() != vocab.scores.size() || vocab.tokens.size() != vocab.types.size())
-        throw std::runtime_error(path.string() + ": no consistent tokenizer.ggml arrays");
-    return vocab;
-}
-
-// The SentencePiece BPE model a llama.cpp "llama" (SPM) vocabulary came from:
-// the same pieces, scores and types (llama.cpp numbers types as SentencePiece
-// does), byte fallback, and Llama's normalizer (identity, dummy prefix, no
-// whitespace folding). SentencePiece allows one UNKNOWN piece, so other
-// UNKNOWN-typed entries (padding) become UNUSED.
-std::string spm_model_from_gguf(const std::filesystem::path& path) {
-    const GgufVocab v = read_gguf_vocab(path);
-    constexpr int UNKNOWN = 2, UNUSED = 5;
-    std::string model;
-    for (size_t i = 0; i < v.tokens.size(); ++i) {
-        int type = v.types[i];
-        if (static_cast<int64_t>(i) == v.unk_id)
-            type = UNKNOWN;
-        else if (type == UNKNOWN)
-            type = UNUSED;
-        model += spm_piece(v.tokens[i], v.scores[i], type);
-    }
-    std::string trainer;
-    put_varint_field(&trainer, 3, 2);  // model_type BPE
-    put_varint_field(&trainer, 4, v.tokens.size());
-    put_varint_field(&trainer, 35, 1);  // byte_fallback
-    put_bytes_field(&trainer, 45, v.tokens[v.unk_id]);
-    put_bytes_field(&trainer, 46, v.tokens[v.bos_id]);
-    put_bytes_field(&trainer, 47, v.tokens[v.eos_id]);
-    put_bytes_field(&model, 2, trainer);
-    std::string normalizer;
-    put_bytes_field(&normalizer, 1, "identity");
-    put_varint_field(&normalizer, 3, 1);  // add_dummy_prefix
-    put_varint_field(&normalizer, 4, 0);  // remove_extra_whitespaces
-    put_varint_field(&normalizer, 5, 1);  // escape_whitespaces
-    put_bytes_field(&model, 3, normalizer);
     return model;
 }
 
@@ -220,12 +69,6 @@ const Tokenizer& extended() {
     return tok;
 }
 
-}  // namespace tokenizer_test
-
-using namespace tokenizer_test;
-
-namespace {
-
 // Strict UTF-8 check, written independently of the engine's.
 bool valid_utf8(std::string_view s) {
     for (size_t i = 0; i < s.size();) {
@@ -253,12 +96,6 @@ bool valid_utf8(std::string_view s) {
         i += n;
     }
     return true;
-}
-
-std::vector<std::string> pieces_of(const Tokenizer& tok, const std::vector<int>& ids) {
-    std::vector<std::string> out;
-    for (int id : ids) out.push_back(tok.id_to_piece(id));
-    return out;
 }
 
 // Streams ids through a Detokenizer; every push() output must be valid UTF-8.
@@ -311,6 +148,18 @@ const std::vector<std::string>& sample_texts() {
         return t;
     }();
     return texts;
+}
+
+}  // namespace tokenizer_test
+
+using namespace tokenizer_test;
+
+namespace {
+
+std::vector<std::string> pieces_of(const Tokenizer& tok, const std::vector<int>& ids) {
+    std::vector<std::string> out;
+    for (int id : ids) out.push_back(tok.id_to_piece(id));
+    return out;
 }
 
 }  // namespace
@@ -471,29 +320,6 @@ TEST_CASE("Tokenizer token_bytes agrees with SentencePiece for every id", "[toke
         REQUIRE(tok.decode(ids) == expected);
     }
     CHECK(bytes_seen == 256);
-}
-
-TEST_CASE("Tokenizer matches llama.cpp's Llama-SPM reference ids", "[tokenizer]") {
-    // The Llama vocabulary is not Mistral's, so these ids are checked on the
-    // Llama model itself, rebuilt from llama.cpp's vocab-only GGUF.
-    const auto dir = shared_data_dir() / "reference/llama-cpp-vocab";
-    const Tokenizer llama = Tokenizer::from_bytes(spm_model_from_gguf(dir / "ggml-vocab-llama-spm.gguf"), "llama-spm");
-    REQUIRE(llama.vocab_size() == 32000);
-    const auto inputs = read_vocab_test_inputs(dir / "ggml-vocab-llama-spm.gguf.inp");
-    std::ifstream out(dir / "ggml-vocab-llama-spm.gguf.out");
-    std::vector<std::vector<int>> expected;
-    for (std::string line; std::getline(out, line);) {
-        std::vector<int> ids;
-        std::istringstream words(line);
-        for (int id; words >> id;) ids.push_back(id);
-        expected.push_back(ids);
-    }
-    REQUIRE(inputs.size() == expected.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-        INFO("case " << i << ": \"" << inputs[i] << "\"");
-        CHECK(llama.encode(inputs[i]) == expected[i]);
-        CHECK(stream(llama, expected[i]) == inputs[i]);
-    }
 }
 
 TEST_CASE("Detokenizer streams exactly what decode gives", "[tokenizer]") {

@@ -1,0 +1,220 @@
+// A GGUF file's tokenizer.ggml.* metadata as a SentencePiece model, and its
+// tokenizer.chat_template as a ChatTemplate (see gguf_tokenizer.h).
+//
+// llama.cpp's converter copies a SentencePiece model's pieces, scores and
+// types into the GGUF unchanged, so writing them back as a ModelProto, with
+// the trainer and normalizer settings every Llama-family tokenizer.model has
+// (BPE, byte fallback, identity normalizer, dummy prefix, no whitespace
+// folding), gives a model that encodes and decodes as the original: the tests
+// check this against Mixtral's tokenizer.model and llama.cpp's reference ids.
+// Everything libsentencepiece would refuse is refused here first, naming the
+// GGUF key, so a bad file never surfaces as a SentencePiece status text.
+#include "engine/text/gguf_tokenizer.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/model/tensor_view.h"
+#include "engine/text/protobuf_wire.h"
+#include "profiles/errors.h"
+
+namespace {
+
+constexpr std::string_view KEY_MODEL = "tokenizer.ggml.model";
+constexpr std::string_view KEY_TOKENS = "tokenizer.ggml.tokens";
+constexpr std::string_view KEY_SCORES = "tokenizer.ggml.scores";
+constexpr std::string_view KEY_TYPES = "tokenizer.ggml.token_type";
+constexpr std::string_view KEY_BOS = "tokenizer.ggml.bos_token_id";
+constexpr std::string_view KEY_EOS = "tokenizer.ggml.eos_token_id";
+constexpr std::string_view KEY_UNK = "tokenizer.ggml.unknown_token_id";
+constexpr std::string_view KEY_PAD = "tokenizer.ggml.padding_token_id";
+constexpr std::string_view KEY_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix";
+constexpr std::string_view KEY_EXTRA_SPACES = "tokenizer.ggml.remove_extra_whitespaces";
+constexpr std::string_view KEY_CHAT_TEMPLATE = "tokenizer.chat_template";
+
+// ggml's token types, numbered as SentencePiece's ModelProto.SentencePiece.Type.
+enum TokenType : int32_t { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6 };
+
+// SentencePiece's unk surface: what decoding <unk> gives (" ⁇ ").
+constexpr std::string_view UNK_SURFACE = " \xE2\x81\x87 ";
+
+[[noreturn]] void fail(std::string_view source, std::string_view key, const std::string& what) {
+    throw MoeError(std::string(source) + ": " + std::string(key) + ": " + what);
+}
+
+// "token 5 '<0x02>'": a token named in a message.
+std::string token_text(size_t id, std::string_view token) {
+    return "token " + std::to_string(id) + " '" + printable(token) + "'";
+}
+
+// The byte a byte token stands for: SentencePiece spells byte b "<0x%02X>"
+// and knows no other spelling. -1 when `token` is not one.
+int byte_token_value(std::string_view token) {
+    if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
+    int value = 0;
+    for (char c : token.substr(3, 2)) {
+        if (c >= '0' && c <= '9')
+            value = value * 16 + (c - '0');
+        else if (c >= 'A' && c <= 'F')
+            value = value * 16 + (c - 'A' + 10);
+        else
+            return -1;
+    }
+    return value;
+}
+
+// The bytes of a UTF-8 character by its first byte, as SentencePiece splits
+// text into characters (without validating the rest).
+size_t utf8_lead_length(char lead) {
+    const auto b = static_cast<uint8_t>(lead);
+    return b < 0xC0 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
+
+// A special id: nullopt when absent and not required; MoeError when absent
+// and required, or outside the vocabulary of n tokens.
+std::optional<int> special_id(const GgufMetadata& md, std::string_view source, std::string_view key, size_t n,
+                              bool required) {
+    const std::optional<int64_t> id = md.find_int<int64_t>(key);
+    if (!id) {
+        if (required) fail(source, key, "missing key");
+        return std::nullopt;
+    }
+    if (*id < 0 || uint64_t(*id) >= n)
+        fail(source, key, std::to_string(*id) + " is outside the vocabulary (" + std::to_string(n) + " tokens)");
+    return int(*id);
+}
+
+}  // namespace
+
+std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view source) {
+    const std::optional<std::string_view> kind = md.find_string(KEY_MODEL);
+    if (!kind) fail(source, KEY_MODEL, "missing key (the file carries no tokenizer)");
+    if (*kind != "llama") {
+        // (built in steps: "'" + std::string trips GCC 12's -Wrestrict)
+        std::string what = "'";
+        what += printable(*kind);
+        what += "' vocabularies are not supported yet (only 'llama', a SentencePiece vocabulary)";
+        fail(source, KEY_MODEL, what);
+    }
+
+    const std::optional<std::vector<std::string_view>> tokens = md.find_strings(KEY_TOKENS);
+    if (!tokens) fail(source, KEY_TOKENS, "missing key");
+    const size_t n = tokens->size();
+    if (n == 0) fail(source, KEY_TOKENS, "no tokens");
+    if (n > size_t(std::numeric_limits<int32_t>::max())) fail(source, KEY_TOKENS, std::to_string(n) + " tokens");
+    const std::optional<std::vector<float>> scores = md.find_floats(KEY_SCORES);
+    if (!scores) fail(source, KEY_SCORES, "missing key (a SentencePiece vocabulary needs its scores)");
+    const std::optional<std::vector<int32_t>> types = md.find_ints<int32_t>(KEY_TYPES);
+    if (!types) fail(source, KEY_TYPES, "missing key (a SentencePiece vocabulary needs its token types)");
+    const auto same_length = [&](std::string_view key, size_t size) {
+        if (size != n)
+            fail(source, key,
+                 std::to_string(size) + " entries, but " + std::string(KEY_TOKENS) + " has " + std::to_string(n));
+    };
+    same_length(KEY_SCORES, scores->size());
+    same_length(KEY_TYPES, types->size());
+
+    const int bos = *special_id(md, source, KEY_BOS, n, true);
+    const int eos = *special_id(md, source, KEY_EOS, n, true);
+    const std::optional<int> pad = special_id(md, source, KEY_PAD, n, false);
+    std::optional<int> unk = special_id(md, source, KEY_UNK, n, false);
+    for (size_t i = 0; !unk && i < n; ++i)
+        if ((*types)[i] == UNKNOWN) unk = int(i);
+    if (!unk) fail(source, KEY_UNK, "missing key, and no token has type unknown (SentencePiece needs one)");
+    for (const auto& [key, id] : {std::pair{KEY_BOS, bos}, std::pair{KEY_EOS, eos}})
+        if (id == *unk) fail(source, key, std::to_string(id) + " is the unknown token");
+
+    // SentencePiece keeps the pieces text can produce (normal, user-defined,
+    // unused) and reserved ones (control, unknown, byte) in two maps, refuses
+    // a piece twice in one, and looks up the reserved map first: a text piece
+    // also spelled by a reserved one would encode to the reserved id and fail
+    // at encode time. So every token is unique.
+    std::unordered_map<std::string_view, size_t> seen;
+    int n_bytes = 0;  // each byte once: a second one repeats a reserved piece
+    std::string model;
+    model.reserve(n * 24 + 256);
+    std::string piece;
+    for (size_t i = 0; i < n; ++i) {
+        const std::string_view token = (*tokens)[i];
+        if (token.empty()) fail(source, KEY_TOKENS, "token " + std::to_string(i) + " is empty");
+        if (token.find('\0') != std::string_view::npos)
+            fail(source, KEY_TOKENS, token_text(i, token) + " holds a NUL byte");
+        if (!std::isfinite((*scores)[i]))
+            fail(source, KEY_SCORES, token_text(i, token) + " has score " + std::to_string((*scores)[i]));
+        int32_t type = (*types)[i];
+        if (type < NORMAL || type > BYTE)
+            fail(source, KEY_TYPES,
+                 token_text(i, token) + " has type " + std::to_string(type) +
+                     " (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)");
+        if (int(i) == *unk) {
+            type = UNKNOWN;
+        } else if (int(i) == bos || int(i) == eos) {
+            if (type == BYTE)
+                fail(source, int(i) == bos ? KEY_BOS : KEY_EOS, token_text(i, token) + " is a byte token");
+            type = CONTROL;
+        } else if (type == UNKNOWN) {
+            type = UNUSED;  // SentencePiece allows one unknown piece; others are padding
+        }
+        if (type == BYTE) {
+            if (byte_token_value(token) < 0)
+                fail(source, KEY_TOKENS, token_text(i, token) + " has type byte but is not <0xNN>");
+            ++n_bytes;
+        }
+        // A control piece of one character is what SentencePiece finds for that
+        // character in text, and then fails to encode the text.
+        if (type == CONTROL && token.size() == utf8_lead_length(token[0]))
+            fail(source, KEY_TOKENS,
+                 token_text(i, token) + " is a control token of one character (text holding it could not be encoded)");
+        const auto [at, added] = seen.emplace(token, i);
+        if (!added) fail(source, KEY_TOKENS, token_text(i, token) + " repeats token " + std::to_string(at->second));
+
+        piece.clear();
+        pb_put_bytes_field(&piece, 1, token);         // piece
+        pb_put_float_field(&piece, 2, (*scores)[i]);  // score
+        pb_put_varint_field(&piece, 3, uint64_t(type));
+        pb_put_bytes_field(&model, 1, piece);  // ModelProto.pieces
+    }
+    // Byte fallback spells any byte; SentencePiece refuses it without all 256.
+    const bool byte_fallback = n_bytes > 0;
+    if (byte_fallback && n_bytes != 256)
+        fail(source, KEY_TYPES,
+             std::to_string(n_bytes) + " tokens of type byte; byte fallback needs all 256, <0x00> to <0xFF>");
+
+    std::string trainer;
+    pb_put_varint_field(&trainer, 3, 2);   // model_type: BPE
+    pb_put_varint_field(&trainer, 4, n);   // vocab_size
+    pb_put_varint_field(&trainer, 26, 1);  // allow_whitespace_only_pieces
+    pb_put_varint_field(&trainer, 35, byte_fallback);
+    pb_put_varint_field(&trainer, 40, uint64_t(*unk));           // unk_id
+    pb_put_varint_field(&trainer, 41, uint64_t(bos));            // bos_id
+    pb_put_varint_field(&trainer, 42, uint64_t(eos));            // eos_id
+    if (pad) pb_put_varint_field(&trainer, 43, uint64_t(*pad));  // pad_id (default -1: none)
+    pb_put_bytes_field(&trainer, 44, UNK_SURFACE);
+    // libsentencepiece finds the special ids by these pieces.
+    pb_put_bytes_field(&trainer, 45, (*tokens)[size_t(*unk)]);
+    pb_put_bytes_field(&trainer, 46, (*tokens)[size_t(bos)]);
+    pb_put_bytes_field(&trainer, 47, (*tokens)[size_t(eos)]);
+    if (pad) pb_put_bytes_field(&trainer, 48, (*tokens)[size_t(*pad)]);
+    pb_put_bytes_field(&model, 2, trainer);  // ModelProto.trainer_spec
+
+    std::string normalizer;
+    pb_put_bytes_field(&normalizer, 1, "identity");                                       // name
+    pb_put_varint_field(&normalizer, 3, md.find_bool(KEY_SPACE_PREFIX).value_or(true));   // add_dummy_prefix
+    pb_put_varint_field(&normalizer, 4, md.find_bool(KEY_EXTRA_SPACES).value_or(false));  // remove_extra_whitespaces
+    pb_put_varint_field(&normalizer, 5, 1);     // escape_whitespaces: " " -> "▁"
+    pb_put_bytes_field(&model, 3, normalizer);  // ModelProto.normalizer_spec
+    return model;
+}
+
+Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view source) {
+    return Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source);
+}
+
+ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning) {
+    const std::string_view jinja = metadata.find_string(KEY_CHAT_TEMPLATE).value_or(std::string_view());
+    return ChatTemplate::from_jinja(jinja, std::string(source), warning, KEY_CHAT_TEMPLATE);
+}

@@ -1,0 +1,47 @@
+// The tokenizer and chat template a GGUF file carries in its metadata.
+// tokenizer.ggml.* describes the vocabulary: a "llama" one (SentencePiece:
+// Mistral, Mixtral, Llama 2) becomes the SentencePiece model it was converted
+// from (a ModelProto serialized here) and goes through Tokenizer::from_bytes,
+// so encoding, decoding and streaming are exactly those of a tokenizer.model.
+// Other vocabularies (gpt2 BPE, ...) are refused, naming their type.
+// tokenizer.chat_template goes through the same family detection as a
+// tokenizer_config.json's chat_template. Reads metadata only: tensors, the
+// model config and which file is opened are the caller's.
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "engine/model/gguf.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
+
+// The serialized SentencePiece model of a "llama" vocabulary:
+//   pieces      tokenizer.ggml.tokens, .scores and .token_type (ggml numbers
+//               the types as SentencePiece does: 1 normal, 2 unknown,
+//               3 control, 4 user-defined, 5 unused, 6 byte), with the
+//               unknown token (tokenizer.ggml.unknown_token_id, else the
+//               first token of type unknown) as the one UNKNOWN piece, other
+//               unknown-typed tokens (padding) UNUSED, and the BOS and EOS
+//               tokens CONTROL, so text never encodes to them;
+//   trainer     BPE, byte fallback when there are byte tokens (then all 256),
+//               whitespace-only pieces allowed (as Llama and Mistral train),
+//               the special ids and pieces (bos_token_id and eos_token_id
+//               required, padding_token_id optional);
+//   normalizer  identity, add_dummy_prefix from tokenizer.ggml.add_space_prefix
+//               (default true), remove_extra_whitespaces from
+//               tokenizer.ggml.remove_extra_whitespaces (default false),
+//               whitespace escaped as "▁".
+// Throws MoeError "SOURCE: KEY: what is wrong" for a missing or unsupported
+// tokenizer.ggml.model, missing tokens or scores, arrays of different
+// lengths, an unknown token type, an empty or repeated token, a malformed
+// byte token, a control token of one character (SentencePiece finds it for
+// that character in text and then fails to encode the text), a score that is
+// not finite, a special id outside the vocabulary.
+std::string gguf_sentencepiece_model(const GgufMetadata& metadata, std::string_view source);
+
+// Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source).
+Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view source);
+
+// ChatTemplate::from_jinja of tokenizer.chat_template (absent: MISTRAL with a
+// warning naming the key).
+ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning);

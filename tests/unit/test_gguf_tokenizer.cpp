@@ -1,0 +1,374 @@
+// Tests of the tokenizer and chat template built from GGUF metadata
+// (engine/text/gguf_tokenizer.h): llama.cpp's reference ids for its Llama-SPM
+// and Phi-3 vocab GGUFs; Mixtral's vocabulary as llama.cpp converted it
+// (reference/gguf/Q8_0.gguf) against the tokenizer.model it came from, on the
+// shared prompt files, both ways of the dummy prefix, and decoding; the chat
+// template of a GGUF written here with Mixtral's Jinja template; and small
+// GGUFs written here with one thing wrong each, refused in one line naming
+// the file and the key.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/model/gguf.h"
+#include "engine/text/gguf_tokenizer.h"
+#include "profiles/errors.h"
+#include "profiles/prompts.h"
+#include "support/test_support.h"
+
+namespace fs = std::filesystem;
+
+// Test helpers defined in test_tokenizer.cpp.
+namespace tokenizer_test {
+std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path);
+std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip);
+const std::vector<std::string>& sample_texts();
+}  // namespace tokenizer_test
+
+using tokenizer_test::stream;
+
+namespace {
+
+Tokenizer tokenizer_of(const fs::path& path) {
+    const GgufFile gguf(path);
+    return tokenizer_from_gguf(gguf.metadata(), path.string());
+}
+
+// llama.cpp's expected ids: one line per case, ids separated by spaces.
+std::vector<std::vector<int>> read_vocab_test_outputs(const fs::path& path) {
+    std::ifstream in(path);
+    std::vector<std::vector<int>> out;
+    for (std::string line; std::getline(in, line);) {
+        std::vector<int> ids;
+        std::istringstream words(line);
+        for (int id; words >> id;) ids.push_back(id);
+        out.push_back(ids);
+    }
+    return out;
+}
+
+// A small "llama" vocabulary without byte tokens: encode("ab a") merges
+// "▁a" (the best score) twice, then "▁ab": {8, 6}.
+std::vector<GgufKeyValue> small_vocab() {
+    return {
+        {"general.architecture", "llama"},
+        {"tokenizer.ggml.model", "llama"},
+        {"tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", "b", "▁a", "ab", "▁ab"}},
+        {"tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1, -2, -3, -4, -5, -6}},
+        {"tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 1}},
+        {"tokenizer.ggml.bos_token_id", uint32_t(1)},
+        {"tokenizer.ggml.eos_token_id", uint32_t(2)},
+    };
+}
+
+GgufKeyValue* find_key(std::vector<GgufKeyValue>& md, std::string_view key) {
+    for (auto& kv : md)
+        if (kv.key == key) return &kv;
+    return nullptr;
+}
+
+// md with `key` set to `value` (added when absent).
+std::vector<GgufKeyValue> with(std::vector<GgufKeyValue> md, const std::string& key, GgufValue value) {
+    if (GgufKeyValue* kv = find_key(md, key))
+        kv->value = std::move(value);
+    else
+        md.push_back({key, std::move(value)});
+    return md;
+}
+
+std::vector<GgufKeyValue> without(std::vector<GgufKeyValue> md, std::string_view key) {
+    std::erase_if(md, [&](const GgufKeyValue& kv) { return kv.key == key; });
+    return md;
+}
+
+// Writes md as a tensor-less GGUF named `name` and builds its tokenizer.
+Tokenizer tokenizer_written(const std::vector<GgufKeyValue>& md, const fs::path& path) {
+    gguf_write(path, md, {});
+    return tokenizer_of(path);
+}
+
+}  // namespace
+
+TEST_CASE("gguf tokenizer: llama.cpp's reference ids", "[gguf_tokenizer]") {
+    // llama.cpp's test convention (tests/test-tokenizer-0): the .inp cases
+    // each end with "\n__ggml_vocab_test__\n"; the .out has one line per
+    // case, the ids without BOS, with the space prefix. Phi-3's vocabulary is
+    // Llama's plus control and padding tokens, with the same expected ids.
+    const fs::path dir = shared_data_dir() / "reference/llama-cpp-vocab";
+    struct Vocab {
+        const char* name;
+        int size, bos, eos;
+    };
+    for (const Vocab& v :
+         {Vocab{"ggml-vocab-llama-spm.gguf", 32000, 1, 2}, Vocab{"ggml-vocab-phi-3.gguf", 32064, 1, 32000}}) {
+        INFO(v.name);
+        const Tokenizer tok = tokenizer_of(dir / v.name);
+        CHECK(tok.vocab_size() == v.size);
+        CHECK(tok.bos_id() == v.bos);
+        CHECK(tok.eos_id() == v.eos);
+        CHECK(tok.is_unknown(0));
+        const auto inputs = tokenizer_test::read_vocab_test_inputs(dir / (std::string(v.name) + ".inp"));
+        const auto expected = read_vocab_test_outputs(dir / (std::string(v.name) + ".out"));
+        REQUIRE(inputs.size() == 46);
+        REQUIRE(inputs.size() == expected.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            INFO("case " << i << ": \"" << inputs[i] << "\"");
+            CHECK(tok.encode(inputs[i]) == expected[i]);
+            CHECK(tok.decode(expected[i]) == inputs[i]);
+            CHECK(stream(tok, expected[i], true) == inputs[i]);
+        }
+    }
+    // Phi-3: padding tokens typed unknown are not the unknown token, and
+    // never come out of text.
+    const Tokenizer phi = tokenizer_of(dir / "ggml-vocab-phi-3.gguf");
+    CHECK(phi.id_to_piece(32011) == "[PAD32011]");
+    CHECK_FALSE(phi.is_unknown(32011));
+    for (int id : phi.encode("<|user|> [PAD32011]")) CHECK(id < 32000);
+}
+
+TEST_CASE("gguf tokenizer: Mixtral's vocabulary from Q8_0.gguf equals its tokenizer.model", "[gguf_tokenizer]") {
+    const fs::path ref = shared_data_dir() / "reference/gguf";
+    const Tokenizer gguf = tokenizer_of(ref / "Q8_0.gguf");
+    const Tokenizer file = Tokenizer::load(ref / "hf/tokenizer.model");
+
+    REQUIRE(gguf.vocab_size() == file.vocab_size());
+    CHECK(gguf.bos_id() == file.bos_id());
+    CHECK(gguf.eos_id() == file.eos_id());
+    std::vector<int> all_ids;
+    for (int id = 0; id < file.vocab_size(); ++id) {
+        all_ids.push_back(id);
+        if (gguf.id_to_piece(id) != file.id_to_piece(id) || gguf.is_control(id) != file.is_control(id) ||
+            gguf.is_byte(id) != file.is_byte(id) || gguf.is_unknown(id) != file.is_unknown(id) ||
+            gguf.token_bytes(id) != file.token_bytes(id)) {
+            FAIL("id " << id << ": '" << gguf.id_to_piece(id) << "' differs from '" << file.id_to_piece(id) << "'");
+        }
+        CHECK(gguf.piece_to_id(file.id_to_piece(id)) == id);
+    }
+    // Decoding every id, in runs that mix controls, bytes and words.
+    for (size_t at = 0; at < all_ids.size(); at += 97) {
+        const std::vector<int> run(all_ids.begin() + at, all_ids.begin() + std::min(all_ids.size(), at + 97));
+        REQUIRE(gguf.decode(run) == file.decode(run));
+    }
+
+    // The first prompts of every shared prompt file, and the tokenizer tests' texts.
+    std::vector<std::string> texts = tokenizer_test::sample_texts();
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(shared_data_dir() / "prompts")) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    REQUIRE(files.size() >= 5);
+    constexpr size_t PROMPTS_PER_FILE = 60;
+    for (const fs::path& path : files) {
+        const PromptSet set = prompts_read(path);
+        REQUIRE(set.prompts.size() >= PROMPTS_PER_FILE);
+        texts.insert(texts.end(), set.prompts.begin(), set.prompts.begin() + PROMPTS_PER_FILE);
+    }
+    size_t n_tokens = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        for (bool dummy_prefix : {true, false}) {
+            const std::vector<int> ids = file.encode(texts[i], dummy_prefix);
+            n_tokens += ids.size();
+            if (gguf.encode(texts[i], dummy_prefix) != ids)
+                FAIL("text " << i << " (prefix " << dummy_prefix << "): \"" << texts[i] << "\"");
+            if (gguf.decode(ids) != file.decode(ids)) FAIL("decoding text " << i << ": \"" << texts[i] << "\"");
+        }
+        const std::vector<int> ids = file.encode(texts[i]);
+        if (stream(gguf, ids, true) != stream(file, ids, true)) FAIL("streaming text " << i);
+    }
+    CHECK(n_tokens > 100000);  // the comparison covers real text, not a handful of ids
+}
+
+TEST_CASE("gguf tokenizer: a small vocabulary and its settings", "[gguf_tokenizer]") {
+    const fs::path dir = test_temp_dir("gguf_tokenizer_small");
+    const Tokenizer tok = tokenizer_written(small_vocab(), dir / "small.gguf");
+    CHECK(tok.vocab_size() == 9);
+    CHECK(tok.encode("ab a") == std::vector<int>{8, 6});
+    CHECK(tok.encode("ab a", false) == std::vector<int>{7, 6});
+    CHECK(tok.decode(std::vector<int>{1, 8, 6, 2}) == "ab a");
+    CHECK(tok.encode("abc") == std::vector<int>{8, 0});               // no byte tokens: <unk>
+    CHECK(tok.decode(std::vector<int>{8, 0}) == "ab \xE2\x81\x87 ");  // SentencePiece's unk surface
+
+    // tokenizer.ggml.add_space_prefix false: the model's own default flips.
+    const Tokenizer no_prefix =
+        tokenizer_written(with(small_vocab(), "tokenizer.ggml.add_space_prefix", false), dir / "no_prefix.gguf");
+    CHECK(no_prefix.encode("ab a") == std::vector<int>{8, 6});
+    CHECK(no_prefix.encode("ab a", false) == std::vector<int>{7, 6});
+    const Tokenizer folded =
+        tokenizer_written(with(small_vocab(), "tokenizer.ggml.remove_extra_whitespaces", true), dir / "folded.gguf");
+    CHECK(folded.encode("  ab   a  ") == std::vector<int>{8, 6});
+    CHECK(tok.encode("ab  a").size() == 3);
+
+    // The unknown token found by its type; BOS and EOS always control, even
+    // when typed otherwise, so text never encodes to them; a second
+    // unknown-typed token is not the unknown one.
+    auto md = with(without(small_vocab(), "tokenizer.ggml.unknown_token_id"), "tokenizer.ggml.token_type",
+                   std::vector<int32_t>{2, 1, 4, 1, 1, 2, 1, 1, 1});
+    const Tokenizer retyped = tokenizer_written(md, dir / "retyped.gguf");
+    CHECK(retyped.is_unknown(0));
+    CHECK(retyped.is_control(1));
+    CHECK(retyped.is_control(2));
+    CHECK_FALSE(retyped.is_unknown(5));
+    CHECK(retyped.encode("</s>") == std::vector<int>{3, 0});  // "▁", then one <unk> for the run
+    const Tokenizer padded =
+        tokenizer_written(with(small_vocab(), "tokenizer.ggml.padding_token_id", uint32_t(2)), dir / "padded.gguf");
+    CHECK(padded.encode("ab a") == std::vector<int>{8, 6});
+
+    // Byte fallback with all 256 byte tokens.
+    auto tokens = std::vector<std::string>{"<unk>", "<s>", "</s>", "▁"};
+    auto scores = std::vector<float>{0, 0, 0, -1};
+    auto types = std::vector<int32_t>{2, 3, 3, 1};
+    for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        tokens.push_back(name);
+        scores.push_back(0);
+        types.push_back(6);
+    }
+    md = with(with(with(small_vocab(), "tokenizer.ggml.tokens", tokens), "tokenizer.ggml.scores", scores),
+              "tokenizer.ggml.token_type", types);
+    const Tokenizer bytes = tokenizer_written(md, dir / "bytes.gguf");
+    CHECK(bytes.encode("a") == std::vector<int>{3, 4 + 'a'});
+    CHECK(bytes.decode(bytes.encode("é x")) == "é x");
+}
+
+TEST_CASE("gguf tokenizer: Mixtral's chat template from a GGUF", "[gguf_tokenizer]") {
+    const fs::path ref = shared_data_dir() / "reference/gguf";
+    const fs::path dir = test_temp_dir("gguf_tokenizer_template");
+    const GgufFile q8(ref / "Q8_0.gguf");
+    // Q8_0.gguf's tokenizer metadata and Mixtral-8x7B-Instruct's template, in a file of our own.
+    std::vector<GgufKeyValue> md;
+    for (const GgufKeyValue& kv : q8.metadata().values())
+        if (kv.key.starts_with("tokenizer.ggml.")) md.push_back(kv);
+    const std::string jinja = read_file(shared_data_dir() / "chat_templates/mixtral-8x7b-instruct-v0.1.jinja");
+    md.push_back({"tokenizer.chat_template", jinja});
+    const fs::path path = dir / "mixtral-vocab.gguf";
+    gguf_write(path, md, {});
+
+    const GgufFile gguf(path);
+    REQUIRE(gguf.metadata().get_string("tokenizer.chat_template") == jinja);
+    std::string warning = "stale";
+    const ChatTemplate t = chat_template_from_gguf(gguf.metadata(), path.string(), &warning);
+    CHECK(t.family() == ChatFamily::MISTRAL);
+    CHECK(warning.empty());
+
+    // mistral-common's reference conversation gives its reference ids.
+    const Tokenizer tok = tokenizer_from_gguf(gguf.metadata(), path.string());
+    const fs::path mc = shared_data_dir() / "reference/mistral-common";
+    const auto sample = nlohmann::json::parse(read_file(mc / "no_tools__sample.json"));
+    std::vector<ChatMessage> messages;
+    for (const auto& m : sample["messages"])
+        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    const auto expected =
+        nlohmann::json::parse(read_file(mc / "no_tools__tokens_v1.json"))["tokens"].get<std::vector<int>>();
+    CHECK(t.encode(tok, messages) == expected);
+
+    // Other templates are detected as from tokenizer_config.json; an absent
+    // or unknown one falls back to Mistral's with a warning naming the key.
+    const std::string chatml = read_file(shared_data_dir() / "chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    gguf_write(path, with(md, "tokenizer.chat_template", chatml), {});
+    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::CHATML);
+    CHECK(warning.empty());
+    gguf_write(path, without(md, "tokenizer.chat_template"), {});
+    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::MISTRAL);
+    CHECK_THAT(warning, Catch::StartsWith(path.string() + ": no tokenizer.chat_template found") &&
+                            Catch::Contains("built-in mistral"));
+    gguf_write(path, with(md, "tokenizer.chat_template", "{{ messages | tojson }}"), {});
+    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::MISTRAL);
+    CHECK_THAT(warning, Catch::Contains("tokenizer.chat_template not recognised") && Catch::Contains("tojson"));
+
+    // llama.cpp's own file carries the same template.
+    CHECK(chat_template_from_gguf(q8.metadata(), "Q8_0.gguf", &warning).family() == ChatFamily::MISTRAL);
+    CHECK(warning.empty());
+}
+
+TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key", "[gguf_tokenizer]") {
+    const fs::path dir = test_temp_dir("gguf_tokenizer_errors");
+    const fs::path path = dir / "bad.gguf";
+    auto error_of = [&](const std::vector<GgufKeyValue>& md) {
+        gguf_write(path, md, {});
+        return moe_error_of([&] { tokenizer_of(path); });
+    };
+    const std::vector<GgufKeyValue> good = small_vocab();
+    REQUIRE(error_of(good).empty());
+
+    struct Case {
+        std::vector<GgufKeyValue> md;
+        std::string what;
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<Case> cases = {
+        {without(good, "tokenizer.ggml.model"), "tokenizer.ggml.model: missing key"},
+        {with(good, "tokenizer.ggml.model", "gpt2"), "tokenizer.ggml.model: 'gpt2' vocabularies are not supported yet"},
+        {with(good, "tokenizer.ggml.model", uint32_t(1)), "tokenizer.ggml.model: "},
+        {without(good, "tokenizer.ggml.tokens"), "tokenizer.ggml.tokens: missing key"},
+        {with(good, "tokenizer.ggml.tokens", std::vector<uint32_t>{1, 2}), "tokenizer.ggml.tokens: "},
+        {with(with(with(good, "tokenizer.ggml.tokens", std::vector<std::string>{}), "tokenizer.ggml.scores",
+                   std::vector<float>{}),
+              "tokenizer.ggml.token_type", std::vector<int32_t>{}),
+         "tokenizer.ggml.tokens: no tokens"},
+        {without(good, "tokenizer.ggml.scores"), "tokenizer.ggml.scores: missing key"},
+        {without(good, "tokenizer.ggml.token_type"), "tokenizer.ggml.token_type: missing key"},
+        {with(good, "tokenizer.ggml.scores", std::vector<float>{0, 0, 0}),
+         "tokenizer.ggml.scores: 3 entries, but tokenizer.ggml.tokens has 9"},
+        {with(good, "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 1, 1}),
+         "tokenizer.ggml.token_type: 10 entries, but tokenizer.ggml.tokens has 9"},
+        {with(good, "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 7, 1, 1, 1, 1}),
+         "tokenizer.ggml.token_type: token 4 'a' has type 7"},
+        {with(good, "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1, 0, 1, 1, 1}),
+         "tokenizer.ggml.token_type: token 5 'b' has type 0"},
+        {with(good, "tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1, nan, -3, -4, -5, -6}),
+         "tokenizer.ggml.scores: token 4 'a' has score nan"},
+        {with(good, "tokenizer.ggml.tokens",
+              std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", "", "▁a", "ab", "▁ab"}),
+         "tokenizer.ggml.tokens: token 5 is empty"},
+        {with(good, "tokenizer.ggml.tokens",
+              std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", "b", "▁a", "a", "▁ab"}),
+         "tokenizer.ggml.tokens: token 7 'a' repeats token 4"},
+        {with(with(good, "tokenizer.ggml.tokens",
+                   std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", "b", "▁a", "ab", "ab"}),
+              "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 3}),
+         "tokenizer.ggml.tokens: token 8 'ab' repeats token 7"},  // a text piece and a control one
+        {with(good, "tokenizer.ggml.tokens",
+              std::vector<std::string>{"<unk>", "<s>", "\xF0\x9F\x98\x80", "▁", "a", "b", "▁a", "ab", "▁ab"}),
+         "tokenizer.ggml.tokens: token 2 '\xF0\x9F\x98\x80' is a control token of one character"},
+        {with(good, "tokenizer.ggml.tokens",
+              std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "a", std::string("b\0c", 3), "▁a", "ab", "▁ab"}),
+         "tokenizer.ggml.tokens: token 5 'b?c' holds a NUL byte"},
+        {with(good, "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 6, 1, 1, 1, 1}),
+         "tokenizer.ggml.tokens: token 4 'a' has type byte but is not <0xNN>"},
+        {with(with(good, "tokenizer.ggml.tokens",
+                   std::vector<std::string>{"<unk>", "<s>", "</s>", "▁", "<0x61>", "b", "▁a", "ab", "▁ab"}),
+              "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 6, 1, 1, 1, 1}),
+         "tokenizer.ggml.token_type: 1 tokens of type byte; byte fallback needs all 256"},
+        {without(good, "tokenizer.ggml.bos_token_id"), "tokenizer.ggml.bos_token_id: missing key"},
+        {without(good, "tokenizer.ggml.eos_token_id"), "tokenizer.ggml.eos_token_id: missing key"},
+        {with(good, "tokenizer.ggml.bos_token_id", uint32_t(9)),
+         "tokenizer.ggml.bos_token_id: 9 is outside the vocabulary (9 tokens)"},
+        {with(good, "tokenizer.ggml.eos_token_id", int32_t(-1)),
+         "tokenizer.ggml.eos_token_id: -1 is outside the vocabulary (9 tokens)"},
+        {with(good, "tokenizer.ggml.unknown_token_id", uint32_t(100)),
+         "tokenizer.ggml.unknown_token_id: 100 is outside the vocabulary"},
+        {with(good, "tokenizer.ggml.padding_token_id", uint64_t(9)),
+         "tokenizer.ggml.padding_token_id: 9 is outside the vocabulary"},
+        {with(good, "tokenizer.ggml.bos_token_id", "1"), "tokenizer.ggml.bos_token_id: "},
+        {with(good, "tokenizer.ggml.bos_token_id", uint32_t(0)), "tokenizer.ggml.bos_token_id: 0 is the unknown token"},
+        {with(good, "tokenizer.ggml.token_type", std::vector<int32_t>{1, 3, 3, 1, 1, 1, 1, 1, 1}),
+         "tokenizer.ggml.unknown_token_id: missing key, and no token has type unknown"},
+        {with(good, "tokenizer.ggml.add_space_prefix", uint32_t(1)), "tokenizer.ggml.add_space_prefix: "},
+    };
+    for (const Case& c : cases) {
+        INFO(c.what);
+        check_error_line(error_of(c.md), path, c.what);
+    }
+
+    // llama.cpp's GPT-2 BPE vocabulary files.
+    for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf"}) {
+        const fs::path real = shared_data_dir() / "reference/llama-cpp-vocab" / name;
+        check_error_line(moe_error_of([&] { tokenizer_of(real); }), real,
+                         "tokenizer.ggml.model: 'gpt2' vocabularies are not supported yet");
+    }
+}
