@@ -11,6 +11,7 @@
 #include "engine/model/gguf_model.h"
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
 
 namespace fs = std::filesystem;
@@ -110,21 +111,27 @@ ModelWeights model_source_weights(const ModelSource& s, const ModelConfig& confi
 }
 
 Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config) {
-    const std::string where = s.synthetic ? EMBEDDED_TOKENIZER : (s.dir / "tokenizer.model").string();
-    Tokenizer t = s.synthetic ? Tokenizer::from_bytes(synth_embedded_tokenizer(), where) : Tokenizer::load(where);
+    const std::string where = s.synthetic ? EMBEDDED_TOKENIZER
+                              : s.gguf    ? s.dir.string()
+                                          : (s.dir / "tokenizer.model").string();
+    Tokenizer t = s.synthetic ? Tokenizer::from_bytes(synth_embedded_tokenizer(), where)
+                  : s.gguf    ? tokenizer_from_gguf(GgufFile(s.dir).metadata(), where)
+                              : Tokenizer::load(where);
     if (t.vocab_size() > config.vocab_size)
         throw MoeError(where + ": vocabulary of " + std::to_string(t.vocab_size()) +
                        " pieces exceeds the model's vocab_size " + std::to_string(config.vocab_size));
     // Refused rather than masked: the model could pick ids the tokenizer
     // cannot turn into text, and fail in the middle of a reply.
     if (t.vocab_size() < config.vocab_size)
-        throw MoeError((s.dir / "config.json").string() + ": vocab_size " + std::to_string(config.vocab_size) +
-                       " is larger than the " + std::to_string(t.vocab_size()) + " pieces of " + where + ": ids from " +
-                       std::to_string(t.vocab_size()) + " on could be generated but not decoded");
+        throw MoeError((s.gguf ? s.dir : s.dir / "config.json").string() + ": vocab_size " +
+                       std::to_string(config.vocab_size) + " is larger than the " + std::to_string(t.vocab_size()) +
+                       " pieces of " + where + ": ids from " + std::to_string(t.vocab_size()) +
+                       " on could be generated but not decoded");
     return t;
 }
 
 ChatTemplate model_source_chat_template(const ModelSource& s, std::string* warning) {
+    if (s.gguf) return chat_template_from_gguf(GgufFile(s.dir).metadata(), s.dir.string(), warning);
     if (!s.synthetic) return ChatTemplate::from_model_dir(s.dir, warning);
     if (warning) warning->clear();
     return ChatTemplate(ChatFamily::MISTRAL);

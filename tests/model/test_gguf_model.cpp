@@ -18,6 +18,7 @@
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
 #include "test_support.h"
@@ -64,6 +65,10 @@ void write_llama_gguf(const fs::path& out, const ModelConfig& c, const ModelWeig
         {"tokenizer.ggml.bos_token_id", uint32_t(c.bos_token_id)},
         {"tokenizer.ggml.eos_token_id", uint32_t(c.eos_token_ids.at(0))},
     };
+    // The vocabulary as llama.cpp's converter wrote it for the same folder.
+    GgufFile reference(reference_dir() / "Q8_0.gguf");
+    for (GgufKeyValue& kv : reference.metadata().values())
+        if (kv.key.rfind("tokenizer.", 0) == 0 && kv.key.find("_token_id") == std::string::npos) meta.push_back(kv);
     std::vector<std::vector<char>> storage;
     std::vector<TensorView> tensors;
     auto add = [&](const std::string& name, DType type, std::vector<int64_t> shape, std::vector<char> bytes) {
@@ -167,6 +172,38 @@ TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and
 
     const std::vector<int> tokens = {1, 415, 5565, 302, 4843, 349, 264, 2475, 28723, 13};
     CHECK(forward_logits(g, gw, tokens) == forward_logits(c, w, tokens));
+}
+
+TEST_CASE("gguf model: a lone GGUF file serves like its folder", "[gguf_model]") {
+    const fs::path hf = reference_dir() / "hf";
+    const ModelConfig c = model_config_load(hf);
+    const ModelWeights w = weights_load(c, hf);
+    const fs::path file = test_temp_dir("gguf_model_engine") / "model-bf16.gguf";
+    write_llama_gguf(file, c, w);
+    auto run = [](const fs::path& model) {
+        EngineOptions o;
+        o.model_dir = model.string();
+        o.threads = 2;
+        o.ctx = 128;
+        Engine engine(o);
+        GenerateRequest req;
+        req.prompt = engine.tokenizer().encode("The capital of France is");
+        req.prompt.insert(req.prompt.begin(), engine.config().bos_token_id);
+        req.sampling.temperature = 0;
+        req.max_tokens = 12;
+        req.ignore_eos = true;
+        std::vector<int> out;
+        engine.generate(req, [&](const TokenEvent& e) {
+            out.push_back(e.token);
+            return true;
+        });
+        return std::make_pair(engine.model_id(), out);
+    };
+    auto [gguf_id, gguf_tokens] = run(file);
+    auto [hf_id, hf_tokens] = run(hf);
+    CHECK(gguf_id == "model-bf16");
+    CHECK(gguf_tokens.size() == 12);
+    CHECK(gguf_tokens == hf_tokens);
 }
 
 TEST_CASE("gguf model: gguf_llama_row is the converter's permutation", "[gguf_model]") {
