@@ -18,7 +18,7 @@ namespace {
 const char* USAGE =
     "usage: moe-server <subcommand> [flags]\n"
     "\n"
-    "  serve        [--model DIR] [--host H] [--port P] [--api-key KEY] [--ctx N] [--threads N]\n"
+    "  serve        [--model DIR|FILE.gguf] [--host H] [--port P] [--api-key KEY] [--ctx N] [--threads N]\n"
     "               [--max-queue N] [--cors-origin ORIGIN]: OpenAI API + web UI (demo model without --model)\n"
     "  generate     --model DIR (--prompt TEXT | --user TEXT | --chat FILE.json) [--max-tokens N]\n"
     "               [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
@@ -29,6 +29,9 @@ const char* USAGE =
     "  perplexity   --model DIR --text FILE [--ctx N] [--json] [--threads N]\n"
     "  synth-model  --preset tiny|small|mixtral-mini|mixtral-8x7b --out DIR [--seed N] [--tokenizer FILE]\n"
     "               [--shard-mb N]\n"
+    "  quantize     --model DIR|FILE.gguf|synth:PRESET --type bf16|q8_0|q4_0|q4_k_m|q5_k_m --out FILE.gguf\n"
+    "               [--experts-only] [--threads N]: the model as one GGUF file (tokenizer and chat template\n"
+    "               included) that serves alone; --experts-only keeps the dense weights in bf16\n"
     "  profile      --model DIR --prompts FILE --out FILE [--format auto|sharegpt|mtbench|jsonl|text]\n"
     "               [--limit N] [--spread] [--gen-tokens N] [--chat-template on|off] [--ctx N] [--threads N]\n"
     "               : expert-popularity profile of a prompt workload (profiles/README.md)\n"
@@ -62,7 +65,7 @@ struct Subcommand {
 const Subcommand SUBCOMMANDS[] = {
     {"serve", serve_main},          {"generate", cli_generate},     {"tokenize", cli_tokenize}, {"perplexity", cli_perplexity},
     {"synth-model", cli_synth_model}, {"bench", cli_bench},       {"calibrate", cli_calibrate},
-    {"profile", cli_profile},
+    {"profile", cli_profile},       {"quantize", cli_quantize},
 };
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include "engine/model/gguf_model.h"
 
 #include <cstring>
+#include <ostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cpu_kernels/quant.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
@@ -154,4 +156,186 @@ ModelWeights gguf_model_weights(const ModelConfig& config, const fs::path& path)
         return weights_matrix(w, t);
     });
     return w;
+}
+
+namespace {
+
+// llama.cpp's rule for the layers its _M mixes give more bits.
+bool more_bits_layer(int layer, int n_layers) {
+    return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// general.file_type as llama.cpp numbers its mixes.
+uint32_t file_type(QuantMix mix) {
+    switch (mix) {
+    case QuantMix::BF16: return 32;
+    case QuantMix::Q8_0: return 7;
+    case QuantMix::Q4_0: return 2;
+    case QuantMix::Q4_K_M: return 15;
+    case QuantMix::Q5_K_M: return 17;
+    }
+    return 0;
+}
+
+// One GGUF tensor to write: its sources (one matrix, or every expert's of a
+// merged 3-D tensor, or a norm vector) and what to write them as.
+struct OutTensor {
+    TensorView view;                  // name, dtype, shape, nbytes (no data)
+    std::vector<WeightView> sources;  // matrices, rows in order
+    const float* vector = nullptr;    // or a norm vector of shape[0] floats
+    bool permute = false;             // attn_q / attn_k: rows in llama.cpp's order
+};
+
+const char* gguf_role_name(TensorRole role) {
+    switch (role) {
+    case TensorRole::EMBED: return "token_embd";
+    case TensorRole::ATTN_NORM: return "attn_norm";
+    case TensorRole::WQ: return "attn_q";
+    case TensorRole::WK: return "attn_k";
+    case TensorRole::WV: return "attn_v";
+    case TensorRole::WO: return "attn_output";
+    case TensorRole::FFN_NORM: return "ffn_norm";
+    case TensorRole::ROUTER: return "ffn_gate_inp";
+    case TensorRole::EXPERT_W1: return "ffn_gate";
+    case TensorRole::EXPERT_W3: return "ffn_up";
+    case TensorRole::EXPERT_W2: return "ffn_down";
+    case TensorRole::FINAL_NORM: return "output_norm";
+    case TensorRole::LM_HEAD: return "output";
+    }
+    return "";
+}
+
+}  // namespace
+
+std::optional<QuantMix> quant_mix_parse(std::string_view name) {
+    for (QuantMix m : {QuantMix::BF16, QuantMix::Q8_0, QuantMix::Q4_0, QuantMix::Q4_K_M, QuantMix::Q5_K_M})
+        if (name == quant_mix_name(m)) return m;
+    return std::nullopt;
+}
+
+const char* quant_mix_name(QuantMix mix) {
+    switch (mix) {
+    case QuantMix::BF16: return "bf16";
+    case QuantMix::Q8_0: return "q8_0";
+    case QuantMix::Q4_0: return "q4_0";
+    case QuantMix::Q4_K_M: return "q4_k_m";
+    case QuantMix::Q5_K_M: return "q5_k_m";
+    }
+    return "";
+}
+
+DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int n_layers) {
+    if (e.shape.size() == 1 || e.role == TensorRole::ROUTER) return DType::F32;
+    const bool expert =
+        e.role == TensorRole::EXPERT_W1 || e.role == TensorRole::EXPERT_W3 || e.role == TensorRole::EXPERT_W2;
+    if (experts_only && !expert) return DType::BF16;
+    const bool wide = e.role == TensorRole::LM_HEAD ||
+                      ((e.role == TensorRole::WV || e.role == TensorRole::EXPERT_W2) && more_bits_layer(e.layer, n_layers));
+    DType t = DType::BF16;
+    switch (mix) {
+    case QuantMix::BF16: t = DType::BF16; break;
+    case QuantMix::Q8_0: t = DType::Q8_0; break;
+    case QuantMix::Q4_0: t = e.role == TensorRole::LM_HEAD ? DType::Q6_K : DType::Q4_0; break;
+    case QuantMix::Q4_K_M: t = wide ? DType::Q6_K : DType::Q4_K; break;
+    case QuantMix::Q5_K_M: t = wide ? DType::Q6_K : DType::Q5_K; break;
+    }
+    for (DType fallback : {t, DType::Q8_0, DType::BF16})
+        if (dtype_row_bytes(fallback, e.shape[1])) return fallback;
+    return DType::F32;
+}
+
+void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeights& w, const GgufWriteOptions& o) {
+    const std::string p = std::string(ARCH) + ".";
+    std::vector<GgufKeyValue> meta = {
+        {"general.architecture", ARCH},
+        {"general.name", o.name},
+        {"general.file_type", file_type(o.mix)},
+        {"general.quantization_version", uint32_t(2)},
+        {p + "context_length", uint32_t(c.max_position_embeddings)},
+        {p + "embedding_length", uint32_t(c.dim)},
+        {p + "block_count", uint32_t(c.n_layers)},
+        {p + "feed_forward_length", uint32_t(c.hidden_dim)},
+        {p + "rope.dimension_count", uint32_t(c.head_dim)},
+        {p + "attention.head_count", uint32_t(c.n_heads)},
+        {p + "attention.head_count_kv", uint32_t(c.n_kv_heads)},
+        {p + "attention.key_length", uint32_t(c.head_dim)},
+        {p + "attention.value_length", uint32_t(c.head_dim)},
+        {p + "attention.layer_norm_rms_epsilon", c.rms_norm_eps},
+        {p + "rope.freq_base", c.rope_theta},
+        {p + "vocab_size", uint32_t(c.vocab_size)},
+    };
+    if (c.is_moe()) {
+        meta.push_back({p + "expert_count", uint32_t(c.n_experts)});
+        meta.push_back({p + "expert_used_count", uint32_t(c.n_experts_active)});
+    }
+    for (const GgufKeyValue& kv : o.extra_metadata) meta.push_back(kv);
+
+    // The table's entries become GGUF tensors; a layer's experts of one
+    // kind become one merged tensor, made at its first expert.
+    std::vector<OutTensor> outs;
+    for (const TensorEntry& e : tensor_table(c)) {
+        if (e.expert > 0 && c.is_moe()) continue;
+        const LayerWeights* L = e.layer >= 0 ? &w.layers[size_t(e.layer)] : nullptr;
+        OutTensor t;
+        std::string base = gguf_role_name(e.role);
+        t.view.name = (e.layer >= 0 ? "blk." + std::to_string(e.layer) + "." : std::string()) + base +
+                      (e.expert >= 0 && c.is_moe() ? "_exps" : "") + ".weight";
+        t.view.dtype = quant_mix_type(o.mix, o.experts_only, e, c.n_layers);
+        t.permute = e.role == TensorRole::WQ || e.role == TensorRole::WK;
+        switch (e.role) {
+        case TensorRole::ATTN_NORM: t.vector = L->attn_norm; break;
+        case TensorRole::FFN_NORM: t.vector = L->ffn_norm; break;
+        case TensorRole::FINAL_NORM: t.vector = w.final_norm; break;
+        case TensorRole::EMBED: t.sources = {w.embed}; break;
+        case TensorRole::LM_HEAD: t.sources = {w.lm_head}; break;
+        case TensorRole::WQ: t.sources = {L->wq}; break;
+        case TensorRole::WK: t.sources = {L->wk}; break;
+        case TensorRole::WV: t.sources = {L->wv}; break;
+        case TensorRole::WO: t.sources = {L->wo}; break;
+        case TensorRole::ROUTER: t.sources = {L->router}; break;
+        case TensorRole::EXPERT_W1:
+        case TensorRole::EXPERT_W3:
+        case TensorRole::EXPERT_W2:
+            for (const ExpertWeights& x : L->experts)
+                t.sources.push_back(e.role == TensorRole::EXPERT_W1 ? x.w1 : e.role == TensorRole::EXPERT_W3 ? x.w3 : x.w2);
+            break;
+        }
+        t.view.shape = e.shape;
+        if (e.expert >= 0 && c.is_moe()) t.view.shape.insert(t.view.shape.begin(), int64_t(c.n_experts));
+        t.view.nbytes = tensor_nbytes(t.view.dtype, t.view.shape, t.view.name);
+        outs.push_back(std::move(t));
+    }
+
+    uint64_t total = 0, done = 0;
+    for (const OutTensor& t : outs)
+        for (const WeightView& s : t.sources) total += s.bytes();
+    std::vector<TensorView> views;
+    for (const OutTensor& t : outs) views.push_back(t.view);
+    gguf_write(out, meta, views, [&](size_t i, std::ostream& os) {
+        const OutTensor& t = outs[i];
+        if (t.vector) {
+            os.write(reinterpret_cast<const char*>(t.vector), std::streamsize(t.view.shape[0] * sizeof(float)));
+            return;
+        }
+        const int64_t cols = t.view.shape.back();
+        std::vector<float> row(size_t(cols));
+        std::vector<char> packed(*dtype_row_bytes(t.view.dtype, cols));
+        for (const WeightView& s : t.sources) {
+            std::vector<int64_t> order(size_t(s.rows));  // GGUF row -> source row
+            for (int64_t r = 0; r < s.rows; r++)
+                order[size_t(t.permute ? gguf_llama_row(r, c.head_dim) : r)] = r;
+            for (int64_t r = 0; r < s.rows; r++) {
+                const void* src = s.row(order[size_t(r)]);
+                if (s.type == t.view.dtype) {
+                    os.write(static_cast<const char*>(src), std::streamsize(s.row_bytes));
+                    continue;
+                }
+                dequantize_row(s.type, src, row.data(), cols);
+                quantize_row(t.view.dtype, row.data(), packed.data(), cols);
+                os.write(packed.data(), std::streamsize(packed.size()));
+            }
+            done += s.bytes();
+        }
+        if (o.progress) o.progress(done, total);
+    });
 }

@@ -14,10 +14,17 @@
 // logits from its folder and from its GGUF. gguf_llama_row / its inverse are
 // that permutation, for the writer too.
 //
+// gguf_model_write is the other direction (`moe-server quantize`).
+//
 // Must not tokenize or render templates (text/ reads those keys).
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
@@ -46,3 +53,37 @@ ModelWeights gguf_model_weights(const ModelConfig& config, const std::filesystem
 // with heads of head_dim rows: within a head, rotate-half's pair (i,
 // i + head_dim/2) sits at rows (2i, 2i + 1).
 int64_t gguf_llama_row(int64_t hf_row, int head_dim);
+
+// `moe-server quantize`'s mixes: the element type of each matrix. Vectors
+// (norms) and the routers are F32, as llama.cpp writes them.
+//   bf16    every matrix BF16
+//   q8_0    every matrix Q8_0
+//   q4_0    Q4_0, lm_head Q6_K
+//   q4_k_m  Q4_K; Q6_K for lm_head, and for attn_v and the experts' down
+//           projections in the layers llama.cpp's Q4_K_M also widens (the
+//           first and last eighth of the layers and every third between)
+//   q5_k_m  the same with Q5_K
+// experts_only keeps every matrix that is not an expert's in BF16 (for a GPU
+// that holds the dense part). A row that is not whole blocks of the chosen
+// type falls back to Q8_0, then to BF16.
+enum class QuantMix { BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M };
+std::optional<QuantMix> quant_mix_parse(std::string_view name);
+const char* quant_mix_name(QuantMix mix);
+DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& entry, int n_layers);
+
+struct GgufWriteOptions {
+    QuantMix mix = QuantMix::BF16;
+    bool experts_only = false;
+    std::string name;                          // general.name
+    std::vector<GgufKeyValue> extra_metadata;  // the tokenizer's and chat template's keys
+    // Called after each tensor with the bytes of source weights read so far
+    // and in all (a progress bar).
+    std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// Writes the model as a GGUF file in llama.cpp's layout (the llama
+// architecture's keys and tensor names, q/k rows permuted for its RoPE,
+// experts merged into 3-D tensors), each matrix converted to its type under
+// the mix, atomically (gguf_write). Reads the source weights of any type.
+void gguf_model_write(const std::filesystem::path& out, const ModelConfig& config, const ModelWeights& weights,
+                      const GgufWriteOptions& options);

@@ -13,6 +13,7 @@
 #include "engine/model/synth_model.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
+#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 
@@ -128,6 +129,30 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
                        " pieces of " + where + ": ids from " + std::to_string(t.vocab_size()) +
                        " on could be generated but not decoded");
     return t;
+}
+
+std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const ModelConfig& config) {
+    std::vector<GgufKeyValue> kv;
+    if (s.gguf) {
+        for (GgufKeyValue& v : GgufFile(s.dir).metadata().values())
+            if (v.key.rfind("tokenizer.", 0) == 0) kv.push_back(std::move(v));
+        return kv;
+    }
+    const int eos = config.eos_token_ids.at(0);
+    if (s.synthetic) {
+        kv = gguf_tokenizer_metadata(synth_embedded_tokenizer(), EMBEDDED_TOKENIZER, config.bos_token_id, eos);
+        kv.push_back({"tokenizer.chat_template", SYNTH_MIXTRAL_CHAT_TEMPLATE});
+        return kv;
+    }
+    const fs::path model = s.dir / "tokenizer.model";
+    kv = gguf_tokenizer_metadata(file_read_text(model), model.string(), config.bos_token_id, eos);
+    const fs::path config_path = s.dir / "tokenizer_config.json";
+    if (file_exists(config_path)) {
+        std::string note;
+        std::string jinja = chat_template_from_config(file_read_json(config_path), config_path.string(), &note);
+        if (!jinja.empty()) kv.push_back({"tokenizer.chat_template", jinja});
+    }
+    return kv;
 }
 
 ChatTemplate model_source_chat_template(const ModelSource& s, std::string* warning) {

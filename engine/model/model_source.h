@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "engine/text/chat_template.h"
+#include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/text/tokenizer.h"
 #include "engine/model/weights.h"
@@ -73,6 +74,12 @@ ModelWeights model_source_weights(const ModelSource& source, const ModelConfig& 
 // the model could generate but the tokenizer not decode: refused at load,
 // not masked).
 Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& config);
+
+// The tokenizer and chat template as GGUF metadata (tokenizer.ggml.* and
+// tokenizer.chat_template), for writing the model as one GGUF file: a GGUF
+// file's own keys, a folder's tokenizer.model and tokenizer_config.json
+// chat_template, or the embedded tokenizer and Mixtral's template.
+std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& source, const ModelConfig& config);
 
 // The folder's chat template (ChatTemplate::from_model_dir, which sets
 // *warning when it falls back), or Mistral's built-in one (no warning).

@@ -12,6 +12,7 @@
 #include "engine/text/gguf_tokenizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -218,3 +219,60 @@ ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_v
     const std::string_view jinja = metadata.find_string(KEY_CHAT_TEMPLATE).value_or(std::string_view());
     return ChatTemplate::from_jinja(jinja, std::string(source), warning, KEY_CHAT_TEMPLATE);
 }
+
+std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view model, std::string_view source, int bos, int eos) {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    bool dummy_prefix = true, extra_whitespaces = true;  // sentencepiece_model.proto's defaults
+    int unk = -1, pad = -1;
+    bool ok = pb_for_each_field(model, [&](uint32_t field, uint32_t wire, std::string_view payload, std::string_view) {
+        if (field == 1 && wire == 2) {  // ModelProto.pieces
+            std::string piece;
+            float score = 0;
+            uint64_t type = NORMAL;
+            pb_for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v, std::string_view) {
+                size_t pos = 0;
+                if (f == 1 && w == 2) piece = std::string(v);
+                if (f == 2 && w == 5) std::memcpy(&score, v.data(), 4);
+                if (f == 3 && w == 0) pb_read_varint(v, &pos, &type);
+            });
+            tokens.push_back(std::move(piece));
+            scores.push_back(score);
+            types.push_back(int32_t(type));
+        } else if (field == 2 && wire == 2) {  // trainer_spec: unk_id 40, pad_id 43
+            pb_for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v, std::string_view) {
+                uint64_t x = 0;
+                size_t pos = 0;
+                if (w != 0 || !pb_read_varint(v, &pos, &x)) return;
+                if (f == 40) unk = int(int32_t(x));
+                if (f == 43) pad = int(int32_t(x));
+            });
+        } else if (field == 3 && wire == 2) {  // normalizer_spec: add_dummy_prefix 3, remove_extra_whitespaces 4
+            pb_for_each_field(payload, [&](uint32_t f, uint32_t w, std::string_view v, std::string_view) {
+                uint64_t x = 0;
+                size_t pos = 0;
+                if (w != 0 || !pb_read_varint(v, &pos, &x)) return;
+                if (f == 3) dummy_prefix = x != 0;
+                if (f == 4) extra_whitespaces = x != 0;
+            });
+        }
+    });
+    if (!ok || tokens.empty()) throw MoeError(std::string(source) + ": not a SentencePiece model");
+    std::vector<GgufKeyValue> kv = {
+        {"tokenizer.ggml.model", "llama"},
+        {"tokenizer.ggml.tokens", tokens},
+        {"tokenizer.ggml.scores", scores},
+        {"tokenizer.ggml.token_type", types},
+        {std::string(KEY_BOS), uint32_t(bos)},
+        {std::string(KEY_EOS), uint32_t(eos)},
+    };
+    if (unk >= 0) kv.push_back({std::string(KEY_UNK), uint32_t(unk)});
+    if (pad >= 0) kv.push_back({std::string(KEY_PAD), uint32_t(pad)});
+    kv.push_back({"tokenizer.ggml.add_bos_token", true});
+    kv.push_back({"tokenizer.ggml.add_eos_token", false});
+    kv.push_back({std::string(KEY_SPACE_PREFIX), dummy_prefix});
+    kv.push_back({std::string(KEY_EXTRA_SPACES), extra_whitespaces});
+    return kv;
+}
+

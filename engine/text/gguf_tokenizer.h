@@ -10,6 +10,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/model/gguf.h"
 #include "engine/text/chat_template.h"
@@ -45,3 +46,15 @@ Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view sou
 // ChatTemplate::from_jinja of tokenizer.chat_template (absent: MISTRAL with a
 // warning naming the key).
 ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning);
+
+// The other direction, for writing GGUF files: a SentencePiece model
+// (tokenizer.model's bytes) as the tokenizer.ggml.* keys llama.cpp's
+// converter writes (model "llama", tokens, scores, token_type, the special
+// ids, add_space_prefix, remove_extra_whitespaces, add_bos_token true,
+// add_eos_token false), so that gguf_sentencepiece_model gives the model back
+// and other readers tokenize as the original. bos and eos: the model's ids
+// (its config's). MoeError "SOURCE: what is wrong" for bytes that are not a
+// SentencePiece model.
+std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view sentencepiece_model, std::string_view source,
+                                                  int bos, int eos);
+

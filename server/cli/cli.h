@@ -16,6 +16,7 @@ int cli_generate(const std::vector<std::string>& words);
 int cli_tokenize(const std::vector<std::string>& words);
 int cli_perplexity(const std::vector<std::string>& words);
 int cli_synth_model(const std::vector<std::string>& words);
+int cli_quantize(const std::vector<std::string>& words);
 int cli_bench(const std::vector<std::string>& words);
 
 // --model DIR | synth:PRESET[:SEED], checked before anything loads
