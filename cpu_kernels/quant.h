@@ -104,8 +104,9 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // bytes: sub-blocks 0..3 are the low 6 bits of bytes 0..3 (scales) and 4..7
 // (mins); sub-block 4 + j takes its low 4 bits from byte 8 + j (scale: low
 // nibble, min: high nibble) and its high 2 bits from the top bits of byte j
-// (scale) and 4 + j (min). Done on 32-bit words: four sub-blocks at once.
-static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+// (scale) and 4 + j (min). Done on 32-bit words: four sub-blocks at once;
+// k_scale_min64 leaves them as the bytes of two words (kept in registers).
+static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn) {
     uint32_t a, b, c;
     memcpy(&a, s, 4);
     memcpy(&b, s + 4, 4);
@@ -113,10 +114,14 @@ static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]
     uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = b & 0x3f3f3f3fu;
     uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4;
     uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4;
-    memcpy(sc, &sc_lo, 4);
-    memcpy(sc + 4, &sc_hi, 4);
-    memcpy(mn, &mn_lo, 4);
-    memcpy(mn + 4, &mn_hi, 4);
+    sc = sc_lo | uint64_t(sc_hi) << 32;  // byte j: sub-block j (little-endian)
+    mn = mn_lo | uint64_t(mn_hi) << 32;
+}
+
+static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    uint64_t sc64, mn64;
+    k_scale_min64(s, sc64, mn64);
+    for (int j = 0; j < 8; j++) sc[j] = uint8_t(sc64 >> (8 * j)), mn[j] = uint8_t(mn64 >> (8 * j));
 }
 
 // ---------------------------------------------------------------------------

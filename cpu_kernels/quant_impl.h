@@ -29,7 +29,11 @@ inline __m256i load256(const void* p) {
 inline float fp16_at(const void* p) {
     uint16_t h;
     memcpy(&h, p, 2);
+#if defined(MOE_SIMDE)
     return fp16_to_f32(h);
+#else
+    return _cvtsh_ss(h);  // F16C: exact, as fp16_to_f32
+#endif
 }
 inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -47,18 +51,21 @@ inline int hsum8i(__m256i v) {
 // ---------------------------------------------------------------------------
 // Dot-product policies: u (32 unsigned levels, < 128 for DotMadd, whose
 // pair sums saturate at 2^15) times s (32 int8) summed into 8 int32 lanes;
-// `scaled` multiplies each lane's sum by a per-lane scale first. A scale
-// vector holds scale a for elements 0-15 of the unit and b for 16-31.
+// `scaled` multiplies each lane's sum by a per-lane scale first. scales()
+// turns 8 int32 scales into the policy's form once per block; a unit's
+// scale vector is then one lane permute of it (a for elements 0-15 of the
+// unit, b for 16-31).
 
 struct DotMadd {
     using S = __m256i;  // 16 int16 lanes (lane i: elements 2i, 2i+1)
     static __m256i dot(__m256i acc, __m256i u, __m256i s) {
         return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
     }
-    static S scale(int a, int b) {
-        return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(a))), _mm_set1_epi16(short(b)), 1);
+    // 8 int32 scales -> each in both int16 halves of its lane (a lane
+    // broadcast of the result is then an int16 broadcast).
+    static S scales(__m256i s32) {
+        return _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(s32, 16));
     }
-    static S scale1(int a) { return _mm256_set1_epi16(short(a)); }
     static __m256i scaled(__m256i acc, __m256i u, __m256i s, S sc) {
         return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc));
     }
@@ -68,10 +75,7 @@ struct DotMadd {
 struct DotVnni {
     using S = __m256i;  // 8 int32 lanes
     static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
-    static S scale(int a, int b) {
-        return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(a)), _mm_set1_epi32(b), 1);
-    }
-    static S scale1(int a) { return _mm256_set1_epi32(a); }
+    static S scales(__m256i s32) { return s32; }
     static __m256i scaled(__m256i acc, __m256i u, __m256i s, S sc) {
         return _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), sc));
     }
@@ -129,23 +133,30 @@ struct FmtQ4_0 {
 
 struct KHead {
     float d, dm;
-    __m256i coef;          // 16 int16: the min coefficient of each group of 16
-    uint8_t sc[8], mn[8];  // Q4_K / Q5_K sub-block scales and mins
-    const int8_t* sc16;    // Q6_K group scales
+    __m256i coef;        // 16 int16: the min coefficient of each group of 16
+    __m256i sc[2];       // scales as 8 int32 lanes in the policy's form (Q::scales)
+    uint64_t sc8, mn8;   // Q4_K / Q5_K: the 6-bit scales and mins as bytes
+    const int8_t* sc16;  // Q6_K: the group scales
 };
+
+inline __m256i lane_index(int a, int b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(a)), _mm_set1_epi32(b), 1);
+}
 
 // Q4_K and Q5_K (HIGH: the fifth bit).
 template <bool HIGH>
 struct FmtK45 {
     static constexpr int BYTES = HIGH ? 176 : 144;
     static constexpr int QS = HIGH ? 48 : 16;  // offset of qs
+    template <class Q>
     static KHead head(const uint8_t* b) {
         KHead h;
         h.d = fp16_at(b);
         h.dm = fp16_at(b + 2);
-        k_scale_min(b + 4, h.sc, h.mn);
-        __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h.mn)));
+        k_scale_min64(b + 4, h.sc8, h.mn8);
+        __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(h.mn8)));
         h.coef = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(m, m)), _mm_unpackhi_epi16(m, m), 1);
+        h.sc[0] = Q::scales(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(h.sc8))));
         h.sc16 = nullptr;
         return h;
     }
@@ -158,22 +169,25 @@ struct FmtK45 {
         }
         return l;
     }
-    template <class Q>
-    static typename Q::S scale(const KHead& h, int u) {
-        return Q::scale1(h.sc[u]);
-    }
-    static int scale_of(const KHead& h, int g) { return h.sc[g / 2]; }
-    static int coef_of(const KHead& h, int g) { return h.mn[g / 2]; }
+    // Sub-block u's scale in every lane.
+    static __m256i scale(const KHead& h, int u) { return _mm256_permutevar8x32_epi32(h.sc[0], _mm256_set1_epi32(u)); }
+    static int scale_of(const KHead& h, int g) { return int(h.sc8 >> (8 * (g / 2)) & 0xff); }
+    static int coef_of(const KHead& h, int g) { return int(h.mn8 >> (8 * (g / 2)) & 0xff); }
 };
 
 struct FmtQ6_K {
     static constexpr int BYTES = 210;
+    template <class Q>
     static KHead head(const uint8_t* b) {
         KHead h;
         h.d = fp16_at(b + 208);
         h.dm = h.d;
         h.sc16 = reinterpret_cast<const int8_t*>(b + 192);
-        h.coef = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))), 5);
+        __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+        h.coef = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s), 5);
+        h.sc[0] = Q::scales(_mm256_cvtepi8_epi32(s));
+        h.sc[1] = Q::scales(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8)));
+        h.sc8 = h.mn8 = 0;
         return h;
     }
     static __m256i levels(const uint8_t* b, int u) {
@@ -183,9 +197,10 @@ struct FmtQ6_K {
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load256(b + 128 + 32 * half), 2 * part), _mm256_set1_epi8(3));
         return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
     }
-    template <class Q>
-    static typename Q::S scale(const KHead& h, int u) {
-        return Q::scale(h.sc16[2 * u], h.sc16[2 * u + 1]);
+    // Groups 2u (lanes 0-3) and 2u + 1 (lanes 4-7).
+    static __m256i scale(const KHead& h, int u) {
+        int g = 2 * (u % 4);
+        return _mm256_permutevar8x32_epi32(h.sc[u / 4], lane_index(g, g + 1));
     }
     static int scale_of(const KHead& h, int g) { return h.sc16[g]; }
     static int coef_of(const KHead& h, int g) { return 32 * h.sc16[g]; }
@@ -208,13 +223,13 @@ void qrows_k(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, in
         const uint8_t* b = wr + size_t(ib) * T::BYTES;
         _mm_prefetch(reinterpret_cast<const char*>(b) + QPREFETCH, _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(b) + QPREFETCH + 64, _MM_HINT_T0);
-        KHead h = T::head(b);
+        KHead h = T::template head<Q>(b);
         __m256i sumi[M];
         for (int t = 0; t < M; t++) sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; u++) {
             __m256i lv = T::levels(b, u);
-            typename Q::S sc = T::template scale<Q>(h, u);
+            __m256i sc = T::scale(h, u);
             for (int t = 0; t < M; t++) sumi[t] = Q::scaled(sumi[t], lv, load256(xr[t][ib].q + 32 * u), sc);
         }
         for (int t = 0; t < M; t++) {
@@ -231,10 +246,13 @@ template <class Q, class T, int M>
 void qrows_32(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, int nb, int r, int i0) {
     const XBlock32* xr[M];
     for (int t = 0; t < M; t++) xr[t] = reinterpret_cast<const XBlock32*>(xq + size_t(i0 + t) * xrow);
-    __m256 acc[M];
-    float off[M];
-    for (int t = 0; t < M; t++) acc[t] = _mm256_setzero_ps(), off[t] = 0.0f;
-    for (int ib = 0; ib < nb; ib++) {
+    // Two sets of accumulators take alternate blocks (a block is a few
+    // cycles, the multiply-add latency four).
+    __m256 acc[2][M];
+    float off[2][M];
+    for (int u = 0; u < 2; u++)
+        for (int t = 0; t < M; t++) acc[u][t] = _mm256_setzero_ps(), off[u][t] = 0.0f;
+    auto step = [&](int ib, __m256(&a)[M], float(&o)[M]) {
         const uint8_t* b = wr + size_t(ib) * T::BYTES;
         _mm_prefetch(reinterpret_cast<const char*>(b) + QPREFETCH, _MM_HINT_T0);
         float d = fp16_at(b);
@@ -243,11 +261,19 @@ void qrows_32(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, i
         for (int t = 0; t < M; t++) {
             const XBlock32& xb = xr[t][ib];
             __m256i p = Q::dot(_mm256_setzero_si256(), u, T::adjust_x(load256(xb.q), xsign));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xb.d), acc[t]);
-            if (T::OFFSET) off[t] += d * xb.ds;
+            a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xb.d), a[t]);
+            if (T::OFFSET) o[t] += d * xb.ds;
         }
+    };
+    int ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        step(ib, acc[0], off[0]);
+        step(ib + 1, acc[1], off[1]);
     }
-    for (int t = 0; t < M; t++) y[long(i0 + t) * n + r] = hsum8(acc[t]) - float(T::OFFSET) * off[t];
+    if (ib < nb) step(ib, acc[0], off[0]);
+    for (int t = 0; t < M; t++)
+        y[long(i0 + t) * n + r] =
+            hsum8(_mm256_add_ps(acc[0][t], acc[1][t])) - float(T::OFFSET) * (off[0][t] + off[1][t]);
 }
 
 using QRowsFn = void (*)(float*, int, const char*, size_t, const uint8_t*, int, int, int);
@@ -281,7 +307,7 @@ void qrows_range(float* y, const void* xq, const void* w, size_t row_bytes, int 
 
 template <class T>
 void dequant_block_k(const uint8_t* b, float* y) {
-    KHead h = T::head(b);
+    KHead h = T::template head<DotMadd>(b);
     alignas(32) uint8_t lv[32];
     for (int u = 0; u < 8; u++) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(lv), T::levels(b, u));
