@@ -72,12 +72,14 @@ struct DotMadd {
 };
 
 #if defined(__AVX512VNNI__) || defined(MOE_SIMDE)
+// VNNI: vpdpbusd for plain sums; scaled sums are vpmaddubsw then vpdpwssd
+// (the int16 multiply by the scale and the accumulation in one).
 struct DotVnni {
-    using S = __m256i;  // 8 int32 lanes
+    using S = __m256i;  // 16 int16 lanes, as DotMadd's
     static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
-    static S scales(__m256i s32) { return s32; }
+    static S scales(__m256i s32) { return DotMadd::scales(s32); }
     static __m256i scaled(__m256i acc, __m256i u, __m256i s, S sc) {
-        return _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), sc));
+        return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc);
     }
 };
 #endif
@@ -224,18 +226,21 @@ void qrows_k(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, in
         _mm_prefetch(reinterpret_cast<const char*>(b) + QPREFETCH, _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(b) + QPREFETCH + 64, _MM_HINT_T0);
         KHead h = T::template head<Q>(b);
-        __m256i sumi[M];
-        for (int t = 0; t < M; t++) sumi[t] = _mm256_setzero_si256();
+        // Even and odd units into separate sums: two short dependency chains.
+        __m256i sumi[2][M];
+        for (int t = 0; t < M; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int u = 0; u < 8; u++) {
             __m256i lv = T::levels(b, u);
             __m256i sc = T::scale(h, u);
-            for (int t = 0; t < M; t++) sumi[t] = Q::scaled(sumi[t], lv, load256(xr[t][ib].q + 32 * u), sc);
+            for (int t = 0; t < M; t++)
+                sumi[u % 2][t] = Q::scaled(sumi[u % 2][t], lv, load256(xr[t][ib].q + 32 * u), sc);
         }
         for (int t = 0; t < M; t++) {
             const XBlock256& xb = xr[t][ib];
+            sumi[0][t] = _mm256_add_epi32(sumi[0][t], sumi[1][t]);
             __m256i mins = _mm256_madd_epi16(h.coef, load256(xb.bsums));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_set1_ps(h.d * xb.d), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[0][t]), _mm256_set1_ps(h.d * xb.d), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(h.dm * xb.d), acc[t]);
         }
     }
