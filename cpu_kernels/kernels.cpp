@@ -76,13 +76,17 @@ using MatmulKernel = void (*)(float*, const void*, const bf16*, int, int, int, i
 // packed kernel by 3-15 % at m = 256 and loses or ties at m = 64.
 constexpr int DNNL_MIN_M = 128;
 
-// The kernel for m tokens.
-MatmulKernel matmul_kernel(const KernelTable& t, int m) {
-    if (m < t.packed_min_m) return t.matmul_rows;
+// The packed kernel for m tokens: oneDNN where it takes over, else ours.
+MatmulKernel packed_kernel(const KernelTable& t, int m) {
     if (t.isa == Isa::AVX512BF16 && m >= DNNL_MIN_M && dnnl_allowed.load(std::memory_order_relaxed) &&
         dnnl_bf16_native())
         return dnnl_matmul_bf16_cols;
     return t.matmul_packed;
+}
+
+// The kernel for m tokens.
+MatmulKernel matmul_kernel(const KernelTable& t, int m) {
+    return m < t.packed_min_m ? t.matmul_rows : packed_kernel(t, m);
 }
 
 }  // namespace
@@ -168,7 +172,9 @@ void view_rows(const KernelTable& t, float* y, const void* xa, const WeightView&
     int piece = dequant_piece_rows(k);
     bf16* wb = static_cast<bf16*>(workspace(WS_W, sizeof(bf16) * size_t(piece) * k));
     float* yp = static_cast<float*>(workspace(WS_Y, sizeof(float) * size_t(piece) * m));
-    MatmulKernel kernel = matmul_kernel(t, m);
+    // (Always a packed kernel: x was prepared for one, whatever the bf16
+    // crossover packed_min_m says.)
+    MatmulKernel kernel = packed_kernel(t, m);
     for (int r = r0; r < r1; r += piece) {
         int c = std::min(piece, r1 - r);
         t.dequant_bf16(w.type, wb, w.data, w.row_bytes, k, r, r + c);

@@ -7,7 +7,7 @@
 // fp32 rounding; the activation quantizer and the bf16 dequantizer of each
 // table against quant.h's scalar ones. Shapes are not multiples of
 // anything beyond the block: k = 3 blocks of 256 or 5 of 32, odd n, m = 1,
-// 3, 17, 130 (the packed path).
+// 3, 17, 64, 130 (the last two on the packed path).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -97,7 +97,7 @@ TEST_CASE("quant kernels: matmul over quantized views matches the dequantized re
         int k = dtype_info(type).block == 32 ? 32 * 5 : 256 * 3;
         for (int n : {67, 131}) {
             TestWeight w = make_weight(rng, type, n, k);
-            for (int m : {1, 3, 17, 130}) {
+            for (int m : {1, 3, 17, 64, 130}) {  // 64: packed for quantized W, rows for bf16 on avx512
                 std::vector<float> x = rand_normal(rng, size_t(m) * k);
                 Reference ref = reference(x.data(), w.values, type, m, n, k);
                 std::vector<float> scalar(size_t(m) * n);
@@ -196,7 +196,7 @@ TEST_CASE("quant kernels: expert_ffn with mixed types equals its three matmuls a
         int dim = 256 * 3, hidden = 256 * 5;
         TestWeight w1 = make_weight(rng, mix.w13, hidden, dim), w3 = make_weight(rng, mix.w13, hidden, dim);
         TestWeight w2 = make_weight(rng, mix.w2, dim, hidden);
-        for (int m : {1, 3, 130}) {
+        for (int m : {1, 3, 64, 130}) {
             std::vector<float> x = rand_normal(rng, size_t(m) * dim);
             // The reference in double on the dequantized weights.
             std::vector<double> ref(size_t(m) * dim);
