@@ -148,7 +148,7 @@ TEST_CASE("quant kernels: each table quantizes activations and dequantizes weigh
     }
 }
 
-TEST_CASE("quant kernels: float views; bf16 views run matmul_bf16; weight_row_f32", "[kernels][quant]") {
+TEST_CASE("quant kernels: float views, bf16 views run matmul_bf16, weight_row_f32", "[kernels][quant]") {
     std::mt19937 rng(23);
     ThreadPool pool(2);
     for (const auto& [name, t] : tables_under_test()) {

@@ -123,7 +123,7 @@ TEST_CASE("quant: Q8_0 of the HF weights is llama.cpp's Q8_0.gguf byte for byte"
     CHECK(compared == 12);  // 16 q8_0 tensors less 2 layers' attn_q and attn_k
 }
 
-TEST_CASE("quant: Q4_K_M.gguf dequantizes near the HF weights; our quantizers are as close", "[quant]") {
+TEST_CASE("quant: Q4_K_M.gguf dequantizes near the HF weights, and our quantizers are as close", "[quant]") {
     GgufFile f(reference_gguf("Q4_K_M.gguf"));
     SafetensorsSet hf(reference_gguf("hf"));
     // Relative RMS error bounds of llama.cpp's tensors (measured: 0.0713 ..
