@@ -12,11 +12,23 @@
 
 namespace {
 
+// Nearest integer, ties to even, as std::nearbyint in the default rounding
+// mode but inline (baseline x86-64 has no roundss, and the searches below
+// round millions of times): adding 1.5 * 2^23 leaves no fraction bits. For
+// |v| < 2^22; larger values are integers or clamped away by the callers.
 inline float rnd(float v) {
-    return std::nearbyint(v);
-}  // nearest, ties to even
-inline int clampi(int v, int lo, int hi) {
-    return v < lo ? lo : v > hi ? hi : v;
+    return std::fabs(v) < 0x1p22f ? (v + 0x1.8p23f) - 0x1.8p23f : v;
+}
+// rnd(v) clamped to [lo, hi], as an int (clamped first, so any float is
+// safe; NaN gives lo).
+inline int qround(float v, int lo, int hi) {
+    float c = v > float(lo) ? (v < float(hi) ? v : float(hi)) : float(lo);
+    return int(rnd(c));
+}
+// Nearest, ties away from zero: std::round (llama.cpp's Q8_0 rounding).
+inline float round_away(float v) {
+    float r = rnd(v);
+    return std::fabs(v - r) == 0.5f ? v + std::copysign(0.5f, v) : r;
 }
 inline float fp16_round(float v) {
     return fp16_to_f32(f32_to_fp16(v));
@@ -37,27 +49,30 @@ inline uint16_t load_u16(const void* p) {
 // block). The candidates map the element of largest magnitude to levels
 // near qmin and near qmax.
 float fit_symmetric(const float* x, int n, int qmin, int qmax) {
-    float xm = 0.0f;
-    for (int i = 0; i < n; i++)
+    assert(n % 4 == 0 && n <= 32);
+    float xm = 0.0f, sxx = 0.0f;
+    for (int i = 0; i < n; i++) {
         if (std::fabs(x[i]) > std::fabs(xm)) xm = x[i];
+        sxx += x[i] * x[i];
+    }
     if (xm == 0.0f) return 0.0f;
     float best_s = 0.0f, best_err = INFINITY;
     auto try_scale = [&](float s) {
         if (!(s != 0.0f) || !std::isfinite(s)) return;
-        float inv = 1.0f / s, sxq = 0.0f, sqq = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float q = float(clampi(int(rnd(x[i] * inv)), qmin, qmax));
-            sxq += x[i] * q;
-            sqq += q * q;
-        }
-        if (sqq == 0.0f) return;
-        float s2 = sxq / sqq, err = 0.0f;  // least squares for these levels
-        for (int i = 0; i < n; i++) {
-            float q = float(clampi(int(rnd(x[i] * inv)), qmin, qmax));
-            float e = s2 * q - x[i];
-            err += e * e;
-        }
-        if (err < best_err) best_err = err, best_s = s2;
+        // Sums in four lanes (short dependency chains, vectorisable).
+        float inv = 1.0f / s, sxq[4] = {}, sqq[4] = {};
+        for (int i = 0; i < n; i += 4)
+            for (int l = 0; l < 4; l++) {
+                float q = float(qround(x[i + l] * inv, qmin, qmax));
+                sxq[l] += x[i + l] * q;
+                sqq[l] += q * q;
+            }
+        float a = (sxq[0] + sxq[1]) + (sxq[2] + sxq[3]), b = (sqq[0] + sqq[1]) + (sqq[2] + sqq[3]);
+        if (b == 0.0f) return;
+        // The least-squares scale for these levels, and its squared error
+        // in closed form: sum x^2 - (sum x q)^2 / sum q^2.
+        float err = sxx - a * a / b;
+        if (err < best_err) best_err = err, best_s = a / b;
     };
     for (int i = 0; i <= 12; i++) {
         try_scale(xm / (float(qmin) + 0.125f * float(i)));
@@ -70,32 +85,33 @@ float fit_symmetric(const float* x, int n, int qmin, int qmax) {
 // x (n) ~ s * q - m with integer q in [0, qmax], s >= 0, m >= 0 (the K
 // types' sub-blocks: a min at or below zero).
 void fit_affine(const float* x, int n, int qmax, float& scale, float& min) {
-    float lo = 0.0f, hi = x[0];
+    assert(n % 4 == 0 && n <= 32);
+    float lo = 0.0f, hi = x[0], sx = 0.0f, sxx = 0.0f;
     for (int i = 0; i < n; i++) {
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
+        sx += x[i], sxx += x[i] * x[i];
     }
     scale = 0.0f;
     min = -lo;
     if (hi <= lo) return;  // every element equals lo (<= 0): x = -min
-    float best_err = INFINITY;
+    float best_err = INFINITY, fn = float(n);
     auto try_scale = [&](float s, float b) {  // levels of x ~ s q + b
-        float inv = 1.0f / s, sq = 0.0f, sx = 0.0f, sqq = 0.0f, sxq = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float q = float(clampi(int(rnd((x[i] - b) * inv)), 0, qmax));
-            sq += q, sx += x[i], sqq += q * q, sxq += x[i] * q;
-        }
-        float det = float(n) * sqq - sq * sq;
+        float inv = 1.0f / s, q1[4] = {}, q2[4] = {}, xq[4] = {};
+        for (int i = 0; i < n; i += 4)
+            for (int l = 0; l < 4; l++) {
+                float q = float(qround((x[i + l] - b) * inv, 0, qmax));
+                q1[l] += q, q2[l] += q * q, xq[l] += x[i + l] * q;
+            }
+        float sq = (q1[0] + q1[1]) + (q1[2] + q1[3]), sqq = (q2[0] + q2[1]) + (q2[2] + q2[3]);
+        float sxq = (xq[0] + xq[1]) + (xq[2] + xq[3]);
+        float det = fn * sqq - sq * sq;
         if (det <= 0.0f) return;
-        float s2 = (float(n) * sxq - sq * sx) / det, b2 = (sx - s2 * sq) / float(n);
+        float s2 = (fn * sxq - sq * sx) / det, b2 = (sx - s2 * sq) / fn;
         if (b2 > 0.0f) b2 = 0.0f, s2 = sxq / sqq;  // the offset may only lower
         if (!(s2 > 0.0f)) return;
-        float err = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float q = float(clampi(int(rnd((x[i] - b) * inv)), 0, qmax));
-            float e = s2 * q + b2 - x[i];
-            err += e * e;
-        }
+        // sum (s2 q + b2 - x)^2 in closed form.
+        float err = s2 * s2 * sqq + 2.0f * s2 * b2 * sq - 2.0f * s2 * sxq + fn * b2 * b2 - 2.0f * b2 * sx + sxx;
         if (err < best_err) best_err = err, scale = s2, min = -b2;
     };
     for (int i = -10; i <= 10; i++) try_scale((hi - lo) / (float(qmax) + 0.1f * float(i)), lo);
@@ -124,11 +140,11 @@ KBlock quantize_k_affine(const float* x, int qmax) {
     b.d = f32_to_fp16(d);
     b.dmin = f32_to_fp16(dmin);
     for (int j = 0; j < 8; j++) {
-        b.sc[j] = uint8_t(d > 0.0f ? clampi(int(rnd(s[j] / d)), 0, 63) : 0);
-        b.mn[j] = uint8_t(dmin > 0.0f ? clampi(int(rnd(m[j] / dmin)), 0, 63) : 0);
+        b.sc[j] = uint8_t(d > 0.0f ? qround(s[j] / d, 0, 63) : 0);
+        b.mn[j] = uint8_t(dmin > 0.0f ? qround(m[j] / dmin, 0, 63) : 0);
         float step = d * float(b.sc[j]), off = dmin * float(b.mn[j]);
         for (int i = 0; i < 32; i++)
-            b.q[32 * j + i] = uint8_t(step > 0.0f ? clampi(int(rnd((x[32 * j + i] + off) / step)), 0, qmax) : 0);
+            b.q[32 * j + i] = uint8_t(step > 0.0f ? qround((x[32 * j + i] + off) / step, 0, qmax) : 0);
     }
     return b;
 }
@@ -172,11 +188,11 @@ void quantize_q6_k(const float* x, BlockQ6_K& out) {
     out.d = f32_to_fp16(d);
     uint8_t q[256];
     for (int g = 0; g < 16; g++) {
-        int sc = d > 0.0f ? clampi(int(rnd(s[g] / d)), -127, 127) : 0;
+        int sc = d > 0.0f ? qround(s[g] / d, -127, 127) : 0;
         out.scales[g] = int8_t(sc);
         float step = d * float(sc);
         for (int i = 0; i < 16; i++)
-            q[16 * g + i] = uint8_t(32 + (step != 0.0f ? clampi(int(rnd(x[16 * g + i] / step)), -32, 31) : 0));
+            q[16 * g + i] = uint8_t(32 + (step != 0.0f ? qround(x[16 * g + i] / step, -32, 31) : 0));
     }
     for (int h = 0; h < 2; h++) {
         const uint8_t* qq = q + 128 * h;
@@ -195,15 +211,15 @@ void quantize_q8_0(const float* x, BlockQ8_0& out) {
     for (int i = 0; i < 32; i++) amax = std::fmax(amax, std::fabs(x[i]));
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     out.d = f32_to_fp16(d);
-    for (int i = 0; i < 32; i++) out.qs[i] = int8_t(std::round(x[i] * id));  // ties away from zero, as llama.cpp
+    for (int i = 0; i < 32; i++) out.qs[i] = int8_t(round_away(x[i] * id));  // as llama.cpp
 }
 
 void quantize_q4_0(const float* x, BlockQ4_0& out) {
     float d = fp16_round(fit_symmetric(x, 32, -8, 7));
     out.d = f32_to_fp16(d);
     for (int i = 0; i < 16; i++) {
-        int lo = d != 0.0f ? clampi(int(rnd(x[i] / d)), -8, 7) : 0;
-        int hi = d != 0.0f ? clampi(int(rnd(x[i + 16] / d)), -8, 7) : 0;
+        int lo = d != 0.0f ? qround(x[i] / d, -8, 7) : 0;
+        int hi = d != 0.0f ? qround(x[i + 16] / d, -8, 7) : 0;
         out.qs[i] = uint8_t((lo + 8) | (hi + 8) << 4);
     }
 }
@@ -385,7 +401,7 @@ float quantize_x_block(const float* x, int8_t* q, int n) {
     float amax = 0.0f;
     for (int i = 0; i < n; i++) amax = std::fmax(amax, std::fabs(x[i]));
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < n; i++) q[i] = int8_t(rnd(x[i] * id));
+    for (int i = 0; i < n; i++) q[i] = int8_t(qround(x[i] * id, -127, 127));
     return d;
 }
 
