@@ -14,8 +14,10 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels/kernels.h"
+#include "cpu_kernels/quant.h"
 
 namespace {
 
@@ -141,28 +143,55 @@ struct Shape {
     int n, k;
 };
 
-// Rotating copies of one random bf16 matrix set.
+// Rotating copies of one random matrix set of one type: rows of cols
+// elements each, matrices back to back.
 struct WeightCopies {
-    std::unique_ptr<bf16[], FreeDeleter> data;
-    size_t elems_per_copy = 0;
+    std::unique_ptr<unsigned char[], FreeDeleter> data;
+    size_t bytes_per_copy = 0;
     int copies = 0;
-    const bf16* copy(int i) const { return data.get() + size_t(i % copies) * elems_per_copy; }
+    DType type = DType::BF16;
+    long cols = 0;
+    const unsigned char* copy(int i) const { return data.get() + size_t(i % copies) * bytes_per_copy; }
+    // Matrix `first_row / rows` of copy i as a view: rows x cols from row first_row.
+    WeightView view(int i, long first_row, long rows) const {
+        return weight_view(type, copy(i) + size_t(first_row) * *dtype_row_bytes(type, cols), rows, cols);
+    }
 };
 
-WeightCopies make_weights(size_t elems, ThreadPool& pool) {
+// bf16 values in [-0.05, 0.05) (xorshift: fast enough for a gigabyte), each
+// copy its own; a quantized type: one such matrix quantized, then copied.
+WeightCopies make_weights(DType type, long rows, long cols, ThreadPool& pool) {
     WeightCopies w;
-    w.elems_per_copy = (elems + 2047) / 2048 * 2048;
-    w.copies = std::max(2, int(ROTATION_BYTES / (2.0 * double(w.elems_per_copy))) + 1);
-    size_t total = w.elems_per_copy * w.copies;
-    w.data = alloc_array<bf16>(total);
-    pool.parallel_for(long(total), 4096, [&](long b, long e) {
-        // xorshift: values in [-0.05, 0.05), fast enough for a gigabyte.
+    w.type = type;
+    w.cols = cols;
+    size_t bytes = size_t(rows) * *dtype_row_bytes(type, cols);
+    w.bytes_per_copy = (bytes + 4095) / 4096 * 4096;
+    w.copies = std::max(2, int(ROTATION_BYTES / double(w.bytes_per_copy)) + 1);
+    size_t total = w.bytes_per_copy * w.copies;
+    w.data = alloc_array<unsigned char>(total);
+    auto fill = [](bf16* out, long b, long e) {  // elements [b, e) to out[0, e - b)
         uint32_t r = uint32_t(b) * 2654435761u + 1;
         for (long i = b; i < e; i++) {
             r ^= r << 13, r ^= r >> 17, r ^= r << 5;
-            w.data[i] = f32_to_bf16((float(r >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.1f);
+            out[i - b] = f32_to_bf16((float(r >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.1f);
+        }
+    };
+    if (type == DType::BF16) {
+        bf16* all = reinterpret_cast<bf16*>(w.data.get());
+        pool.parallel_for(long(total / 2), 4096, [&](long b, long e) { fill(all + b, b, e); });
+        return w;
+    }
+    pool.parallel_for(rows, 1, [&](long r0, long r1) {
+        std::vector<bf16> src(static_cast<size_t>(cols));
+        std::vector<float> row(static_cast<size_t>(cols));
+        size_t rb = *dtype_row_bytes(type, cols);
+        for (long r = r0; r < r1; r++) {
+            fill(src.data(), r * cols, (r + 1) * cols);
+            for (long j = 0; j < cols; j++) row[size_t(j)] = bf16_to_f32(src[size_t(j)]);
+            quantize_row(type, row.data(), w.data.get() + size_t(r) * rb, cols);
         }
     });
+    for (int c = 1; c < w.copies; c++) std::memcpy(w.data.get() + size_t(c) * w.bytes_per_copy, w.data.get(), bytes);
     return w;
 }
 
@@ -177,7 +206,8 @@ struct Timing {
 template <class F>
 Timing time_paired(ThreadPool& pool, const WeightCopies& w, size_t bytes, F kernel, double budget_s) {
     const KernelTable& t = kernel_table(widest_isa());
-    long slice = long(bytes) / pool.size() / 4096 * 4096;
+    // (At most one copy: the expert FFN's w2 lives in another set.)
+    long slice = long(std::min(bytes, w.bytes_per_copy)) / pool.size() / 4096 * 4096;
     std::vector<float> sinks(pool.size());
     double best_read = 1e30, best = 1e30;
     best_time(
@@ -196,29 +226,36 @@ Timing time_paired(ThreadPool& pool, const WeightCopies& w, size_t bytes, F kern
     return {best, double(slice) * pool.size() / best_read / 1e9};
 }
 
-void print_line(const char* kernel, const Shape& s, Isa isa, int m, const char* path, Timing tm, double bytes,
-                double flops, const Ceiling& c) {
+void print_line(const char* kernel, const std::string& type, const Shape& s, Isa isa, int m, const char* path,
+                Timing tm, double bytes, double flops, const Ceiling& c) {
     double sec = tm.kernel_s;
     double gbs = bytes / sec / 1e9, gflops = flops / sec / 1e9;
-    std::printf("{\"bench\":\"kernels\",\"kernel\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"n\":%d,\"k\":%d,"
-                "\"isa\":\"%s\",\"m\":%d,\"path\":\"%s\",\"threads\":%d,\"ms\":%.3f,\"weight_gbs\":%.2f,"
-                "\"gflops\":%.1f,\"read_gbs_ceiling\":%.2f,\"fma_gflops_ceiling\":%.1f,\"bw_ratio\":%.3f,"
-                "\"flop_ratio\":%.3f,\"read_gbs_paired\":%.2f,\"bw_ratio_paired\":%.3f}\n",
-                kernel, s.model, s.name, s.n, s.k, isa_name(isa), m, path, c.threads, sec * 1e3, gbs, gflops,
-                c.read_gbs, c.fma_gflops, gbs / c.read_gbs, gflops / c.fma_gflops, tm.read_gbs, gbs / tm.read_gbs);
+    std::printf(
+        "{\"bench\":\"kernels\",\"kernel\":\"%s\",\"type\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\","
+        "\"n\":%d,\"k\":%d,"
+        "\"isa\":\"%s\",\"m\":%d,\"path\":\"%s\",\"threads\":%d,\"ms\":%.3f,\"weight_gbs\":%.2f,"
+        "\"gflops\":%.1f,\"read_gbs_ceiling\":%.2f,\"fma_gflops_ceiling\":%.1f,\"bw_ratio\":%.3f,"
+        "\"flop_ratio\":%.3f,\"read_gbs_paired\":%.2f,\"bw_ratio_paired\":%.3f}\n",
+        kernel, type.c_str(), s.model, s.name, s.n, s.k, isa_name(isa), m, path, c.threads, sec * 1e3, gbs, gflops,
+        c.read_gbs, c.fma_gflops, gbs / c.read_gbs, gflops / c.fma_gflops, tm.read_gbs, gbs / tm.read_gbs);
     std::fflush(stdout);
 }
 
-// The matmul path the dispatcher takes for m tokens (with oneDNN allowed).
-const char* path_name(const KernelTable& t, int m) {
-    if (m < t.packed_min_m) return "rows";
-    return t.isa == Isa::AVX512BF16 && m >= 128 && matmul_dnnl_select(true) ? "onednn" : "packed";
+// The matmul path the dispatcher takes for m tokens of weights of `type`
+// (with oneDNN allowed); quantized weights on the packed path are
+// dequantized to bf16 first.
+const char* path_name(const KernelTable& t, DType type, int m) {
+    bool quant = dtype_quantized(type);
+    if (m < (quant ? t.quant_packed_min_m : t.packed_min_m)) return "rows";
+    bool dnnl = t.isa == Isa::AVX512BF16 && m >= 128 && matmul_dnnl_select(true);
+    if (quant) return dnnl ? "dequant+onednn" : "dequant+packed";
+    return dnnl ? "onednn" : "packed";
 }
 
 }  // namespace
 
 void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
-                   const std::vector<BenchExpertShape>& shapes) {
+                   const std::vector<BenchExpertShape>& shapes, const std::vector<DType>& types) {
     const int MS[] = {1, 2, 4, 8, 16, 64, 256};
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -226,54 +263,72 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
         const char* model = expert.label.c_str();
         for (Shape s : {Shape{model, "w1/w3", expert.hidden_dim, expert.dim},
                         Shape{model, "w2", expert.dim, expert.hidden_dim}}) {
-            WeightCopies w = make_weights(size_t(s.n) * s.k, pool);
             std::vector<float> x(size_t(256) * s.k), y(size_t(256) * s.n);
             for (auto& v : x) v = d(rng);
-            for (Isa isa : isas) {
-                const KernelTable& t = kernel_table(isa);
-                for (int m : MS) {
-                    if (isa == Isa::SCALAR && m > 2) continue;
-                    double flops = matmul_bf16_flops(m, s.n, s.k);
-                    // Large m on the bf16 path: oneDNN (the default where native)
-                    // and our own packed kernel, both measured.
-                    bool both = isa == Isa::AVX512BF16 && m >= t.packed_min_m && matmul_dnnl_select(true);
-                    // (oneDNN is only taken from m = 128; below, both lines are ours.)
-                    for (bool dnnl : both ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
-                        matmul_dnnl_select(dnnl);
-                        Timing tm = time_paired(
-                            pool, w, size_t(matmul_bf16_bytes(s.n, s.k)),
-                            [&](int rep) { matmul_bf16(t, y.data(), x.data(), w.copy(rep), m, s.n, s.k, pool); },
-                            flops > 1e10 ? 0.0 : 0.5);
-                        print_line("matmul_bf16", s, isa, m, both && !dnnl ? "packed" : path_name(t, m), tm,
-                                   matmul_bf16_bytes(s.n, s.k), flops, ceiling);
+            for (DType type : types) {
+                if (!dtype_row_bytes(type, s.k)) continue;  // k is not whole blocks of the type
+                WeightCopies w = make_weights(type, s.n, s.k, pool);
+                double bytes = matmul_bytes(w.view(0, 0, s.n));
+                for (Isa isa : isas) {
+                    const KernelTable& t = kernel_table(isa);
+                    for (int m : MS) {
+                        if (isa == Isa::SCALAR && m > 2) continue;
+                        double flops = matmul_flops(w.view(0, 0, s.n), m);
+                        // Large m on the bf16 path: oneDNN (the default where
+                        // native) and our own packed kernel, both measured.
+                        // (oneDNN is only taken from m = 128; below, both lines are ours.)
+                        bool both = isa == Isa::AVX512BF16 && m >= t.packed_min_m && matmul_dnnl_select(true) &&
+                                    (type == DType::BF16 || m >= t.quant_packed_min_m);
+                        for (bool dnnl : both ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+                            matmul_dnnl_select(dnnl);
+                            Timing tm = time_paired(
+                                pool, w, size_t(bytes),
+                                [&](int rep) { matmul(t, y.data(), x.data(), w.view(rep, 0, s.n), m, pool); },
+                                flops > 1e10 ? 0.0 : 0.5);
+                            const char* path = path_name(t, type, m);
+                            if (both && !dnnl) path = dtype_quantized(type) ? "dequant+packed" : "packed";
+                            print_line("matmul", dtype_name(type), s, isa, m, path, tm, bytes, flops, ceiling);
+                        }
+                        matmul_dnnl_select(true);
                     }
-                    matmul_dnnl_select(true);
                 }
             }
         }
     }
-    // Fused expert FFN: w1, w3 (hidden, dim) and w2 (dim, hidden) per copy.
+    // Fused expert FFN: w1, w3 (hidden, dim) and w2 (dim, hidden) per copy;
+    // each type alone, and Q4_K w1/w3 with a Q6_K w2.
+    struct Mix {
+        DType w13, w2;
+    };
+    std::vector<Mix> mixes;
+    for (DType type : types) mixes.push_back({type, type});
+    auto has = [&](DType x) { return std::find(types.begin(), types.end(), x) != types.end(); };
+    if (has(DType::Q4_K) && has(DType::Q6_K)) mixes.push_back({DType::Q4_K, DType::Q6_K});
     for (const BenchExpertShape& expert : shapes) {
         const int dim = expert.dim, hidden = expert.hidden_dim;
-        size_t per = size_t(dim) * hidden;
-        WeightCopies w = make_weights(3 * per, pool);
         Shape s{expert.label.c_str(), "expert", hidden, dim};
-        for (Isa isa : isas) {
-            if (isa == Isa::SCALAR) continue;
-            const KernelTable& t = kernel_table(isa);
-            for (int m : {1, 128}) {
-                std::vector<float> x(size_t(m) * dim, 0.5f), y(size_t(m) * dim), scratch(2 * size_t(m) * hidden);
-                double flops = 3 * matmul_bf16_flops(m, hidden, dim);
-                Timing tm = time_paired(
-                    pool, w, size_t(3 * matmul_bf16_bytes(hidden, dim)),
-                    [&](int rep) {
-                        const bf16* base = w.copy(rep);
-                        expert_ffn_bf16(t, y.data(), x.data(), base, base + per, base + 2 * per, m, dim, hidden,
-                                        scratch.data(), pool);
-                    },
-                    flops > 1e10 ? 0.0 : 0.5);
-                print_line("expert_ffn_bf16", s, isa, m, path_name(t, m), tm, 3 * matmul_bf16_bytes(hidden, dim),
-                           flops, ceiling);
+        for (const Mix& mix : mixes) {
+            if (!dtype_row_bytes(mix.w13, dim) || !dtype_row_bytes(mix.w2, hidden)) continue;
+            WeightCopies w13 = make_weights(mix.w13, 2L * hidden, dim, pool);
+            WeightCopies w2 = make_weights(mix.w2, dim, hidden, pool);
+            std::string type =
+                mix.w13 == mix.w2 ? dtype_name(mix.w13) : std::string(dtype_name(mix.w13)) + "/" + dtype_name(mix.w2);
+            double bytes = matmul_bytes(w13.view(0, 0, 2L * hidden)) + matmul_bytes(w2.view(0, 0, dim));
+            for (Isa isa : isas) {
+                if (isa == Isa::SCALAR) continue;
+                const KernelTable& t = kernel_table(isa);
+                for (int m : {1, 128}) {
+                    std::vector<float> x(size_t(m) * dim, 0.5f), y(size_t(m) * dim), scratch(2 * size_t(m) * hidden);
+                    double flops = 3 * matmul_bf16_flops(m, hidden, dim);
+                    Timing tm = time_paired(
+                        pool, w13, size_t(bytes),
+                        [&](int rep) {
+                            expert_ffn(t, y.data(), x.data(), w13.view(rep, 0, hidden), w13.view(rep, hidden, hidden),
+                                       w2.view(rep, 0, dim), m, scratch.data(), pool);
+                        },
+                        flops > 1e10 ? 0.0 : 0.5);
+                    print_line("expert_ffn", type, s, isa, m, path_name(t, mix.w13, m), tm, bytes, flops, ceiling);
+                }
             }
         }
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernels/dtype.h"
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/thread_pool.h"
 
@@ -29,17 +30,21 @@ struct BenchExpertShape {
     int hidden_dim;
 };
 
-// For the w1/w3 and w2 matrices of each expert shape, each ISA of isas and
-// m = 1, 2, 4, 8, 16, 64, 256: matmul_bf16 time, GB/s of weights, GFLOP/s and
-// both ratios to the ceiling; then the fused expert FFN of each shape at
-// m = 1 (decode) and 128. Each
+// For the w1/w3 and w2 matrices of each expert shape, each weight type of
+// types, each ISA of isas and m = 1, 2, 4, 8, 16, 64, 256: matmul time, GB/s
+// of weights (matmul_bytes: the type's own bytes), GFLOP/s and both ratios
+// to the ceiling; then the fused expert FFN of each shape and type (and
+// Q4_K w1/w3 with a Q6_K w2, as in Q4_K_M files) at m = 1 (decode) and 128.
+// Quantized weights are one random matrix quantized once, copied. Each
 // line also carries read_gbs_paired: a plain read of as many bytes timed
 // alternately with the kernel, so bw_ratio_paired compares like moments of a
 // noisy machine. Large m on avx512bf16 is measured both through oneDNN
 // ("onednn", the default where native) and our packed kernel ("packed"). The
 // scalar path runs only m <= 2 (it is the reference, not a contender).
 void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
-                   const std::vector<BenchExpertShape>& shapes);
+                   const std::vector<BenchExpertShape>& shapes,
+                   const std::vector<DType>& types = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
+                                                      DType::Q6_K});
 
 // Every path this CPU runs, scalar first.
 std::vector<Isa> bench_supported_isas();

@@ -11,7 +11,7 @@ namespace {
 
 struct CpuFeatures {
     bool avx2 = false, fma = false, f16c = false;
-    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false, avx512vnni = false;
     bool os_avx = false, os_avx512 = false;
 };
 
@@ -40,6 +40,7 @@ CpuFeatures read_cpuid() {
     f.avx512dq = b & (1u << 17);
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
+    f.avx512vnni = c & (1u << 11);
     __cpuid_count(7, 1, a, b, c, d);
     f.avx512bf16 = a & (1u << 5);
     return f;
@@ -85,7 +86,8 @@ bool isa_supported(Isa isa) {
     case Isa::SCALAR: return true;
     case Isa::AVX2: return avx2;
     case Isa::AVX512: return avx512;
-    case Isa::AVX512BF16: return avx512 && f.avx512bf16;
+    case Isa::AVX512BF16:
+        return avx512 && f.avx512bf16 && f.avx512vnni;  // every AVX512_BF16 CPU has VNNI
     }
     return false;
 }

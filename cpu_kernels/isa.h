@@ -2,10 +2,12 @@
 // is chosen once at start-up (detect, or --cpu-isa / MOE_CPU_ISA) and every
 // kernel entry point dispatches through the table of that path.
 #pragma once
+#include <cstddef>
 #include <optional>
 #include <string_view>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/dtype.h"
 
 enum class Isa { SCALAR, AVX2, AVX512, AVX512BF16 };
 
@@ -54,6 +56,19 @@ struct KernelTable {
     // one matmul (measured on mixtral-mini's expert shape, 2 threads).
     int ffn_packed_min_m;
     void (*matmul_packed)(float* y, const void* x, const bf16* w, int m, int n, int k, int c0, int c1);
+
+    // Block-quantized weights (quant.h). quantize_x: one activation row in
+    // the form wtype's kernels read, bit for bit quantize_x_row. quant_rows:
+    // like matmul_rows for an (n, k) matrix of wtype with rows row_bytes
+    // apart; xq: m rows from quantize_x, quant_x_row_bytes(wtype, k) apart.
+    // dequant_bf16: rows [r0, r1) of such a matrix as bf16 rows of k (the
+    // values rounded to bf16), for the packed path, which takes over from
+    // quant_packed_min_m tokens.
+    void (*quantize_x)(DType wtype, const float* x, void* dst, int k);
+    void (*quant_rows)(DType wtype, float* y, const void* xq, const void* w, size_t row_bytes, int m, int n, int k,
+                       int r0, int r1);
+    void (*dequant_bf16)(DType wtype, bf16* dst, const void* w, size_t row_bytes, int k, int r0, int r1);
+    int quant_packed_min_m;
 
     // fp32 vector helpers.
     float (*dot_f32)(const float* a, const float* b, int n);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_kernels/gemm_dnnl.h"
+#include "cpu_kernels/quant.h"
 
 const KernelTable& kernel_table(Isa isa) {
     switch (isa) {
@@ -46,7 +47,9 @@ struct Workspace {
     }
 };
 
-enum WorkspaceSlot { WS_X, WS_H, WS_ATTN, WS_COUNT };
+// WS_X3: w3's activations when its type differs from w1's; WS_W, WS_Y: a
+// piece of dequantized W and its output (packed path of quantized W).
+enum WorkspaceSlot { WS_X, WS_X3, WS_H, WS_ATTN, WS_W, WS_Y, WS_ROW, WS_COUNT };
 
 void* workspace(WorkspaceSlot slot, size_t bytes) {
     static thread_local Workspace ws[WS_COUNT];
@@ -74,13 +77,17 @@ using MatmulKernel = void (*)(float*, const void*, const bf16*, int, int, int, i
 // packed kernel by 3-15 % at m = 256 and loses or ties at m = 64.
 constexpr int DNNL_MIN_M = 128;
 
-// The kernel for m tokens.
-MatmulKernel matmul_kernel(const KernelTable& t, int m) {
-    if (m < t.packed_min_m) return t.matmul_rows;
+// The packed kernel for m tokens: oneDNN where it takes over, else ours.
+MatmulKernel packed_kernel(const KernelTable& t, int m) {
     if (t.isa == Isa::AVX512BF16 && m >= DNNL_MIN_M && dnnl_allowed.load(std::memory_order_relaxed) &&
         dnnl_bf16_native())
         return dnnl_matmul_bf16_cols;
     return t.matmul_packed;
+}
+
+// The kernel for m tokens.
+MatmulKernel matmul_kernel(const KernelTable& t, int m) {
+    return m < t.packed_min_m ? t.matmul_rows : packed_kernel(t, m);
 }
 
 }  // namespace
@@ -101,6 +108,101 @@ void matmul_bf16(const KernelTable& t, float* y, const float* x, const bf16* w, 
 
 void matmul_bf16(float* y, const float* x, const bf16* w, int m, int n, int k, ThreadPool& pool) {
     matmul_bf16(active_table(), y, x, w, m, n, k, pool);
+}
+
+namespace {
+
+// Whether w's kernel for m tokens is the packed one (ffn: the fused
+// expert's later switch for bf16).
+bool packed_for(const KernelTable& t, const WeightView& w, int m, bool ffn) {
+    switch (w.type) {
+    case DType::BF16:
+        return m >= (ffn ? t.ffn_packed_min_m : t.packed_min_m);
+    case DType::F32:
+    case DType::F16:
+        return false;
+    default:
+        return m >= t.quant_packed_min_m;
+    }
+}
+
+// x (m, w.cols) in the form w's kernel reads: prepared as for bf16 (bf16 W,
+// and quantized W on the packed path, which runs the bf16 kernels), int8
+// blocks (quantized W, rows path) or as it is (f32 / f16 W).
+const void* prepare_for(const KernelTable& t, const WeightView& w, bool packed, WorkspaceSlot slot, const float* x,
+                        int m) {
+    int k = int(w.cols);
+    if (w.type == DType::BF16 || (dtype_quantized(w.type) && packed)) return prepared(t, packed, slot, x, m, k);
+    if (!dtype_quantized(w.type)) return x;
+    size_t row = quant_x_row_bytes(w.type, k);
+    char* xq = static_cast<char*>(workspace(slot, row * size_t(m)));
+    for (int i = 0; i < m; i++) t.quantize_x(w.type, x + long(i) * k, xq + row * size_t(i), k);
+    return xq;
+}
+
+// Rows of W per piece on the packed path of quantized W: about 256 KB of
+// bf16 (L2-resident while the micro-kernel reuses it), 64 to 256 rows.
+int dequant_piece_rows(int k) {
+    return int(std::clamp(262144L / (2L * k) / SPLIT_ALIGN, 1L, 4L) * SPLIT_ALIGN);
+}
+
+// y[:, r0:r1] (y is (m, w.rows)) from xa = prepare_for(t, w, packed, ...).
+void view_rows(const KernelTable& t, float* y, const void* xa, const WeightView& w, int m, bool packed, int r0,
+               int r1) {
+    int n = int(w.rows), k = int(w.cols);
+    switch (w.type) {
+    case DType::BF16:
+        (packed ? matmul_kernel(t, m) : t.matmul_rows)(y, xa, static_cast<const bf16*>(w.data), m, n, k, r0, r1);
+        return;
+    case DType::F32:
+    case DType::F16: {
+        float* row = static_cast<float*>(workspace(WS_ROW, sizeof(float) * size_t(k)));
+        const float* x = static_cast<const float*>(xa);
+        for (int r = r0; r < r1; r++) {
+            dequantize_row(w.type, w.row(r), row, k);
+            for (int i = 0; i < m; i++) y[long(i) * n + r] = t.dot_f32(row, x + long(i) * k, k);
+        }
+        return;
+    }
+    default:
+        break;
+    }
+    if (!packed) return t.quant_rows(w.type, y, xa, w.data, w.row_bytes, m, n, k, r0, r1);
+    // Packed: a piece of W's rows dequantized to bf16, the bf16 kernel on it
+    // into a piece of y, copied to its columns.
+    int piece = dequant_piece_rows(k);
+    bf16* wb = static_cast<bf16*>(workspace(WS_W, sizeof(bf16) * size_t(piece) * k));
+    float* yp = static_cast<float*>(workspace(WS_Y, sizeof(float) * size_t(piece) * m));
+    // (Always a packed kernel: x was prepared for one, whatever the bf16
+    // crossover packed_min_m says.)
+    MatmulKernel kernel = packed_kernel(t, m);
+    for (int r = r0; r < r1; r += piece) {
+        int c = std::min(piece, r1 - r);
+        t.dequant_bf16(w.type, wb, w.data, w.row_bytes, k, r, r + c);
+        kernel(yp, xa, wb, m, c, k, 0, c);
+        for (int i = 0; i < m; i++) std::copy(yp + long(i) * c, yp + long(i + 1) * c, y + long(i) * n + r);
+    }
+}
+
+}  // namespace
+
+void matmul(const KernelTable& t, float* y, const float* x, const WeightView& w, int m, ThreadPool& pool) {
+    assert(m > 0 && w.rows > 0 && w.cols > 0);
+    if (w.type == DType::BF16)
+        return matmul_bf16(t, y, x, static_cast<const bf16*>(w.data), m, int(w.rows), int(w.cols), pool);
+    bool packed = packed_for(t, w, m, false);
+    const void* xa = prepare_for(t, w, packed, WS_X, x, m);
+    pool.parallel_for(w.rows, SPLIT_ALIGN,
+                      [&](long r0, long r1) { view_rows(t, y, xa, w, m, packed, int(r0), int(r1)); });
+}
+
+void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& pool) {
+    matmul(active_table(), y, x, w, m, pool);
+}
+
+void weight_row_f32(float* out, const WeightView& w, int64_t r) {
+    assert(r >= 0 && r < w.rows);
+    dequantize_row(w.type, w.row(r), out, w.cols);
 }
 
 void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
@@ -133,6 +235,38 @@ void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16*
 void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
                      int hidden, float* scratch, ThreadPool& pool) {
     expert_ffn_bf16(active_table(), y, x, w1, w3, w2, m, dim, hidden, scratch, pool);
+}
+
+void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView& w1, const WeightView& w3,
+                const WeightView& w2, int m, float* scratch, ThreadPool& pool) {
+    int hidden = int(w1.rows), dim = int(w1.cols);
+    assert(m > 0 && w3.rows == hidden && w3.cols == dim && w2.rows == dim && w2.cols == hidden);
+    if (w1.type == DType::BF16 && w3.type == DType::BF16 && w2.type == DType::BF16)
+        return expert_ffn_bf16(t, y, x, static_cast<const bf16*>(w1.data), static_cast<const bf16*>(w3.data),
+                               static_cast<const bf16*>(w2.data), m, dim, hidden, scratch, pool);
+    float* h1 = scratch;
+    float* h3 = scratch + long(m) * hidden;
+    bool p1 = packed_for(t, w1, m, true), p3 = packed_for(t, w3, m, true), p2 = packed_for(t, w2, m, true);
+    const void* x1 = prepare_for(t, w1, p1, WS_X, x, m);
+    const void* x3 = w3.type == w1.type && p3 == p1 ? x1 : prepare_for(t, w3, p3, WS_X3, x, m);
+    // Pass 1: w1 and w3 over the same rows, 64 rows of each in turn, then
+    // silu(h1) * h3 on this thread's columns. Pass 2: w2, its activations
+    // prepared once in between.
+    pool.parallel_for(hidden, SPLIT_ALIGN, [&](long r0, long r1) {
+        for (long r = r0; r < r1; r += SPLIT_ALIGN) {
+            int re = int(std::min(r1, r + SPLIT_ALIGN));
+            view_rows(t, h1, x1, w1, m, p1, int(r), re);
+            view_rows(t, h3, x3, w3, m, p3, int(r), re);
+        }
+        for (int i = 0; i < m; i++) t.silu_mul(h1 + long(i) * hidden + r0, h3 + long(i) * hidden + r0, int(r1 - r0));
+    });
+    const void* h = prepare_for(t, w2, p2, WS_H, h1, m);
+    pool.parallel_for(dim, SPLIT_ALIGN, [&](long r0, long r1) { view_rows(t, y, h, w2, m, p2, int(r0), int(r1)); });
+}
+
+void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,
+                float* scratch, ThreadPool& pool) {
+    expert_ffn(active_table(), y, x, w1, w3, w2, m, scratch, pool);
 }
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {

@@ -1,5 +1,6 @@
 // Public CPU kernels: free functions over raw pointers, no ownership, no
-// model knowledge. Weights are bf16 row-major (n, k) as in the checkpoint;
+// model knowledge. Weights are row-major (n, k) as in the checkpoint, of any
+// element type (a WeightView: bf16, f32, f16 or block-quantized, quant.h);
 // activations fp32; accumulation fp32. Each entry point dispatches to the ISA
 // chosen once at start-up (isa.h); every ISA path is checked against the
 // scalar path in tests.
@@ -9,7 +10,32 @@
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/thread_pool.h"
 
-// y (m, n) = x (m, k) @ W (n, k)^T. Threads split the n output rows, so each
+// y (m, w.rows) = x (m, w.cols) @ W^T for a weight of any type. Threads
+// split W's rows (the rows path, small m), so each streams its own slice of
+// W once for all m tokens, or its columns (the packed path, large m). BF16
+// runs matmul_bf16. Block-quantized W: below the table's
+// quant_packed_min_m, activations are quantized to int8 blocks once per
+// call and dotted with W's blocks in integers; from there W's rows are
+// dequantized to bf16 a piece at a time into the bf16 packed path. F32 /
+// F16 W: rows widened to fp32 (a correct, not a fast path).
+void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& pool);
+
+// One SwiGLU expert of any weight types (they may differ, e.g. Q4_K w1/w3
+// with a Q6_K w2): y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T with W1, W3
+// (hidden, dim), W2 (dim, hidden). scratch: 2 * m * hidden floats. All BF16:
+// expert_ffn_bf16.
+void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,
+                float* scratch, ThreadPool& pool);
+
+// The same on a given path's table (tests, benchmarks).
+void matmul(const KernelTable& t, float* y, const float* x, const WeightView& w, int m, ThreadPool& pool);
+void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView& w1, const WeightView& w3,
+                const WeightView& w2, int m, float* scratch, ThreadPool& pool);
+
+// out (w.cols) = row r of W as fp32 (an embedding lookup).
+void weight_row_f32(float* out, const WeightView& w, int64_t r);
+
+// y (m, n) = x (m, k) @ W (n, k)^T, W bf16. Threads split the n output rows, so each
 // streams its own slice of W once for all m tokens.
 void matmul_bf16(float* y, const float* x, const bf16* w, int m, int n, int k, ThreadPool& pool);
 
@@ -97,7 +123,13 @@ inline double matmul_bytes(const WeightView& w) {
 // Returns whether oneDNN will actually be used. For benchmarks and tests.
 bool matmul_dnnl_select(bool allow);
 
-// Bytes of weights and FLOPs of one matmul_bf16 call: the one place the
+// Bytes of weights and FLOPs of one matmul call: the one place the
 // benchmarks and the engine's GB/s log lines take them from.
+inline double matmul_bytes(const WeightView& w) {
+    return double(w.bytes());
+}
+inline double matmul_flops(const WeightView& w, int m) {
+    return 2.0 * double(m) * double(w.rows) * double(w.cols);
+}
 inline double matmul_bf16_bytes(int n, int k) { return 2.0 * double(n) * k; }
 inline double matmul_bf16_flops(int m, int n, int k) { return 2.0 * double(m) * n * k; }

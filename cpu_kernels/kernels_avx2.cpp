@@ -1,6 +1,7 @@
 // AVX2 + FMA path: 256-bit registers, bf16 widened by shift, fp32 FMA. For
 // every x86-64 CPU since Haswell / Zen 1. Only instantiates kernels_impl.h.
 #include "cpu_kernels/kernels_impl.h"
+#include "cpu_kernels/quant_impl.h"
 #include "cpu_kernels/vec_avx2.h"
 
 namespace {
@@ -17,6 +18,7 @@ KernelTable make_table() {
     t.isa = Isa::AVX2;
     fill_matmul<MatAvx2>(t, 32, 48);
     fill_vector_ops<VecAvx2>(t);
+    fill_quant<DotMadd>(t, 32);
     return t;
 }
 

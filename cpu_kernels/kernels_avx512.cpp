@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "cpu_kernels/kernels_impl.h"
+#include "cpu_kernels/quant_impl.h"
 #include "cpu_kernels/vec_avx512.h"
 
 namespace {
@@ -22,6 +23,7 @@ KernelTable make_table() {
     // The FFN's rows path beat its packed path at every m up to 384.
     fill_matmul<MatAvx512>(t, 128, INT_MAX);
     fill_vector_ops<VecAvx512>(t);
+    fill_quant<DotMadd>(t, 32);
     return t;
 }
 

@@ -1,11 +1,13 @@
 // AVX512_BF16 path: activations are rounded to bf16 once per call and every
 // multiply-add is a vdpbf16ps (32 bf16 products into 16 fp32 lanes); the
-// fp32 helpers are the AVX-512 F ones. For Cooper Lake, Sapphire Rapids and
+// fp32 helpers are the AVX-512 F ones; quantized weights use AVX512-VNNI
+// (vpdpbusd), which every AVX512_BF16 CPU has. For Cooper Lake, Sapphire Rapids and
 // later, Zen 4 and later. Compiled a second time against SIMDe (MOE_SIMDE)
 // for the tests.
 #include <cstdint>
 
 #include "cpu_kernels/kernels_impl.h"
+#include "cpu_kernels/quant_impl.h"
 #include "cpu_kernels/vec_avx512.h"
 
 namespace {
@@ -80,6 +82,7 @@ KernelTable make_table() {
     // The FFN's rows path beats our packed one below 128, where oneDNN takes over.
     fill_matmul<MatBf16>(t, 32, 128);
     fill_vector_ops<VecAvx512>(t);
+    fill_quant<DotVnni>(t, 32);
     return t;
 }
 

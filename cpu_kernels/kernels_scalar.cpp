@@ -4,8 +4,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "cpu_kernels/isa.h"
+#include "cpu_kernels/quant.h"
 
 namespace {
 
@@ -23,6 +25,24 @@ void matmul_rows_scalar(float* y, const void* xv, const bf16* w, int m, int n, i
 }
 
 int x_stride_scalar(int k) { return k; }
+
+void quant_rows_scalar(DType wtype, float* y, const void* xq, const void* w, size_t row_bytes, int m, int n, int k,
+                       int r0, int r1) {
+    size_t xrow = quant_x_row_bytes(wtype, k);
+    for (int r = r0; r < r1; r++)
+        for (int i = 0; i < m; i++)
+            y[long(i) * n + r] = quant_dot_scalar(wtype, static_cast<const char*>(w) + size_t(r) * row_bytes,
+                                                  static_cast<const char*>(xq) + size_t(i) * xrow, k);
+}
+
+void dequant_bf16_scalar(DType wtype, bf16* dst, const void* w, size_t row_bytes, int k, int r0, int r1) {
+    static thread_local std::vector<float> row;
+    row.resize(size_t(k));
+    for (int r = r0; r < r1; r++) {
+        dequantize_row(wtype, static_cast<const char*>(w) + size_t(r) * row_bytes, row.data(), k);
+        for (int j = 0; j < k; j++) dst[long(r - r0) * k + j] = f32_to_bf16(row[j]);
+    }
+}
 
 float dot_f32_scalar(const float* a, const float* b, int n) {
     float acc = 0.0f;
@@ -119,6 +139,10 @@ KernelTable make_table() {
     t.packed_min_m = INT_MAX;
     t.ffn_packed_min_m = INT_MAX;
     t.matmul_packed = matmul_rows_scalar;
+    t.quantize_x = quantize_x_row;
+    t.quant_rows = quant_rows_scalar;
+    t.dequant_bf16 = dequant_bf16_scalar;
+    t.quant_packed_min_m = INT_MAX;
     t.dot_f32 = dot_f32_scalar;
     t.axpy_f32 = axpy_f32_scalar;
     t.scale_f32 = scale_f32_scalar;

@@ -9,6 +9,7 @@ if(SIMDE_INCLUDE_DIR)
   add_executable(test_kernels
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_kernels.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_kernel_paths.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_quant_kernels.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_thread_pool.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx2_simde.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx512_simde.cpp
@@ -17,9 +18,10 @@ if(SIMDE_INCLUDE_DIR)
   target_include_directories(test_kernels PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
   target_include_directories(test_kernels SYSTEM PRIVATE ${SIMDE_INCLUDE_DIR})
   target_compile_options(test_kernels PRIVATE ${MOE_WARNINGS})
-  # SIMDe's 512-bit types are returned by value between internal functions:
+  # SIMDe's 256- and 512-bit types are returned by value between internal functions:
   # GCC's note that this ABI differs from real AVX-512 code does not apply.
   set_source_files_properties(
+    ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx2_simde.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx512_simde.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx512bf16_simde.cpp
     PROPERTIES COMPILE_OPTIONS -Wno-psabi)

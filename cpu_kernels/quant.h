@@ -1,0 +1,168 @@
+// Block-quantized weights: the byte layouts of the GGUF types moe-server
+// reads (ggml's documented layouts, written here from their description),
+// the scalar conversions of a row of any DType to and from fp32, and the
+// int8 form activations take for the quantized matmul kernels (quantized
+// once per call, then dotted with whole weight blocks in integers). The
+// scalar dot products of one weight row with one quantized activation row
+// are the reference the ISA paths are tested against.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_kernels/dtype.h"
+
+// fp16 <-> fp32, scalar. Narrowing rounds to nearest even (as F16C does);
+// overflow gives inf, NaN stays NaN. static: see bf16.h.
+static inline float fp16_to_f32(uint16_t h) {
+    uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    if (exp == 0) {
+        float f = float(mant) * 0x1p-24f;  // zero or subnormal, exact
+        return sign ? -f : f;
+    }
+    bits = exp == 31 ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t f32_to_fp16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN
+    if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: inf
+    if (a < 0x38800000u) {                        // below 2^-14: a subnormal, in units of 2^-24
+        float v;
+        memcpy(&v, &a, sizeof v);
+        // Adding 2^23 rounds to an integer, nearest even (exact otherwise).
+        return sign | uint16_t(int((v * 0x1p24f + 0x1p23f) - 0x1p23f));
+    }
+    uint32_t r = a - (112u << 23);
+    r += 0xfffu + ((r >> 13) & 1u);
+    return sign | uint16_t(r >> 13);
+}
+
+// ---------------------------------------------------------------------------
+// Weight blocks. Every field is little-endian; blocks are packed (no
+// padding) and carry no alignment promise in a memory map, so code reads
+// their fp16 fields with memcpy or unaligned vector loads.
+
+constexpr int QK32 = 32;    // Q8_0, Q4_0
+constexpr int QK256 = 256;  // the K types
+
+// Q8_0: x[i] = d * qs[i].
+struct BlockQ8_0 {
+    uint16_t d;  // fp16
+    int8_t qs[32];
+};
+
+// Q4_0: x[i] = d * (q[i] - 8), q[i] (0..15) the low nibble of qs[i] for
+// i < 16, the high nibble of qs[i - 16] otherwise.
+struct BlockQ4_0 {
+    uint16_t d;  // fp16
+    uint8_t qs[16];
+};
+
+// Q4_K: 8 sub-blocks of 32; x = d * sc[j] * q - dmin * mn[j] with 6-bit
+// sc / mn (see k_scale_min) and 4-bit q. Elements 64c .. 64c+31 (sub-block
+// 2c) are the low nibbles of qs[32c .. 32c+31], elements 64c+32 .. 64c+63
+// (sub-block 2c+1) their high nibbles.
+struct BlockQ4_K {
+    uint16_t d, dmin;  // fp16
+    uint8_t scales[12];
+    uint8_t qs[128];
+};
+
+// Q5_K: Q4_K's layout plus a fifth bit: bit j of qh[l] is the high bit
+// (worth 16) of element 32j + l, so q is 0..31.
+struct BlockQ5_K {
+    uint16_t d, dmin;  // fp16
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+};
+
+// Q6_K: 16 groups of 16; x = d * sc[g] * (q - 32), q 6 bits (0..63). In each
+// half h (elements 128h ..) with ql = ql + 64h, qh = qh + 32h, for l < 32:
+// element l   = ql[l] & 15      | (qh[l] & 3) << 4
+// element 32+l = ql[l+32] & 15  | (qh[l] >> 2 & 3) << 4
+// element 64+l = ql[l] >> 4     | (qh[l] >> 4 & 3) << 4
+// element 96+l = ql[l+32] >> 4  | (qh[l] >> 6 & 3) << 4
+struct BlockQ6_K {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;  // fp16
+};
+
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+
+// The 6-bit scales and mins of a Q4_K / Q5_K block, unpacked from its 12
+// bytes: sub-blocks 0..3 are the low 6 bits of bytes 0..3 (scales) and 4..7
+// (mins); sub-block 4 + j takes its low 4 bits from byte 8 + j (scale: low
+// nibble, min: high nibble) and its high 2 bits from the top bits of byte j
+// (scale) and 4 + j (min). Done on 32-bit words: four sub-blocks at once;
+// k_scale_min64 leaves them as the bytes of two words (kept in registers).
+static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn) {
+    uint32_t a, b, c;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = b & 0x3f3f3f3fu;
+    uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4;
+    uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4;
+    sc = sc_lo | uint64_t(sc_hi) << 32;  // byte j: sub-block j (little-endian)
+    mn = mn_lo | uint64_t(mn_hi) << 32;
+}
+
+static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    uint64_t sc64, mn64;
+    k_scale_min64(s, sc64, mn64);
+    for (int j = 0; j < 8; j++) sc[j] = uint8_t(sc64 >> (8 * j)), mn[j] = uint8_t(mn64 >> (8 * j));
+}
+
+// ---------------------------------------------------------------------------
+// Rows of any DType. n must be whole blocks of the type (dtype_row_bytes);
+// src / dst carry no alignment promise.
+
+// dst (n fp32) = the row at src.
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+
+// The row at dst = src (n fp32) in `type`. Float types round to nearest
+// even. Q8_0: d = amax / 127 as fp16, q = round(x * (1 / d)) (llama.cpp's
+// reference rounding, so its files are reproduced byte for byte). The
+// other types search each block's scale (and min) for the least squared
+// error, then quantize the per-block scales.
+void quantize_row(DType type, const float* src, void* dst, int64_t n);
+
+// ---------------------------------------------------------------------------
+// Activations for the quantized kernels: rows of int8 blocks with an fp32
+// scale, quantized once per call (q = round(x / d), d = amax / 127).
+// Q8_0 / Q4_0 weights pair with XBlock32; the K types with XBlock256, whose
+// sums of 16 let the kernels apply Q4_K/Q5_K mins and Q6_K's -32 offset
+// without touching the elements again.
+
+struct XBlock32 {
+    float d;
+    float ds;  // d * sum(q)
+    int8_t q[32];
+};
+
+struct XBlock256 {
+    float d;
+    int16_t bsums[16];  // sums of q over groups of 16
+    int8_t q[256];
+};
+
+// Bytes of one quantized activation row of k (whole blocks of wtype).
+size_t quant_x_row_bytes(DType wtype, int k);
+// One row: dst = the quantized form of x (k) that wtype's kernels read.
+void quantize_x_row(DType wtype, const float* x, void* dst, int k);
+
+// The scalar dot product of one weight row of wtype (k elements) with one
+// quantized activation row: integer block sums, scaled in fp32. The
+// reference of every ISA path's quantized kernel.
+float quant_dot_scalar(DType wtype, const void* wrow, const void* xq, int k);
