@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cassert>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -470,34 +469,4 @@ void top_k(int* idx, const float* x, int n, int k) {
         idx[p] = i;
         if (filled < k) filled++;
     }
-}
-
-// Weight matrices of any type. bf16 runs the kernels above; the quantized
-// types are not read by these kernels yet (the loaders refuse them).
-namespace {
-
-[[noreturn]] void unsupported_weight(const WeightView& w) {
-    std::fprintf(stderr, "cpu_kernels: %s weights have no kernel\n", dtype_name(w.type));
-    std::abort();
-}
-
-}  // namespace
-
-void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& pool) {
-    if (w.type != DType::BF16) unsupported_weight(w);
-    matmul_bf16(y, x, static_cast<const bf16*>(w.data), m, int(w.rows), int(w.cols), pool);
-}
-
-void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,
-                float* scratch, ThreadPool& pool) {
-    for (const WeightView* w : {&w1, &w3, &w2})
-        if (w->type != DType::BF16) unsupported_weight(*w);
-    expert_ffn_bf16(y, x, static_cast<const bf16*>(w1.data), static_cast<const bf16*>(w3.data),
-                    static_cast<const bf16*>(w2.data), m, int(w2.rows), int(w1.rows), scratch, pool);
-}
-
-void weight_row_f32(float* out, const WeightView& w, int64_t r) {
-    if (w.type != DType::BF16) unsupported_weight(w);
-    const bf16* row = static_cast<const bf16*>(w.row(r));
-    for (int64_t j = 0; j < w.cols; j++) out[j] = bf16_to_f32(row[j]);
 }

@@ -105,19 +105,6 @@ void matmul_bf16(const KernelTable& t, float* y, const float* x, const bf16* w, 
 void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
                      const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool);
 
-// The same over a weight matrix of any type (dtype.h): y (m, w.rows) =
-// x (m, w.cols) @ W^T, and the SwiGLU expert with w1/w3 (hidden, dim) and
-// w2 (dim, hidden), whose types may differ. scratch: 2 * m * hidden floats.
-void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& pool);
-void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,
-                float* scratch, ThreadPool& pool);
-// out (w.cols,) = row r of W as fp32 (an embedding lookup).
-void weight_row_f32(float* out, const WeightView& w, int64_t r);
-// Bytes of W a matmul streams: the one place they are counted.
-inline double matmul_bytes(const WeightView& w) {
-    return double(w.bytes());
-}
-
 // Whether large-m matmuls on the AVX512_BF16 path may use oneDNN's bf16
 // brgemm (default: yes, where this oneDNN has a native one for the CPU).
 // Returns whether oneDNN will actually be used. For benchmarks and tests.

@@ -318,7 +318,7 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             return;
         }
         const int64_t cols = t.view.shape.back();
-        std::vector<float> row(size_t(cols));
+        std::vector<float> row(static_cast<size_t>(cols));
         std::vector<char> packed(*dtype_row_bytes(t.view.dtype, cols));
         for (const WeightView& s : t.sources) {
             std::vector<int64_t> order(size_t(s.rows));  // GGUF row -> source row

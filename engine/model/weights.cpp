@@ -11,33 +11,12 @@
 #include <cstring>
 #include <string>
 
+#include "cpu_kernels/quant.h"
 #include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 
 namespace {
-
-float f16_to_f32(uint16_t h) {
-    uint32_t sign = uint32_t(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else {  // subnormal: mant * 2^-24, exact in fp32
-            float f = float(mant) * 0x1p-24f;
-            return sign ? -f : f;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (mant << 13);  // inf or NaN (payload kept)
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 // Element i of a tensor as fp32; memcpy because the mapping gives no alignment promise.
 float element_f32(const TensorView& t, size_t i) {
@@ -51,7 +30,7 @@ float element_f32(const TensorView& t, size_t i) {
     case DType::F16: {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
-        return f16_to_f32(h);
+        return fp16_to_f32(h);
     }
     case DType::F32: {
         float f;
