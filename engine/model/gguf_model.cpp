@@ -3,13 +3,15 @@
 // llama architecture's tensor names.
 #include "engine/model/gguf_model.h"
 
+#include <algorithm>
 #include <cstring>
-#include <ostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 
 #include "cpu_kernels/quant.h"
+#include "cpu_kernels/thread_pool.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
@@ -311,6 +313,8 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         for (const WeightView& s : t.sources) total += s.bytes();
     std::vector<TensorView> views;
     for (const OutTensor& t : outs) views.push_back(t.view);
+    ThreadPool pool(std::max(1, o.threads));
+    std::vector<char> packed;  // one source matrix converted
     gguf_write(out, meta, views, [&](size_t i, std::ostream& os) {
         const OutTensor& t = outs[i];
         if (t.vector) {
@@ -318,22 +322,26 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             return;
         }
         const int64_t cols = t.view.shape.back();
-        std::vector<float> row(static_cast<size_t>(cols));
-        std::vector<char> packed(*dtype_row_bytes(t.view.dtype, cols));
+        const size_t out_row = *dtype_row_bytes(t.view.dtype, cols);
         for (const WeightView& s : t.sources) {
             std::vector<int64_t> order(size_t(s.rows));  // GGUF row -> source row
             for (int64_t r = 0; r < s.rows; r++)
                 order[size_t(t.permute ? gguf_llama_row(r, c.head_dim) : r)] = r;
-            for (int64_t r = 0; r < s.rows; r++) {
-                const void* src = s.row(order[size_t(r)]);
-                if (s.type == t.view.dtype) {
-                    os.write(static_cast<const char*>(src), std::streamsize(s.row_bytes));
-                    continue;
+            packed.resize(size_t(s.rows) * out_row);
+            pool.parallel_for(long(s.rows), 1, [&](long begin, long end) {
+                std::vector<float> row(static_cast<size_t>(cols));
+                for (long r = begin; r < end; r++) {
+                    const void* src = s.row(order[size_t(r)]);
+                    char* dst = packed.data() + size_t(r) * out_row;
+                    if (s.type == t.view.dtype) {
+                        std::memcpy(dst, src, out_row);
+                        continue;
+                    }
+                    dequantize_row(s.type, src, row.data(), cols);
+                    quantize_row(t.view.dtype, row.data(), dst, cols);
                 }
-                dequantize_row(s.type, src, row.data(), cols);
-                quantize_row(t.view.dtype, row.data(), packed.data(), cols);
-                os.write(packed.data(), std::streamsize(packed.size()));
-            }
+            });
+            os.write(packed.data(), std::streamsize(packed.size()));
             done += s.bytes();
         }
         if (o.progress) o.progress(done, total);

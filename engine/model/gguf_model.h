@@ -76,6 +76,7 @@ struct GgufWriteOptions {
     bool experts_only = false;
     std::string name;                          // general.name
     std::vector<GgufKeyValue> extra_metadata;  // the tokenizer's and chat template's keys
+    int threads = 1;                           // rows are converted in parallel
     // Called after each tensor with the bytes of source weights read so far
     // and in all (a progress bar).
     std::function<void(uint64_t done, uint64_t total)> progress;
@@ -84,6 +85,7 @@ struct GgufWriteOptions {
 // Writes the model as a GGUF file in llama.cpp's layout (the llama
 // architecture's keys and tensor names, q/k rows permuted for its RoPE,
 // experts merged into 3-D tensors), each matrix converted to its type under
-// the mix, atomically (gguf_write). Reads the source weights of any type.
+// the mix, atomically (gguf_write), a matrix at a time (its rows converted
+// on options.threads threads). Reads the source weights of any type.
 void gguf_model_write(const std::filesystem::path& out, const ModelConfig& config, const ModelWeights& weights,
                       const GgufWriteOptions& options);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernels/thread_pool.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_source.h"
 #include "profiles/errors.h"
@@ -46,7 +47,9 @@ int cli_quantize(const std::vector<std::string>& words) {
 
     auto t0 = std::chrono::steady_clock::now();
     ModelConfig config = model_source_config(source);
-    ModelWeights weights = model_source_weights(source, config, threads > 0 ? threads : 2);
+    const int n_threads = threads > 0 ? threads : physical_core_count();
+    ModelWeights weights = model_source_weights(source, config, n_threads);
+    o.threads = n_threads;
     o.name = model_source_id(source);
     o.extra_metadata = model_source_text_metadata(source, config);
     o.progress = progress_bar;
