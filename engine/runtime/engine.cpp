@@ -376,7 +376,7 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
     return result;
 }
 
-Engine::Score Engine::score(const std::vector<int>& tokens, int window) {
+Engine::Score Engine::score(const std::vector<int>& tokens, int window, bool chunks) {
     Impl& m = *impl_;
     if (tokens.size() < 2) throw MoeError("need at least 2 tokens to score");
     window = std::min(window, m.ctx);
@@ -386,12 +386,19 @@ Engine::Score Engine::score(const std::vector<int>& tokens, int window) {
     m.cached.clear();  // the cache is overwritten window by window
     m.cache.clear(0);
     // Windows overlap by one token, so every token after the first is scored
-    // exactly once, each window starting from an empty cache.
-    for (size_t start = 0; start + 1 < tokens.size(); start += window - 1) {
+    // exactly once, each window starting from an empty cache; chunks do not
+    // overlap and score from their middle.
+    if (chunks && tokens.size() < size_t(window))
+        throw MoeError("--chunks: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
+                       std::to_string(window));
+    const size_t step = chunks ? size_t(window) : size_t(window - 1);
+    const int first = chunks ? window / 2 : 0;
+    for (size_t start = 0; chunks ? start + window <= tokens.size() : start + 1 < tokens.size(); start += step) {
         size_t end = std::min(tokens.size(), start + window);
         std::vector<int> win(tokens.begin() + start, tokens.begin() + end);
+        if (chunks) win[0] = m.config.bos_token_id;
         m.prefill(win, 0, true, [&](int b, int e, const float* logits) {
-            for (int i = b; i < e && i + 1 < int(win.size()); i++) {
+            for (int i = std::max(b, first); i < e && i + 1 < int(win.size()); i++) {
                 const float* l = logits + size_t(i - b) * vocab;
                 float mx = *std::max_element(l, l + vocab);
                 double sum = 0;

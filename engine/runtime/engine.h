@@ -208,12 +208,17 @@ public:
     BeamResult beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step);
 
     // Log-likelihood scoring for `perplexity`: returns the sum of -log p over
-    // tokens[1..] given their prefixes, processed in windows of ctx tokens.
+    // tokens[1..] given their prefixes, processed in windows of `window`
+    // tokens that overlap by one (every token after the first scored once).
+    // With chunks, llama.cpp's protocol instead: the tokens cut into whole
+    // chunks of `window` (the remainder dropped), each chunk's first token
+    // replaced by BOS, and only the predictions of its second half scored
+    // (tokens window/2 + 1 .. window - 1 of each chunk).
     struct Score {
         double nll_sum = 0;
         long n_scored = 0;
     };
-    Score score(const std::vector<int>& tokens, int window);
+    Score score(const std::vector<int>& tokens, int window, bool chunks = false);
 
     RoutingCounts routing_counts() const;
 

@@ -346,6 +346,7 @@ int cli_perplexity(const std::vector<std::string>& words) {
     long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     bool as_json = args.flag("--json");
+    bool chunks = args.flag("--chunks");
     options.device = parse_device_flags(args);
     apply_isa_flag(args);
     args.finish();
@@ -364,14 +365,14 @@ int cli_perplexity(const std::vector<std::string>& words) {
     Engine engine(options);
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     auto t0 = std::chrono::steady_clock::now();
-    Engine::Score s = engine.score(tokens, window);
+    Engine::Score s = engine.score(tokens, window, chunks);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double mean = s.nll_sum / double(s.n_scored);
     if (as_json) {
         std::printf("%s\n", json{{"tokens", s.n_scored}, {"mean_nll", mean}, {"ppl", std::exp(mean)}}.dump().c_str());
     } else {
-        std::printf("%ld tokens scored in windows of %d: mean NLL %.6f, perplexity %.4f (%.1f tok/s)\n", s.n_scored,
-                    window, mean, std::exp(mean), double(tokens.size()) / secs);
+        std::printf("%ld tokens scored in %s of %d: mean NLL %.6f, perplexity %.4f (%.1f tok/s)\n", s.n_scored,
+                    chunks ? "chunks" : "windows", window, mean, std::exp(mean), double(tokens.size()) / secs);
     }
     if (engine.placement().device != DeviceKind::NONE)
         std::fprintf(stderr, "%s\n", execution_stats_line(engine.execution_stats().total).c_str());

@@ -307,9 +307,12 @@ namespace {
 
 // `moe-server perplexity --json` of a model over the reference text (one
 // window, BOS first: 897 predictions).
-double perplexity_of(const fs::path& model) {
-    CommandResult r = moe({"perplexity", "--model", model.string(), "--text", (reference_dir() / "text.txt").string(),
-                           "--threads", "2", "--json"});
+double perplexity_of(const fs::path& model, bool llama_cpp_protocol = false) {
+    std::vector<std::string> args = {
+        "perplexity", "--model", model.string(), "--text", (reference_dir() / "text.txt").string(),
+        "--threads",  "2",       "--json"};
+    if (llama_cpp_protocol) args.insert(args.end(), {"--ctx", "128", "--chunks"});
+    CommandResult r = moe(args);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     return nlohmann::json::parse(r.out).at("ppl").get<double>();
@@ -366,6 +369,14 @@ TEST_CASE("gguf model: perplexity from llama.cpp's files and our own quantizatio
         CHECK(std::fabs(ppl / hf - 1) < 0.06);
         if (std::string(mix) == "q4_k_m") CHECK(ppl / hf - 1 <= (q4 / hf - 1) * 1.25);  // no worse than llama.cpp's
     }
+}
+
+TEST_CASE("gguf model: perplexity on llama.cpp's protocol is its recorded figure", "[gguf_model]") {
+    // llama-perplexity -c 128 -b 128 (../shared/data/reference/gguf/README.md):
+    // 7 chunks of 128 tokens, BOS first, the second halves scored.
+    CHECK(std::fabs(perplexity_of(reference_dir() / "hf", true) / 52647.55 - 1) < 5e-4);  // float64 reference
+    CHECK(std::fabs(perplexity_of(reference_dir() / "Q8_0.gguf", true) / 52760.3274 - 1) < 5e-3);
+    CHECK(std::fabs(perplexity_of(reference_dir() / "Q4_K_M.gguf", true) / 54285.1726 - 1) < 5e-3);
 }
 
 TEST_CASE("gguf model: quantize mixes give each matrix its type", "[gguf_model]") {
