@@ -17,6 +17,7 @@
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
+#include "engine/model/fingerprint.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_config.h"
@@ -150,19 +151,9 @@ TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and
     REQUIRE(gguf_model_path(file));
 
     const ModelConfig g = gguf_model_config(file);
-    CHECK(g.architecture == c.architecture);
-    CHECK(g.dim == c.dim);
-    CHECK(g.hidden_dim == c.hidden_dim);
-    CHECK(g.n_layers == c.n_layers);
-    CHECK(g.n_heads == c.n_heads);
-    CHECK(g.n_kv_heads == c.n_kv_heads);
-    CHECK(g.head_dim == c.head_dim);
-    CHECK(g.vocab_size == c.vocab_size);
-    CHECK(g.n_experts == c.n_experts);
-    CHECK(g.n_experts_active == c.n_experts_active);
-    CHECK(g.rope_theta == c.rope_theta);
-    CHECK(g.rms_norm_eps == c.rms_norm_eps);
-    CHECK(g.tie_embeddings == c.tie_embeddings);
+    // Every field the model's shape and arithmetic follow (the fingerprint
+    // profiles carry), and the special ids.
+    CHECK(model_fingerprint_text(g) == model_fingerprint_text(c));
     CHECK(g.bos_token_id == c.bos_token_id);
     CHECK(g.eos_token_ids == c.eos_token_ids);
 
@@ -223,14 +214,7 @@ TEST_CASE("gguf model: llama.cpp's Q8_0 and Q4_K_M files map onto the folder's m
         INFO(name);
         const fs::path file = reference_dir() / name;
         const ModelConfig g = gguf_model_config(file);
-        CHECK(g.dim == c.dim);
-        CHECK(g.hidden_dim == c.hidden_dim);
-        CHECK(g.n_layers == c.n_layers);
-        CHECK(g.n_kv_heads == c.n_kv_heads);
-        CHECK(g.n_experts == c.n_experts);
-        CHECK(g.vocab_size == c.vocab_size);
-        CHECK(g.rope_theta == c.rope_theta);
-        CHECK(g.tie_embeddings == c.tie_embeddings);
+        CHECK(model_fingerprint_text(g) == model_fingerprint_text(c));
         const ModelWeights w = gguf_model_weights(g, file);
         const bool q8 = std::string(name) == "Q8_0.gguf";
         CHECK(w.layers[0].experts[3].w1.type == (q8 ? DType::Q8_0 : DType::Q4_K));
