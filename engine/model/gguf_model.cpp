@@ -22,48 +22,57 @@ namespace {
 
 constexpr const char* ARCH = "llama";
 
-std::string layer_name(int layer, const char* what) {
-    return "blk." + std::to_string(layer) + "." + what;
+const char* gguf_role_name(TensorRole role) {
+    switch (role) {
+    case TensorRole::EMBED:
+        return "token_embd";
+    case TensorRole::ATTN_NORM:
+        return "attn_norm";
+    case TensorRole::WQ:
+        return "attn_q";
+    case TensorRole::WK:
+        return "attn_k";
+    case TensorRole::WV:
+        return "attn_v";
+    case TensorRole::WO:
+        return "attn_output";
+    case TensorRole::FFN_NORM:
+        return "ffn_norm";
+    case TensorRole::ROUTER:
+        return "ffn_gate_inp";
+    case TensorRole::EXPERT_W1:
+        return "ffn_gate";
+    case TensorRole::EXPERT_W3:
+        return "ffn_up";
+    case TensorRole::EXPERT_W2:
+        return "ffn_down";
+    case TensorRole::FINAL_NORM:
+        return "output_norm";
+    case TensorRole::LM_HEAD:
+        return "output";
+    }
+    return "";
+}
+
+// The GGUF name of a table entry's tensor; a MoE expert's is its layer's
+// merged tensor ("blk.N.ffn_gate_exps.weight"), or with per_expert its own
+// ("blk.N.ffn_gate.E.weight", older files).
+std::string gguf_name(const TensorEntry& e, bool moe, bool per_expert = false) {
+    std::string name = e.layer >= 0 ? "blk." + std::to_string(e.layer) + "." : std::string();
+    name += gguf_role_name(e.role);
+    if (moe && e.expert >= 0) name += per_expert ? "." + std::to_string(e.expert) : std::string("_exps");
+    return name + ".weight";
 }
 
 // The tensor that holds one entry of the table: a whole GGUF tensor, or
 // (experts merged into one 3-D tensor) expert e's (rows, cols) slice of it.
 TensorView find_tensor(const GgufFile& f, const TensorEntry& t, bool moe) {
-    auto one = [&](const std::string& name) { return f.tensor(name); };
-    switch (t.role) {
-    case TensorRole::EMBED:
-        return one("token_embd.weight");
-    case TensorRole::ATTN_NORM:
-        return one(layer_name(t.layer, "attn_norm.weight"));
-    case TensorRole::WQ:
-        return one(layer_name(t.layer, "attn_q.weight"));
-    case TensorRole::WK:
-        return one(layer_name(t.layer, "attn_k.weight"));
-    case TensorRole::WV:
-        return one(layer_name(t.layer, "attn_v.weight"));
-    case TensorRole::WO:
-        return one(layer_name(t.layer, "attn_output.weight"));
-    case TensorRole::FFN_NORM:
-        return one(layer_name(t.layer, "ffn_norm.weight"));
-    case TensorRole::ROUTER:
-        return one(layer_name(t.layer, "ffn_gate_inp.weight"));
-    case TensorRole::FINAL_NORM:
-        return one("output_norm.weight");
-    case TensorRole::LM_HEAD:
-        return one("output.weight");
-    case TensorRole::EXPERT_W1:
-    case TensorRole::EXPERT_W3:
-    case TensorRole::EXPERT_W2:
-        break;
-    }
-    const char* kind = t.role == TensorRole::EXPERT_W1 ? "gate" : t.role == TensorRole::EXPERT_W3 ? "up" : "down";
-    if (!moe) return one(layer_name(t.layer, (std::string("ffn_") + kind + ".weight").c_str()));
-    const std::string merged = layer_name(t.layer, (std::string("ffn_") + kind + "_exps.weight").c_str());
+    if (!moe || t.expert < 0) return f.tensor(gguf_name(t, moe));
+    const std::string merged = gguf_name(t, moe);
     const TensorView* all = f.find(merged);
     if (!all) {
-        const std::string single =
-            layer_name(t.layer, (std::string("ffn_") + kind + "." + std::to_string(t.expert) + ".weight").c_str());
-        if (f.find(single)) return one(single);
+        const std::string single = gguf_name(t, moe, true);
+        if (f.find(single)) return f.tensor(single);
         throw MoeError(f.path().string() + ": " + merged + ": tensor missing (nor " + single + ")");
     }
     if (all->shape.size() != 3 || all->shape[1] != t.shape[0] || all->shape[2] != t.shape[1] ||
@@ -188,25 +197,6 @@ struct OutTensor {
     bool permute = false;             // attn_q / attn_k: rows in llama.cpp's order
 };
 
-const char* gguf_role_name(TensorRole role) {
-    switch (role) {
-    case TensorRole::EMBED: return "token_embd";
-    case TensorRole::ATTN_NORM: return "attn_norm";
-    case TensorRole::WQ: return "attn_q";
-    case TensorRole::WK: return "attn_k";
-    case TensorRole::WV: return "attn_v";
-    case TensorRole::WO: return "attn_output";
-    case TensorRole::FFN_NORM: return "ffn_norm";
-    case TensorRole::ROUTER: return "ffn_gate_inp";
-    case TensorRole::EXPERT_W1: return "ffn_gate";
-    case TensorRole::EXPERT_W3: return "ffn_up";
-    case TensorRole::EXPERT_W2: return "ffn_down";
-    case TensorRole::FINAL_NORM: return "output_norm";
-    case TensorRole::LM_HEAD: return "output";
-    }
-    return "";
-}
-
 }  // namespace
 
 std::optional<QuantMix> quant_mix_parse(std::string_view name) {
@@ -279,9 +269,7 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         if (e.expert > 0 && c.is_moe()) continue;
         const LayerWeights* L = e.layer >= 0 ? &w.layers[size_t(e.layer)] : nullptr;
         OutTensor t;
-        std::string base = gguf_role_name(e.role);
-        t.view.name = (e.layer >= 0 ? "blk." + std::to_string(e.layer) + "." : std::string()) + base +
-                      (e.expert >= 0 && c.is_moe() ? "_exps" : "") + ".weight";
+        t.view.name = gguf_name(e, c.is_moe());
         t.view.dtype = quant_mix_type(o.mix, o.experts_only, e, c.n_layers);
         t.permute = e.role == TensorRole::WQ || e.role == TensorRole::WK;
         switch (e.role) {
