@@ -58,10 +58,17 @@ const char* gguf_role_name(TensorRole role) {
 // merged tensor ("blk.N.ffn_gate_exps.weight"), or with per_expert its own
 // ("blk.N.ffn_gate.E.weight", older files).
 std::string gguf_name(const TensorEntry& e, bool moe, bool per_expert = false) {
-    std::string name = e.layer >= 0 ? "blk." + std::to_string(e.layer) + "." : std::string();
-    name += gguf_role_name(e.role);
-    if (moe && e.expert >= 0) name += per_expert ? "." + std::to_string(e.expert) : std::string("_exps");
-    return name + ".weight";
+    // Appended piece by piece (GCC 12's -Wrestrict misfires on "." + std::string).
+    std::string name;
+    if (e.layer >= 0) name.append("blk.").append(std::to_string(e.layer)).append(".");
+    name.append(gguf_role_name(e.role));
+    if (moe && e.expert >= 0) {
+        if (per_expert)
+            name.append(".").append(std::to_string(e.expert));
+        else
+            name.append("_exps");
+    }
+    return name.append(".weight");
 }
 
 // The tensor that holds one entry of the table: a whole GGUF tensor, or
