@@ -17,6 +17,15 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
                 const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not) {
     const int index = o.device.gpu_device;
+    std::vector<GpuDevice> devices = gpu_devices();
+    if (devices.empty()) {
+        *why_not = "no CUDA device found";
+        return false;
+    }
+    if (index >= int(devices.size())) {
+        *why_not = "no CUDA device " + std::to_string(index) + " (" + std::to_string(devices.size()) + " found)";
+        return false;
+    }
     std::vector<const WeightView*> matrices = {&weights.embed, &weights.lm_head};
     for (const LayerWeights& L : weights.layers)
         for (const WeightView* m :
@@ -28,15 +37,6 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
                        dtype_name(m->type) + " weights";
             return false;
         }
-    std::vector<GpuDevice> devices = gpu_devices();
-    if (devices.empty()) {
-        *why_not = "no CUDA device found";
-        return false;
-    }
-    if (index >= int(devices.size())) {
-        *why_not = "no CUDA device " + std::to_string(index) + " (" + std::to_string(devices.size()) + " found)";
-        return false;
-    }
     const GpuDevice& d = devices[size_t(index)];
     PlacementInfo& info = s.info;
     const int staging = DEFAULT_STAGING_SLOTS;
