@@ -22,6 +22,7 @@
 #include "cpu_kernels/kernels_impl.h"
 #include "cpu_kernels/quant.h"
 #include "cpu_kernels/simd.h"
+#include "cpu_kernels/vec_avx2.h"
 
 namespace {
 
@@ -36,12 +37,6 @@ inline float fp16_at(const void* p) {
 #else
     return _cvtsh_ss(h);  // F16C: exact, as fp16_to_f32
 #endif
-}
-inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 inline int hsum8i(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -246,7 +241,7 @@ void qrows_k(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, in
             acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(h.dm * xb.d), acc[t]);
         }
     }
-    for (int t = 0; t < M; t++) y[long(i0 + t) * n + r] = hsum8(acc[t]);
+    for (int t = 0; t < M; t++) y[long(i0 + t) * n + r] = VecAvx2::hsum(acc[t]);
 }
 
 template <class Q, class T, int M>
@@ -280,7 +275,7 @@ void qrows_32(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, i
     if (ib < nb) step(ib, acc[0], off[0]);
     for (int t = 0; t < M; t++)
         y[long(i0 + t) * n + r] =
-            hsum8(_mm256_add_ps(acc[0][t], acc[1][t])) - float(T::OFFSET) * (off[0][t] + off[1][t]);
+            VecAvx2::hsum(_mm256_add_ps(acc[0][t], acc[1][t])) - float(T::OFFSET) * (off[0][t] + off[1][t]);
 }
 
 using QRowsFn = void (*)(float*, int, const char*, size_t, const uint8_t*, int, int, int);

@@ -140,14 +140,28 @@ std::vector<float> forward_logits(const ModelConfig& c, const ModelWeights& w, c
     return std::vector<float>(logits, logits + size_t(n) * c.vocab_size);
 }
 
+// The reference folder loaded, and its bf16 GGUF in llama.cpp's layout
+// written as tag/model-bf16.gguf.
+struct FolderAndGguf {
+    ModelConfig config;
+    ModelWeights weights;
+    fs::path file;
+
+    explicit FolderAndGguf(const std::string& tag)
+        : config(model_config_load(reference_dir() / "hf")),
+          weights(weights_load(config, reference_dir() / "hf")),
+          file(test_temp_dir(tag) / "model-bf16.gguf") {
+        write_llama_gguf(file, config, weights);
+    }
+};
+
 }  // namespace
 
 TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and logits", "[gguf_model]") {
-    const fs::path hf = reference_dir() / "hf";
-    const ModelConfig c = model_config_load(hf);
-    const ModelWeights w = weights_load(c, hf);
-    const fs::path file = test_temp_dir("gguf_model_layout") / "model-bf16.gguf";
-    write_llama_gguf(file, c, w);
+    const FolderAndGguf m("gguf_model_layout");
+    const ModelConfig& c = m.config;
+    const ModelWeights& w = m.weights;
+    const fs::path& file = m.file;
     REQUIRE(gguf_model_path(file));
 
     const ModelConfig g = gguf_model_config(file);
@@ -169,11 +183,7 @@ TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and
 }
 
 TEST_CASE("gguf model: a lone GGUF file serves like its folder", "[gguf_model]") {
-    const fs::path hf = reference_dir() / "hf";
-    const ModelConfig c = model_config_load(hf);
-    const ModelWeights w = weights_load(c, hf);
-    const fs::path file = test_temp_dir("gguf_model_engine") / "model-bf16.gguf";
-    write_llama_gguf(file, c, w);
+    const FolderAndGguf m("gguf_model_engine");
     auto run = [](const fs::path& model) {
         EngineOptions o;
         o.model_dir = model.string();
@@ -193,8 +203,8 @@ TEST_CASE("gguf model: a lone GGUF file serves like its folder", "[gguf_model]")
         });
         return std::make_pair(engine.model_id(), out);
     };
-    auto [gguf_id, gguf_tokens] = run(file);
-    auto [hf_id, hf_tokens] = run(hf);
+    auto [gguf_id, gguf_tokens] = run(m.file);
+    auto [hf_id, hf_tokens] = run(reference_dir() / "hf");
     CHECK(gguf_id == "model-bf16");
     CHECK(gguf_tokens.size() == 12);
     CHECK(gguf_tokens == hf_tokens);
@@ -225,15 +235,12 @@ TEST_CASE("gguf model: llama.cpp's Q8_0 and Q4_K_M files map onto the folder's m
 }
 
 TEST_CASE("gguf model: a file that is not a model of this shape gives one line naming it", "[gguf_model]") {
-    const fs::path hf = reference_dir() / "hf";
-    const ModelConfig c = model_config_load(hf);
-    const ModelWeights w = weights_load(c, hf);
-    const fs::path dir = test_temp_dir("gguf_model_errors");
-    const fs::path good = dir / "good.gguf";
-    write_llama_gguf(good, c, w);
-    GgufFile source(good);
+    const FolderAndGguf m("gguf_model_errors");
+    const ModelConfig& c = m.config;
+    const fs::path dir = m.file.parent_path();
+    GgufFile source(m.file);
 
-    // Rewrites good.gguf with one metadata key or tensor changed.
+    // Rewrites the file with one metadata key or tensor changed.
     auto variant = [&](const std::string& tag, const std::function<void(std::vector<GgufKeyValue>&)>& meta,
                        const std::function<void(std::vector<TensorView>&)>& tensors) {
         std::vector<GgufKeyValue> m = source.metadata().values();
