@@ -224,109 +224,27 @@ void quantize_q4_0(const float* x, BlockQ4_0& out) {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Dequantization, one block.
-
-void dequant_q8_0(const BlockQ8_0& b, float* y) {
-    float d = fp16_to_f32(b.d);
-    for (int i = 0; i < 32; i++) y[i] = d * float(b.qs[i]);
-}
-
-void dequant_q4_0(const BlockQ4_0& b, float* y) {
-    float d = fp16_to_f32(b.d);
-    for (int i = 0; i < 16; i++) {
-        y[i] = d * float((b.qs[i] & 15) - 8);
-        y[i + 16] = d * float((b.qs[i] >> 4) - 8);
-    }
-}
-
-// Q4_K and Q5_K: q(i) gives element i's level.
-template <class Q>
-void dequant_k_affine(uint16_t d16, uint16_t dmin16, const uint8_t scales[12], float* y, Q q) {
-    float d = fp16_to_f32(d16), dmin = fp16_to_f32(dmin16);
-    uint8_t sc[8], mn[8];
-    k_scale_min(scales, sc, mn);
-    for (int j = 0; j < 8; j++)
-        for (int i = 0; i < 32; i++) y[32 * j + i] = d * float(sc[j]) * float(q(32 * j + i)) - dmin * float(mn[j]);
-}
-
-// Level of element i (0..255) of a Q4_K / Q5_K block's qs.
-inline int k_nibble(const uint8_t* qs, int i) {
-    int c = i / 64, l = i % 32;
-    return i % 64 < 32 ? qs[32 * c + l] & 15 : qs[32 * c + l] >> 4;
-}
-
-inline int q6_level(const BlockQ6_K& b, int i) {
-    int h = i / 128, r = i % 128, part = r / 32, l = r % 32;
-    const uint8_t* ql = b.ql + 64 * h;
-    const uint8_t* qh = b.qh + 32 * h;
-    int low = part & 1 ? ql[l + 32] : ql[l];
-    low = part < 2 ? low & 15 : low >> 4;
-    return low | ((qh[l] >> (2 * part)) & 3) << 4;
-}
-
-void dequant_q6_k(const BlockQ6_K& b, float* y) {
-    float d = fp16_to_f32(b.d);
-    for (int i = 0; i < 256; i++) y[i] = d * float(b.scales[i / 16]) * float(q6_level(b, i) - 32);
-}
-
-template <class B>
-const B* blocks_of(const void* p) {
-    return static_cast<const B*>(p);
-}
-
 }  // namespace
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     assert(n % dtype_info(type).block == 0);
-    const char* s = static_cast<const char*>(src);
-    int64_t nb = n / dtype_info(type).block;
-    int bb = dtype_info(type).block_bytes;
-    // Blocks are copied out before use: a memory map makes no alignment promise.
-    for (int64_t i = 0; i < nb; i++) {
-        const char* p = s + i * bb;
-        float* y = dst + i * dtype_info(type).block;
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    if (dtype_quantized(type)) {
+        for (int64_t g = 0; g < n / 32; g++) quant_group32(type, s, g, dst + 32 * g);
+        return;
+    }
+    // A memory map makes no alignment promise: elements are loaded bytewise.
+    for (int64_t i = 0; i < n; i++) {
         switch (type) {
         case DType::F32:
-            memcpy(y, p, 4);
+            memcpy(dst + i, s + 4 * i, 4);
             break;
         case DType::F16:
-            *y = fp16_to_f32(load_u16(p));
+            dst[i] = fp16_to_f32(load_u16(s + 2 * i));
             break;
-        case DType::BF16:
-            *y = bf16_to_f32(load_u16(p));
+        default:
+            dst[i] = bf16_to_f32(load_u16(s + 2 * i));
             break;
-        case DType::Q8_0: {
-            BlockQ8_0 b;
-            memcpy(&b, p, sizeof b);
-            dequant_q8_0(b, y);
-            break;
-        }
-        case DType::Q4_0: {
-            BlockQ4_0 b;
-            memcpy(&b, p, sizeof b);
-            dequant_q4_0(b, y);
-            break;
-        }
-        case DType::Q4_K: {
-            BlockQ4_K b;
-            memcpy(&b, p, sizeof b);
-            dequant_k_affine(b.d, b.dmin, b.scales, y, [&](int e) { return k_nibble(b.qs, e); });
-            break;
-        }
-        case DType::Q5_K: {
-            BlockQ5_K b;
-            memcpy(&b, p, sizeof b);
-            dequant_k_affine(b.d, b.dmin, b.scales, y,
-                             [&](int e) { return k_nibble(b.qs, e) | ((b.qh[e % 32] >> (e / 32)) & 1) << 4; });
-            break;
-        }
-        case DType::Q6_K: {
-            BlockQ6_K b;
-            memcpy(&b, p, sizeof b);
-            dequant_q6_k(b, y);
-            break;
-        }
         }
     }
 }
@@ -492,10 +410,11 @@ float quant_dot_scalar(DType wtype, const void* wrow, const void* xq, int k) {
             const XBlock256& xb = x256[i];
             BlockQ6_K b;
             memcpy(&b, w + i * sizeof b, sizeof b);
+            const uint8_t* blk = reinterpret_cast<const uint8_t*>(&b);
             int s = 0;
             for (int g = 0; g < 16; g++) {
                 int sg = 0;
-                for (int l = 0; l < 16; l++) sg += q6_level(b, 16 * g + l) * xb.q[16 * g + l];
+                for (int l = 0; l < 16; l++) sg += q6_k_level(blk, 16 * g + l) * xb.q[16 * g + l];
                 s += b.scales[g] * (sg - 32 * xb.bsums[g]);
             }
             sum += xb.d * fp16_to_f32(b.d) * float(s);

@@ -4,17 +4,21 @@
 // int8 form activations take for the quantized matmul kernels (quantized
 // once per call, then dotted with whole weight blocks in integers). The
 // scalar dot products of one weight row with one quantized activation row
-// are the reference the ISA paths are tested against.
+// are the reference the ISA paths are tested against. The element levels
+// and quant_group32 (a group of 32 weights of any quantized row, to fp32)
+// are __host__ __device__: the CUDA kernels decode blocks with the very
+// functions the CPU's dequantize_row uses.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_kernels/bf16.h"
 #include "cpu_kernels/dtype.h"
 
 // fp16 <-> fp32, scalar. Narrowing rounds to nearest even (as F16C does);
 // overflow gives inf, NaN stays NaN. static: see bf16.h.
-static inline float fp16_to_f32(uint16_t h) {
+MOE_HD static inline float fp16_to_f32(uint16_t h) {
     uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
     if (exp == 0) {
         float f = float(mant) * 0x1p-24f;  // zero or subnormal, exact
@@ -106,7 +110,7 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // nibble, min: high nibble) and its high 2 bits from the top bits of byte j
 // (scale) and 4 + j (min). Done on 32-bit words: four sub-blocks at once;
 // k_scale_min64 leaves them as the bytes of two words (kept in registers).
-static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn) {
+MOE_HD static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn) {
     uint32_t a, b, c;
     memcpy(&a, s, 4);
     memcpy(&b, s + 4, 4);
@@ -118,10 +122,83 @@ static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn
     mn = mn_lo | uint64_t(mn_hi) << 32;
 }
 
-static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+MOE_HD static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
     uint64_t sc64, mn64;
     k_scale_min64(s, sc64, mn64);
     for (int j = 0; j < 8; j++) sc[j] = uint8_t(sc64 >> (8 * j)), mn[j] = uint8_t(mn64 >> (8 * j));
+}
+
+// The levels of element i of a block, from its bytes (b: the block's first
+// byte; any alignment). Q4_K / Q5_K: 0..15 / 0..31 (k_nibble reads qs);
+// Q6_K: 0..63.
+MOE_HD static inline uint16_t load_le16(const uint8_t* p) {
+    return uint16_t(p[0] | p[1] << 8);
+}
+MOE_HD static inline int k_nibble(const uint8_t* qs, int i) {
+    const int c = i / 64, l = i % 32;
+    return i % 64 < 32 ? qs[32 * c + l] & 15 : qs[32 * c + l] >> 4;
+}
+MOE_HD static inline int q5_k_level(const uint8_t* b, int i) {
+    return k_nibble(b + offsetof(BlockQ5_K, qs), i) | ((b[offsetof(BlockQ5_K, qh) + i % 32] >> (i / 32)) & 1) << 4;
+}
+MOE_HD static inline int q6_k_level(const uint8_t* b, int i) {
+    const int h = i / 128, r = i % 128, part = r / 32, l = r % 32;
+    const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h;
+    const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h;
+    int low = part & 1 ? ql[l + 32] : ql[l];
+    low = part < 2 ? low & 15 : low >> 4;
+    return low | ((qh[l] >> (2 * part)) & 3) << 4;
+}
+
+// y (32 fp32) = elements [32 g, 32 g + 32) of a row of a block-quantized
+// type starting at row (g counts groups from the row's start; any
+// alignment). Every quantized type's dequantization, CPU and GPU alike.
+MOE_HD static inline void quant_group32(DType type, const uint8_t* row, int64_t g, float* y) {
+    switch (type) {
+    case DType::Q8_0: {
+        const uint8_t* b = row + g * int64_t(sizeof(BlockQ8_0));
+        const float d = fp16_to_f32(load_le16(b));
+        for (int i = 0; i < 32; i++) y[i] = d * float(int8_t(b[2 + i]));
+        return;
+    }
+    case DType::Q4_0: {
+        const uint8_t* b = row + g * int64_t(sizeof(BlockQ4_0));
+        const float d = fp16_to_f32(load_le16(b));
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * float((b[2 + i] & 15) - 8);
+            y[i + 16] = d * float((b[2 + i] >> 4) - 8);
+        }
+        return;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+        const bool q5 = type == DType::Q5_K;
+        const uint8_t* b = row + g / 8 * int64_t(q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+        const int j = int(g % 8);
+        uint8_t sc[8], mn[8];
+        k_scale_min(b + offsetof(BlockQ4_K, scales), sc, mn);
+        const float d = fp16_to_f32(load_le16(b)) * float(sc[j]), m = fp16_to_f32(load_le16(b + 2)) * float(mn[j]);
+        const uint8_t* qs = b + (q5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs));
+        for (int l = 0; l < 32; l++) {
+            const int e = 32 * j + l;
+            y[l] = d * float(q5 ? q5_k_level(b, e) : k_nibble(qs, e)) - m;
+        }
+        return;
+    }
+    case DType::Q6_K: {
+        const uint8_t* b = row + g / 8 * int64_t(sizeof(BlockQ6_K));
+        const int j = int(g % 8);
+        const float d = fp16_to_f32(load_le16(b + offsetof(BlockQ6_K, d)));
+        const int8_t* scales = reinterpret_cast<const int8_t*>(b + offsetof(BlockQ6_K, scales));
+        for (int l = 0; l < 32; l++) {
+            const int e = 32 * j + l;
+            y[l] = d * float(scales[e / 16]) * float(q6_k_level(b, e) - 32);
+        }
+        return;
+    }
+    default:
+        return;  // float types are not block-quantized
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -116,22 +116,32 @@ std::vector<double> gpu_time_h2d_pinned(const std::vector<size_t>& sizes, int re
     return out;
 }
 
-std::vector<double> gpu_time_expert_ffn(int dim, int hidden, const std::vector<int>& ns, int reps) {
+std::vector<double> gpu_time_expert_ffn(const WeightView& w1, const WeightView& w3, const WeightView& w2,
+                                        const std::vector<int>& ns, int reps) {
     const int most = *std::max_element(ns.begin(), ns.end());
-    const size_t mat = size_t(dim) * hidden;
+    const int dim = int(w1.cols), hidden = int(w1.rows);
     GpuStreamOwner stream;
     GpuStream s = stream.get();
-    GpuBuffer w(3 * mat * sizeof(bf16)), x(size_t(most) * dim * sizeof(float)), y(size_t(most) * dim * sizeof(float));
+    GpuBuffer w(w1.bytes() + w3.bytes() + w2.bytes());
+    WeightView dev[3] = {w1, w3, w2};
+    size_t at = 0;
+    for (WeightView& v : dev) {
+        gpu_copy_h2d(w.as<unsigned char>() + at, v.data, v.bytes(), s);
+        v.data = w.as<unsigned char>() + at;
+        at += v.bytes();
+    }
+    GpuBuffer x(size_t(most) * dim * sizeof(float)), y(size_t(most) * dim * sizeof(float));
     GpuBuffer sf(size_t(2) * most * hidden * sizeof(float)), sb(size_t(most) * std::max(dim, hidden) * sizeof(bf16));
-    fill_bf16(w.as<bf16>(), long(3 * mat), 3, s);
+    const bool quantized = dtype_quantized(w1.type) || dtype_quantized(w3.type) || dtype_quantized(w2.type);
+    GpuBuffer sw(quantized ? GPU_DEQUANT_PIECE_ELEMS * sizeof(bf16) : 0);
+    const GpuGemmScratch scratch{sb.as<bf16>(), sw.as<bf16>(), quantized ? GPU_DEQUANT_PIECE_ELEMS : 0};
     gpu_memset(x.data(), 0, x.bytes(), s);
+    stream.synchronize();  // pageable sources: the copies must finish before the caller frees them
     GpuBlas blas(s);
-    const bf16* w1 = w.as<bf16>();
     std::vector<double> out;
     for (int n : ns)
         out.push_back(time_ms(s, reps, [&] {
-            gpu_expert_ffn(blas, y.as<float>(), x.as<float>(), w1, w1 + mat, w1 + 2 * mat, n, dim, hidden, sf.as<float>(),
-                           sb.as<bf16>());
+            gpu_expert_ffn(blas, y.as<float>(), x.as<float>(), dev[0], dev[1], dev[2], n, sf.as<float>(), scratch);
         }));
     return out;
 }

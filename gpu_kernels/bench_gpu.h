@@ -2,12 +2,14 @@
 // `calibrate` and the GPU ceilings printed beside every GPU benchmark:
 // host-to-device copy rates (pinned, pageable, registered), device memory
 // bandwidth, cuBLAS bf16 GEMM rate, and the expert FFN over n tokens with
-// its weights resident. Timed with CUDA events; medians of several runs.
+// its weights resident (bf16 or block-quantized). Timed with CUDA events; medians of several runs.
 // Plain numbers out (JSON belongs to server/). CUDA-only (declared in every
 // build, defined only with CUDA).
 #pragma once
 #include <cstddef>
 #include <vector>
+
+#include "cpu_kernels/dtype.h"
 
 struct GpuCeilings {
     double h2d_pinned_gbs = 0;      // host -> device from cudaHostAlloc memory
@@ -26,6 +28,8 @@ GpuCeilings gpu_measure_ceilings(size_t copy_bytes = size_t(256) << 20, int gemm
 // Median ms of one host -> device copy of each size from pinned memory.
 std::vector<double> gpu_time_h2d_pinned(const std::vector<size_t>& sizes, int reps);
 
-// Median ms of gpu_expert_ffn over n tokens for each n in ns, with random
-// bf16 weights of one expert (dim, hidden) resident in device memory.
-std::vector<double> gpu_time_expert_ffn(int dim, int hidden, const std::vector<int>& ns, int reps);
+// Median ms of gpu_expert_ffn over n tokens for each n in ns, with one
+// expert's weights (host views w1, w3 (hidden, dim), w2 (dim, hidden), of
+// any type gpu_matmul reads) copied to device memory first.
+std::vector<double> gpu_time_expert_ffn(const WeightView& w1, const WeightView& w3, const WeightView& w2,
+                                        const std::vector<int>& ns, int reps);

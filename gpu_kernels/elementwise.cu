@@ -104,9 +104,15 @@ void gpu_f32_to_bf16(bf16* out, const float* x, long n, GpuStream stream) {
     CUDA_LAUNCH_CHECK();
 }
 
-void gpu_embed(float* x, const int* tokens, const bf16* table, int n, int dim, GpuStream stream) {
+// quant.cu: the lookup in a block-quantized table.
+void gpu_embed_quant(float* x, const int* tokens, const WeightView& table, int n, GpuStream stream);
+
+void gpu_embed(float* x, const int* tokens, const WeightView& table, int n, GpuStream stream) {
+    if (table.type != DType::BF16) return gpu_embed_quant(x, tokens, table, n, stream);
     if (n <= 0) return;
-    embed_kernel<<<blocks_for(long(n) * dim), THREADS, 0, stream>>>(x, tokens, table, n, dim);
+    const int dim = int(table.cols);
+    embed_kernel<<<blocks_for(long(n) * dim), THREADS, 0, stream>>>(x, tokens, static_cast<const bf16*>(table.data),
+                                                                    n, dim);
     CUDA_LAUNCH_CHECK();
 }
 

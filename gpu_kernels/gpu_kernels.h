@@ -5,14 +5,18 @@
 // kernel is a __host__ __device__ function in gpu_kernels/gpu_math.h that
 // the CPU tests run too. Must not know what a model or a layer is.
 //
-// Shapes follow cpu_kernels: weights bf16 row-major (n, k) as in the
-// checkpoint; activations fp32; GEMMs take bf16 inputs and accumulate in
-// fp32 (cuBLAS). Declared in every build, defined only when built with CUDA:
-// include it only from CUDA-only sources.
+// Shapes follow cpu_kernels: weights row-major (n, k) as in the checkpoint,
+// handed over as a WeightView (cpu_kernels/dtype.h) whose data is device
+// memory: bf16, or block-quantized (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and
+// decoded by quant_group32 (cpu_kernels/quant.h), the CPU's own decoder;
+// activations fp32; GEMMs take bf16 inputs and accumulate in fp32 (cuBLAS). Declared in every build, defined only when
+// built with CUDA: include it only from CUDA-only sources.
 #pragma once
 #include <cstddef>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/dtype.h"
+#include "gpu_kernels/gpu_limits.h"
 
 // cudaStream_t and cublasHandle_t without the CUDA headers.
 using GpuStream = struct CUstream_st*;
@@ -40,11 +44,33 @@ void gpu_f32_to_bf16(bf16* out, const float* x, long n, GpuStream stream);
 // (cublasGemmEx, CUBLAS_COMPUTE_32F). Runs on blas.stream().
 void gpu_matmul_bf16(GpuBlas& blas, float* y, const bf16* x, const bf16* w, int m, int n, int k);
 
-// The same with fp32 x: converted to bf16 into x_bf16 (m * k elements) first.
-void gpu_matmul_f32in(GpuBlas& blas, float* y, const float* x, bf16* x_bf16, const bf16* w, int m, int n, int k);
+// Device scratch of gpu_matmul.
+struct GpuGemmScratch {
+    bf16* x = nullptr;   // x in bf16: at least m * k elements
+    bf16* w = nullptr;   // a piece of block-quantized W in bf16; may be null when every W is bf16
+    size_t w_elems = 0;  // its elements: pieces of w_elems / k rows (at least one row)
+};
 
-// x (n, dim) = embed[tokens[i]] widened to fp32; tokens (n,) on the device.
-void gpu_embed(float* x, const int* tokens, const bf16* table, int n, int dim, GpuStream stream);
+// y (m, n) fp32 = x (m, k) fp32 @ W^T for W (n, k) of any type on the
+// device: bf16 through cuBLAS (x rounded to bf16 into s.x first); block-
+// quantized by gpu_matvec_quant below GPU_QUANT_GEMV_MAX_M rows, else
+// gpu_dequant_bf16 into s.w and cuBLAS per piece. Runs on blas.stream().
+// std::invalid_argument for a float type other than bf16, or quantized W
+// above the GEMV rows without s.w.
+void gpu_matmul(GpuBlas& blas, float* y, const float* x, const WeightView& w, int m, const GpuGemmScratch& s);
+
+// y (m, n) fp32 = x (m, k) fp32 @ W^T, W block-quantized (n, k): one warp
+// per row of W decodes its groups of 32 (quant_group32) and dots them with
+// every row of x. m <= GPU_QUANT_GEMV_MAX_M.
+void gpu_matvec_quant(float* y, const float* x, const WeightView& w, int m, GpuStream stream);
+
+// out ((r1 - r0), k) bf16 = rows [r0, r1) of block-quantized W, each
+// element quant_group32's value rounded to bf16 (f32_to_bf16).
+void gpu_dequant_bf16(bf16* out, const WeightView& w, int64_t r0, int64_t r1, GpuStream stream);
+
+// x (n, dim) = table[tokens[i]] as fp32, table (vocab, dim) bf16 or block-
+// quantized (dim = table.cols); tokens (n,) on the device.
+void gpu_embed(float* x, const int* tokens, const WeightView& table, int n, GpuStream stream);
 
 // out (rows, dim) = x * rsqrt(mean(x^2) + eps) * weight, per row. out may alias x.
 void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps, GpuStream stream);
@@ -97,8 +123,9 @@ void gpu_attention_paged(float* out, const float* q, const float* const* blocks,
 
 // One SwiGLU expert over m tokens on the device:
 // y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T, x (m, dim) fp32, W1/W3
-// (hidden, dim), W2 (dim, hidden) bf16 in device memory. Scratch:
-// scratch_f32 2 * m * hidden floats, scratch_bf16 m * max(dim, hidden) bf16.
-// Three cuBLAS GEMMs and two small kernels on blas.stream().
-void gpu_expert_ffn(GpuBlas& blas, float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m,
-                    int dim, int hidden, float* scratch_f32, bf16* scratch_bf16);
+// (hidden, dim), W2 (dim, hidden) of any type gpu_matmul reads, in device
+// memory. Scratch: scratch_f32 2 * m * hidden floats; s.x m * max(dim,
+// hidden) bf16 (and s.w for quantized weights, see gpu_matmul). Three
+// gpu_matmul calls and one small kernel on blas.stream().
+void gpu_expert_ffn(GpuBlas& blas, float* y, const float* x, const WeightView& w1, const WeightView& w3,
+                    const WeightView& w2, int m, float* scratch_f32, const GpuGemmScratch& s);

@@ -9,6 +9,8 @@
 #   OUTDIR/bench.jsonl      the benchmarks' JSON lines
 #   OUTDIR/calibrate.txt    the latency model's fit on this machine (CPU and GPU),
 #                           Mixtral-8x7B's expert shape; calibrate-mini.txt mixtral-mini's
+# and last quantizes mixtral-mini to Q4_K_M and Q8_0 GGUFs and benchmarks
+# them with their quantized experts on the device.
 # Build dependencies missing from the machine come from .gpu-deps/ (made by
 # scripts/fetch_gpu_deps.sh where Debian's archive is reachable), unpacked
 # into a private prefix, never into /. Each step has a time limit and a
@@ -146,5 +148,17 @@ if [ -f "$prompts" ]; then
 else
   note "skipped profile: no $prompts"
 fi
+
+# Quantized weights on the device: mixtral-mini as Q4_K_M and Q8_0 GGUFs.
+for type in q4_k_m q8_0; do
+  gguf="$out/mixtral-mini-$type.gguf"
+  step "quantize mixtral-mini to $type" 240 "$bin" quantize "${mini[@]}" --type "$type" --out "$gguf" --threads "$cores" || continue
+  bench_step "bench gpu, mixtral-mini $type experts" 120 "$bin" bench gpu --model "$gguf"
+  bench_step "decode mixtral-mini $type, all on the GPU" 120 "$bin" bench decode --model "$gguf" --gpu-memory 100% --tokens 64
+  bench_step "decode mixtral-mini $type, 25% on the GPU" 120 "$bin" bench decode --model "$gguf" --gpu-memory 25% --tokens 64
+  bench_step "prefill 512 mixtral-mini $type, 25% on the GPU" 120 "$bin" bench prefill --model "$gguf" --gpu-memory 25% --tokens 512
+  bench_step "decode mixtral-mini $type, CPU only" 120 "$bin" bench decode --model "$gguf" --gpu-device none --tokens 64
+  rm -f "$gguf"
+done
 
 note "total $(($(date +%s) - t_start))s"

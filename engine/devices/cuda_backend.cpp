@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "engine/devices/device_setup.h"
+#include "engine/model/cost.h"
 #include "engine/runtime/forward.h"
 
 namespace {
@@ -128,6 +129,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     stream_.synchronize();  // pageable sources: the copies must finish before the mapping is read again
 
     x_bf16_ = GpuBuffer(size_t(max_batch) * std::max(c_.dim, q_dim_) * sizeof(bf16));
+    const bool quantized = weight_format(host_weights).quantized_dense;
+    dequant_ = GpuBuffer(quantized ? GPU_DEQUANT_PIECE_ELEMS * sizeof(bf16) : 0);
     meta_ = make_upload(meta_bytes(max_batch, ctx));
     const int k = std::max(1, c_.n_experts_active);
     gather_src_ = make_upload(size_t(std::max(max_rows, max_batch)) * sizeof(int));
@@ -140,7 +143,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     host_x_ = PinnedBuffer(rows_x_.bytes());
     host_y_ = PinnedBuffer(rows_y_.bytes());
     logits_host_ = PinnedBuffer(size_t(max_batch) * c_.vocab_size * sizeof(float));
-    activation_bytes_ = size_t(cuda_activation_bytes(config, ctx, max_batch, max_rows));
+    activation_bytes_ = size_t(cuda_activation_bytes(config, ctx, max_batch, max_rows, quantized));
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -209,7 +212,7 @@ void CudaBackend::begin(const Batch& batch, const KvCache& cache) {
 }
 
 void CudaBackend::embed(float* x) {
-    gpu_embed(x, d_tokens_, static_cast<const bf16*>(dev_weights_.embed.data), n_, c_.dim, stream_.get());
+    gpu_embed(x, d_tokens_, dev_weights_.embed, n_, stream_.get());
 }
 
 void CudaBackend::rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) {
@@ -217,8 +220,8 @@ void CudaBackend::rmsnorm(float* out, const float* x, const float* weight, int r
 }
 
 void CudaBackend::matmul(float* y, const float* x, const WeightView& w, int m) {
-    assert(w.type == DType::BF16 && size_t(m) * w.cols * sizeof(bf16) <= x_bf16_.bytes());
-    gpu_matmul_f32in(*blas_, y, x, x_bf16_.as<bf16>(), static_cast<const bf16*>(w.data), m, int(w.rows), int(w.cols));
+    assert(size_t(m) * w.cols * sizeof(bf16) <= x_bf16_.bytes());
+    gpu_matmul(*blas_, y, x, w, m, {x_bf16_.as<bf16>(), dequant_.as<bf16>(), dequant_.bytes() / sizeof(bf16)});
 }
 
 void CudaBackend::rope(float* x, int n_heads) {

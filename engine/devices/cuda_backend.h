@@ -1,6 +1,7 @@
 // CudaBackend: the forward pass's dense ops on a CUDA device (see
 // backend.h). The dense weights (embeddings, attention, norms, routers,
-// final norm, lm_head) are uploaded once; the hidden state, every activation
+// final norm, lm_head; bf16 or block-quantized, in their own types) are
+// uploaded once; the hidden state, every activation
 // and the paged KV cache live in device memory from layer to layer. One
 // compute stream orders everything: dense ops, gathers, the device's expert
 // computes (CudaExpertDevice enqueues on the same stream and cuBLAS handle)
@@ -84,6 +85,7 @@ private:
     size_t weight_bytes_ = 0, activation_bytes_ = 0;
     std::vector<GpuBuffer> buffers_;  // alloc()
     GpuBuffer x_bf16_;            // (max_batch, max k) bf16: GEMM inputs
+    GpuBuffer dequant_;           // quantized dense weights: a piece of W in bf16 (gpu_matmul)
 
     // The batch's metadata (begin): tokens, positions, KV rows, block tables.
     Upload meta_;

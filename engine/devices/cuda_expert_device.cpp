@@ -21,6 +21,17 @@ constexpr double GIB = double(1u << 30);
 constexpr int PROBE_EXPERTS = 4;  // experts copied per round when measuring a copy source
 constexpr int PROBE_ROUNDS = 3;   // timed rounds after one warm-up; the best counts
 
+// The largest layer's expert (every expert of a layer has its types).
+size_t expert_slot_bytes(const ModelWeights& w) {
+    size_t most = 0;
+    for (const LayerWeights& L : w.layers) most = std::max(most, L.experts.at(0).bytes());
+    return most;
+}
+
+bool quantized(const ExpertWeights& e) {
+    return dtype_quantized(e.w1.type) || dtype_quantized(e.w3.type) || dtype_quantized(e.w2.type);
+}
+
 std::string bytes_text(double bytes) {
     char text[64];
     std::snprintf(text, sizeof text, "%.0f bytes (%.2f GiB)", bytes, bytes / GIB);
@@ -58,7 +69,7 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
     : config_(config),
       weights_(weights),
       pipeline_(residency, staging_slots),
-      expert_bytes_(size_t(cost_expert(config, 0, weight_format(weights)).bytes)),
+      expert_bytes_(expert_slot_bytes(weights)),
       budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
       compute_(compute),
@@ -76,9 +87,12 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
                        ", more than the experts' budget of " + bytes_text(budget_bytes));
     const size_t scratch_f32 = size_t(2) * max_tokens * config.hidden_dim * sizeof(float);
     const size_t scratch_bf16 = size_t(max_tokens) * std::max(config.dim, config.hidden_dim) * sizeof(bf16);
+    bool any_quantized = false;
+    for (const LayerWeights& L : weights.layers) any_quantized = any_quantized || quantized(L.experts.at(0));
+    const size_t scratch_dequant = any_quantized ? GPU_DEQUANT_PIECE_ELEMS * sizeof(bf16) : 0;
     size_t free_bytes = 0, total_bytes = 0;
     gpu_mem_info(&free_bytes, &total_bytes);
-    const double device_need = need + double(scratch_f32) + double(scratch_bf16);
+    const double device_need = need + double(scratch_f32) + double(scratch_bf16) + double(scratch_dequant);
     if (device_need > double(free_bytes))
         throw MoeError("CUDA device: the experts' slots and scratch need " + bytes_text(device_need) + ", but only " +
                        bytes_text(double(free_bytes)) + " of the device's " + bytes_text(double(total_bytes)) +
@@ -86,6 +100,7 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
     slots_ = GpuBuffer(size_t(n_slots) * expert_bytes_);
     scratch_f32_ = GpuBuffer(scratch_f32);
     scratch_bf16_ = GpuBuffer(scratch_bf16);
+    scratch_dequant_ = GpuBuffer(scratch_dequant);
 
     for (int e = 0; e < ExpertPipeline::n_events(staging_slots); e++)
         events_.push_back(std::make_unique<GpuEvent>(ExpertPipeline::timing_event(e)));
@@ -119,23 +134,34 @@ CudaExpertDevice::~CudaExpertDevice() {
     }
 }
 
-bf16* CudaExpertDevice::slot_memory(WeightSlot w) const {
+unsigned char* CudaExpertDevice::slot_memory(WeightSlot w) const {
     const size_t slot = size_t(w.staging ? pipeline_.n_resident() + w.index : w.index);
-    return slots_.as<bf16>() + slot * (expert_bytes_ / sizeof(bf16));
+    return slots_.as<unsigned char>() + slot * expert_bytes_;
+}
+
+ExpertWeights CudaExpertDevice::slot_views(int layer, unsigned char* base) const {
+    ExpertWeights e = weights_.layers[size_t(layer)].experts.at(0);
+    e.w1.data = base;
+    e.w3.data = base + e.w1.bytes();
+    e.w2.data = base + e.w1.bytes() + e.w3.bytes();
+    return e;
 }
 
 void CudaExpertDevice::run_stage_job(void* arg) {
     const StageJob& job = *static_cast<const StageJob*>(arg);
     char* dst = static_cast<char*>(job.dst);
-    for (int i = 0; i < 3; i++) std::memcpy(dst + size_t(i) * job.bytes, job.src[i], job.bytes);
+    for (int i = 0; i < 3; i++) {
+        std::memcpy(dst, job.src[i], job.bytes[i]);
+        dst += job.bytes[i];
+    }
 }
 
-void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, bf16* dst) {
-    const size_t mat_bytes = expert_bytes_ / 3;
+void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, unsigned char* dst) {
     if (choice_.source == CopySource::REGISTERED) {
-        gpu_copy_h2d(dst, w.w1.data, mat_bytes, copy_.get());
-        gpu_copy_h2d(reinterpret_cast<char*>(dst) + mat_bytes, w.w3.data, mat_bytes, copy_.get());
-        gpu_copy_h2d(reinterpret_cast<char*>(dst) + 2 * mat_bytes, w.w2.data, mat_bytes, copy_.get());
+        for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
+            gpu_copy_h2d(dst, m->data, m->bytes(), copy_.get());
+            dst += m->bytes();
+        }
         return;
     }
     // A job's memory must stay put until its host function has run.
@@ -143,7 +169,7 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, bf16* dst) {
     const int k = next_pinned_;
     next_pinned_ = (k + 1) % PINNED_BUFFERS;
     StageJob& job = jobs_[n_jobs_++];
-    job = {pinned_[size_t(k)].data(), {w.w1.data, w.w3.data, w.w2.data}, mat_bytes};
+    job = {pinned_[size_t(k)].data(), {w.w1.data, w.w3.data, w.w2.data}, {w.w1.bytes(), w.w3.bytes(), w.w2.bytes()}};
     // The memcpy into buffer k waits for the DMA out of it (the copy before
     // last); the DMA waits for the memcpy. Each wait is enqueued after its
     // record, so it waits for that record.
@@ -151,7 +177,7 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, bf16* dst) {
     gpu_launch_host_func(stage_.get(), run_stage_job, &job);
     staged_[size_t(k)]->record(stage_.get());
     gpu_stream_wait(copy_.get(), *staged_[size_t(k)]);
-    gpu_copy_h2d(dst, pinned_[size_t(k)].data(), expert_bytes_, copy_.get());
+    gpu_copy_h2d(dst, pinned_[size_t(k)].data(), w.bytes(), copy_.get());
     dma_done_[size_t(k)]->record(copy_.get());
     pinned_used_[k] = true;
 }
@@ -165,14 +191,13 @@ void CudaExpertDevice::sync_copies() {
 
 void CudaExpertDevice::register_experts(const std::vector<ExpertPipeline::Expert>& experts) {
     const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-    const size_t mat_bytes = expert_bytes_ / 3;
     // Whole pages: two registrations must not share one.
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
     for (const ExpertPipeline::Expert& e : experts) {
         const ExpertWeights& w = weights_.layers[size_t(e.layer)].experts[size_t(e.expert)];
-        for (const void* p : {w.w1.data, w.w3.data, w.w2.data}) {
-            const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
-            ranges.push_back({begin / page * page, (begin + mat_bytes + page - 1) / page * page});
+        for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
+            const uintptr_t begin = reinterpret_cast<uintptr_t>(m->data);
+            ranges.push_back({begin / page * page, (begin + m->bytes() + page - 1) / page * page});
         }
     }
     std::sort(ranges.begin(), ranges.end());
@@ -189,7 +214,9 @@ void CudaExpertDevice::register_experts(const std::vector<ExpertPipeline::Expert
 
 double CudaExpertDevice::measure_copies(CopySource source, const std::vector<ExpertPipeline::Expert>& experts) {
     choice_.source = source;
-    double best_s = 0;
+    double best_s = 0, bytes = 0;
+    for (const ExpertPipeline::Expert& e : experts)
+        bytes += double(weights_.layers[size_t(e.layer)].experts[size_t(e.expert)].bytes());
     for (int round = 0; round <= PROBE_ROUNDS; round++) {
         auto t0 = std::chrono::steady_clock::now();
         for (size_t i = 0; i < experts.size(); i++) {
@@ -200,7 +227,7 @@ double CudaExpertDevice::measure_copies(CopySource source, const std::vector<Exp
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (round > 0 && (best_s == 0 || s < best_s)) best_s = s;  // round 0 warms up
     }
-    return double(experts.size()) * double(expert_bytes_) / best_s / 1e9;
+    return bytes / best_s / 1e9;
 }
 
 void CudaExpertDevice::choose_copy_source(CopyMode mode) {
@@ -272,17 +299,19 @@ void CudaExpertDevice::wait() {
 }
 
 void CudaExpertDevice::Queue::copy(int layer, int expert, int slot) {
-    d_.enqueue_copy(d_.weights_.layers[size_t(layer)].experts[size_t(expert)], d_.slot_memory({true, slot}));
-    d_.copied_bytes_ += d_.expert_bytes_;
+    const ExpertWeights& w = d_.weights_.layers[size_t(layer)].experts[size_t(expert)];
+    d_.enqueue_copy(w, d_.slot_memory({true, slot}));
+    d_.copied_bytes_ += w.bytes();
 }
 
-void CudaExpertDevice::Queue::compute(int, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) {
+void CudaExpertDevice::Queue::compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) {
     if (task.n_tokens == 0) return;
-    const ModelConfig& c = d_.config_;
-    const bf16* base = d_.slot_memory(weights);
-    const size_t mat = d_.expert_bytes_ / 3 / sizeof(bf16), row = size_t(task.row) * c.dim;
-    gpu_expert_ffn(d_.blas_, rows.y + row, rows.x + row, base, base + mat, base + 2 * mat, task.n_tokens, c.dim,
-                   c.hidden_dim, d_.scratch_f32_.as<float>(), d_.scratch_bf16_.as<bf16>());
+    const ExpertWeights e = d_.slot_views(layer, d_.slot_memory(weights));
+    const size_t row = size_t(task.row) * d_.config_.dim;
+    const GpuGemmScratch scratch{d_.scratch_bf16_.as<bf16>(), d_.scratch_dequant_.as<bf16>(),
+                                 d_.scratch_dequant_.bytes() / sizeof(bf16)};
+    gpu_expert_ffn(d_.blas_, rows.y + row, rows.x + row, e.w1, e.w3, e.w2, task.n_tokens, d_.scratch_f32_.as<float>(),
+                   scratch);
 }
 
 void CudaExpertDevice::Queue::record(int event, QueueStream stream) {

@@ -3,7 +3,9 @@
 // the resident experts in device memory (uploaded at construction, within
 // a byte budget), copies a non-resident expert's weights through S staging
 // slots on its own copy stream, and computes each expert with
-// gpu_expert_ffn on the backend's compute stream, in the order of
+// gpu_expert_ffn on the backend's compute stream (bf16 or block-quantized
+// weights, in the model's own types: a slot holds an expert's w1 | w3 | w2
+// bytes packed, as large as the largest layer's), in the order of
 // ExpertPipeline (expert_pipeline.h): events order copy -> compute and keep
 // a slot from being overwritten before its compute has read it, so with
 // S >= 2 the next copy overlaps the current compute.
@@ -109,16 +111,19 @@ private:
     struct StageJob {
         void* dst = nullptr;
         const void* src[3] = {nullptr, nullptr, nullptr};
-        size_t bytes = 0;  // of each of the three
+        size_t bytes[3] = {0, 0, 0};
     };
     static constexpr int PINNED_BUFFERS = 2;  // one fills while the other's DMA runs
     static void run_stage_job(void* job);     // the host function: the three memcpys
 
-    bf16* slot_memory(WeightSlot w) const;
+    unsigned char* slot_memory(WeightSlot w) const;
+    // Layer `layer`'s expert views (types and shapes are the same for all
+    // its experts) pointing into a slot: w1, w3, w2 packed from its start.
+    ExpertWeights slot_views(int layer, unsigned char* base) const;
     GpuStream stream(QueueStream s) const { return s == QueueStream::COPY ? copy_.get() : compute_; }
-    // Enqueues the copy of one expert's weights to dst (expert_bytes_ of
-    // device memory) by the current source, ending on the copy stream.
-    void enqueue_copy(const ExpertWeights& w, bf16* dst);
+    // Enqueues the copy of one expert's weights to dst (a slot) by the
+    // current source, ending on the copy stream.
+    void enqueue_copy(const ExpertWeights& w, unsigned char* dst);
     // Waits for every copy enqueued so far (and so every staging memcpy).
     void sync_copies();
     // Page-locks the given experts' weights in place (merged page ranges).
@@ -132,7 +137,7 @@ private:
     const ModelWeights& weights_;
     ExpertPipeline pipeline_;
     Queue queue_{*this};
-    size_t expert_bytes_;  // w1 + w3 + w2
+    size_t expert_bytes_;  // a slot: the largest layer's w1 + w3 + w2
     double budget_bytes_;
     int max_tokens_;
     GpuStream compute_;
@@ -141,6 +146,7 @@ private:
     GpuBuffer slots_;                   // (n_resident + S, expert): resident slots, then staging; each w1 | w3 | w2
     GpuBuffer scratch_f32_;             // 2 * max_tokens * hidden_dim floats
     GpuBuffer scratch_bf16_;            // max_tokens * max(dim, hidden_dim) bf16
+    GpuBuffer scratch_dequant_;         // quantized experts: GPU_DEQUANT_PIECE_ELEMS bf16 (gpu_matmul)
     std::vector<PinnedBuffer> pinned_;  // PINNED_BUFFERS of expert_bytes while staging; empty when registered
     std::vector<HostRegistration> registrations_;
     GpuStreamOwner copy_;                                       // DMAs

@@ -26,17 +26,6 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
         *why_not = "no CUDA device " + std::to_string(index) + " (" + std::to_string(devices.size()) + " found)";
         return false;
     }
-    std::vector<const WeightView*> matrices = {&weights.embed, &weights.lm_head};
-    for (const LayerWeights& L : weights.layers)
-        for (const WeightView* m :
-             {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.experts[0].w1, &L.experts[0].w3, &L.experts[0].w2})
-            matrices.push_back(m);
-    for (const WeightView* m : matrices)
-        if (!m->empty() && m->type != DType::BF16) {
-            *why_not = std::string("the CUDA backend reads bf16 weights only so far; this model has ") +
-                       dtype_name(m->type) + " weights";
-            return false;
-        }
     const GpuDevice& d = devices[size_t(index)];
     PlacementInfo& info = s.info;
     const int staging = DEFAULT_STAGING_SLOTS;

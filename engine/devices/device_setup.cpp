@@ -20,6 +20,7 @@
 #include "engine/model/host_memory.h"
 #include "engine/runtime/kv_cache.h"
 #include "gpu_kernels/device.h"
+#include "gpu_kernels/gpu_limits.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
 #include "profiles/errors.h"
@@ -68,7 +69,7 @@ std::optional<Calibration> cached_calibration(const ModelConfig& c, const ModelW
 
 double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
 
-double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows) {
+double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows, bool quantized_dense) {
     constexpr double ALIGN = 256;  // each allocation rounds up to it
     const double mb = max_batch, q_dim = double(c.n_heads) * c.head_dim, kv_dim = double(c.n_kv_heads) * c.head_dim;
     const double n_experts = std::max(1, c.n_experts), k = std::max(1, c.n_experts_active);
@@ -81,6 +82,7 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
     bytes += 4 * sizeof(int) * mb + sizeof(float*) * (mb + mb * blocks_per_seq);  // batch metadata
     bytes += (std::max(double(max_rows), mb) + 2 * mb * k) * sizeof(int) + mb * k * sizeof(float);  // uploads
     bytes += mb * k * (sizeof(int) + sizeof(float));                           // routes
+    if (quantized_dense) bytes += double(GPU_DEQUANT_PIECE_ELEMS) * 2;         // a piece of W in bf16
     return bytes + 32 * ALIGN;
 }
 
@@ -96,7 +98,8 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
     info.expert_bytes = cost_expert(c, 0, f).bytes;
     info.dense_bytes = cost_dense_bytes(c, f);
     info.kv_bytes = kv_cache_bytes(c, ctx);
-    info.activation_bytes = cuda_activation_bytes(c, ctx, max_batch, max_batch * std::max(1, c.n_experts_active));
+    info.activation_bytes =
+        cuda_activation_bytes(c, ctx, max_batch, max_batch * std::max(1, c.n_experts_active), f.quantized_dense);
     if (o.gpu_expert_share > 0) {
         // A share of experts: the budget is what they need, with the margin
         // of a budget of that size (a tenth, at most 1 GiB).

@@ -38,9 +38,11 @@ LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const
 
 // Device bytes the CUDA backend needs besides its weights and the KV cache:
 // ForwardPass's activations, the expert rows (max_rows of dim, x and y), the
-// GEMM inputs in bf16, the batch metadata and the routing uploads. Plain
-// arithmetic, in every build (the CUDA backend allocates exactly these).
-double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows);
+// GEMM inputs in bf16, the batch metadata and the routing uploads, and with
+// quantized dense weights the bf16 piece they are dequantized into
+// (gpu_kernels/gpu_limits.h). Plain arithmetic, in every build (the CUDA
+// backend allocates exactly these).
+double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows, bool quantized_dense);
 
 // The CUDA device budget: from the device's free memory and the flags
 // (o.gpu_memory_bytes, or o.gpu_expert_share of all experts resident, or

@@ -24,12 +24,14 @@ WeightFormat weight_format(const ModelWeights& w) {
     WeightFormat f;
     f.embed = per_weight(w.embed);
     f.lm_head = per_weight(w.lm_head);
+    f.quantized_dense = dtype_quantized(w.lm_head.type);
     double expert = 0, dense = 0, dense_weights = 0;
     for (const LayerWeights& L : w.layers) {
         const ExpertWeights& e = L.experts.at(0);
         expert = std::max(expert, double(e.bytes()) / double(e.w1.rows * e.w1.cols * 3));
         for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router}) {
             if (m->empty()) continue;
+            f.quantized_dense = f.quantized_dense || dtype_quantized(m->type);
             dense += double(m->bytes());
             dense_weights += double(m->rows * m->cols);
         }

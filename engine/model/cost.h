@@ -14,6 +14,7 @@ struct WeightFormat {
     double dense = 2.0;   // q, k, v, o projections and the routers
     double embed = 2.0;   // the embedding table
     double lm_head = 2.0;
+    bool quantized_dense = false;  // some projection, router or lm_head is block-quantized
 };
 
 // The format of loaded weights, from their views.

@@ -392,11 +392,32 @@ int bench_gpu(Args& args) {
         throw MoeError("bench gpu: no CUDA device " + std::to_string(gpu_device) + " (" +
                        std::to_string(devices.size()) + " found)");
     gpu_set_device(gpu_device);
+    // The expert timed: --model's first one in its own types when the model
+    // is read from files, else random bf16 weights of its shape (default
+    // Mixtral-8x7B's).
     int dim = 4096, hidden = 14336;
+    ModelWeights weights;
     if (source) {
         ModelConfig c = model_source_config(*source);
         dim = c.dim;
         hidden = c.hidden_dim;
+        if (!source->synthetic) weights = model_source_weights(*source, c, 1);
+    }
+    std::vector<bf16> random;
+    ExpertWeights expert;
+    if (!weights.layers.empty()) {
+        expert = weights.layers[0].experts.at(0);
+    } else {
+        const size_t mat = size_t(dim) * hidden;
+        random.resize(3 * mat);
+        uint32_t h = 12345;
+        for (bf16& v : random) {
+            h = h * 1664525u + 1013904223u;
+            v = f32_to_bf16((float(h >> 16) / 65536.0f - 0.5f) * 0.05f);
+        }
+        expert = {weight_view(DType::BF16, random.data(), hidden, dim),
+                  weight_view(DType::BF16, random.data() + mat, hidden, dim),
+                  weight_view(DType::BF16, random.data() + 2 * mat, dim, hidden)};
     }
     GpuCeilings g = gpu_measure_ceilings();
     const std::string name = devices[size_t(gpu_device)].name;
@@ -407,15 +428,26 @@ int bench_gpu(Args& args) {
                              {"copy_bytes", g.copy_bytes}, {"gemm_size", g.gemm_size}}
                             .dump()
                             .c_str());
-    const double bytes = 3.0 * dim * hidden * sizeof(bf16), flops_per_token = 6.0 * dim * hidden;
+    const double bytes = double(expert.bytes()), flops_per_token = 6.0 * dim * hidden;
     std::vector<int> ns;
     for (int n = 1; n <= 256; n *= 2) ns.push_back(n);
-    std::vector<double> ms = gpu_time_expert_ffn(dim, hidden, ns, reps);
+    std::vector<double> ms = gpu_time_expert_ffn(expert.w1, expert.w3, expert.w2, ns, reps);
+    const std::string types =
+        std::string(dtype_name(expert.w1.type)) + "+" + dtype_name(expert.w3.type) + "+" + dtype_name(expert.w2.type);
     for (size_t i = 0; i < ns.size(); i++) {
         const double roofline = std::max(bytes / (g.device_gbs * 1e6), flops_per_token * ns[i] / (g.bf16_tflops * 1e9));
-        std::printf("%s\n", json{{"bench", "gpu"}, {"what", "expert_ffn"}, {"gpu", name}, {"dim", dim},
-                                 {"hidden_dim", hidden}, {"n", ns[i]}, {"ms", ms[i]}, {"roofline_ms", roofline},
-                                 {"ratio_to_roofline", roofline / ms[i]}, {"device_gbs", g.device_gbs},
+        std::printf("%s\n", json{{"bench", "gpu"},
+                                 {"what", "expert_ffn"},
+                                 {"gpu", name},
+                                 {"dim", dim},
+                                 {"hidden_dim", hidden},
+                                 {"types", types},
+                                 {"bytes", bytes},
+                                 {"n", ns[i]},
+                                 {"ms", ms[i]},
+                                 {"roofline_ms", roofline},
+                                 {"ratio_to_roofline", roofline / ms[i]},
+                                 {"device_gbs", g.device_gbs},
                                  {"bf16_tflops", g.bf16_tflops}}
                                 .dump()
                                 .c_str());

@@ -134,14 +134,14 @@ void print_table(const Calibration& cal) {
 // The device side of a calibration: the expert FFN at each n (weights
 // resident) and copies of expert-sized blocks from pinned memory, fitted.
 // Nothing without a CUDA device.
-void measure_device(Calibration& cal, int gpu_device, int reps) {
+void measure_device(Calibration& cal, const ExpertWeights& expert, int gpu_device, int reps) {
 #ifdef MOE_HAVE_CUDA
     std::vector<GpuDevice> devices = gpu_devices();
     if (gpu_device < 0 || gpu_device >= int(devices.size())) return;
     gpu_set_device(gpu_device);
     const int device_reps = std::max(5, reps);
     std::vector<int> ns = token_counts();
-    std::vector<double> ffn = gpu_time_expert_ffn(cal.dim, cal.hidden_dim, ns, device_reps);
+    std::vector<double> ffn = gpu_time_expert_ffn(expert.w1, expert.w3, expert.w2, ns, device_reps);
     std::vector<TimingPoint> points;
     for (size_t i = 0; i < ns.size(); i++) points.push_back({double(ns[i]), std::max(ffn[i], 1e-6)});
     LatencyCurve fit = latency_curve_fit(points, 0);
@@ -162,7 +162,7 @@ void measure_device(Calibration& cal, int gpu_device, int reps) {
     cal.copy_points = copies;
     cal.copy = copy;
 #else
-    (void)cal, (void)gpu_device, (void)reps;
+    (void)cal, (void)expert, (void)gpu_device, (void)reps;
 #endif
 }
 
@@ -217,7 +217,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     cal.expert_flops_per_token = one.flops;
     cal.cpu_points = points;
     cal.cpu = fit;
-    measure_device(cal, gpu_device, reps);
+    measure_device(cal, run.weights.layers.at(0).experts.at(0), gpu_device, reps);
     print_table(cal);
     calibration_write(cal, path);
     std::printf("wrote %s\n", path.c_str());

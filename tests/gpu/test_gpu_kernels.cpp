@@ -7,15 +7,20 @@
 // (REL_FP32, relative to the row's largest value); the GEMMs are compared
 // with the CPU fed the same bf16-rounded inputs, so only the summation order
 // differs (REL_GEMM); the expert FFN also rounds its inner activations to
-// bf16 on the device where the CPU keeps fp32 (REL_FFN).
-#include <catch2/catch.hpp>
-
+// bf16 on the device where the CPU keeps fp32 (REL_FFN). Block-quantized
+// weights: dequantization and quantized lookups agree with dequantize_row
+// to one bf16 / fp32 rounding (the device may fuse a multiply-add); the
+// GEMV (fp32 throughout) and the dequantized GEMM (x and W in bf16) are
+// compared with fp32 / bf16-rounded CPU products, so again only the
+// summation order differs.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
+#include "cpu_kernels/quant.h"
 #include "gpu_kernels/gpu_kernels.h"
 #include "gpu_kernels/gpu_runtime.h"
 #include "gpu_support.h"
@@ -93,7 +98,7 @@ TEST_CASE("conversion, embedding, gather, add and kv writes are exact", "[gpu]")
     std::vector<bf16> table = random_bf16(size_t(vocab) * dim, 1.0f);
     std::vector<int> tokens{3, 0, 36, 3, 17};
     GpuBuffer dtable = upload(table), dtokens = upload(tokens), dx(size_t(n) * dim * sizeof(float));
-    gpu_embed(dx.as<float>(), dtokens.as<int>(), dtable.as<bf16>(), n, dim, nullptr);
+    gpu_embed(dx.as<float>(), dtokens.as<int>(), weight_view(DType::BF16, dtable.data(), vocab, dim), n, nullptr);
     std::vector<float> emb = download<float>(dx, size_t(n) * dim);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < dim; j++) REQUIRE(emb[size_t(i) * dim + j] == bf16_to_f32(table[size_t(tokens[i]) * dim + j]));
@@ -253,7 +258,8 @@ TEST_CASE("cuBLAS GEMMs and the expert FFN match the CPU", "[gpu]") {
             std::vector<float> xr = bf16_rounded(x), want(size_t(m) * n);
             matmul_bf16(want.data(), xr.data(), w.data(), m, n, k, pool);
             GpuBuffer dx = upload(x), dw = upload(w), dxb(x.size() * sizeof(bf16)), dy(want.size() * sizeof(float));
-            gpu_matmul_f32in(blas, dy.as<float>(), dx.as<float>(), dxb.as<bf16>(), dw.as<bf16>(), m, n, k);
+            gpu_matmul(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::BF16, dw.data(), n, k), m,
+                       {dxb.as<bf16>(), nullptr, 0});
             stream.synchronize();
             require_close(download<float>(dy, want.size()), want, REL_GEMM);
         }
@@ -266,9 +272,112 @@ TEST_CASE("cuBLAS GEMMs and the expert FFN match the CPU", "[gpu]") {
         expert_ffn_bf16(want.data(), x.data(), w1.data(), w3.data(), w2.data(), m, dim, hidden, scratch.data(), pool);
         GpuBuffer dx = upload(x), d1 = upload(w1), d3 = upload(w3), d2 = upload(w2), dy(want.size() * sizeof(float)),
                   sf(size_t(2) * m * hidden * sizeof(float)), sb(size_t(m) * hidden * sizeof(bf16));
-        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), d1.as<bf16>(), d3.as<bf16>(), d2.as<bf16>(), m, dim,
-                       hidden, sf.as<float>(), sb.as<bf16>());
+        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::BF16, d1.data(), hidden, dim),
+                       weight_view(DType::BF16, d3.data(), hidden, dim),
+                       weight_view(DType::BF16, d2.data(), dim, hidden), m, sf.as<float>(),
+                       {sb.as<bf16>(), nullptr, 0});
         stream.synchronize();
         require_close(download<float>(dy, want.size()), want, REL_FFN);
+    }
+}
+
+namespace {
+
+// A (rows, cols) matrix of `type` from random values, and its values as the
+// CPU's dequantize_row reads them back.
+struct QuantMatrix {
+    std::vector<uint8_t> bytes;
+    std::vector<float> values;
+};
+
+QuantMatrix random_quant(DType type, int rows, int cols) {
+    const size_t row_bytes = *dtype_row_bytes(type, cols);
+    QuantMatrix q{std::vector<uint8_t>(row_bytes * rows), std::vector<float>(size_t(rows) * cols)};
+    std::vector<float> src = random_floats(size_t(rows) * cols, 0.05f);
+    for (int r = 0; r < rows; r++) {
+        quantize_row(type, src.data() + size_t(r) * cols, q.bytes.data() + r * row_bytes, cols);
+        dequantize_row(type, q.bytes.data() + r * row_bytes, q.values.data() + size_t(r) * cols, cols);
+    }
+    return q;
+}
+
+// y (m, n) = x (m, k) @ W^T in double, W (n, k) fp32.
+std::vector<float> product(const std::vector<float>& x, const std::vector<float>& w, int m, int n, int k) {
+    std::vector<float> y(size_t(m) * n);
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < n; r++) {
+            double s = 0;
+            for (int j = 0; j < k; j++) s += double(x[size_t(i) * k + j]) * w[size_t(r) * k + j];
+            y[size_t(i) * n + r] = float(s);
+        }
+    return y;
+}
+
+}  // namespace
+
+TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert FFN match the CPU", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    GpuStreamOwner stream;
+    GpuBlas blas(stream.get());
+    ThreadPool pool(2);
+    const int n = 300, k = 768;  // k: whole blocks of every type; n: no multiple of the 8 rows a GEMV block takes
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        INFO(dtype_name(type));
+        QuantMatrix w = random_quant(type, n, k);
+        GpuBuffer dw = upload(w.bytes);
+        const WeightView view = weight_view(type, dw.data(), n, k);
+
+        // Dequantization of rows [7, 300) and a lookup of four rows.
+        GpuBuffer db(size_t(n - 7) * k * sizeof(bf16));
+        gpu_dequant_bf16(db.as<bf16>(), view, 7, n, nullptr);
+        std::vector<bf16> got = download<bf16>(db, size_t(n - 7) * k);
+        for (size_t i = 0; i < got.size(); i++) {
+            const float want = w.values[size_t(7) * k + i];
+            REQUIRE(std::fabs(bf16_to_f32(got[i]) - want) <= std::ldexp(std::fabs(want), -7) + 1e-6f);
+        }
+        std::vector<int> tokens{299, 0, 5, 299};
+        GpuBuffer dtokens = upload(tokens), demb(tokens.size() * k * sizeof(float));
+        gpu_embed(demb.as<float>(), dtokens.as<int>(), view, int(tokens.size()), nullptr);
+        std::vector<float> emb = download<float>(demb, tokens.size() * k), want_emb;
+        for (int t : tokens)
+            want_emb.insert(want_emb.end(), w.values.begin() + size_t(t) * k, w.values.begin() + size_t(t + 1) * k);
+        require_close(emb, want_emb, REL_FP32);
+
+        // GEMV below GPU_QUANT_GEMV_MAX_M rows, dequantized pieces (of 70
+        // rows, so the last is short) above.
+        GpuBuffer dpiece(size_t(70) * k * sizeof(bf16));
+        for (int m : {1, 3, GPU_QUANT_GEMV_MAX_M, GPU_QUANT_GEMV_MAX_M + 1, 40}) {
+            INFO("m " << m);
+            std::vector<float> x = random_floats(size_t(m) * k);
+            const bool gemv = m <= GPU_QUANT_GEMV_MAX_M;
+            std::vector<float> want =
+                gemv ? product(x, w.values, m, n, k) : product(bf16_rounded(x), bf16_rounded(w.values), m, n, k);
+            GpuBuffer dx = upload(x), dxb(x.size() * sizeof(bf16)), dy(want.size() * sizeof(float));
+            gpu_matmul(blas, dy.as<float>(), dx.as<float>(), view, m,
+                       {dxb.as<bf16>(), dpiece.as<bf16>(), size_t(70) * k});
+            stream.synchronize();
+            require_close(download<float>(dy, want.size()), want, REL_GEMM);
+        }
+    }
+    // A Q4_K_M-style expert: Q4_K gate and up, Q6_K down.
+    const int dim = 256, hidden = 512;
+    QuantMatrix w1 = random_quant(DType::Q4_K, hidden, dim), w3 = random_quant(DType::Q4_K, hidden, dim),
+                w2 = random_quant(DType::Q6_K, dim, hidden);
+    GpuBuffer d1 = upload(w1.bytes), d3 = upload(w3.bytes), d2 = upload(w2.bytes);
+    GpuBuffer dpiece(size_t(100) * hidden * sizeof(bf16));
+    for (int m : {1, 5, 33}) {
+        INFO("expert, m " << m);
+        std::vector<float> x = random_floats(size_t(m) * dim), want(size_t(m) * dim), scratch(size_t(2) * m * hidden);
+        expert_ffn(want.data(), x.data(), weight_view(DType::F32, w1.values.data(), hidden, dim),
+                   weight_view(DType::F32, w3.values.data(), hidden, dim),
+                   weight_view(DType::F32, w2.values.data(), dim, hidden), m, scratch.data(), pool);
+        GpuBuffer dx = upload(x), dy(want.size() * sizeof(float)), sf(size_t(2) * m * hidden * sizeof(float)),
+                  sb(size_t(m) * hidden * sizeof(bf16));
+        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::Q4_K, d1.data(), hidden, dim),
+                       weight_view(DType::Q4_K, d3.data(), hidden, dim),
+                       weight_view(DType::Q6_K, d2.data(), dim, hidden), m, sf.as<float>(),
+                       {sb.as<bf16>(), dpiece.as<bf16>(), size_t(100) * hidden});
+        stream.synchronize();
+        require_close(download<float>(dy, want.size()), want, m <= GPU_QUANT_GEMV_MAX_M ? REL_GEMM * 10 : REL_FFN);
     }
 }

@@ -1,7 +1,8 @@
 // The whole model on a CUDA device against the CPU (label gpu): logits of
 // prefill, decode and forked beams on tiny, small and mixtral-mini, under
 // three placements (nothing resident with every expert copied; half
-// resident with the rest on the CPU; the planner's own plan), decoding
+// resident with the rest on the CPU; the planner's own plan), and the
+// reference Q8_0 and Q4_K_M GGUFs (quantized weights on the device), decoding
 // teacher-forced on the CPU's greedy tokens; perplexity through the Engine;
 // device memory flat over 100 requests. Each test reports itself skipped
 // where no CUDA device exists.
@@ -15,12 +16,14 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/devices/cuda_backend.h"
 #include "engine/devices/cuda_expert_device.h"
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
+#include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
@@ -75,13 +78,18 @@ struct Stack {
     std::unique_ptr<HybridExpertExecutor> hybrid;
     std::unique_ptr<ForwardPass> forward;
 
-    Stack(const std::filesystem::path& dir, const Residency* residency, const LatencyModel& model, int n_seqs = 1)
-        : config(model_config_load(dir)), weights(weights_load(config, dir)) {
+    // model: a folder or a GGUF file (model_source.h).
+    Stack(const std::filesystem::path& model, const Residency* residency, const LatencyModel& model_latency,
+          int n_seqs = 1)
+        : config(model_source_config(model_source_parse(model.string()))),
+          weights(model_source_weights(model_source_parse(model.string()), config, 2)) {
         const int max_rows = MAX_BATCH * config.n_experts_active;
+        const double expert_bytes = cost_expert(config, 0, weight_format(weights)).bytes;
         if (residency) {
             auto cuda = std::make_unique<CudaBackend>(config, weights, 0, CTX, MAX_BATCH, max_rows);
-            const double budget =
-                double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * cost_expert(config, 0).bytes;
+            size_t slot = 0;  // the device's slot: the largest layer's expert
+            for (const LayerWeights& L : weights.layers) slot = std::max(slot, L.experts[0].bytes());
+            const double budget = double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * double(slot);
             device = std::make_unique<CudaExpertDevice>(config, weights, *residency, budget, MAX_BATCH, cuda->stream(),
                                                         cuda->blas(), DEFAULT_STAGING_SLOTS);
             backend = std::move(cuda);
@@ -91,8 +99,8 @@ struct Stack {
         cache = std::make_unique<KvCache>(config.n_layers, n_seqs, CTX, config.n_kv_heads * config.head_dim, -1,
                                           backend->kv_memory());
         cpu = std::make_unique<CpuExpertExecutor>(config, weights, pool, MAX_BATCH);
-        hybrid = std::make_unique<HybridExpertExecutor>(
-            config, *backend, *cpu, device.get(), residency ? model : LatencyModel{}, cost_expert(config, 0).bytes);
+        hybrid = std::make_unique<HybridExpertExecutor>(config, *backend, *cpu, device.get(),
+                                                        residency ? model_latency : LatencyModel{}, expert_bytes);
         forward = std::make_unique<ForwardPass>(config, *backend, *cache, *hybrid, MAX_BATCH, MAX_BATCH);
     }
 };
@@ -161,6 +169,29 @@ TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
             const ExecutionStats& st = gpu.hybrid->step();
             if (p.residency == &none) REQUIRE(st.runs[int(ExpertSite::COPY)] > 0);
             if (p.residency == &half) REQUIRE(st.runs[int(ExpertSite::CPU)] > 0);
+            REQUIRE(st.runs[int(ExpertSite::DEVICE)] + st.runs[int(ExpertSite::COPY)] > 0);
+        }
+    }
+}
+
+TEST_CASE("quantized GGUF weights on the device give the CPU's logits", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    for (const char* file : {"Q8_0.gguf", "Q4_K_M.gguf"}) {
+        const std::filesystem::path path = shared_data_dir() / "reference/gguf" / file;
+        Stack cpu(path, nullptr, {});
+        const ModelConfig& c = cpu.config;
+        const std::vector<int> prompt = prompt_tokens(100, c.vocab_size);  // as test_device_rounding.cpp
+        Trace want = run(cpu, prompt, 16, nullptr);
+        Residency none(c.n_layers, c.n_experts);
+        Residency half = static_plan_even(c.n_layers, c.n_experts, c.n_layers * c.n_experts / 2);
+        for (auto [name, residency, model] :
+             {std::tuple{"nothing resident, every expert copied", &none, model_copy_all()},
+              std::tuple{"half resident, the planner's plan", &half, model_planner(c)}}) {
+            INFO(file << ": " << name);
+            Stack gpu(path, residency, model);
+            Trace got = run(gpu, prompt, 16, &want.tokens);
+            require_logits_close(got.logits, want.logits, c.vocab_size);
+            const ExecutionStats& st = gpu.hybrid->step();
             REQUIRE(st.runs[int(ExpertSite::DEVICE)] + st.runs[int(ExpertSite::COPY)] > 0);
         }
     }

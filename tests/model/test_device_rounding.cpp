@@ -1,26 +1,32 @@
 // The GPU tests' logit criterion (support/logit_compare.h) against the CPU
-// with the device's arithmetic: a Backend that rounds every GEMM input to
-// bf16 as gpu_matmul_f32in does, and experts computed as gpu_expert_ffn
-// does (input and inner activation rounded to bf16, fp32 accumulation).
+// with the device's arithmetic: a Backend that multiplies as gpu_matmul
+// does, and experts computed as gpu_expert_ffn does. bf16 weights: inputs
+// (and the experts' inner activation) rounded to bf16, fp32 accumulation.
+// Block-quantized weights (the reference GGUFs): below
+// GPU_QUANT_GEMV_MAX_M rows the GEMV's fp32 inputs times the dequantized
+// weights; above, inputs and dequantized weights rounded to bf16.
 // Both are test doubles of the device's numerics, not of the device. The
 // criterion must hold for them on every preset the GPU tests use, and must
 // fail for a device that computes one expert per layer from the wrong
 // weights (a stale staging slot).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/kernels.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
+#include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/forward.h"
+#include "gpu_kernels/gpu_limits.h"
 #include "logit_compare.h"
 #include "test_support.h"
 
@@ -30,6 +36,33 @@ constexpr int MAX_BATCH = 128;
 constexpr int CTX = 256;
 
 float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+// Whether gpu_matmul rounds its inputs to bf16 for W over m rows.
+bool device_rounds(const WeightView& w, int m) {
+    return !dtype_quantized(w.type) || m > GPU_QUANT_GEMV_MAX_M;
+}
+
+// A block-quantized matrix as the device multiplies by it: dequantized to
+// fp32, and rounded to bf16 when `rounded`; computed once per matrix.
+class DequantCache {
+public:
+    const std::vector<float>& values(const WeightView& w, bool rounded) {
+        std::vector<float>& v = cache_[{w.data, rounded}];
+        if (v.empty()) {
+            v.resize(size_t(w.rows * w.cols));
+            for (int64_t r = 0; r < w.rows; r++) weight_row_f32(v.data() + r * w.cols, w, r);
+            if (rounded)
+                for (float& e : v) e = round_bf16(e);
+        }
+        return v;
+    }
+    WeightView view(const WeightView& w, bool rounded) {
+        return weight_view(DType::F32, values(w, rounded).data(), w.rows, w.cols);
+    }
+
+private:
+    std::map<std::pair<const void*, bool>, std::vector<float>> cache_;
+};
 
 // The CPU backend with bf16-rounded GEMM inputs; everything else delegated.
 class RoundingBackend final : public Backend {
@@ -45,9 +78,12 @@ public:
         b_->rmsnorm(out, x, w, rows, dim, eps);
     }
     void matmul(float* y, const float* x, const WeightView& w, int m) override {
+        const bool round = device_rounds(w, m);
+        const WeightView used = dtype_quantized(w.type) ? dequant_.view(w, round) : w;
+        if (!round) return b_->matmul(y, x, used, m);
         rounded_.assign(x, x + size_t(m) * size_t(w.cols));
         for (float& v : rounded_) v = round_bf16(v);
-        b_->matmul(y, rounded_.data(), w, m);
+        b_->matmul(y, rounded_.data(), used, m);
     }
     void rope(float* x, int n_heads) override { b_->rope(x, n_heads); }
     void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
@@ -71,6 +107,7 @@ public:
 private:
     std::unique_ptr<Backend> b_;
     std::vector<float> rounded_;
+    DequantCache dequant_;
 };
 
 // gpu_expert_ffn's arithmetic, row by row on the pool. With stale_slot, the
@@ -86,24 +123,36 @@ public:
             const ExpertTask& task = tasks[t];
             const int e = stale_ && t + 1 == tasks.size() ? (task.expert + 1) % c_.n_experts : task.expert;
             const ExpertWeights& ew = w_.layers[size_t(layer)].experts[size_t(e)];
+            // The three matrices are of one kind (bf16 or quantized) in every model here.
+            const bool round = device_rounds(ew.w1, task.n_tokens);
+            const bool quantized = dtype_quantized(ew.w1.type);
+            const WeightView* mats[3] = {&ew.w1, &ew.w3, &ew.w2};
+            const std::vector<float>* q[3] = {nullptr, nullptr, nullptr};
+            if (quantized)
+                for (int m = 0; m < 3; m++) q[m] = &dequant_.values(*mats[m], round);
+            // Element (j, i) of matrix m (0: w1, 1: w3, 2: w2) as the device reads it.
+            auto at = [&](int m, long j, int i) {
+                const WeightView& w = *mats[m];
+                return quantized ? (*q[m])[size_t(j * w.cols + i)] : bf16_to_f32(static_cast<const bf16*>(w.row(j))[i]);
+            };
+            auto rnd = [&](float v) { return round ? round_bf16(v) : v; };
             std::vector<float> x(static_cast<size_t>(dim)), h(static_cast<size_t>(hidden));
             for (int r = task.row; r < task.row + task.n_tokens; r++) {
-                for (int i = 0; i < dim; i++) x[size_t(i)] = round_bf16(rows.x[size_t(r) * dim + i]);
+                for (int i = 0; i < dim; i++) x[size_t(i)] = rnd(rows.x[size_t(r) * dim + i]);
                 pool_.parallel_for(hidden, 1, [&](long begin, long end) {
                     for (long j = begin; j < end; j++) {
                         float a = 0, b = 0;
                         for (int i = 0; i < dim; i++) {
-                            a += bf16_to_f32(static_cast<const bf16*>(ew.w1.row(j))[i]) * x[size_t(i)];
-                            b += bf16_to_f32(static_cast<const bf16*>(ew.w3.row(j))[i]) * x[size_t(i)];
+                            a += at(0, j, i) * x[size_t(i)];
+                            b += at(1, j, i) * x[size_t(i)];
                         }
-                        h[size_t(j)] = round_bf16(a / (1.0f + std::exp(-a)) * b);
+                        h[size_t(j)] = rnd(a / (1.0f + std::exp(-a)) * b);
                     }
                 });
                 pool_.parallel_for(dim, 1, [&](long begin, long end) {
                     for (long i = begin; i < end; i++) {
                         float s = 0;
-                        for (int j = 0; j < hidden; j++)
-                            s += bf16_to_f32(static_cast<const bf16*>(ew.w2.row(i))[j]) * h[size_t(j)];
+                        for (int j = 0; j < hidden; j++) s += at(2, i, j) * h[size_t(j)];
                         rows.y[size_t(r) * dim + i] = s;
                     }
                 });
@@ -116,6 +165,7 @@ private:
     const ModelWeights& w_;
     ThreadPool& pool_;
     bool stale_;
+    DequantCache dequant_;
 };
 
 std::vector<int> prompt_tokens(int n, int vocab) {
@@ -182,5 +232,28 @@ TEST_CASE("the GPU tests' logit criterion holds for the device's bf16 arithmetic
                                       << stale.positions);
             CHECK_FALSE(logits_close(stale));
         }
+    }
+}
+
+TEST_CASE("the GPU tests' logit criterion holds for the device's arithmetic on quantized GGUFs", "[device-rounding]") {
+    for (const char* file : {"Q8_0.gguf", "Q4_K_M.gguf"}) {
+        INFO(file);
+        const ModelSource source = model_source_parse((shared_data_dir() / "reference/gguf" / file).string());
+        const ModelConfig c = model_source_config(source);
+        const ModelWeights w = model_source_weights(source, c, 2);
+        // The prompt length and decode steps of test_gpu_model.cpp's GGUF case.
+        const std::vector<int> prompt = prompt_tokens(100, c.vocab_size);
+        std::vector<int> tokens;
+        const std::vector<float> want = run(c, w, Arithmetic::CPU, prompt, 16, tokens);
+        const LogitComparison device =
+            compare_logits(run(c, w, Arithmetic::DEVICE, prompt, 16, tokens), want, c.vocab_size);
+        INFO("device arithmetic: worst " << device.worst << ", median " << device.median << ", over " << device.over
+                                         << "/" << device.positions << ", tolerance " << device.tolerance << ";"
+                                         << device.profile);
+        CHECK(logits_close(device));
+        CHECK(device.worst > 0);
+        const LogitComparison stale =
+            compare_logits(run(c, w, Arithmetic::DEVICE_STALE_SLOT, prompt, 16, tokens), want, c.vocab_size);
+        CHECK_FALSE(logits_close(stale));
     }
 }
