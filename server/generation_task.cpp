@@ -104,6 +104,7 @@ std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, 
     g.ignore_eos = o.ignore_eos;
     g.top_logprobs = o.top_logprobs;
     g.reuse_prefix = o.cache_prompt;
+    g.continues_prompt = endpoint == Endpoint::COMPLETION;
 
     const bool is_chat = endpoint == Endpoint::CHAT;
     if (o.beam_width > 0) {

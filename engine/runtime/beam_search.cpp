@@ -83,7 +83,8 @@ public:
 
     void run(const float* logits, const std::function<bool(const BeamStep&)>& on_step) {
         const auto t0 = Clock::now();
-        Beam root{{}, 0.0, prompt_seq_, true, Detokenizer(m_.tokenizer, true), StopMatcher(r_.stop), ""};
+        const bool strip = !reply_keeps_leading_space(m_.tokenizer, r_.prompt, r_.continues_prompt);
+        Beam root{{}, 0.0, prompt_seq_, true, Detokenizer(m_.tokenizer, strip), StopMatcher(r_.stop), ""};
         live_.push_back(std::move(root));
         bool cancelled = false;
         for (int step = 0;; step++) {
@@ -354,6 +355,7 @@ BeamRequest beam_request_from(const GenerateRequest& g, int beam_width, float le
     b.stop = g.stop;
     b.ignore_eos = g.ignore_eos;
     b.reuse_prefix = g.reuse_prefix;
+    b.continues_prompt = g.continues_prompt;
     return b;
 }
 

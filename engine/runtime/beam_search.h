@@ -30,6 +30,7 @@ struct BeamRequest {
     std::vector<std::string> stop;  // a stop string ends a hypothesis (its text cut before it)
     bool ignore_eos = false;        // EOS is then an ordinary token
     bool reuse_prefix = true;       // reuse the KV cache of the previous request's common prefix
+    bool continues_prompt = false;  // as GenerateRequest's: a raw completion keeps its first leading space
     // Empty: every token may be chosen. Otherwise only these ids are
     // candidates (tests, constrained decoding); scores stay the model's
     // log-softmax over the full vocabulary.

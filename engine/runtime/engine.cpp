@@ -258,6 +258,11 @@ void Engine::check_prompt(const std::vector<int>& prompt) const {
             throw MoeError("prompt token " + std::to_string(t) + " is out of range");
 }
 
+bool reply_keeps_leading_space(const Tokenizer& tokenizer, std::span<const int> prompt, bool continues_prompt) {
+    return continues_prompt &&
+           std::any_of(prompt.begin(), prompt.end(), [&](int id) { return !tokenizer.is_control(id); });
+}
+
 GenerateResult Engine::generate(const GenerateRequest& request,
                                 const std::function<bool(const TokenEvent&)>& on_token) {
     Impl& m = *impl_;
@@ -276,7 +281,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
 
     const int vocab = m.config.vocab_size;
     Sampler sampler(request.sampling, vocab);
-    Detokenizer detok(m.tokenizer, true);
+    Detokenizer detok(m.tokenizer, !reply_keeps_leading_space(m.tokenizer, request.prompt, request.continues_prompt));
     StopMatcher stops(request.stop);
     std::vector<int> history = request.prompt;
     history.reserve(n_prompt + request.max_tokens);

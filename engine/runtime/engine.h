@@ -107,7 +107,17 @@ struct GenerateRequest {
     bool ignore_eos = false;
     int top_logprobs = -1;              // -1 = no logprobs; 0..20 = chosen token + that many alternatives
     bool reuse_prefix = true;           // reuse the KV cache of the previous request's common prefix
+    // The reply continues the prompt's text (a raw completion): its first
+    // token keeps its leading space ("Once upon" -> " a time"). Otherwise
+    // (a chat reply, a prompt of control tokens only) the reply is a text
+    // of its own and loses it, as SentencePiece decodes a text's start.
+    bool continues_prompt = false;
 };
+
+// Whether a reply to `prompt` keeps its first token's leading space (see
+// GenerateRequest::continues_prompt): it continues the prompt and the prompt
+// holds some text (not only BOS or other control tokens).
+bool reply_keeps_leading_space(const Tokenizer& tokenizer, std::span<const int> prompt, bool continues_prompt);
 
 // A prompt that leaves no room for a reply. Prompt and reply together hold
 // at most ctx tokens: a reply ends (LENGTH) where they fill the context.

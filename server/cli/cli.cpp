@@ -285,6 +285,7 @@ int cli_generate(const std::vector<std::string>& words) {
     if (prompt) {
         request.prompt = engine.tokenizer().encode(*prompt);
         request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
+        request.continues_prompt = true;
     } else {
         if (user) messages = {{"user", *user}};
         request.prompt = engine.chat_template().encode(engine.tokenizer(), messages);

@@ -313,6 +313,35 @@ TEST_CASE("a reply ends where prompt and reply fill the context and a full promp
     }
 }
 
+TEST_CASE("a raw completion keeps its first token's leading space; a chat reply and a BOS-only prompt lose it",
+          "[forward]") {
+    Engine engine = tiny_engine(128);
+    const Tokenizer& tok = engine.tokenizer();
+    // A prompt whose greedy first token starts with a space (most pieces do).
+    GenerateRequest req;
+    GenerateResult r;
+    for (int salt = 0;; salt++) {
+        REQUIRE(salt < 50);
+        req = greedy_request(prompt_tokens(12, salt), 6);
+        r = engine.generate(req, [](const TokenEvent&) { return true; });
+        if (tok.token_bytes(r.tokens.at(0)).rfind(' ', 0) == 0 && !tok.is_byte(r.tokens[0])) break;
+    }
+    std::string bytes;
+    for (int id : r.tokens) bytes += tok.token_bytes(id);
+    REQUIRE(r.text == bytes.substr(1));  // a reply of its own: SentencePiece drops the text's first space
+    req.continues_prompt = true;
+    GenerateResult completion = engine.generate(req, [](const TokenEvent&) { return true; });
+    REQUIRE(completion.tokens == r.tokens);
+    REQUIRE(completion.text == bytes);
+    BeamResult beams = engine.beam_search(beam_request_from(req, 1, 1.0f, 1), [](const BeamStep&) { return true; });
+    REQUIRE(beams.hypotheses.at(0).tokens == r.tokens);
+    REQUIRE(beams.hypotheses[0].text == bytes);
+    // Nothing but BOS before it: the reply starts the text.
+    REQUIRE_FALSE(reply_keeps_leading_space(tok, std::vector<int>{tok.bos_id()}, true));
+    REQUIRE(reply_keeps_leading_space(tok, req.prompt, true));
+    REQUIRE_FALSE(reply_keeps_leading_space(tok, req.prompt, false));
+}
+
 TEST_CASE("routing counts add up to tokens x top-k per layer", "[forward]") {
     Engine engine = tiny_engine(128);
     engine.generate(greedy_request(prompt_tokens(9, 2), 5), [](const TokenEvent&) { return true; });
