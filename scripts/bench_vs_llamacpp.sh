@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Side-by-side CPU benchmark against llama.cpp (the best-known CPU engine) on
+# the same GGUF files, in one run:
+#   scripts/bench_vs_llamacpp.sh [--model SRC] [--types bf16,q8_0,q4_k_m] [--threads N] [--rounds N]
+# SRC (default synth:mixtral-mini) is quantized by `moe-server quantize` into
+# each type (cached under <build>/llamacpp/models/); llama.cpp's own
+# `llama-bench` (pp512 and tg64) and moe-server's `bench prefill --tokens 512`
+# / `bench decode --tokens 64` then run on each file with the same thread
+# count, alternating engine and type for --rounds rounds so a swing of this
+# machine's memory bandwidth hits both alike. Prints one JSON line per type
+# and round: both engines' figures, the ratios, the issue's targets, and the
+# read bandwidth and FMA peak moe-server measured in the same run.
+#
+# llama.cpp itself: the source of the release that the npm package
+# node-llama-cpp (pinned version and checksum below) carries as a git
+# bundle, built here once with GGML_NATIVE (<build>/llamacpp/, about ten
+# minutes on two cores). Needs npm, git, cmake, a C++ compiler and python3
+# (JSON of this script only). A benchmark, not a test: nothing here runs in
+# scripts/test.sh.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${MOE_BUILD_DIR:-build}"
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+tools="$build/llamacpp"
+NLC_VERSION=3.22.1
+NLC_SHA256=a0d9dd80eacd2ab1cfe71aee57ac8a806487fd70b3d2a38fbec637752d9e5c5f
+
+model=synth:mixtral-mini
+types=bf16,q8_0,q4_k_m
+threads=2
+rounds=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model="$2"; shift 2 ;;
+    --types) types="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    *) echo "bench_vs_llamacpp: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+bin="$build/moe-server"
+[ -x "$bin" ] || { echo "bench_vs_llamacpp: no $bin (build first: scripts/build.sh)" >&2; exit 2; }
+log() { echo "bench_vs_llamacpp: $*" >&2; }
+
+# ---- llama.cpp: the pinned release's source, llama-bench built once --------
+mkdir -p "$tools"
+llama_bench="$tools/build/bin/llama-bench"
+if [ ! -x "$llama_bench" ]; then
+  tgz="$tools/node-llama-cpp-$NLC_VERSION.tgz"
+  if [ ! -f "$tgz" ]; then
+    log "fetching node-llama-cpp $NLC_VERSION from npm (it carries llama.cpp's source)"
+    (cd "$tools" && npm pack --silent "node-llama-cpp@$NLC_VERSION" >/dev/null)
+  fi
+  echo "$NLC_SHA256  $tgz" | sha256sum -c --quiet - || { log "checksum mismatch: $tgz"; exit 1; }
+  rm -rf "$tools/src" "$tools/pkg" && mkdir -p "$tools/pkg"
+  tar xzf "$tgz" -C "$tools/pkg" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
+  git clone -q "$tools/pkg/package/llama/gitRelease.bundle" "$tools/src"
+  log "building llama-bench ($(cat "$tools/pkg/package/llama/llama.cpp.info.json" | tr -d ' \n'))"
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S "$tools/src" -B "$tools/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "${launcher[@]}" >"$tools/cmake.log" 2>&1
+  cmake --build "$tools/build" --target llama-bench -j "$(nproc)" >"$tools/build.log" 2>&1 ||
+    { log "llama-bench did not build; see $tools/build.log"; exit 1; }
+fi
+
+# ---- the models: one GGUF per type, written by moe-server quantize ----------
+mkdir -p "$tools/models"
+name=$(printf '%s' "$model" | tr -c 'A-Za-z0-9_.-' '_')
+declare -A file
+for t in ${types//,/ }; do
+  f="$tools/models/$name-$t.gguf"
+  if [ ! -f "$f" ]; then
+    log "quantizing $model to $t"
+    "$bin" quantize --model "$model" --type "$t" --out "$f" --threads "$(nproc)" >"$tools/quantize.log" 2>&1 ||
+      { log "quantize failed; see $tools/quantize.log"; exit 1; }
+  fi
+  file[$t]="$f"
+done
+
+# ---- the runs ---------------------------------------------------------------
+for round in $(seq 1 "$rounds"); do
+  for t in ${types//,/ }; do
+    f="${file[$t]}"
+    llama=$("$llama_bench" -m "$f" -t "$threads" -p 512 -n 64 -r 3 -o jsonl 2>/dev/null)
+    decode=$("$bin" bench decode --model "$f" --threads "$threads" --tokens 64 --repeat 3 2>/dev/null | tail -1)
+    prefill=$("$bin" bench prefill --model "$f" --threads "$threads" --tokens 512 --repeat 2 2>/dev/null | tail -1)
+    python3 - "$t" "$round" "$f" "$llama" "$decode" "$prefill" <<'EOF'
+import json, sys
+t, rnd, path, llama, decode, prefill = sys.argv[1:]
+ll = [json.loads(l) for l in llama.splitlines() if l.strip().startswith("{")]
+pp = next(r for r in ll if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0)
+tg = next(r for r in ll if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0)
+d, p = json.loads(decode), json.loads(prefill)
+targets = {"q4_k_m": {"decode": 1.2, "prefill": 1.5}, "q8_0": {"decode": 1.1, "prefill": 1.5}}.get(t, {})
+out = {
+    "bench": "vs_llamacpp", "type": t, "round": int(rnd), "file": path, "threads": d["threads"],
+    "llamacpp_build": pp.get("build_commit"), "llamacpp_cpu_info": pp.get("cpu_info"),
+    "decode_tok_s": d["decode_tok_s"], "llamacpp_decode_tok_s": tg["avg_ts"],
+    "decode_ratio": d["decode_tok_s"] / tg["avg_ts"],
+    "prefill_tok_s": p["prefill_tok_s"], "llamacpp_prefill_tok_s": pp["avg_ts"],
+    "prefill_ratio": p["prefill_tok_s"] / pp["avg_ts"],
+    "targets": targets,
+    "read_gbs": d["read_gbs"], "decode_roofline_tok_s": d["roofline_tok_s"],
+    "weight_bytes_per_token": d["weight_bytes_per_token"], "fma_peak_gflops": p["fma_peak_gflops"],
+}
+print(json.dumps(out))
+EOF
+  done
+done
