@@ -12,6 +12,7 @@
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"
 #include "engine/text/gguf_tokenizer.h"
+#include "engine/text/hf_tokenizer.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
@@ -112,11 +113,16 @@ ModelWeights model_source_weights(const ModelSource& s, const ModelConfig& confi
 }
 
 Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config) {
+    // A folder: tokenizer.model when it has one (SentencePiece), else tokenizer.json.
+    const bool hf_json =
+        !s.synthetic && !s.gguf && !file_exists(s.dir / "tokenizer.model") && file_exists(s.dir / "tokenizer.json");
     const std::string where = s.synthetic ? EMBEDDED_TOKENIZER
                               : s.gguf    ? s.dir.string()
+                              : hf_json   ? (s.dir / "tokenizer.json").string()
                                           : (s.dir / "tokenizer.model").string();
     Tokenizer t = s.synthetic ? Tokenizer::from_bytes(synth_embedded_tokenizer(), where)
                   : s.gguf    ? tokenizer_from_gguf(GgufFile(s.dir).metadata(), where)
+                  : hf_json   ? hf_tokenizer_load_dir(s.dir)
                               : Tokenizer::load(where);
     if (t.vocab_size() > config.vocab_size)
         throw MoeError(where + ": vocabulary of " + std::to_string(t.vocab_size()) +

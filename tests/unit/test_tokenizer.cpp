@@ -52,6 +52,19 @@ std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& pat
     return out;
 }
 
+// llama.cpp's expected ids: one line per case, ids separated by spaces.
+std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    std::vector<std::vector<int>> out;
+    for (std::string line; std::getline(in, line);) {
+        std::vector<int> ids;
+        std::istringstream words(line);
+        for (int id; words >> id;) ids.push_back(id);
+        out.push_back(ids);
+    }
+    return out;
+}
+
 const Tokenizer& mistral() {
     static const Tokenizer tok = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-v1.model");
     return tok;
