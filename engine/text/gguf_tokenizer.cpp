@@ -148,8 +148,8 @@ std::vector<std::string> bpe_pre_regexes(std::string_view pre) {
 // A "gpt2" vocabulary (byte-level BPE: tokens already in the byte-level
 // alphabet, merges "a b" by rank) as the tokenizer.json document it was
 // converted from, read by the one tokenizer.json reader: control tokens
-// (type 3) are special added tokens, user-defined ones (type 4) added tokens
-// matched in any text, as llama.cpp and Hugging Face match them.
+// (type 3), BOS and EOS are special added tokens, user-defined ones (type 4)
+// added tokens matched in any text, as llama.cpp and Hugging Face match them.
 Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
     const std::string where(source);
     const std::optional<std::vector<std::string_view>> tokens = md.find_strings(KEY_TOKENS);
@@ -170,6 +170,9 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
              "unknown pre-tokenizer '" + printable(pre) +
                  "' (known: gpt-2, default, llama3, llama-bpe, qwen2, deepseek-llm, deepseek-v3)");
 
+    // BOS and EOS are special whatever their type, so text never encodes to them.
+    const std::optional<int> bos = special_id(md, source, KEY_BOS, n, false);
+    const std::optional<int> eos = special_id(md, source, KEY_EOS, n, false);
     nlohmann::json vocab = nlohmann::json::object();
     nlohmann::json added = nlohmann::json::array();
     for (size_t i = 0; i < n; ++i) {
@@ -177,9 +180,9 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
         if (token.empty()) fail(source, KEY_TOKENS, "token " + std::to_string(i) + " is empty");
         if (vocab.contains(token)) fail(source, KEY_TOKENS, token_text(i, token) + " repeats an earlier token");
         vocab[token] = i;
-        const int32_t type = types ? (*types)[i] : NORMAL;
-        if (type == CONTROL || type == USER_DEFINED)
-            added.push_back({{"id", i}, {"content", token}, {"special", type == CONTROL}});
+        const bool special = (types && (*types)[i] == CONTROL) || int(i) == bos || int(i) == eos;
+        if (special || (types && (*types)[i] == USER_DEFINED))
+            added.push_back({{"id", i}, {"content", token}, {"special", special}});
     }
     nlohmann::json merge_list = nlohmann::json::array();
     for (size_t r = 0; r < merges->size(); ++r) {
@@ -205,8 +208,8 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
         {"decoder", {{"type", "ByteLevel"}}},
     };
     HfSpecialTokens specials;
-    if (const std::optional<int> bos = special_id(md, source, KEY_BOS, n, false)) specials.bos = (*tokens)[*bos];
-    if (const std::optional<int> eos = special_id(md, source, KEY_EOS, n, false)) specials.eos = (*tokens)[*eos];
+    if (bos) specials.bos = (*tokens)[*bos];
+    if (eos) specials.eos = (*tokens)[*eos];
     return hf_tokenizer_from_json(doc, where, specials);
 }
 

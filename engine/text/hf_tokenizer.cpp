@@ -785,8 +785,10 @@ Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, con
         if (is_byte) v.kinds[id] = PieceKind::BYTE;
     }
     if (model->unk >= 0) v.kinds[model->unk] = PieceKind::UNKNOWN;
-    // Added tokens are text as written (not through the decoder); special ones decode to nothing.
+    // Added tokens are text as written (not through the decoder); special ones
+    // decode to nothing, except the unknown token.
     for (const AddedToken& a : v.added) {
+        if (a.id == model->unk) continue;  // stays UNKNOWN, decoding to its text
         v.kinds[a.id] = a.special ? PieceKind::CONTROL : PieceKind::NORMAL;
         v.bytes[a.id] = a.special ? std::string() : a.content;
     }
