@@ -95,21 +95,22 @@ std::optional<int> special_id(const GgufMetadata& md, std::string_view source, s
 
 // The pre-tokenizer regexes llama.cpp applies for a tokenizer.ggml.pre name,
 // in order, each splitting every piece with the matches isolated (as the
-// models' tokenizer.json Split steps do). Empty: the name is not known.
-std::vector<std::string> bpe_pre_regexes(std::string_view pre) {
-    static const std::string GPT2 =
-        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-    if (pre.empty() || pre == "default" || pre == "gpt-2") return {GPT2};
+// models' tokenizer.json Split steps do); none for GPT-2's, which is the
+// ByteLevel pre-tokenizer's own regex. nullopt: the name is not known.
+using Regexes = std::vector<std::string>;
+
+std::optional<Regexes> bpe_pre_regexes(std::string_view pre) {
+    if (pre.empty() || pre == "default" || pre == "gpt-2") return Regexes{};
     if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe")
-        return {
+        return Regexes{
             "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     if (pre == "qwen2" || pre == "qwen2.5" || pre == "qwen-2.5" || pre == "deepseek-r1-qwen")
-        return {
+        return Regexes{
             "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     if (pre == "deepseek-llm")
-        return {
+        return Regexes{
             "[\\r\\n]",
             "\\s?[A-Za-z"
             "\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}"
@@ -139,10 +140,11 @@ std::vector<std::string> bpe_pre_regexes(std::string_view pre) {
             "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
             "\\p{N}+"};
     if (pre == "deepseek-v3")
-        return {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
-                "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
-                "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
-    return {};
+        return Regexes{
+            "\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+            "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+            "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    return std::nullopt;
 }
 
 // A "gpt2" vocabulary (byte-level BPE: tokens already in the byte-level
@@ -164,8 +166,8 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
         fail(source, KEY_TYPES,
              std::to_string(types->size()) + " entries, but " + std::string(KEY_TOKENS) + " has " + std::to_string(n));
     const std::string pre(md.find_string(KEY_PRE).value_or(""));
-    const std::vector<std::string> regexes = bpe_pre_regexes(pre);
-    if (regexes.empty())
+    const std::optional<std::vector<std::string>> regexes = bpe_pre_regexes(pre);
+    if (!regexes)
         fail(source, KEY_PRE,
              "unknown pre-tokenizer '" + printable(pre) +
                  "' (known: gpt-2, default, llama3, llama-bpe, qwen2, deepseek-llm, deepseek-v3)");
@@ -193,9 +195,9 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
         merge_list.push_back({std::string(m.substr(0, space)), std::string(m.substr(space + 1))});
     }
     nlohmann::json steps = nlohmann::json::array();
-    for (const std::string& r : regexes)
+    for (const std::string& r : *regexes)
         steps.push_back({{"type", "Split"}, {"pattern", {{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
-    steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}});
+    steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", regexes->empty()}});
     const bool ignore_merges = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe";
     const nlohmann::json doc = {
         {"model",

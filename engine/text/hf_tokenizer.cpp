@@ -385,23 +385,17 @@ void parse_pre_tokenizer(const Node& n, std::vector<PreTokenizeStep>* steps, int
             Pattern{{}, digits},
             n.flag("individual_digits", false) ? SplitBehavior::ISOLATED : SplitBehavior::CONTIGUOUS, false));
     } else if (type == "ByteLevel") {
-        const bool prefix_space = n.flag("add_prefix_space", true);
-        if (n.flag("use_regex", true)) {
-            auto gpt2 = std::make_shared<const Regex>(std::string(GPT2_REGEX), n.source, n.key);
-            if (prefix_space)
-                steps->push_back([](std::vector<Piece>* pieces, const EncodeFlags& f) {
-                    if (f.add_dummy_prefix)
-                        for (Piece& p : *pieces)
-                            if (!p.text.starts_with(' ')) p.text.insert(0, 1, ' ');
-                });
-            steps->push_back(split_step(Pattern{{}, gpt2}, SplitBehavior::ISOLATED, false));
-        } else if (prefix_space) {
+        // A space before every piece that lacks one (with the caller's dummy prefix on).
+        if (n.flag("add_prefix_space", true))
             steps->push_back([](std::vector<Piece>* pieces, const EncodeFlags& f) {
                 if (f.add_dummy_prefix)
                     for (Piece& p : *pieces)
                         if (!p.text.starts_with(' ')) p.text.insert(0, 1, ' ');
             });
-        }
+        if (n.flag("use_regex", true))
+            steps->push_back(
+                split_step(Pattern{{}, std::make_shared<const Regex>(std::string(GPT2_REGEX), n.source, n.key)},
+                           SplitBehavior::ISOLATED, false));
         steps->push_back([](std::vector<Piece>* pieces, const EncodeFlags&) {
             for (Piece& p : *pieces) p.text = to_byte_level(p.text);
         });
@@ -483,24 +477,6 @@ struct DecodeRules {
     bool strip_first = false;  // the text's first space goes (Metaspace, Strip)
 };
 
-// "<0xAB>" -> 0xAB; -1 otherwise.
-int byte_token_value(std::string_view t) {
-    if (t.size() != 6 || !t.starts_with("<0x") || t[5] != '>') return -1;
-    int v = 0;
-    for (char c : t.substr(3, 2)) {
-        v *= 16;
-        if (c >= '0' && c <= '9')
-            v += c - '0';
-        else if (c >= 'A' && c <= 'F')
-            v += c - 'A' + 10;
-        else if (c >= 'a' && c <= 'f')
-            v += c - 'a' + 10;
-        else
-            return -1;
-    }
-    return v;
-}
-
 void parse_decoder(const Node& n, DecodeRules* rules, int depth) {
     n.require_object();
     if (depth > 8) fail(n.source, n.key, "nested too deeply");
@@ -516,7 +492,7 @@ void parse_decoder(const Node& n, DecodeRules* rules, int depth) {
         });
     } else if (type == "ByteFallback") {
         rules->steps.push_back([](std::string* t, bool* is_byte) {
-            if (const int v = byte_token_value(*t); v >= 0 && !*is_byte) {
+            if (const int v = byte_piece_value(*t); v >= 0 && !*is_byte) {
                 *t = std::string(1, char(v));
                 *is_byte = true;
             }

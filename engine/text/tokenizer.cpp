@@ -115,7 +115,22 @@ Utf8Head utf8_head(std::string_view s, size_t* len) {
     return Utf8Head::COMPLETE;
 }
 
-// "<0xAB>" -> 0xAB; -1 when the piece is not in that form.
+std::string replace_space_symbol(std::string_view piece) {
+    std::string out;
+    out.reserve(piece.size());
+    for (size_t i = 0; i < piece.size();) {
+        if (piece.substr(i, SPACE_SYMBOL.size()) == SPACE_SYMBOL) {
+            out += ' ';
+            i += SPACE_SYMBOL.size();
+        } else {
+            out += piece[i++];
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 int byte_piece_value(std::string_view piece) {
     if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
     int value = 0;
@@ -132,22 +147,6 @@ int byte_piece_value(std::string_view piece) {
     }
     return value;
 }
-
-std::string replace_space_symbol(std::string_view piece) {
-    std::string out;
-    out.reserve(piece.size());
-    for (size_t i = 0; i < piece.size();) {
-        if (piece.substr(i, SPACE_SYMBOL.size()) == SPACE_SYMBOL) {
-            out += ' ';
-            i += SPACE_SYMBOL.size();
-        } else {
-            out += piece[i++];
-        }
-    }
-    return out;
-}
-
-}  // namespace
 
 // ---- SentencePiece backend ----------------------------------------------------
 

@@ -51,6 +51,10 @@ struct TokenizerVocab {
     std::vector<AddedToken> added;
 };
 
+// A byte-fallback piece's byte: "<0xAB>" (either case) -> 0xAB; -1 when the
+// piece is not in that form.
+int byte_piece_value(std::string_view piece);
+
 // The encoding half of a tokenizer: plain text (no added token in it) to ids.
 class TokenizerModel {
 public:
@@ -77,8 +81,9 @@ public:
     // From the serialized SentencePiece model bytes (e.g. the embedded demo tokenizer).
     static Tokenizer from_bytes(std::string_view serialized, std::string_view source);
     // From a backend and its vocabulary table (hf_tokenizer.*). Builds the
-    // piece index; MoeError naming `source` for a table of unequal lengths,
-    // a special id outside it, or a repeated piece.
+    // piece index (the first of repeated pieces wins); MoeError naming
+    // `source` for a table of unequal lengths, a special or added-token id
+    // outside it.
     static Tokenizer from_parts(std::string source, TokenizerVocab vocab, std::unique_ptr<const TokenizerModel> model);
 
     Tokenizer(Tokenizer&&) noexcept;
