@@ -165,6 +165,10 @@ TEST_CASE("hf tokenizer: Mistral v3 tokenizer.json equals its tokenizer.model.v3
             ++n_differ;
             UNSCOPED_INFO("text " << i << ": \"" << texts[i].substr(0, 80) << "\"");
         }
+        if (hf.encode(texts[i], false) != sp.encode(texts[i], false)) {
+            ++n_differ;
+            UNSCOPED_INFO("text " << i << " without the prefix: \"" << texts[i].substr(0, 80) << "\"");
+        }
         if (hf.decode(ids) != sp.decode(ids)) FAIL("decoding text " << i << ": \"" << texts[i] << "\"");
         if (stream(hf, ids, true) != sp.decode(ids)) FAIL("streaming text " << i);
     }

@@ -411,3 +411,18 @@ TEST_CASE("Detokenizer matches SentencePiece on random id sequences", "[tokenize
         REQUIRE(stream(tok, ids) == tok.decode(ids));
     }
 }
+
+TEST_CASE("Tokenizer parses control pieces in text only when asked", "[tokenizer]") {
+    const Tokenizer& tok = extended();
+    const int im_start = tok.piece_to_id("<|im_start|>"), eos = tok.eos_id();
+    const std::string text = "<|im_start|>user hi</s>";
+    const std::vector<int> plain = tok.encode(text);
+    for (int id : plain) CHECK_FALSE(tok.is_control(id));
+    const std::vector<int> parsed = tok.encode(text, true, SpecialTokens::PARSE);
+    REQUIRE(parsed.size() >= 3);
+    CHECK(parsed.front() == im_start);
+    CHECK(parsed.back() == eos);
+    // The text between them is encoded as a text after a special token: no dummy prefix.
+    const std::vector<int> middle(parsed.begin() + 1, parsed.end() - 1);
+    CHECK(middle == tok.encode("user hi", false));
+}
