@@ -212,6 +212,8 @@ struct Tokenizer::Index {
         int added = -1;  // index into vocab_.added of the token ending here
     };
     std::vector<Node> trie{Node{}};
+    bool has_plain = false;    // a non-special added token (matched in any text)
+    bool has_special = false;  // a special one (matched with SpecialTokens::PARSE)
 };
 
 Tokenizer::Tokenizer() = default;
@@ -310,6 +312,7 @@ void Tokenizer::index_vocab() {
             throw MoeError(source_ + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
                            ", outside the vocabulary");
         if (t.content.empty()) continue;
+        (t.special ? index_->has_special : index_->has_plain) = true;
         int node = 0;
         for (char c : t.content) {
             const auto [it, added] = trie[node].next.emplace(static_cast<unsigned char>(c), int(trie.size()));
@@ -334,7 +337,8 @@ void Tokenizer::encode_parts(std::string_view text, bool add_dummy_prefix, bool 
     const auto flush = [&](size_t end) {
         if (end > seg) model_->encode(text.substr(seg, end - seg), seg == 0, add_dummy_prefix, ids);
     };
-    for (size_t pos = 0; pos < text.size() && trie[0].next.size() > 0;) {
+    const bool match = index_->has_plain || (allow_special && index_->has_special);
+    for (size_t pos = 0; match && pos < text.size();) {
         // The longest allowed added token starting at pos.
         int best = -1;
         size_t best_len = 0;
