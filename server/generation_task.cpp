@@ -58,7 +58,8 @@ ApiError invalid_messages(const MoeError& error) {
 
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos) {
     std::vector<int> ids;
-    if (add_bos) ids.push_back(tokenizer.bos_id());
+    // A vocabulary without BOS (Qwen's tokenizer.json) starts with the text.
+    if (add_bos && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
     std::vector<int> encoded = tokenizer.encode(text);
     ids.insert(ids.end(), encoded.begin(), encoded.end());
     return ids;
