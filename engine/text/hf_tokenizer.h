@@ -22,6 +22,8 @@
 //   decoder       ByteLevel, Metaspace, ByteFallback, Fuse, Replace,
 //                 Strip (of one leading space), Sequence, null: turned into
 //                 every id's bytes, so the Detokenizer streams them
+// Tokenizer::encode's add_dummy_prefix switches the prefix steps: Prepend,
+// Metaspace's prepend_scheme and ByteLevel's add_prefix_space.
 // post_processor, truncation and padding are not the tokenizer's concern
 // here: callers insert BOS themselves. Errors are one MoeError line
 // "SOURCE: KEY: what is wrong", e.g. "tokenizer.json: model.merges[3]: ...".
