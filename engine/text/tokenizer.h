@@ -134,9 +134,11 @@ private:
 
 // Incremental detokenizer for streaming: push() returns only complete UTF-8
 // text; bytes of a character split over byte-fallback pieces (<0xF0><0x9F>...)
-// are held until the character is whole. The first piece of a stream loses
-// its leading space when strip_leading_space is set (SentencePiece's rule for
-// the start of a text; a reply after "[/INST]" starts this way).
+// or over byte-level BPE tokens are held until the character is whole. The
+// first piece of a stream loses its leading space when strip_leading_space is
+// set and the vocabulary strips it (SentencePiece's rule for the start of a
+// text, a Metaspace or Strip decoder; a reply after "[/INST]" starts this
+// way; byte-level vocabularies never strip).
 class Detokenizer {
 public:
     explicit Detokenizer(const Tokenizer& tokenizer, bool strip_leading_space = true);
