@@ -543,6 +543,8 @@ private:
                 return charge(JinjaValue::from_list(std::move(items), a.tuple));
             }
         }
+        if (op == "%" && a.type == JinjaType::STRING)
+            return charge(JinjaValue::from_string(jinja_percent_format(a.text(), b, limits_)));
         if (op == "*") {
             if ((a.type == JinjaType::STRING || a.type == JinjaType::LIST) && integral(b)) return repeat(a, as_int(b));
             if ((b.type == JinjaType::STRING || b.type == JinjaType::LIST) && integral(a)) return repeat(b, as_int(a));
@@ -627,6 +629,11 @@ std::string JinjaTemplate::render(const JinjaDict& variables, const JinjaRenderO
         msg += one_line(e.what());
         throw MoeError(msg);
     } catch (const JinjaError& e) {
+        std::string msg = where();
+        msg += one_line(e.what());
+        throw MoeError(msg);
+    } catch (const std::logic_error& e) {
+        // A library's own check (std::stoll out of range, ...): still the template's problem.
         std::string msg = where();
         msg += one_line(e.what());
         throw MoeError(msg);

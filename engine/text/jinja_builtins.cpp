@@ -637,6 +637,83 @@ void jinja_undefined_error(const JinjaValue& value) {
     fail(value.text().empty() ? std::string("a value is undefined") : value.text());
 }
 
+std::string jinja_percent_format(const std::string& format, const JinjaValue& args, const Limits& limits) {
+    JinjaList values = args.type == JinjaType::LIST && args.tuple ? *args.list : JinjaList{args};
+    size_t next = 0;
+    std::string out;
+    for (size_t i = 0; i < format.size(); ++i) {
+        if (format[i] != '%') {
+            out += format[i];
+            continue;
+        }
+        if (++i >= format.size()) fail("incomplete format");
+        bool left = false, zero = false;
+        for (; i < format.size() && (format[i] == '-' || format[i] == '0'); ++i)
+            (format[i] == '-' ? left : zero) = true;
+        size_t width = 0;
+        for (; i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])); ++i)
+            width = std::min<size_t>(width * 10 + static_cast<size_t>(format[i] - '0'), 100000);
+        int precision = -1;
+        if (i < format.size() && format[i] == '.') {
+            precision = 0;
+            for (++i; i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])); ++i)
+                precision = std::min(precision * 10 + (format[i] - '0'), 100);
+        }
+        if (i >= format.size()) fail("incomplete format");
+        char conv = format[i];
+        if (conv == '%') {
+            out += '%';
+            continue;
+        }
+        if (next >= values.size()) fail("not enough arguments for format string");
+        const JinjaValue& v = values[next++];
+        std::string piece;
+        char buf[512];
+        switch (conv) {
+        case 's':
+            piece = jinja_str(v);
+            break;
+        case 'r':
+            piece = jinja_repr(v);
+            break;
+        case 'd':
+        case 'i':
+            if (!v.is_number())
+                fail(std::string("%") + conv + " format: a number is required, not " + jinja_type_name(v));
+            piece = v.type == JinjaType::FLOAT ? std::to_string(static_cast<long long>(std::trunc(v.number)))
+                                               : std::to_string(v.type == JinjaType::BOOL ? v.boolean : v.integer);
+            break;
+        case 'f':
+        case 'F':
+            std::snprintf(buf, sizeof buf, "%.*f", precision < 0 ? 6 : precision, jinja_as_double(v));
+            piece = buf;
+            break;
+        case 'x':
+            if (v.type != JinjaType::INT) fail("%x format: an integer is required");
+            std::snprintf(buf, sizeof buf, "%llx",
+                          v.integer < 0 ? 0 - static_cast<unsigned long long>(v.integer)
+                                        : static_cast<unsigned long long>(v.integer));
+            piece = v.integer < 0 ? "-" : "";
+            piece += buf;
+            break;
+        default:
+            fail(std::string("unsupported format character '") + conv + "'");
+        }
+        if (conv == 's' && precision >= 0)
+            piece = piece.substr(
+                0, utf8_offsets(piece)[std::min<size_t>(static_cast<size_t>(precision), utf8_length(piece))]);
+        size_t len = utf8_length(piece);
+        if (len < width) {
+            std::string pad(width - len, zero && !left && conv != 's' && conv != 'r' ? '0' : ' ');
+            piece = left ? piece + pad : pad + piece;
+        }
+        out += piece;
+        check_bytes(out.size(), limits);
+    }
+    if (next < values.size()) fail("not all arguments converted during string formatting");
+    return out;
+}
+
 bool jinja_has_filter(std::string_view name) {
     return in_list(std::begin(FILTERS), std::end(FILTERS), name);
 }

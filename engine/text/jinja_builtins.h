@@ -32,5 +32,8 @@ JinjaValue jinja_slice(const JinjaValue& value, const JinjaValue& start, const J
 JinjaList jinja_iterate(const JinjaValue& value);
 // Python's len(); undefined has length 0.
 size_t jinja_length(const JinjaValue& value);
+// Python's printf-style `format % args` (args a tuple, or one value):
+// %s %r %d %i %f %x %% with flags '-' and '0', a width and a precision.
+std::string jinja_percent_format(const std::string& format, const JinjaValue& args, const JinjaBuiltinLimits& limits);
 // The error for using an undefined value ("'x' is undefined").
 [[noreturn]] void jinja_undefined_error(const JinjaValue& value);

@@ -280,6 +280,13 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         "{{ 'aXbXc'.replace('X', '-') }} {{ 'Hello'.upper() }} {{ 'Hello'.lower() }} {{ 'hello world'.title() }} {{ "
         "'hELLO'.capitalize() }} {{ 'hello'.find('l') }} {{ 'hello'.find('z') }} {{ 'héllo'.find('l') }} {{ "
         "'-'.join(['a', 'b']) }} {{ 'a{}b{}'.format(1, 'x') }} {{ 'hello'.count('l') }}",
+        // scoping and Python details
+        "{% for i in [1, 2] %}{% if i == 1 %}{% set x = 'a' %}{% endif %}[{{ x }}]{% endfor %}{% macro m() %}{{ y }}{% "
+        "endmacro %}{% set y = 1 %}{{ m() }}"
+        "{% set z = 5 %}{% macro n() %}{{ z }}{% endmacro %}{% for z in [1] %}{{ n() }}{% endfor %}{% for a in [1] "
+        "%}{% for b in [2] %}{{ loop.index }}{{ a }}{% endfor %}{{ loop.length }}{% endfor %}",
+        "{{ '%s-%d' % ('a', 3) }} {{ '%05.1f|%-4s|%4d|%x|%%|%r' % (3.14159, 'ab', 7, -255, 'q') }} {{ 'one %s' % 'arg' "
+        "}} {{ [1, 2].append }}|{{ (1, 2) | tojson }} {{ 'a' ~ [1] }} {{ [3, 1] | max }} {{ [3, 1] | min }}",
         // globals
         "{{ namespace(a=1).a }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %d %b %Y %A') }} {{ bos_token "
         "}}{{ eos_token }} {{ add_generation_prompt }} {{ tools }} {{ documents }}",
@@ -308,6 +315,45 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         CHECK(ref.at(name).at("basic").at("ok").get<bool>());
     }
     CHECK(compare_with_jinja2(templates, cases, ref) == templates.size());
+}
+
+TEST_CASE("jinja never fails but with MoeError on cut or mangled templates", "[jinja]") {
+    // Every prefix of every shared template (cut every 5 bytes), and each with
+    // one byte replaced by a delimiter, parses and renders or fails with a
+    // MoeError; anything else (a crash, another exception) fails the test.
+    JinjaChatInput input;
+    input.messages = ojson::parse(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a", "tool_calls": [{"id": "call00001", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "tool_call_id": "call00001", "content": "r"}, {"role": "user", "content": "v"}])");
+    input.tools = ojson::parse(
+        R"([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}])");
+    input.add_generation_prompt = true;
+    JinjaRenderOptions options = fixed_now_options();
+    options.limits.max_steps = 200000;
+    size_t tried = 0, failed = 0;
+    const char* const delimiters[] = {"{", "}", "%", "(", "[", "'", "|", "-"};
+    for (const auto& e : fs::directory_iterator(shared_data_dir() / "chat_templates")) {
+        std::string text = read_file(e.path());
+        for (size_t cut = 0; cut <= text.size(); cut += 5) {
+            for (int variant = 0; variant < 2; ++variant) {
+                std::string src = text.substr(0, variant == 0 ? cut : text.size());
+                if (variant == 1) {
+                    if (cut >= text.size()) continue;
+                    src[cut] = delimiters[cut % 8][0];
+                }
+                ++tried;
+                try {
+                    JinjaTemplate t(src, "mangled");
+                    jinja_render_chat(t, input, options);
+                } catch (const MoeError& err) {
+                    ++failed;
+                    CHECK(std::string(err.what()).find('\n') == std::string::npos);
+                }
+            }
+        }
+    }
+    CHECK(tried > 5000);
+    CHECK(failed > 0);
 }
 
 TEST_CASE("jinja values print as Python prints them", "[jinja]") {
