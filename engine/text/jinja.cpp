@@ -646,12 +646,18 @@ JinjaDict jinja_chat_variables(const JinjaChatInput& input) {
     vars.set("tools", jinja_from_json(input.tools));
     vars.set("documents", JinjaValue::none());
     vars.set("add_generation_prompt", JinjaValue::from_bool(input.add_generation_prompt));
-    vars.set("bos_token", JinjaValue::from_string(input.bos_token));
-    vars.set("eos_token", JinjaValue::from_string(input.eos_token));
+    if (input.bos_token) vars.set("bos_token", JinjaValue::from_string(*input.bos_token));
+    if (input.eos_token) vars.set("eos_token", JinjaValue::from_string(*input.eos_token));
     if (!input.extras.is_null()) {
         if (!input.extras.is_object()) throw MoeError("chat template variables: extras must be a JSON object");
-        for (auto it = input.extras.begin(); it != input.extras.end(); ++it)
-            vars.set(it.key(), jinja_from_json(it.value()));
+        for (auto it = input.extras.begin(); it != input.extras.end(); ++it) {
+            const std::string& key = it.key();
+            if (key == "messages" || key == "tools" || key == "documents" || key == "add_generation_prompt" ||
+                (key == "bos_token" && input.bos_token) || (key == "eos_token" && input.eos_token)) {
+                throw MoeError("chat template variables: '" + key + "' cannot be given as an extra variable");
+            }
+            vars.set(key, jinja_from_json(it.value()));
+        }
     }
     return vars;
 }

@@ -59,8 +59,11 @@ struct JinjaChatInput {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     nlohmann::ordered_json tools;  // null: no tools
     bool add_generation_prompt = false;
-    std::string bos_token, eos_token;
-    nlohmann::ordered_json extras = nlohmann::ordered_json::object();  // more variables, by name
+    // The special tokens (unset: undefined in the template, as when a
+    // tokenizer has none) and more variables by name (enable_thinking, the
+    // other special tokens ...); extras may not be named like the variables above.
+    std::optional<std::string> bos_token, eos_token;
+    nlohmann::ordered_json extras = nlohmann::ordered_json::object();
 };
 
 JinjaDict jinja_chat_variables(const JinjaChatInput& input);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/text/jinja.h"
+#include "engine/text/jinja_chat.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 
@@ -448,4 +449,66 @@ TEST_CASE("jinja rendering is bounded in steps, output, recursion and nesting", 
 
     // The default limits leave real templates room.
     CHECK(render("{% for i in range(100000) %}{% endfor %}ok") == "ok");
+}
+
+TEST_CASE("JinjaChat renders a model folder's template with its special tokens", "[jinja]") {
+    fs::path dir = shared_data_dir() / "tokenizers" / "mistral-7b-instruct-v0.3";
+    std::optional<JinjaChat> chat = JinjaChat::from_model_dir(dir);
+    REQUIRE(chat);
+    CHECK(chat->special_tokens().at("bos_token") == "<s>");
+    CHECK(chat->special_tokens().at("eos_token") == "</s>");
+    CHECK(chat->special_tokens().at("unk_token") == "<unk>");
+    CHECK(!chat->special_tokens().contains("pad_token"));  // null in the config
+    ojson messages = ojson::parse(
+        R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}])");
+    CHECK(chat->render(messages, nullptr, true) == "<s>[INST] Hi[/INST] Hello</s>[INST] Bye[/INST]");
+    // The request's variables win over the tokenizer's, as transformers merges them.
+    CHECK(chat->render(messages, nullptr, true, ojson{{"bos_token", "<BOS>"}}).starts_with("<BOS>[INST]"));
+    CHECK(moe_error_of([&] {
+              chat->render(messages, nullptr, true, ojson{{"messages", 1}});
+          }).find("'messages' cannot be given") != std::string::npos);
+    std::string e = moe_error_of([&] {
+        chat->render(ojson::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])"), nullptr,
+                     true);
+    });
+    CHECK(e.find("raised an exception: After the optional system message, conversation roles must alternate") !=
+          std::string::npos);
+    CHECK(e.find("tokenizer_config.json chat_template line ") != std::string::npos);
+
+    // A folder without a template: none.
+    fs::path tmp = test_temp_dir("jinja_chat");
+    std::ofstream(tmp / "tokenizer_config.json") << R"({"bos_token": "<s>"})";
+    CHECK(!JinjaChat::from_model_dir(tmp));
+    // ... unless chat_template.jinja is there (newer transformers save it so).
+    std::ofstream(tmp / "chat_template.jinja") << "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}";
+    auto from_file = JinjaChat::from_model_dir(tmp);
+    REQUIRE(from_file);
+    CHECK(from_file->render(messages, nullptr, false) == "<s>HiHelloBye");
+}
+
+TEST_CASE("JinjaChat picks the tool_use template for requests with tools", "[jinja]") {
+    nlohmann::json config = nlohmann::json::parse(R"({
+        "chat_template": [{"name": "default", "template": "D{{ tools }}"}, {"name": "tool_use", "template": "T{{ tools | length }}{{ additional_special_tokens }}"}],
+        "bos_token": {"content": "<|begin|>", "__type": "AddedToken"},
+        "additional_special_tokens": ["<a>", {"content": "<b>"}]})");
+    auto chat = JinjaChat::from_config(config, "cfg.json");
+    REQUIRE(chat);
+    CHECK(chat->special_tokens().at("bos_token") == "<|begin|>");
+    CHECK(chat->render(ojson::array(), nullptr, false) == "DNone");
+    CHECK(chat->render(ojson::array(), ojson::array({ojson{{"type", "function"}}}), false) == "T1['<a>', '<b>']");
+    CHECK(chat->render(ojson::array(), ojson::array(), false) == "T0['<a>', '<b>']");
+
+    CHECK(!JinjaChat::from_config(nlohmann::json::object(), "cfg.json"));
+    std::string e =
+        moe_error_of([] { JinjaChat::from_config(nlohmann::json::parse(R"({"chat_template": 5})"), "cfg.json"); });
+    CHECK(e.find("cfg.json: chat_template: expected a string") != std::string::npos);
+    e = moe_error_of(
+        [] { JinjaChat::from_config(nlohmann::json::parse(R"({"chat_template": [{"name": "x"}]})"), "cfg.json"); });
+    CHECK(e.find("cfg.json: chat_template[0]") != std::string::npos);
+    e = moe_error_of(
+        [] { JinjaChat::from_config(nlohmann::json::parse(R"({"chat_template": "{% if %}"})"), "cfg.json"); });
+    CHECK(e.find("cfg.json chat_template line 1") != std::string::npos);
+    e = moe_error_of(
+        [] { JinjaChat::from_config(nlohmann::json::parse(R"({"chat_template": "x", "eos_token": 3})"), "cfg.json"); });
+    CHECK(e.find("cfg.json: eos_token") != std::string::npos);
 }
