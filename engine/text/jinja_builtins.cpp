@@ -915,9 +915,17 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
             ind = static_cast<int>(indent->integer);
         }
         if (p.flag(0, "ensure_ascii", false)) fail("tojson: ensure_ascii=true is not supported");
-        if (const JinjaValue* sep = p.get(2, "separators"); sep && sep->type != JinjaType::NONE)
-            fail("tojson: separators are not supported");
-        std::string out = jinja_to_json(v, ind, p.flag(3, "sort_keys", false));
+        std::pair<std::string, std::string> separators;
+        const JinjaValue* sep = p.get(2, "separators");
+        bool has_separators = sep && sep->type != JinjaType::NONE;
+        if (has_separators) {
+            if (sep->type != JinjaType::LIST || sep->list->size() != 2 || (*sep->list)[0].type != JinjaType::STRING ||
+                (*sep->list)[1].type != JinjaType::STRING) {
+                fail("tojson: separators must be a pair of strings");
+            }
+            separators = {(*sep->list)[0].text(), (*sep->list)[1].text()};
+        }
+        std::string out = jinja_to_json(v, ind, p.flag(3, "sort_keys", false), has_separators ? &separators : nullptr);
         check_bytes(out.size(), limits);
         return JinjaValue::from_string(std::move(out));
     }

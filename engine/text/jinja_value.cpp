@@ -179,7 +179,14 @@ void json_newline(std::string& out, int indent, int level) {
     out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
 }
 
-void json_into(std::string& out, const JinjaValue& v, int indent, bool sort_keys, int depth) {
+struct JsonStyle {
+    int indent;
+    bool sort_keys;
+    std::string item_sep, key_sep;
+};
+
+void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, int depth) {
+    const int indent = style.indent;
     check_nesting(depth);
     switch (v.type) {
     case JinjaType::NONE:
@@ -210,9 +217,9 @@ void json_into(std::string& out, const JinjaValue& v, int indent, bool sort_keys
         }
         out += '[';
         for (size_t i = 0; i < v.list->size(); ++i) {
-            if (i) out += indent < 0 ? ", " : ",";
+            if (i) out += style.item_sep;
             if (indent >= 0) json_newline(out, indent, depth + 1);
-            json_into(out, (*v.list)[i], indent, sort_keys, depth + 1);
+            json_into(out, (*v.list)[i], style, depth + 1);
         }
         if (indent >= 0) json_newline(out, indent, depth);
         out += ']';
@@ -225,16 +232,16 @@ void json_into(std::string& out, const JinjaValue& v, int indent, bool sort_keys
         }
         std::vector<const std::pair<std::string, JinjaValue>*> items;
         for (const auto& kv : v.dict->items) items.push_back(&kv);
-        if (sort_keys) {
+        if (style.sort_keys) {
             std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
         }
         out += '{';
         for (size_t i = 0; i < items.size(); ++i) {
-            if (i) out += indent < 0 ? ", " : ",";
+            if (i) out += style.item_sep;
             if (indent >= 0) json_newline(out, indent, depth + 1);
             json_string(out, items[i]->first);
-            out += ": ";
-            json_into(out, items[i]->second, indent, sort_keys, depth + 1);
+            out += style.key_sep;
+            json_into(out, items[i]->second, style, depth + 1);
         }
         if (indent >= 0) json_newline(out, indent, depth);
         out += '}';
@@ -550,9 +557,15 @@ int jinja_compare(const JinjaValue& a, const JinjaValue& b) {
     return compare_impl(a, b, 0);
 }
 
-std::string jinja_to_json(const JinjaValue& v, int indent, bool sort_keys) {
+std::string jinja_to_json(const JinjaValue& v, int indent, bool sort_keys,
+                          const std::pair<std::string, std::string>* separators) {
+    JsonStyle style{indent, sort_keys, indent < 0 ? ", " : ",", ": "};
+    if (separators) {
+        style.item_sep = separators->first;
+        style.key_sep = separators->second;
+    }
     std::string out;
-    json_into(out, v, indent, sort_keys, 0);
+    json_into(out, v, style, 0);
     return out;
 }
 

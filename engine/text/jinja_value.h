@@ -89,8 +89,10 @@ bool jinja_equal(const JinjaValue& a, const JinjaValue& b);
 int jinja_compare(const JinjaValue& a, const JinjaValue& b);
 // json.dumps(v, ensure_ascii=False, indent=indent, separators=...) as
 // Hugging Face's tojson calls it: indent < 0 is None (", " and ": "), else
-// newlines and that many spaces ("," and ": ").
-std::string jinja_to_json(const JinjaValue& v, int indent = -1, bool sort_keys = false);
+// newlines and that many spaces ("," and ": "); separators (item, key)
+// replace those.
+std::string jinja_to_json(const JinjaValue& v, int indent = -1, bool sort_keys = false,
+                          const std::pair<std::string, std::string>* separators = nullptr);
 // The number as a double (bool, int or float), JinjaError otherwise.
 double jinja_as_double(const JinjaValue& v);
 
