@@ -259,6 +259,20 @@ private:
             emit(jinja_str(call_value(callee, args)));
             return Flow::NORMAL;
         }
+        case JinjaStmtKind::WITH: {
+            // Values are computed in the outer scope, then bound in the new one.
+            std::vector<JinjaValue> values;
+            for (const auto& [name, expr] : s.params) values.push_back(eval(*expr));
+            frames_.emplace_back();
+            struct Pop {
+                std::vector<Frame>& f;
+                ~Pop() { f.pop_back(); }
+            } pop{frames_};
+            for (size_t i = 0; i < values.size(); ++i) assign(s.params[i].first, values[i]);
+            return exec_body(s.body);
+        }
+        case JinjaStmtKind::GENERATION:
+            return exec_body(s.body);
         case JinjaStmtKind::BREAK:
             return Flow::BREAK;
         case JinjaStmtKind::CONTINUE:

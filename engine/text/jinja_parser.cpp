@@ -546,6 +546,22 @@ private:
             expect_block_end();
             parse_body(s->body, {"endcall"}, line);
             expect_block_end();
+        } else if (word == "with") {
+            s->kind = JinjaStmtKind::WITH;
+            while (cur().type != TokType::BLOCK_END) {
+                if (!s->params.empty()) expect_op(",");
+                std::string target = expect_identifier();
+                expect_op("=");
+                s->params.emplace_back(std::move(target), parse_expression());
+            }
+            expect_block_end();
+            parse_body(s->body, {"endwith"}, line);
+            expect_block_end();
+        } else if (word == "generation") {
+            s->kind = JinjaStmtKind::GENERATION;
+            expect_block_end();
+            parse_body(s->body, {"endgeneration"}, line);
+            expect_block_end();
         } else if (word == "break" || word == "continue") {
             s->kind = word == "break" ? JinjaStmtKind::BREAK : JinjaStmtKind::CONTINUE;
             expect_block_end();

@@ -58,6 +58,8 @@ enum class JinjaStmtKind {
     SET_BLOCK,   // set targets[0] %}body{% endset
     MACRO,       // macro text(params) body
     CALL_BLOCK,  // call(params) expr %}body{% endcall: caller() renders body
+    WITH,        // with params (name = expr, ...) %}body{% endwith: a scope of its own
+    GENERATION,  // generation %}body{% endgeneration (transformers' tag: the body, rendered)
     BREAK,
     CONTINUE,
 };

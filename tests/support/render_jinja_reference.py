@@ -3,7 +3,8 @@
 apply_chat_template does, as the reference for tests/unit/test_jinja.cpp.
 
 The environment is transformers': ImmutableSandboxedEnvironment with
-trim_blocks and lstrip_blocks, the loopcontrols extension, a tojson filter
+trim_blocks and lstrip_blocks, the loopcontrols extension, the
+{% generation %} tag (its body rendered as is), a tojson filter
 that is json.dumps(ensure_ascii=False, ...), and the globals raise_exception
 and strftime_now (fixed at 2026-01-15 10:30:00 so renders are reproducible).
 Variables: messages, tools, documents=None, add_generation_prompt, bos_token,
@@ -20,9 +21,25 @@ import sys
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 NOW = datetime.datetime(2026, 1, 15, 10, 30, 0)
+
+
+class GenerationTag(jinja2.ext.Extension):
+    """{% generation %}...{% endgeneration %}, as transformers parses it
+    (without its assistant-mask bookkeeping, which does not change the text)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
 
 
 def raise_exception(message):
@@ -38,7 +55,7 @@ def strftime_now(fmt):
 
 
 def environment():
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

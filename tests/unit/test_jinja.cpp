@@ -289,6 +289,8 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         "%}{% for b in [2] %}{{ loop.index }}{{ a }}{% endfor %}{{ loop.length }}{% endfor %}",
         "{{ '%s-%d' % ('a', 3) }} {{ '%05.1f|%-4s|%4d|%x|%%|%r' % (3.14159, 'ab', 7, -255, 'q') }} {{ 'one %s' % 'arg' "
         "}} {{ [1, 2].append }}|{{ (1, 2) | tojson }} {{ 'a' ~ [1] }} {{ [3, 1] | max }} {{ [3, 1] | min }}",
+        "{% set a = 'out' %}{% with a = 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}{% for m in messages %}{% "
+        "generation %}<{{ m.role }}>{% endgeneration %}{% endfor %}",
         // globals
         "{{ namespace(a=1).a }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %d %b %Y %A') }} {{ bos_token "
         "}}{{ eos_token }} {{ add_generation_prompt }} {{ tools }} {{ documents }}",
