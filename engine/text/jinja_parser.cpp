@@ -72,23 +72,10 @@ public:
                 break;
             }
             char kind = src_[tag + 1];  // '{', '%' or '#'
-            char sign = tag + 2 < src_.size() && (src_[tag + 2] == '-' || src_[tag + 2] == '+') ? src_[tag + 2] : 0;
-            size_t text_end = tag;
-            if (sign == '-') {
-                while (text_end > pos_ && is_space(src_[text_end - 1])) --text_end;
-            } else if (sign != '+' && kind != '{') {
-                // lstrip_blocks: only whitespace between the line's start and the tag.
-                size_t nl = src_.rfind('\n', tag == 0 ? 0 : tag - 1);
-                size_t l_pos = (nl == std::string::npos || nl < pos_) ? pos_ : nl + 1;
-                if ((l_pos > pos_ || line_starting) && l_pos < tag) {
-                    bool all_space = true;
-                    for (size_t i = l_pos; i < tag; ++i) all_space = all_space && is_space(src_[i]);
-                    if (all_space) text_end = l_pos;
-                }
-            }
-            emit_data(pos_, text_end);
-            line_ += count_newlines(src_, text_end, tag);
+            char sign = sign_at(tag + 2);
+            emit_text_before(tag, sign, kind != '{', line_starting);
             pos_ = tag + 2 + (sign ? 1 : 0);
+            if (kind == '%' && lex_raw(line_starting)) continue;
             if (kind == '#') {
                 size_t end = src_.find("#}", pos_);
                 if (end == std::string::npos) syntax_error(name_, line_, "missing end of comment tag");
@@ -112,6 +99,64 @@ private:
     size_t pos_ = 0;
     int line_ = 1;
     std::vector<Token> tokens_;
+
+    char sign_at(size_t at) const { return at < src_.size() && (src_[at] == '-' || src_[at] == '+') ? src_[at] : 0; }
+
+    // The text [pos_, tag) before a tag, less what the tag strips: all
+    // whitespace for '-'; for a block or comment tag (lstrip_blocks), the
+    // indentation when only whitespace stands between the line's start and it.
+    void emit_text_before(size_t tag, char sign, bool lstrip, bool line_starting) {
+        size_t text_end = tag;
+        if (sign == '-') {
+            while (text_end > pos_ && is_space(src_[text_end - 1])) --text_end;
+        } else if (sign != '+' && lstrip) {
+            size_t nl = src_.rfind('\n', tag == 0 ? 0 : tag - 1);
+            size_t l_pos = (nl == std::string::npos || nl < pos_) ? pos_ : nl + 1;
+            if ((l_pos > pos_ || line_starting) && l_pos < tag) {
+                bool all_space = true;
+                for (size_t i = l_pos; i < tag; ++i) all_space = all_space && is_space(src_[i]);
+                if (all_space) text_end = l_pos;
+            }
+        }
+        emit_data(pos_, text_end);
+        line_ += count_newlines(src_, text_end, tag);
+    }
+
+    // After "{%" (and its sign) at pos_: "raw %}" starts text taken as it is
+    // up to "{% endraw %}". Returns false, consuming nothing, for other tags.
+    bool lex_raw(bool& line_starting) {
+        size_t at = pos_;
+        while (at < src_.size() && is_space(src_[at])) ++at;
+        if (src_.compare(at, 3, "raw") != 0 ||
+            (at + 3 < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[at + 3])) || src_[at + 3] == '_'))) {
+            return false;
+        }
+        at += 3;
+        while (at < src_.size() && is_space(src_[at])) ++at;
+        char sign = src_.compare(at, 3, "-%}") == 0 ? '-' : 0;
+        if (!sign && src_.compare(at, 2, "%}") != 0) return false;
+        line_ += count_newlines(src_, pos_, at);
+        pos_ = at + (sign ? 3 : 2);
+        // No trim_blocks newline after "raw %}" (jinja2's rule has none).
+        bool raw_line_starting = sign ? finish_tag_end(sign, false) : false;
+        for (size_t tag = find_tag(pos_); tag != std::string::npos; tag = find_tag(tag + 1)) {
+            if (src_[tag + 1] != '%') continue;
+            char begin_sign = sign_at(tag + 2);
+            size_t e = tag + 2 + (begin_sign ? 1 : 0);
+            while (e < src_.size() && is_space(src_[e])) ++e;
+            if (src_.compare(e, 6, "endraw") != 0) continue;
+            e += 6;
+            while (e < src_.size() && is_space(src_[e])) ++e;
+            char end_sign = sign_at(e);
+            if (src_.compare(e + (end_sign ? 1 : 0), 2, "%}") != 0) continue;
+            emit_text_before(tag, begin_sign, true, raw_line_starting);
+            line_ += count_newlines(src_, tag, e);
+            pos_ = e + (end_sign ? 1 : 0) + 2;
+            line_starting = finish_tag_end(end_sign, true);
+            return true;
+        }
+        syntax_error(name_, line_, "missing end of raw directive");
+    }
 
     size_t find_tag(size_t from) const {
         for (size_t i = src_.find('{', from); i != std::string::npos; i = src_.find('{', i + 1)) {

@@ -291,6 +291,8 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         "}} {{ [1, 2].append }}|{{ (1, 2) | tojson }} {{ 'a' ~ [1] }} {{ [3, 1] | max }} {{ [3, 1] | min }}",
         "{% set a = 'out' %}{% with a = 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}{% for m in messages %}{% "
         "generation %}<{{ m.role }}>{% endgeneration %}{% endfor %}",
+        "a\n  {% raw %}{{ not parsed }} {% if %}\n  {%- endraw %}\nb {%- raw -%}  x  {% endraw -%}  c\n    {% raw "
+        "%}\nr{% endraw %}\n{% raw -%}\n   {% endraw %}.",
         // globals
         "{{ namespace(a=1).a }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %d %b %Y %A') }} {{ bos_token "
         "}}{{ eos_token }} {{ add_generation_prompt }} {{ tools }} {{ documents }}",
