@@ -3,10 +3,10 @@
 // they set is gone after them), if blocks are not; a macro sees its own
 // scope and the template's top level. Python's operator semantics (int
 // overflow is an error rather than a big integer). Each statement, expression
-// and loop iteration costs one step, and every string, list or output built
-// costs a step per 256 bytes or item, so time is bounded by
-// JinjaLimits::max_steps; output by max_output_bytes; recursion by
-// max_call_depth (macros) and the parser's depth limit (expressions).
+// and loop iteration costs one step, and strings, lists and output built cost
+// by their size (JinjaLimits), so time and memory are bounded by max_steps;
+// output by max_output_bytes; recursion by max_call_depth (macros), the
+// parser's depth limit (expressions) and MAX_NESTING (both together).
 #include "engine/text/jinja.h"
 
 #include <chrono>
@@ -37,7 +37,7 @@ class Renderer {
 public:
     Renderer(const JinjaRenderOptions& options) : opt_(options) {
         limits_.max_bytes = options.limits.max_output_bytes;
-        limits_.max_items = options.limits.max_steps;
+        limits_.max_items = options.limits.max_list_items;
     }
 
     int line = 0;
@@ -92,9 +92,9 @@ private:
             if (v.text().size() > limits_.max_bytes)
                 throw JinjaError("a string exceeds the render limit of " + std::to_string(limits_.max_bytes) +
                                  " bytes");
-            step(v.text().size() / 256);
+            step(v.text().size() / 64);
         } else if (v.type == JinjaType::LIST) {
-            step(v.list->size() / 16);
+            step(v.list->size() / 4);
         }
         return v;
     }
@@ -187,7 +187,7 @@ private:
             assign(targets[0], v);
             return;
         }
-        JinjaList items = jinja_iterate(v);
+        JinjaList items = jinja_iterate(v, limits_);
         if (items.size() != targets.size()) {
             throw JinjaError(items.size() > targets.size()
                                  ? "too many values to unpack (expected " + std::to_string(targets.size()) + ")"
@@ -284,7 +284,7 @@ private:
     Flow exec_for(const JinjaStmt& s) {
         JinjaValue seq = eval(*s.expr);
         if (seq.type == JinjaType::NONE) throw JinjaError("'NoneType' object is not iterable");
-        JinjaList items = jinja_iterate(seq);
+        JinjaList items = jinja_iterate(seq, limits_);
         frames_.emplace_back();
         struct Pop {
             std::vector<Frame>& f;
@@ -502,8 +502,9 @@ private:
 
     JinjaValue repeat(const JinjaValue& seq, int64_t times) {
         if (times < 0) times = 0;
-        size_t unit = seq.type == JinjaType::STRING ? seq.text().size() : seq.list->size() * 16;
-        if (unit > 0 && static_cast<uint64_t>(times) > limits_.max_bytes / unit)
+        size_t unit = seq.type == JinjaType::STRING ? seq.text().size() : seq.list->size();
+        size_t cap = seq.type == JinjaType::STRING ? limits_.max_bytes : limits_.max_items;
+        if (unit > 0 && static_cast<uint64_t>(times) > cap / unit)
             throw JinjaError("a repeated value exceeds the render limit");
         if (seq.type == JinjaType::STRING) {
             std::string out;
@@ -542,7 +543,7 @@ private:
                 found = a.type == JinjaType::STRING && b.dict->find(a.text());
             } else if (b.type == JinjaType::LIST || b.is_undefined()) {
                 found = false;
-                for (const auto& item : jinja_iterate(b)) found = found || jinja_equal(item, a);
+                for (const auto& item : jinja_iterate(b, limits_)) found = found || jinja_equal(item, a);
             } else {
                 throw JinjaError("argument of type '" + std::string(jinja_type_name(b)) + "' is not iterable");
             }

@@ -22,9 +22,15 @@
 
 struct JinjaStmt;
 
+// What one render may spend. Steps bound time and memory together: each
+// statement, expression and loop iteration is a step, and so is every 64
+// bytes of a string built, every 256 bytes of output and every 4 items of a
+// list built (a template copying a growing list pays for each copy: mistral-
+// common's v1 template spends about n*n/4 steps on n messages).
 struct JinjaLimits {
-    size_t max_steps = 20'000'000;        // statements, expressions and loop iterations (bytes built count too)
+    size_t max_steps = 10'000'000;
     size_t max_output_bytes = 64u << 20;  // the rendered text, and any one string built on the way
+    size_t max_list_items = 1'000'000;    // any one list built (range(), [x] * n)
     int max_call_depth = 100;             // nested macro calls
 };
 

@@ -74,6 +74,11 @@ void check_bytes(size_t n, const Limits& limits) {
         fail("a string would exceed the render limit of " + std::to_string(limits.max_bytes) + " bytes");
 }
 
+void check_items(size_t n, const Limits& limits) {
+    if (n > limits.max_items)
+        fail("a list would exceed the render limit of " + std::to_string(limits.max_items) + " items");
+}
+
 // ---- UTF-8 and Python's whitespace ----
 
 uint32_t decode_at(std::string_view s, size_t i, size_t* len) {
@@ -209,7 +214,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     return out;
 }
 
-JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxsplit) {
+JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxsplit, const Limits& limits) {
     JinjaList parts;
     if (!sep) {
         size_t i = 0, len;
@@ -223,6 +228,7 @@ JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxspl
             }
             size_t start = i;
             while (i < s.size() && !py_space(decode_at(s, i, &len))) i += len;
+            check_items(parts.size() + 1, limits);
             parts.push_back(JinjaValue::from_string(s.substr(start, i - start)));
         }
         return JinjaValue::from_list(std::move(parts));
@@ -236,35 +242,29 @@ JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxspl
             parts.push_back(JinjaValue::from_string(s.substr(pos)));
             break;
         }
+        check_items(parts.size() + 2, limits);
         parts.push_back(JinjaValue::from_string(s.substr(pos, at - pos)));
         pos = at + sep->size();
     }
     return JinjaValue::from_list(std::move(parts));
 }
 
-// Python's str.splitlines() boundaries.
-std::vector<std::string> py_splitlines(const std::string& s) {
-    std::vector<std::string> lines;
-    std::string cur;
-    size_t i = 0, len;
-    bool pending = false;
+// Python's str.splitlines(): each line, without its boundary, to `line`.
+template <class F>
+void py_splitlines(const std::string& s, F&& line) {
+    size_t i = 0, start = 0, len;
     while (i < s.size()) {
         uint32_t c = decode_at(s, i, &len);
         bool boundary = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e ||
                         c == 0x85 || c == 0x2028 || c == 0x2029;
         if (boundary) {
+            line(std::string_view(s).substr(start, i - start));
             if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++len;
-            lines.push_back(std::move(cur));
-            cur.clear();
-            pending = false;
-        } else {
-            cur.append(s, i, len);
-            pending = true;
+            start = i + len;
         }
         i += len;
     }
-    if (pending) lines.push_back(std::move(cur));
-    return lines;
+    if (start < s.size()) line(std::string_view(s).substr(start));
 }
 
 std::string html_escape(const std::string& s) {
@@ -379,7 +379,7 @@ std::optional<JinjaValue> string_method(const JinjaValue& self, const std::strin
             int64_t maxsplit = p.integer(1, "maxsplit", -1);
             if (name == "rsplit" && maxsplit >= 0) fail("rsplit() with maxsplit is not supported");
             std::string sp = sep && sep->type != JinjaType::NONE ? need_string(*sep, "split()") : std::string();
-            return py_split(s, sep && sep->type != JinjaType::NONE ? &sp : nullptr, maxsplit);
+            return py_split(s, sep && sep->type != JinjaType::NONE ? &sp : nullptr, maxsplit, limits);
         }
         if (name == "replace") {
             return JinjaValue::from_string(py_replace(s, need_string(p.required(0, "old"), "replace()"),
@@ -405,7 +405,7 @@ std::optional<JinjaValue> string_method(const JinjaValue& self, const std::strin
         if (name == "join") {
             std::string out;
             bool first = true;
-            for (const auto& item : jinja_iterate(p.required(0, "iterable"))) {
+            for (const auto& item : jinja_iterate(p.required(0, "iterable"), limits)) {
                 if (!first) out += s;
                 first = false;
                 out += need_string(item, "join()");
@@ -420,7 +420,10 @@ std::optional<JinjaValue> string_method(const JinjaValue& self, const std::strin
         }
         if (name == "splitlines") {
             JinjaList lines;
-            for (auto& l : py_splitlines(s)) lines.push_back(JinjaValue::from_string(std::move(l)));
+            py_splitlines(s, [&](std::string_view l) {
+                check_items(lines.size() + 1, limits);
+                lines.push_back(JinjaValue::from_string(std::string(l)));
+            });
             return JinjaValue::from_list(std::move(lines));
         }
         auto all = [&](auto pred) {
@@ -519,7 +522,7 @@ JinjaValue select_items(const JinjaValue& seq, JinjaArgs& a, bool by_attribute, 
         if (!jinja_has_test(test)) fail("unknown test " + py_quote(test));
     }
     JinjaList out;
-    for (const auto& item : jinja_iterate(seq)) {
+    for (const auto& item : jinja_iterate(seq, limits)) {
         JinjaValue subject = by_attribute ? attribute_path(item, attr, limits) : item;
         bool pass = test.empty() ? jinja_truthy(subject) : apply_test_by_name(test, subject, extra, limits);
         if (pass == keep) out.push_back(item);
@@ -537,16 +540,17 @@ std::string indent_text(const std::string& s, const JinjaValue& width, bool firs
         check_bytes(static_cast<size_t>(w), limits);
         pad.assign(static_cast<size_t>(w), ' ');
     }
-    std::vector<std::string> lines = py_splitlines(s + "\n");
     std::string out;
-    for (size_t i = 0; i < lines.size(); ++i) {
-        if (i > 0) {
+    bool first_line = true;
+    py_splitlines(s + "\n", [&](std::string_view line) {
+        if (!first_line) {
             out += '\n';
-            if (blank || !lines[i].empty()) out += pad;
+            if (blank || !line.empty()) out += pad;
         }
-        out += lines[i];
+        first_line = false;
+        out += line;
         check_bytes(out.size(), limits);
-    }
+    });
     if (first) out = pad + out;
     check_bytes(out.size(), limits);
     return out;
@@ -721,7 +725,7 @@ bool jinja_has_test(std::string_view name) {
     return in_list(std::begin(TESTS), std::end(TESTS), name);
 }
 
-JinjaList jinja_iterate(const JinjaValue& value) {
+JinjaList jinja_iterate(const JinjaValue& value, const Limits& limits) {
     switch (value.type) {
     case JinjaType::UNDEFINED:
         return {};
@@ -734,6 +738,7 @@ JinjaList jinja_iterate(const JinjaValue& value) {
     }
     case JinjaType::STRING: {
         JinjaList chars;
+        check_items(utf8_length(value.text()), limits);
         std::vector<size_t> off = utf8_offsets(value.text());
         for (size_t i = 0; i + 1 < off.size(); ++i)
             chars.push_back(JinjaValue::from_string(value.text().substr(off[i], off[i + 1] - off[i])));
@@ -957,15 +962,15 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
         for (const auto& [k, val] : v.dict->items) out.push_back(tuple2(JinjaValue::from_string(k), val));
         return JinjaValue::from_list(std::move(out));
     }
-    if (name == "list") return JinjaValue::from_list(jinja_iterate(v));
+    if (name == "list") return JinjaValue::from_list(jinja_iterate(v, limits));
     if (name == "first" || name == "last") {
-        JinjaList items = jinja_iterate(v);
+        JinjaList items = jinja_iterate(v, limits);
         if (items.empty()) return JinjaValue::undefined("No first item, sequence was empty.");
         return name == "first" ? items.front() : items.back();
     }
     if (name == "reverse") {
         if (v.type == JinjaType::STRING) return jinja_slice(v, JinjaValue(), JinjaValue(), JinjaValue::from_int(-1));
-        JinjaList items = jinja_iterate(v);
+        JinjaList items = jinja_iterate(v, limits);
         std::reverse(items.begin(), items.end());
         return JinjaValue::from_list(std::move(items));
     }
@@ -974,7 +979,7 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
         const JinjaValue* attr = p.get(1, "attribute");
         std::string out;
         bool first = true;
-        for (const auto& item : jinja_iterate(v)) {
+        for (const auto& item : jinja_iterate(v, limits)) {
             if (!first) out += sep;
             first = false;
             out += jinja_str(attr && attr->type != JinjaType::NONE ? attribute_path(item, jinja_str(*attr), limits)
@@ -994,7 +999,7 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
             for (const auto& [k, val] : a.keyword) {
                 if (k == "default") def = &val;
             }
-            for (const auto& item : jinja_iterate(v)) {
+            for (const auto& item : jinja_iterate(v, limits)) {
                 JinjaValue r = attribute_path(item, jinja_str(*attr), limits);
                 out.push_back(r.is_undefined() && def ? *def : r);
             }
@@ -1004,7 +1009,8 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
         std::string filter = need_string(a.positional[0], "map()");
         if (!jinja_has_filter(filter)) fail("unknown filter " + py_quote(filter));
         std::vector<JinjaValue> extra(a.positional.begin() + 1, a.positional.end());
-        for (const auto& item : jinja_iterate(v)) out.push_back(apply_filter_by_name(filter, item, extra, limits));
+        for (const auto& item : jinja_iterate(v, limits))
+            out.push_back(apply_filter_by_name(filter, item, extra, limits));
         return JinjaValue::from_list(std::move(out));
     }
     if (name == "select" || name == "reject") return select_items(v, a, false, name == "select", limits);
@@ -1018,7 +1024,7 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
                 attr && attr->type != JinjaType::NONE ? attribute_path(item, jinja_str(*attr), limits) : item,
                 case_sensitive);
         };
-        JinjaList items = jinja_iterate(v);
+        JinjaList items = jinja_iterate(v, limits);
         if (name == "unique") {
             JinjaList out, seen;
             for (const auto& item : items) {
@@ -1063,7 +1069,7 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
     if (name == "sum") {
         const JinjaValue* attr = p.get(0, "attribute");
         JinjaValue total = p.value(1, "start", JinjaValue::from_int(0));
-        for (const auto& item : jinja_iterate(v)) {
+        for (const auto& item : jinja_iterate(v, limits)) {
             JinjaValue x =
                 attr && attr->type != JinjaType::NONE ? attribute_path(item, jinja_str(*attr), limits) : item;
             if (!x.is_number() || !total.is_number())
@@ -1141,7 +1147,7 @@ bool jinja_test(const std::string& name, const JinjaValue& v, JinjaArgs& a, cons
         if (other.type == JinjaType::STRING)
             return v.type == JinjaType::STRING && other.text().find(v.text()) != std::string::npos;
         if (other.type == JinjaType::DICT) return v.type == JinjaType::STRING && other.dict->find(v.text());
-        for (const auto& item : jinja_iterate(other)) {
+        for (const auto& item : jinja_iterate(other, limits)) {
             if (jinja_equal(item, v)) return true;
         }
         return false;

@@ -28,8 +28,9 @@ JinjaValue jinja_item(const JinjaValue& value, const JinjaValue& key, const Jinj
 JinjaValue jinja_slice(const JinjaValue& value, const JinjaValue& start, const JinjaValue& stop,
                        const JinjaValue& step);
 // The items a for loop or a filter walks: a list's, a string's characters, a
-// dict's keys; nothing for undefined. JinjaError for what Python cannot iterate.
-JinjaList jinja_iterate(const JinjaValue& value);
+// dict's keys; nothing for undefined. JinjaError for what Python cannot
+// iterate, or a string of more characters than limits.max_items.
+JinjaList jinja_iterate(const JinjaValue& value, const JinjaBuiltinLimits& limits);
 // Python's len(); undefined has length 0.
 size_t jinja_length(const JinjaValue& value);
 // Python's printf-style `format % args` (args a tuple, or one value):

@@ -430,7 +430,18 @@ TEST_CASE("jinja rendering is bounded in steps, output, recursion and nesting", 
     CHECK(render_error(
               "{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", small)
               .find("render limit") != std::string::npos);
-    CHECK(render_error("{{ range(100000000) | length }}", small).find("range() of more than") != std::string::npos);
+    small.limits.max_list_items = 1000;
+    CHECK(render_error("{{ range(100000000) | length }}", small).find("range() of more than 1000 items") !=
+          std::string::npos);
+    CHECK(render_error("{{ [1, 2] * 600 }}", small).find("render limit") != std::string::npos);
+    CHECK(render_error("{{ ('x' * 2000) | list | length }}", small).find("limit of 1000 items") != std::string::npos);
+    CHECK(render_error("{% for c in 'x' * 2000 %}{% endfor %}", small).find("limit of 1000 items") !=
+          std::string::npos);
+    CHECK(render_error("{{ (',' * 2000).split(',') | length }}", small).find("limit of 1000 items") !=
+          std::string::npos);
+    CHECK(render_error("{{ ('a\\n' * 2000).splitlines() | length }}", small).find("limit of 1000 items") !=
+          std::string::npos);
+    CHECK(render("{{ ('x' * 1000) | list | length }}", {}, small) == "1000");
     CHECK(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", small)
               .find("nested more than 20 deep") != std::string::npos);
     CHECK(render_error("{{ 'ab' | indent(100000000) }}", small).find("render limit") != std::string::npos);
