@@ -406,7 +406,7 @@ JinjaValue JinjaValue::from_dict(JinjaDict dict) {
 JinjaValue JinjaValue::from_function(std::string name, JinjaFunction f) {
     JinjaValue v;
     v.type = JinjaType::FUNCTION;
-    v.function_name = std::move(name);
+    v.string = std::make_shared<const std::string>(std::move(name));
     v.function = std::make_shared<const JinjaFunction>(std::move(f));
     return v;
 }
@@ -531,7 +531,7 @@ std::string jinja_str(const JinjaValue& v) {
         return v.text();
     case JinjaType::FUNCTION: {
         std::string s = "<function ";
-        s += v.function_name;
+        s += v.text();
         s += '>';
         return s;
     }

@@ -48,13 +48,12 @@ struct JinjaValue {
     bool boolean = false;  // BOOL
     int64_t integer = 0;   // INT
     double number = 0;     // FLOAT
-    // STRING; UNDEFINED: what was looked up, for errors. Shared, so copying
+    // STRING; UNDEFINED: what was looked up, for errors; FUNCTION: its name. Shared, so copying
     // a value (into a list, a loop variable) never copies the characters.
     std::shared_ptr<const std::string> string;
     std::shared_ptr<const JinjaList> list;          // LIST
     std::shared_ptr<JinjaDict> dict;                // DICT (not changed once built), NAMESPACE (attributes change)
     std::shared_ptr<const JinjaFunction> function;  // FUNCTION
-    std::string function_name;                      // FUNCTION: for errors and repr
 
     static JinjaValue undefined(std::string hint = {});
     static JinjaValue none();
