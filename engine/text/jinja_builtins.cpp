@@ -81,21 +81,11 @@ void check_items(size_t n, const Limits& limits) {
 
 // ---- UTF-8 and Python's whitespace ----
 
-uint32_t decode_at(std::string_view s, size_t i, size_t* len) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (i + static_cast<size_t>(n) > s.size()) n = 1;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3fu);
-    *len = static_cast<size_t>(n);
-    return cp;
-}
-
 std::vector<uint32_t> code_points(std::string_view s) {
     std::vector<uint32_t> cps;
     for (size_t i = 0; i < s.size();) {
         size_t len;
-        cps.push_back(decode_at(s, i, &len));
+        cps.push_back(utf8_decode(s, i, &len));
         i += len;
     }
     return cps;
@@ -114,8 +104,8 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
     std::vector<size_t> off = utf8_offsets(s);
     size_t b = 0, e = off.size() - 1;
     size_t len;
-    while (left && b < e && strip_cp(decode_at(s, off[b], &len))) ++b;
-    while (right && e > b && strip_cp(decode_at(s, off[e - 1], &len))) --e;
+    while (left && b < e && strip_cp(utf8_decode(s, off[b], &len))) ++b;
+    while (right && e > b && strip_cp(utf8_decode(s, off[e - 1], &len))) --e;
     return s.substr(off[b], off[e] - off[b]);
 }
 
@@ -219,7 +209,7 @@ JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxspl
     if (!sep) {
         size_t i = 0, len;
         while (i < s.size()) {
-            while (i < s.size() && py_space(decode_at(s, i, &len))) i += len;
+            while (i < s.size() && py_space(utf8_decode(s, i, &len))) i += len;
             if (i >= s.size()) break;
             if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
                 std::string rest = s.substr(i);
@@ -227,7 +217,7 @@ JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxspl
                 return JinjaValue::from_list(std::move(parts));
             }
             size_t start = i;
-            while (i < s.size() && !py_space(decode_at(s, i, &len))) i += len;
+            while (i < s.size() && !py_space(utf8_decode(s, i, &len))) i += len;
             check_items(parts.size() + 1, limits);
             parts.push_back(JinjaValue::from_string(s.substr(start, i - start)));
         }
@@ -254,7 +244,7 @@ template <class F>
 void py_splitlines(const std::string& s, F&& line) {
     size_t i = 0, start = 0, len;
     while (i < s.size()) {
-        uint32_t c = decode_at(s, i, &len);
+        uint32_t c = utf8_decode(s, i, &len);
         bool boundary = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e ||
                         c == 0x85 || c == 0x2028 || c == 0x2029;
         if (boundary) {

@@ -56,15 +56,33 @@ JinjaValue from_json_impl(const Json& j, int depth) {
     }
 }
 
+// Python's str.isprintable() is false for controls, format characters,
+// private use, line and paragraph separators and spaces other than ' '
+// (unassigned code points, also unprintable there, are not known here).
+bool py_printable(uint32_t c) {
+    static const uint32_t RANGES[][2] = {
+        {0x0000, 0x001f},   {0x007f, 0x00a0},   {0x00ad, 0x00ad},   {0x0600, 0x0605},   {0x061c, 0x061c},
+        {0x06dd, 0x06dd},   {0x070f, 0x070f},   {0x0890, 0x0891},   {0x08e2, 0x08e2},   {0x1680, 0x1680},
+        {0x180e, 0x180e},   {0x2000, 0x200f},   {0x2028, 0x202f},   {0x205f, 0x2064},   {0x2066, 0x206f},
+        {0x3000, 0x3000},   {0xd800, 0xf8ff},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0xfffe, 0xffff},
+        {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x1343f}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
+        {0xe0001, 0xe0001}, {0xe0020, 0xe007f}, {0xf0000, 0x10ffff}};
+    for (const auto& r : RANGES) {
+        if (c >= r[0] && c <= r[1]) return false;
+    }
+    return true;
+}
+
 void repr_string(std::string& out, const std::string& s) {
     char quote = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
     out += quote;
-    for (size_t i = 0; i < s.size(); ++i) {
-        unsigned char c = static_cast<unsigned char>(s[i]);
-        char buf[8];
+    for (size_t i = 0; i < s.size();) {
+        size_t len;
+        uint32_t c = utf8_decode(s, i, &len);
+        char buf[16];
         if (c == '\\') {
             out += "\\\\";
-        } else if (c == static_cast<unsigned char>(quote)) {
+        } else if (c == static_cast<uint32_t>(quote)) {
             out += '\\';
             out += quote;
         } else if (c == '\n') {
@@ -73,17 +91,13 @@ void repr_string(std::string& out, const std::string& s) {
             out += "\\r";
         } else if (c == '\t') {
             out += "\\t";
-        } else if (c < 0x20 || c == 0x7f) {
-            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        } else if (!py_printable(c)) {
+            std::snprintf(buf, sizeof buf, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", c);
             out += buf;
-        } else if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0xa0) {
-            // U+0080..U+00A0: C1 controls and the no-break space are not printable.
-            std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i + 1]));
-            out += buf;
-            ++i;
         } else {
-            out += static_cast<char>(c);
+            out.append(s, i, len);
         }
+        i += len;
     }
     out += quote;
 }
@@ -593,6 +607,16 @@ std::vector<size_t> utf8_offsets(std::string_view s) {
     }
     offsets.push_back(s.size());
     return offsets;
+}
+
+uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (i + static_cast<size_t>(n) > s.size()) n = 1;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
+    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3fu);
+    *len = static_cast<size_t>(n);
+    return cp;
 }
 
 size_t utf8_length(std::string_view s) {

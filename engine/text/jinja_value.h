@@ -102,4 +102,6 @@ std::string jinja_float_repr(double d);
 // Python's str is.
 std::vector<size_t> utf8_offsets(std::string_view s);  // byte offset of each code point, plus s.size()
 size_t utf8_length(std::string_view s);
+// The code point at byte i and its length in bytes (a malformed byte: itself, 1).
+uint32_t utf8_decode(std::string_view s, size_t i, size_t* len);
 void utf8_append(std::string& out, uint32_t cp);

@@ -293,6 +293,7 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         "generation %}<{{ m.role }}>{% endgeneration %}{% endfor %}",
         "a\n  {% raw %}{{ not parsed }} {% if %}\n  {%- endraw %}\nb {%- raw -%}  x  {% endraw -%}  c\n    {% raw "
         "%}\nr{% endraw %}\n{% raw -%}\n   {% endraw %}.",
+        "{{ ['\\u00a0\\u200b\\u2028\\ue000\\xad\\x7f\\x85\\x01 é😀 \\U000e0041 \\u0600 \\\\ \\'\\\"'] }}",
         // globals
         "{{ namespace(a=1).a }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %d %b %Y %A') }} {{ bos_token "
         "}}{{ eos_token }} {{ add_generation_prompt }} {{ tools }} {{ documents }}",
