@@ -8,6 +8,7 @@
 // against jinja2 the same way, and each error and limit is checked on its own.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -166,6 +167,13 @@ TEST_CASE("every shared chat template renders as jinja2 renders it", "[jinja]") 
     templates.emplace_back("mistral-common-v1", data / "reference" / "mistral-common" / "chat_template_v1.jinja");
     templates.emplace_back("mistral-common-v1-spm",
                            data / "reference" / "mistral-common" / "chat_template_v1_spm.jinja");
+    // More templates to check the same way (a model's own, say): *.jinja in
+    // the folder $MOE_JINJA_EXTRA_TEMPLATES.
+    if (const char* extra = std::getenv("MOE_JINJA_EXTRA_TEMPLATES")) {
+        for (const auto& e : fs::directory_iterator(extra)) {
+            if (e.path().extension() == ".jinja") templates.emplace_back("extra-" + e.path().stem().string(), e.path());
+        }
+    }
 
     fs::path dir = test_temp_dir("jinja_templates");
     std::vector<Case> cases;
