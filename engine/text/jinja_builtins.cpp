@@ -902,25 +902,24 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
     }
     if (name == "tojson") {
         // Hugging Face's tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
+        JinjaJsonStyle style;
         const JinjaValue* indent = p.get(1, "indent");
-        int ind = -1;
         if (indent && indent->type != JinjaType::NONE) {
             if (indent->type != JinjaType::INT || indent->integer < 0 || indent->integer > 64)
                 fail("tojson: indent must be an integer from 0 to 64");
-            ind = static_cast<int>(indent->integer);
+            style.indent = static_cast<int>(indent->integer);
         }
-        if (p.flag(0, "ensure_ascii", false)) fail("tojson: ensure_ascii=true is not supported");
-        std::pair<std::string, std::string> separators;
+        style.ensure_ascii = p.flag(0, "ensure_ascii", false);
+        style.sort_keys = p.flag(3, "sort_keys", false);
         const JinjaValue* sep = p.get(2, "separators");
-        bool has_separators = sep && sep->type != JinjaType::NONE;
-        if (has_separators) {
+        if (sep && sep->type != JinjaType::NONE) {
             if (sep->type != JinjaType::LIST || sep->list->size() != 2 || (*sep->list)[0].type != JinjaType::STRING ||
                 (*sep->list)[1].type != JinjaType::STRING) {
                 fail("tojson: separators must be a pair of strings");
             }
-            separators = {(*sep->list)[0].text(), (*sep->list)[1].text()};
+            style.separators.emplace((*sep->list)[0].text(), (*sep->list)[1].text());
         }
-        std::string out = jinja_to_json(v, ind, p.flag(3, "sort_keys", false), has_separators ? &separators : nullptr);
+        std::string out = jinja_to_json(v, style);
         check_bytes(out.size(), limits);
         return JinjaValue::from_string(std::move(out));
     }

@@ -149,10 +149,12 @@ void repr_into(std::string& out, const JinjaValue& v, int depth) {
     }
 }
 
-void json_string(std::string& out, const std::string& s) {
+void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
     out += '"';
-    for (char ch : s) {
-        unsigned char c = static_cast<unsigned char>(ch);
+    char buf[16];
+    for (size_t i = 0; i < s.size();) {
+        size_t len;
+        uint32_t c = utf8_decode(s, i, &len);
         switch (c) {
         case '"':
             out += "\\\"";
@@ -176,14 +178,19 @@ void json_string(std::string& out, const std::string& s) {
             out += "\\f";
             break;
         default:
-            if (c < 0x20) {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
+                if (c > 0xffff) {  // a surrogate pair, as Python writes it
+                    uint32_t v = c - 0x10000;
+                    std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+                } else {
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                }
                 out += buf;
             } else {
-                out += ch;
+                out.append(s, i, len);
             }
         }
+        i += len;
     }
     out += '"';
 }
@@ -195,7 +202,7 @@ void json_newline(std::string& out, int indent, int level) {
 
 struct JsonStyle {
     int indent;
-    bool sort_keys;
+    bool sort_keys, ensure_ascii;
     std::string item_sep, key_sep;
 };
 
@@ -222,7 +229,7 @@ void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, in
         }
         return;
     case JinjaType::STRING:
-        json_string(out, v.text());
+        json_string(out, v.text(), style.ensure_ascii);
         return;
     case JinjaType::LIST: {
         if (v.list->empty()) {
@@ -253,7 +260,7 @@ void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, in
         for (size_t i = 0; i < items.size(); ++i) {
             if (i) out += style.item_sep;
             if (indent >= 0) json_newline(out, indent, depth + 1);
-            json_string(out, items[i]->first);
+            json_string(out, items[i]->first, style.ensure_ascii);
             out += style.key_sep;
             json_into(out, items[i]->second, style, depth + 1);
         }
@@ -571,15 +578,14 @@ int jinja_compare(const JinjaValue& a, const JinjaValue& b) {
     return compare_impl(a, b, 0);
 }
 
-std::string jinja_to_json(const JinjaValue& v, int indent, bool sort_keys,
-                          const std::pair<std::string, std::string>* separators) {
-    JsonStyle style{indent, sort_keys, indent < 0 ? ", " : ",", ": "};
-    if (separators) {
-        style.item_sep = separators->first;
-        style.key_sep = separators->second;
+std::string jinja_to_json(const JinjaValue& v, const JinjaJsonStyle& style) {
+    JsonStyle s{style.indent, style.sort_keys, style.ensure_ascii, style.indent < 0 ? ", " : ",", ": "};
+    if (style.separators) {
+        s.item_sep = style.separators->first;
+        s.key_sep = style.separators->second;
     }
     std::string out;
-    json_into(out, v, style, 0);
+    json_into(out, v, s, 0);
     return out;
 }
 

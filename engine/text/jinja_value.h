@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -86,12 +87,15 @@ std::string jinja_repr(const JinjaValue& v);
 bool jinja_equal(const JinjaValue& a, const JinjaValue& b);
 // Python's <, -1/0/1; JinjaError for kinds Python cannot order.
 int jinja_compare(const JinjaValue& a, const JinjaValue& b);
-// json.dumps(v, ensure_ascii=False, indent=indent, separators=...) as
-// Hugging Face's tojson calls it: indent < 0 is None (", " and ": "), else
-// newlines and that many spaces ("," and ": "); separators (item, key)
-// replace those.
-std::string jinja_to_json(const JinjaValue& v, int indent = -1, bool sort_keys = false,
-                          const std::pair<std::string, std::string>* separators = nullptr);
+// json.dumps's options as Hugging Face's tojson passes them.
+struct JinjaJsonStyle {
+    int indent = -1;  // < 0: None, one line
+    bool sort_keys = false;
+    bool ensure_ascii = false;  // true: every character outside ' '..'~' as \uXXXX
+    // (item, key) separators; unset: (", ", ": "), or (",", ": ") with an indent.
+    std::optional<std::pair<std::string, std::string>> separators;
+};
+std::string jinja_to_json(const JinjaValue& v, const JinjaJsonStyle& style = {});
 // The number as a double (bool, int or float), JinjaError otherwise.
 double jinja_as_double(const JinjaValue& v);
 

@@ -269,7 +269,8 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         "{{ {'name': 'f', 'args': {'x': 1, 'y': [1, 2.5, none, true]}, 'u': 'é\"\\n'} | tojson }}|{{ [1, {'a': []}, "
         "{}] | tojson(indent=2) }}|{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|{{ 'x' | tojson }} {{ 1.0 | tojson "
         "}}|{{ {'a': [1, 2]} | tojson(separators=(',', ':')) }}|{{ {'a': [1]} | tojson(indent=1, separators=(', ', ' = "
-        "')) }}",
+        "')) }}"
+        "|{{ {'é': 'ü😀\\x7f\\x1f', 'a': 1} | tojson(ensure_ascii=true) }}|{{ 'ü\\x7f' | tojson(ensure_ascii=false) }}",
         "{{ {'a': 1} | items | list }} {{ messages[0] | dictsort | first }} {{ [[1, 'x'], [2, 'y']] | map('first') | "
         "list }} {{ ['a', 'b'] | map('upper') | join }} {{ [-1, 2] | map('abs') | list }}",
         // tests
