@@ -45,7 +45,10 @@ public:
     std::string run(const std::vector<JinjaStmtPtr>& body, const JinjaDict& variables) {
         frames_.emplace_back();
         install_globals();
-        for (const auto& [k, v] : variables.items) frames_[0][k] = v;
+        for (const auto& [k, v] : variables.items) {
+            if (k.type != JinjaType::STRING) throw JinjaError("template variable names must be strings");
+            frames_[0][k.text()] = v;
+        }
         std::string out;
         out_ = &out;
         exec_body(body);
@@ -306,22 +309,24 @@ private:
             assign_targets(s.targets, items[i]);
             JinjaDict loop;
             int64_t idx = static_cast<int64_t>(i), len = static_cast<int64_t>(n);
-            loop.items = {{"index", JinjaValue::from_int(idx + 1)},
-                          {"index0", JinjaValue::from_int(idx)},
-                          {"revindex", JinjaValue::from_int(len - idx)},
-                          {"revindex0", JinjaValue::from_int(len - idx - 1)},
-                          {"first", JinjaValue::from_bool(i == 0)},
-                          {"last", JinjaValue::from_bool(i + 1 == n)},
-                          {"length", JinjaValue::from_int(len)},
-                          {"depth", JinjaValue::from_int(1)},
-                          {"depth0", JinjaValue::from_int(0)},
-                          {"previtem", i > 0 ? items[i - 1] : JinjaValue::undefined("there is no previous item")},
-                          {"nextitem", i + 1 < n ? items[i + 1] : JinjaValue::undefined("there is no next item")}};
-            loop.items.emplace_back("cycle", JinjaValue::from_function("loop.cycle", [idx](JinjaArgs& a) {
-                                        if (a.positional.empty())
-                                            throw JinjaError("loop.cycle() needs at least one item");
-                                        return a.positional[static_cast<size_t>(idx) % a.positional.size()];
-                                    }));
+            auto add = [&loop](const char* key, JinjaValue v) {
+                loop.items.emplace_back(JinjaValue::from_string(key), std::move(v));
+            };
+            add("index", JinjaValue::from_int(idx + 1));
+            add("index0", JinjaValue::from_int(idx));
+            add("revindex", JinjaValue::from_int(len - idx));
+            add("revindex0", JinjaValue::from_int(len - idx - 1));
+            add("first", JinjaValue::from_bool(i == 0));
+            add("last", JinjaValue::from_bool(i + 1 == n));
+            add("length", JinjaValue::from_int(len));
+            add("depth", JinjaValue::from_int(1));
+            add("depth0", JinjaValue::from_int(0));
+            add("previtem", i > 0 ? items[i - 1] : JinjaValue::undefined("there is no previous item"));
+            add("nextitem", i + 1 < n ? items[i + 1] : JinjaValue::undefined("there is no next item"));
+            add("cycle", JinjaValue::from_function("loop.cycle", [idx](JinjaArgs& a) {
+                    if (a.positional.empty()) throw JinjaError("loop.cycle() needs at least one item");
+                    return a.positional[static_cast<size_t>(idx) % a.positional.size()];
+                }));
             assign("loop", JinjaValue::from_dict(std::move(loop)));
             Flow f = exec_body(s.body);
             if (f == Flow::BREAK) break;
@@ -430,9 +435,7 @@ private:
             JinjaDict d;
             for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
                 JinjaValue k = eval(*e.args[i]);
-                if (k.type != JinjaType::STRING)
-                    throw JinjaError("dict keys must be strings, got " + std::string(jinja_type_name(k)));
-                d.set(k.text(), eval(*e.args[i + 1]));
+                d.set(std::move(k), eval(*e.args[i + 1]));
             }
             return JinjaValue::from_dict(std::move(d));
         }
@@ -540,7 +543,7 @@ private:
                                      std::string(jinja_type_name(a)));
                 found = b.text().find(a.text()) != std::string::npos;
             } else if (b.type == JinjaType::DICT) {
-                found = a.type == JinjaType::STRING && b.dict->find(a.text());
+                found = b.dict->find(a) != nullptr;
             } else if (b.type == JinjaType::LIST || b.is_undefined()) {
                 found = false;
                 for (const auto& item : jinja_iterate(b, limits_)) found = found || jinja_equal(item, a);

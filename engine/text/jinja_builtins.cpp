@@ -445,17 +445,15 @@ std::optional<JinjaValue> dict_method(const JinjaValue& self, const std::string&
         Params p{a, name.c_str()};
         if (name == "get") {
             const JinjaValue& key = p.required(0, "key");
-            if (key.type == JinjaType::STRING) {
-                if (const JinjaValue* v = bound.dict->find(key.text())) return *v;
-            }
+            if (const JinjaValue* v = bound.dict->find(key)) return *v;
             return p.value(1, "default", JinjaValue::none());
         }
         JinjaList out;
         for (const auto& [k, v] : bound.dict->items) {
             if (name == "items") {
-                out.push_back(tuple2(JinjaValue::from_string(k), v));
+                out.push_back(tuple2(k, v));
             } else {
-                out.push_back(name == "keys" ? JinjaValue::from_string(k) : v);
+                out.push_back(name == "keys" ? k : v);
             }
         }
         return JinjaValue::from_list(std::move(out));
@@ -723,7 +721,7 @@ JinjaList jinja_iterate(const JinjaValue& value, const Limits& limits) {
         return *value.list;
     case JinjaType::DICT: {
         JinjaList keys;
-        for (const auto& kv : value.dict->items) keys.push_back(JinjaValue::from_string(kv.first));
+        for (const auto& kv : value.dict->items) keys.push_back(kv.first);
         return keys;
     }
     case JinjaType::STRING: {
@@ -785,6 +783,9 @@ JinjaValue jinja_item(const JinjaValue& value, const JinjaValue& key, const Limi
             if (const JinjaValue* v = value.dict->find(key.text())) return *v;
             if (auto m = dict_method(value, key.text())) return *m;
             return JinjaValue::undefined("'dict object' has no attribute " + py_quote(key.text()));
+        }
+        if ((key.type == JinjaType::LIST && key.tuple) || key.is_number() || key.type == JinjaType::NONE) {
+            if (const JinjaValue* v = value.dict->find(key)) return *v;
         }
         return JinjaValue::undefined("'dict object' has no element " + jinja_repr(key));
     case JinjaType::LIST:
@@ -948,7 +949,7 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
         if (v.is_undefined()) return JinjaValue::from_list({});
         if (v.type != JinjaType::DICT) fail("items: can only get item pairs from a mapping");
         JinjaList out;
-        for (const auto& [k, val] : v.dict->items) out.push_back(tuple2(JinjaValue::from_string(k), val));
+        for (const auto& [k, val] : v.dict->items) out.push_back(tuple2(k, val));
         return JinjaValue::from_list(std::move(out));
     }
     if (name == "list") return JinjaValue::from_list(jinja_iterate(v, limits));
@@ -1047,7 +1048,7 @@ JinjaValue jinja_filter(const std::string& name, const JinjaValue& v, JinjaArgs&
         bool reverse = p.flag(2, "reverse", false);
         if (by != "key" && by != "value") fail("dictsort: by must be 'key' or 'value'");
         JinjaList items;
-        for (const auto& [k, val] : v.dict->items) items.push_back(tuple2(JinjaValue::from_string(k), val));
+        for (const auto& [k, val] : v.dict->items) items.push_back(tuple2(k, val));
         size_t idx = by == "key" ? 0 : 1;
         std::stable_sort(items.begin(), items.end(), [&](const JinjaValue& x, const JinjaValue& y) {
             JinjaValue kx = sort_key((*x.list)[idx], case_sensitive), ky = sort_key((*y.list)[idx], case_sensitive);
@@ -1135,7 +1136,7 @@ bool jinja_test(const std::string& name, const JinjaValue& v, JinjaArgs& a, cons
     if (name == "in") {
         if (other.type == JinjaType::STRING)
             return v.type == JinjaType::STRING && other.text().find(v.text()) != std::string::npos;
-        if (other.type == JinjaType::DICT) return v.type == JinjaType::STRING && other.dict->find(v.text());
+        if (other.type == JinjaType::DICT) return other.dict->find(v) != nullptr;
         for (const auto& item : jinja_iterate(other, limits)) {
             if (jinja_equal(item, v)) return true;
         }

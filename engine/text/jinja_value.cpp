@@ -48,7 +48,7 @@ JinjaValue from_json_impl(const Json& j, int depth) {
         JinjaDict d;
         d.items.reserve(j.size());
         for (auto it = j.begin(); it != j.end(); ++it)
-            d.items.emplace_back(it.key(), from_json_impl(it.value(), depth + 1));
+            d.items.emplace_back(JinjaValue::from_string(it.key()), from_json_impl(it.value(), depth + 1));
         return JinjaValue::from_dict(std::move(d));
     }
     default:
@@ -125,7 +125,7 @@ void repr_into(std::string& out, const JinjaValue& v, int depth) {
         out += '{';
         for (size_t i = 0; i < v.dict->items.size(); ++i) {
             if (i) out += ", ";
-            repr_string(out, v.dict->items[i].first);
+            repr_into(out, v.dict->items[i].first, depth + 1);
             out += ": ";
             repr_into(out, v.dict->items[i].second, depth + 1);
         }
@@ -136,7 +136,7 @@ void repr_into(std::string& out, const JinjaValue& v, int depth) {
         out += "<Namespace {";
         for (size_t i = 0; i < v.dict->items.size(); ++i) {
             if (i) out += ", ";
-            repr_string(out, v.dict->items[i].first);
+            repr_into(out, v.dict->items[i].first, depth + 1);
             out += ": ";
             repr_into(out, v.dict->items[i].second, depth + 1);
         }
@@ -251,18 +251,42 @@ void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, in
             out += "{}";
             return;
         }
-        std::vector<const std::pair<std::string, JinjaValue>*> items;
-        for (const auto& kv : v.dict->items) items.push_back(&kv);
+        // json.dumps turns keys into strings: numbers as they print, true,
+        // false and null as JSON spells them.
+        std::vector<std::pair<std::string, const JinjaValue*>> items;
+        for (const auto& [key, value] : v.dict->items) {
+            std::string k;
+            switch (key.type) {
+            case JinjaType::STRING:
+                k = key.text();
+                break;
+            case JinjaType::INT:
+            case JinjaType::FLOAT:
+                k = jinja_str(key);
+                break;
+            case JinjaType::BOOL:
+                k = key.boolean ? "true" : "false";
+                break;
+            case JinjaType::NONE:
+                k = "null";
+                break;
+            default:
+                throw JinjaError(std::string("keys must be str, int, float, bool or None, not ") +
+                                 jinja_type_name(key));
+            }
+            items.emplace_back(std::move(k), &value);
+        }
         if (style.sort_keys) {
-            std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+            std::stable_sort(items.begin(), items.end(),
+                             [](const auto& a, const auto& b) { return a.first < b.first; });
         }
         out += '{';
         for (size_t i = 0; i < items.size(); ++i) {
             if (i) out += style.item_sep;
             if (indent >= 0) json_newline(out, indent, depth + 1);
-            json_string(out, items[i]->first, style.ensure_ascii);
+            json_string(out, items[i].first, style.ensure_ascii);
             out += style.key_sep;
-            json_into(out, items[i]->second, style, depth + 1);
+            json_into(out, *items[i].second, style, depth + 1);
         }
         if (indent >= 0) json_newline(out, indent, depth);
         out += '}';
@@ -347,21 +371,55 @@ int compare_impl(const JinjaValue& a, const JinjaValue& b, int depth) {
 
 }  // namespace
 
+namespace {
+
+void check_hashable(const JinjaValue& key, int depth = 0) {
+    check_nesting(depth);
+    switch (key.type) {
+    case JinjaType::LIST:
+        if (!key.tuple) throw JinjaError("unhashable type: 'list'");
+        for (const auto& item : *key.list) check_hashable(item, depth + 1);
+        return;
+    case JinjaType::DICT:
+    case JinjaType::NAMESPACE:
+    case JinjaType::UNDEFINED:
+        throw JinjaError(std::string("unhashable type: '") + jinja_type_name(key) + "'");
+    default:
+        return;
+    }
+}
+
+}  // namespace
+
 const JinjaValue* JinjaDict::find(std::string_view key) const {
     for (const auto& kv : items) {
-        if (kv.first == key) return &kv.second;
+        if (kv.first.type == JinjaType::STRING && kv.first.text() == key) return &kv.second;
+    }
+    return nullptr;
+}
+
+const JinjaValue* JinjaDict::find(const JinjaValue& key) const {
+    if (key.type == JinjaType::STRING) return find(std::string_view(key.text()));
+    check_hashable(key);
+    for (const auto& kv : items) {
+        if (jinja_equal(kv.first, key)) return &kv.second;
     }
     return nullptr;
 }
 
 void JinjaDict::set(const std::string& key, JinjaValue value) {
+    set(JinjaValue::from_string(key), std::move(value));
+}
+
+void JinjaDict::set(JinjaValue key, JinjaValue value) {
+    check_hashable(key);
     for (auto& kv : items) {
-        if (kv.first == key) {
+        if (jinja_equal(kv.first, key)) {
             kv.second = std::move(value);
             return;
         }
     }
-    items.emplace_back(key, std::move(value));
+    items.emplace_back(std::move(key), std::move(value));
 }
 
 const std::string& JinjaValue::text() const {

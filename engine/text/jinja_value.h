@@ -37,10 +37,14 @@ struct JinjaArgs {
 };
 using JinjaFunction = std::function<JinjaValue(JinjaArgs&)>;
 
+// Keys are strings, numbers, none or tuples, as Python's hashable values
+// (1, 1.0 and true are one key); JSON and keyword arguments give strings.
 struct JinjaDict {
-    std::vector<std::pair<std::string, JinjaValue>> items;  // insertion order
-    const JinjaValue* find(std::string_view key) const;
-    void set(const std::string& key, JinjaValue value);  // replaces in place, else appends
+    std::vector<std::pair<JinjaValue, JinjaValue>> items;  // insertion order
+    const JinjaValue* find(std::string_view key) const;    // a string key
+    const JinjaValue* find(const JinjaValue& key) const;   // JinjaError for an unhashable key
+    void set(const std::string& key, JinjaValue value);    // replaces in place, else appends
+    void set(JinjaValue key, JinjaValue value);
 };
 
 struct JinjaValue {

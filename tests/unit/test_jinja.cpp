@@ -303,6 +303,12 @@ TEST_CASE("jinja language pieces render as jinja2 renders them", "[jinja]") {
         "a\n  {% raw %}{{ not parsed }} {% if %}\n  {%- endraw %}\nb {%- raw -%}  x  {% endraw -%}  c\n    {% raw "
         "%}\nr{% endraw %}\n{% raw -%}\n   {% endraw %}.",
         "{{ ['\\u00a0\\u200b\\u2028\\ue000\\xad\\x7f\\x85\\x01 é😀 \\U000e0041 \\u0600 \\\\ \\'\\\"'] }}",
+        "{% set d = {0: 'zero', 512: 'half', 1.5: 'f', none: 'n', true: 't', (1, 2): 'tup', 'k': 'v'} %}{{ d }} {{ "
+        "d[0] }} {{ d[1] }} {{ d[1.0] }} {{ d[512] }} "
+        "{{ d[none] }} {{ d[(1, 2)] }} {{ 512 in d }} {{ d | length }} {% for k, v in {3: 1, 1: 2} | dictsort %}{{ k "
+        "}}{{ v }}{% endfor %} "
+        "{{ {1: 'a', 'b': none, 2.5: 1, false: 0} | tojson }} {{ d.get(512) }} {{ d[[1]] }}|{{ {0: 1}.items() | list "
+        "}}",
         // globals
         "{{ namespace(a=1).a }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %d %b %Y %A') }} {{ bos_token "
         "}}{{ eos_token }} {{ add_generation_prompt }} {{ tools }} {{ documents }}",
