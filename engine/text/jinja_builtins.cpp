@@ -1142,6 +1142,5 @@ bool jinja_test(const std::string& name, const JinjaValue& v, JinjaArgs& a, cons
         }
         return false;
     }
-    (void)limits;
     fail("unknown test " + py_quote(name));
 }
