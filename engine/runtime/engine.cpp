@@ -83,6 +83,11 @@ struct Engine::Impl {
     const Tokenizer tokenizer;
     std::string template_warning;  // before chat_template, which fills it
     const ChatTemplate chat_template;
+    // The model's Jinja template, where it came from, and whether the
+    // built-in Mistral renderer takes plain conversations (Engine::chat_prompt).
+    std::optional<JinjaChat> jinja;
+    std::string jinja_origin;
+    bool builtin_plain = false;
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -124,8 +129,45 @@ struct Engine::Impl {
           exec_total(config.n_layers, std::max(1, config.n_experts)),
           exec_last(config.n_layers, std::max(1, config.n_experts)) {
         batch.reserve(o.max_batch);
+        load_jinja();
         if (!device.info.warning.empty())
             template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
+    }
+
+    // The Jinja template, when the model has one. One that does not parse
+    // leaves the built-in renderer in charge, with a warning saying so.
+    void load_jinja() {
+        const bool recognised = template_warning.empty();
+        try {
+            jinja = model_source_jinja_chat(source, tokenizer, &jinja_origin);
+        } catch (const MoeError& e) {
+            template_warning += (template_warning.empty() ? "" : "; ") + std::string(e.what()) + "; chats use the " +
+                                chat_family_name(chat_template.family()) + " built-in renderer";
+            return;
+        }
+        if (!jinja) return;
+        if (!recognised) template_warning.clear();  // the Jinja template renders what detection did not know
+        builtin_plain = recognised && chat_template.family() == ChatFamily::MISTRAL;
+    }
+
+    // Whether the Jinja template renders this request (Engine::chat_prompt).
+    bool uses_jinja(const ChatInput& chat) const {
+        if (!jinja) return false;
+        if (!builtin_plain) return true;
+        if (!chat.tools.is_null() || !chat.extras.empty() || !chat.add_generation_prompt) return true;
+        for (const ChatMessage& m : chat.messages)
+            if (m.role != "system" && m.role != "user" && m.role != "assistant") return true;
+        for (const auto& m : chat.messages_json)
+            if (m.is_object() && m.contains("tool_calls")) return true;
+        return false;
+    }
+
+    std::string render_jinja(const ChatInput& chat) const {
+        try {
+            return jinja->render(chat.messages_json, chat.tools, chat.add_generation_prompt, chat.extras);
+        } catch (const MoeError& e) {
+            throw ChatTemplateError(e.what());
+        }
     }
 
     // Runs tokens[from..) at positions from.. in chunks; returns the logits of
@@ -225,6 +267,33 @@ ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
     return impl_->replies.splice(impl_->chat_template.render(impl_->tokenizer, messages), messages, impl_->tokenizer);
 }
 
+ChatPrompt Engine::chat_prompt(const ChatInput& chat) const {
+    if (!impl_->uses_jinja(chat)) {
+        if (!chat.add_generation_prompt)
+            return impl_->chat_template.render(impl_->tokenizer, chat.messages, false);
+        return chat_prompt(std::span<const ChatMessage>(chat.messages));
+    }
+    const std::string text = impl_->render_jinja(chat);
+    ChatPrompt prompt;
+    prompt.ids = impl_->tokenizer.encode(text, true, SpecialTokens::PARSE);
+    prompt.spans.push_back({0, prompt.ids.size(), -1, false});
+    return prompt;
+}
+
+std::string Engine::chat_text(const ChatInput& chat) const {
+    if (impl_->uses_jinja(chat)) return impl_->render_jinja(chat);
+    return impl_->chat_template.render_text(chat.messages, chat.add_generation_prompt);
+}
+
+bool Engine::has_jinja_template() const { return impl_->jinja.has_value(); }
+
+std::string Engine::chat_template_name() const {
+    const std::string family = chat_family_name(impl_->chat_template.family());
+    if (!impl_->jinja) return family + " (built-in)";
+    const std::string jinja = "jinja (" + impl_->jinja_origin + ")";
+    return impl_->builtin_plain ? family + " (built-in; " + jinja + " for tools)" : jinja;
+}
+
 void Engine::remember_reply(const std::string& text, const std::vector<int>& tokens) {
     impl_->replies.remember(text, tokens);
 }
@@ -254,7 +323,7 @@ void Engine::check_prompt(const std::vector<int>& prompt) const {
     if (n_prompt == 0) throw MoeError("prompt is empty");
     if (n_prompt >= impl_->ctx) throw ContextLengthError(n_prompt, impl_->ctx);
     for (int t : prompt)
-        if (t < 0 || t >= impl_->config.vocab_size)
+        if (t < 0 || t >= impl_->tokenizer.vocab_size())
             throw MoeError("prompt token " + std::to_string(t) + " is out of range");
 }
 
@@ -274,7 +343,8 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
 
-    const int vocab = m.config.vocab_size;
+    // A padded vocab_size (Qwen's) has ids the tokenizer lacks: never sampled.
+    const int vocab = m.tokenizer.vocab_size();
     Sampler sampler(request.sampling, vocab);
     Detokenizer detok(m.tokenizer, true);
     StopMatcher stops(request.stop);
@@ -347,7 +417,7 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
     Impl& m = *impl_;
     const auto t_start = Clock::now();
     check_prompt(request.prompt);
-    beam_request_check(request, m.config.vocab_size);
+    beam_request_check(request, m.tokenizer.vocab_size());
     if (request.beam_width > m.forward.max_batch())
         throw MoeError("beam_width " + std::to_string(request.beam_width) + " exceeds the batch capacity of " +
                        std::to_string(m.forward.max_batch()));

@@ -42,6 +42,9 @@ public:
     bool has_tool_use_template() const { return tool_use_.has_value(); }
     // The special tokens, by name (strings, additional_special_tokens a list).
     const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
+    // Sets a special token's variable (a GGUF's bos_token / eos_token, whose
+    // template text comes without a tokenizer_config.json).
+    void set_special_token(const std::string& name, const std::string& text) { special_tokens_[name] = text; }
 
 private:
     JinjaChat() = default;
