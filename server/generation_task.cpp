@@ -69,8 +69,8 @@ auto render_chat(const Engine& e, const ChatInput& chat, Render render) {
     try {
         return render();
     } catch (const ChatTemplateError& err) {
-        throw ApiError(400, std::string("The model's chat template failed on this request: ") + err.what(),
-                       "messages", "template_error");
+        throw ApiError(400, std::string("The model's chat template failed on this request: ") + err.what(), "messages",
+                       "template_error");
     } catch (const MoeError& err) {
         throw invalid_messages(err);
     }

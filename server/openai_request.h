@@ -102,7 +102,7 @@ size_t chat_input_bytes(const ChatInput& chat);
 
 struct TokenizeRequest {
     std::string content;                // when given as text
-    ChatInput chat;  // when given as a chat (rendered with the template)
+    ChatInput chat;                     // when given as a chat (rendered with the template)
     bool has_messages = false;
     size_t text_bytes = 0;     // of the content or of all messages, at most MAX_TOKENIZE_BYTES
     bool add_special = false;  // text: prepend BOS

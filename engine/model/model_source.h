@@ -21,12 +21,12 @@
 #include <string>
 #include <string_view>
 
-#include "engine/text/chat_template.h"
-#include "engine/text/jinja_chat.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
-#include "engine/text/tokenizer.h"
 #include "engine/model/weights.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/jinja_chat.h"
+#include "engine/text/tokenizer.h"
 
 struct ModelSource {
     std::string text;           // the --model string as given

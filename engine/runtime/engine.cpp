@@ -269,8 +269,7 @@ ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
 
 ChatPrompt Engine::chat_prompt(const ChatInput& chat) const {
     if (!impl_->uses_jinja(chat)) {
-        if (!chat.add_generation_prompt)
-            return impl_->chat_template.render(impl_->tokenizer, chat.messages, false);
+        if (!chat.add_generation_prompt) return impl_->chat_template.render(impl_->tokenizer, chat.messages, false);
         return chat_prompt(std::span<const ChatMessage>(chat.messages));
     }
     const std::string text = impl_->render_jinja(chat);
@@ -285,7 +284,9 @@ std::string Engine::chat_text(const ChatInput& chat) const {
     return impl_->chat_template.render_text(chat.messages, chat.add_generation_prompt);
 }
 
-bool Engine::has_jinja_template() const { return impl_->jinja.has_value(); }
+bool Engine::has_jinja_template() const {
+    return impl_->jinja.has_value();
+}
 
 std::string Engine::chat_template_name() const {
     const std::string family = chat_family_name(impl_->chat_template.family());

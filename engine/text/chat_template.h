@@ -20,7 +20,7 @@
 #include "profiles/errors.h"
 
 struct ChatMessage {
-    std::string role;     // "system", "user" or "assistant" ("tool": only a Jinja template renders it)
+    std::string role;  // "system", "user" or "assistant" ("tool": only a Jinja template renders it)
     std::string content;
 };
 
