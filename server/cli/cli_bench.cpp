@@ -413,16 +413,9 @@ int bench_gpu(Args& args) {
     std::vector<double> ms = gpu_time_expert_ffn(dim, hidden, ns, reps);
     for (size_t i = 0; i < ns.size(); i++) {
         const double roofline = std::max(bytes / (g.device_gbs * 1e6), flops_per_token * ns[i] / (g.bf16_tflops * 1e9));
-        std::printf("%s\n", json{{"bench", "gpu"},
-                                 {"what", "expert_ffn"},
-                                 {"gpu", name},
-                                 {"dim", dim},
-                                 {"hidden_dim", hidden},
-                                 {"n", ns[i]},
-                                 {"ms", ms[i]},
-                                 {"roofline_ms", roofline},
-                                 {"ratio_to_roofline", roofline / ms[i]},
-                                 {"device_gbs", g.device_gbs},
+        std::printf("%s\n", json{{"bench", "gpu"}, {"what", "expert_ffn"}, {"gpu", name}, {"dim", dim},
+                                 {"hidden_dim", hidden}, {"n", ns[i]}, {"ms", ms[i]}, {"roofline_ms", roofline},
+                                 {"ratio_to_roofline", roofline / ms[i]}, {"device_gbs", g.device_gbs},
                                  {"bf16_tflops", g.bf16_tflops}}
                                 .dump()
                                 .c_str());
