@@ -16,6 +16,7 @@
 #include "engine/devices/device_setup.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
+#include "engine/model/model_chat.h"
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
@@ -78,16 +79,11 @@ struct Engine::Impl {
     ModelSource source;
     ModelConfig config;
     ModelWeights weights;
-    // tokenizer, chat_template and replies are used by other threads while
+    // tokenizer, chat and replies are used by other threads while
     // a request runs (engine.h): the first two never change after load.
     const Tokenizer tokenizer;
-    std::string template_warning;  // before chat_template, which fills it
-    const ChatTemplate chat_template;
-    // The model's Jinja template, where it came from, and whether the
-    // built-in Mistral renderer takes plain conversations (Engine::chat_prompt).
-    std::optional<JinjaChat> jinja;
-    std::string jinja_origin;
-    bool builtin_plain = false;
+    std::string template_warning;  // before chat, which fills it
+    const ModelChat chat;  // the built-in template and the Jinja one
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -111,7 +107,7 @@ struct Engine::Impl {
           config(std::move(cfg)),
           weights(model_source_weights(source, config, n_threads)),
           tokenizer(model_source_tokenizer(source, config)),
-          chat_template(model_source_chat_template(source, &template_warning)),
+          chat(source, tokenizer, &template_warning),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
           device(device_setup(o, config, weights, ctx, pool)),
@@ -129,45 +125,8 @@ struct Engine::Impl {
           exec_total(config.n_layers, std::max(1, config.n_experts)),
           exec_last(config.n_layers, std::max(1, config.n_experts)) {
         batch.reserve(o.max_batch);
-        load_jinja();
         if (!device.info.warning.empty())
             template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
-    }
-
-    // The Jinja template, when the model has one. One that does not parse
-    // leaves the built-in renderer in charge, with a warning saying so.
-    void load_jinja() {
-        const bool recognised = template_warning.empty();
-        try {
-            jinja = model_source_jinja_chat(source, tokenizer, &jinja_origin);
-        } catch (const MoeError& e) {
-            template_warning += (template_warning.empty() ? "" : "; ") + std::string(e.what()) + "; chats use the " +
-                                chat_family_name(chat_template.family()) + " built-in renderer";
-            return;
-        }
-        if (!jinja) return;
-        if (!recognised) template_warning.clear();  // the Jinja template renders what detection did not know
-        builtin_plain = recognised && chat_template.family() == ChatFamily::MISTRAL;
-    }
-
-    // Whether the Jinja template renders this request (Engine::chat_prompt).
-    bool uses_jinja(const ChatInput& chat) const {
-        if (!jinja) return false;
-        if (!builtin_plain) return true;
-        if (!chat.tools.is_null() || !chat.extras.empty() || !chat.add_generation_prompt) return true;
-        for (const ChatMessage& m : chat.messages)
-            if (m.role != "system" && m.role != "user" && m.role != "assistant") return true;
-        for (const auto& m : chat.messages_json)
-            if (m.is_object() && m.contains("tool_calls")) return true;
-        return false;
-    }
-
-    std::string render_jinja(const ChatInput& chat) const {
-        try {
-            return jinja->render(chat.messages_json, chat.tools, chat.add_generation_prompt, chat.extras);
-        } catch (const MoeError& e) {
-            throw ChatTemplateError(e.what());
-        }
     }
 
     // Runs tokens[from..) at positions from.. in chunks; returns the logits of
@@ -256,7 +215,7 @@ WeightFormat Engine::weight_format() const {
     return ::weight_format(impl_->weights);
 }
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
-const ChatTemplate& Engine::chat_template() const { return impl_->chat_template; }
+const ChatTemplate& Engine::chat_template() const { return impl_->chat.builtin(); }
 const std::string& Engine::load_warning() const { return impl_->template_warning; }
 int Engine::ctx() const { return impl_->ctx; }
 int Engine::threads() const { return impl_->pool.size(); }
@@ -264,35 +223,26 @@ int Engine::threads() const { return impl_->pool.size(); }
 std::string Engine::model_id() const { return model_source_id(impl_->source); }
 
 ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
-    return impl_->replies.splice(impl_->chat_template.render(impl_->tokenizer, messages), messages, impl_->tokenizer);
+    return impl_->replies.splice(impl_->chat.builtin().render(impl_->tokenizer, messages), messages,
+                                 impl_->tokenizer);
 }
 
 ChatPrompt Engine::chat_prompt(const ChatInput& chat) const {
-    if (!impl_->uses_jinja(chat)) {
-        if (!chat.add_generation_prompt) return impl_->chat_template.render(impl_->tokenizer, chat.messages, false);
-        return chat_prompt(std::span<const ChatMessage>(chat.messages));
-    }
-    const std::string text = impl_->render_jinja(chat);
-    ChatPrompt prompt;
-    prompt.ids = impl_->tokenizer.encode(text, true, SpecialTokens::PARSE);
-    prompt.spans.push_back({0, prompt.ids.size(), -1, false});
-    return prompt;
+    // The built-in renderer's reply spans carry remembered replies' ids.
+    if (!impl_->chat.uses_jinja(chat) && chat.add_generation_prompt) return chat_prompt(chat.messages);
+    return impl_->chat.prompt(impl_->tokenizer, chat);
 }
 
 std::string Engine::chat_text(const ChatInput& chat) const {
-    if (impl_->uses_jinja(chat)) return impl_->render_jinja(chat);
-    return impl_->chat_template.render_text(chat.messages, chat.add_generation_prompt);
+    return impl_->chat.text(chat);
 }
 
 bool Engine::has_jinja_template() const {
-    return impl_->jinja.has_value();
+    return impl_->chat.has_jinja();
 }
 
 std::string Engine::chat_template_name() const {
-    const std::string family = chat_family_name(impl_->chat_template.family());
-    if (!impl_->jinja) return family + " (built-in)";
-    const std::string jinja = "jinja (" + impl_->jinja_origin + ")";
-    return impl_->builtin_plain ? family + " (built-in; " + jinja + " for tools)" : jinja;
+    return impl_->chat.name();
 }
 
 void Engine::remember_reply(const std::string& text, const std::vector<int>& tokens) {

@@ -7,9 +7,7 @@
 // template, a template error answers 400 and the server keeps serving, and
 // the config's vocab_size padded above the tokenizer's loads and generates.
 #include <catch2/catch.hpp>
-#include <fstream>
 
-#include "engine/text/hf_tokenizer.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 
@@ -19,55 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The added tokens of the hand-made tokenizer, after 256 bytes and 3 merges.
-constexpr int ENDOFTEXT = 259, IM_START = 260, IM_END = 261, THINK = 262;
+// The added tokens of tokenizer_json_model_dir's tokenizer.
+constexpr int IM_START = 260, IM_END = 261, THINK = 262;
 
-// Byte-level BPE: the 256 byte characters, merges "Ġ t", "h e", "Ġt he", and
-// Qwen's added tokens (<think> not special, as Qwen3's tokenizer.json has it).
-ojson tokenizer_json() {
-    ojson vocab = ojson::object();
-    for (int b = 0; b < 256; b++) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
-    const std::string space = byte_level_char(' ');
-    vocab[space + "t"] = 256;
-    vocab["he"] = 257;
-    vocab[space + "the"] = 258;
-    ojson added = ojson::array();
-    int id = ENDOFTEXT;
-    for (const char* t : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}) {
-        const bool special = std::string_view(t).starts_with("<|");
-        added.push_back({{"id", id++}, {"content", t}, {"special", special}});
-    }
-    return {{"added_tokens", added},
-            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-            {"decoder", {{"type", "ByteLevel"}}},
-            {"model",
-             {{"type", "BPE"},
-              {"vocab", vocab},
-              {"merges", ojson::array({space + " t", "h e", space + "t he"})}}}};
-}
-
-void write(const fs::path& path, const std::string& text) {
-    std::ofstream(path, std::ios::binary) << text;
-}
-
-// The tiny synthetic model's weights (vocab_size 32000, padded far above
-// the tokenizer's 264 ids) with the hand-made tokenizer.json and `tmpl` as
-// tokenizer_config.json's chat_template.
 fs::path jinja_model(const std::string& tag, const std::string& tmpl) {
-    const fs::path tiny = test_model_dir("tiny");
-    const fs::path dir = test_temp_dir(tag);
-    fs::copy_file(tiny / "model.safetensors", dir / "model.safetensors");
-    json config = json::parse(read_file(tiny / "config.json"));
-    config["bos_token_id"] = ENDOFTEXT;
-    config["eos_token_id"] = IM_END;
-    write(dir / "config.json", config.dump(2));
-    write(dir / "tokenizer.json", tokenizer_json().dump());
-    const ojson tc = {{"chat_template", tmpl},
-                      {"eos_token", "<|im_end|>"},
-                      {"pad_token", "<|endoftext|>"},
-                      {"bos_token", nullptr}};
-    write(dir / "tokenizer_config.json", tc.dump(2));
-    return dir;
+    return tokenizer_json_model_dir(tag, tmpl);
 }
 
 std::string qwen3_template() {
