@@ -3,7 +3,11 @@
 // renders a request. A Jinja template renders by default, and its text is
 // tokenized with the model's rules: the special tokens it writes become
 // their ids (SpecialTokens::PARSE), no BOS is added (templates write their
-// own, as transformers' apply_chat_template leaves it). Exception: a
+// own, as transformers' apply_chat_template leaves it). A special token's
+// text inside the request's own strings (message content, tool results,
+// tools, template variables) stays text: it is replaced by a private-use
+// placeholder (U+10FFFD U+10FFxx) before rendering and tokenized as plain
+// text after (unlike apply_chat_template, which parses it). Exception: a
 // template the built-in detection knows as Mistral's renders plain
 // conversations (no tools, tool messages or tool calls, no template
 // variables, a generation prompt) with the built-in renderer, whose ids are
@@ -13,6 +17,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/model/model_source.h"
 #include "engine/text/chat_template.h"
@@ -44,10 +49,13 @@ public:
     std::string name() const;
 
 private:
-    std::string render_jinja(const ChatInput& chat) const;
+    // The Jinja rendering, with the special tokens' texts in the request's
+    // own strings replaced by placeholders (*found: those texts by index).
+    std::string render_jinja(const ChatInput& chat, std::vector<std::string>* found) const;
 
     ChatTemplate builtin_;
     std::optional<JinjaChat> jinja_;
     std::string origin_;
     bool builtin_plain_ = false;  // a Mistral template: plain chats by the built-in renderer
+    std::vector<std::string> specials_;  // the special added tokens' texts, longest first
 };

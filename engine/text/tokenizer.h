@@ -108,6 +108,8 @@ public:
     int piece_to_id(std::string_view piece) const;
     std::string id_to_piece(int id) const;
     bool is_control(int id) const;
+    // The added tokens matched in text (special ones only with PARSE).
+    const std::vector<AddedToken>& added_tokens() const { return vocab_.added; }
     // The bytes one id stands for: "▁" -> " ", <0xNN> -> that byte, control -> "".
     // <unk> gives the model's unk surface (" ⁇ " for Mistral), as decode() does.
     // A byte-level BPE token gives its raw bytes (maybe part of a character).
