@@ -50,7 +50,8 @@ void escape_specials(nlohmann::ordered_json& v, const std::vector<std::string>& 
         if (at == std::string::npos) continue;
         auto it = std::find(found.begin(), found.end(), special);
         if (it == found.end()) {
-            if (found.size() == MAX_FOUND) throw MoeError("chat template: too many kinds of special tokens in the text");
+            if (found.size() == MAX_FOUND)
+                throw MoeError("chat template: too many kinds of special tokens in the text");
             found.push_back(special);
             it = found.end() - 1;
         }

@@ -56,6 +56,6 @@ private:
     ChatTemplate builtin_;
     std::optional<JinjaChat> jinja_;
     std::string origin_;
-    bool builtin_plain_ = false;  // a Mistral template: plain chats by the built-in renderer
+    bool builtin_plain_ = false;         // a Mistral template: plain chats by the built-in renderer
     std::vector<std::string> specials_;  // the special added tokens' texts, longest first
 };

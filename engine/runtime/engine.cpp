@@ -83,7 +83,7 @@ struct Engine::Impl {
     // a request runs (engine.h): the first two never change after load.
     const Tokenizer tokenizer;
     std::string template_warning;  // before chat, which fills it
-    const ModelChat chat;  // the built-in template and the Jinja one
+    const ModelChat chat;          // the built-in template and the Jinja one
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -215,7 +215,9 @@ WeightFormat Engine::weight_format() const {
     return ::weight_format(impl_->weights);
 }
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
-const ChatTemplate& Engine::chat_template() const { return impl_->chat.builtin(); }
+const ChatTemplate& Engine::chat_template() const {
+    return impl_->chat.builtin();
+}
 const std::string& Engine::load_warning() const { return impl_->template_warning; }
 int Engine::ctx() const { return impl_->ctx; }
 int Engine::threads() const { return impl_->pool.size(); }
@@ -223,8 +225,7 @@ int Engine::threads() const { return impl_->pool.size(); }
 std::string Engine::model_id() const { return model_source_id(impl_->source); }
 
 ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
-    return impl_->replies.splice(impl_->chat.builtin().render(impl_->tokenizer, messages), messages,
-                                 impl_->tokenizer);
+    return impl_->replies.splice(impl_->chat.builtin().render(impl_->tokenizer, messages), messages, impl_->tokenizer);
 }
 
 ChatPrompt Engine::chat_prompt(const ChatInput& chat) const {

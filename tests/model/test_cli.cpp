@@ -296,8 +296,8 @@ TEST_CASE("a vocab_size padded above the tokenizer loads; a smaller one is refus
     fs::path big = tiny_with_vocab("vocab-big", 32064);
     for (const std::vector<std::string>& how :
          {std::vector<std::string>{"--temperature", "2"}, std::vector<std::string>{"--beam-width", "2"}}) {
-        std::vector<std::string> args = {"generate", "--model", big.string(), "--prompt", "hi", "--max-tokens", "16",
-                                         "--ignore-eos"};
+        std::vector<std::string> args = {"generate", "--model",      big.string(), "--prompt",
+                                         "hi",       "--max-tokens", "16",         "--ignore-eos"};
         args.insert(args.end(), how.begin(), how.end());
         CommandResult r = moe(args);
         INFO(r.err);

@@ -1,12 +1,12 @@
 // On-demand synthetic models for tests (kept apart from test_support.cpp so
 // tests that need no model do not link the synth-model writer).
-#include <filesystem>
-#include <string>
-#include <system_error>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <system_error>
 
 #include "engine/model/synth_model.h"
 #include "engine/text/hf_tokenizer.h"
@@ -30,7 +30,6 @@ fs::path test_model_dir(const std::string& preset, unsigned seed) {
     fs::remove_all(tmp);
     return dir;
 }
-
 
 namespace {
 
