@@ -15,6 +15,7 @@ mkdir -p "$out/debs" "$out/shared-data/prompts"
 PACKAGES=(
   libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 zlib1g-dev libbrotli-dev libbrotli1
   nlohmann-json3-dev libsentencepiece-dev libsentencepiece0 catch2 libsimde-dev
+  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2
   libdnnl-dev libdnnl2 ocl-icd-libopencl1
   pkgconf pkgconf-bin pkg-config libpkgconf3
 )

@@ -8,6 +8,7 @@ PACKAGES=(
   cmake g++ make pkg-config
   libcpp-httplib-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
+  libpcre2-dev libutf8proc-dev  # engine/text/hf_tokenizer.cpp: pre-tokenizer regexes, Unicode normalization
   libdnnl-dev catch2 libsimde-dev
   curl
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer and the sanitizers with clang

@@ -56,9 +56,40 @@ ApiError invalid_messages(const MoeError& error) {
     return ApiError(400, std::string("Invalid 'messages': ") + error.what(), "messages", "invalid_value");
 }
 
+namespace {
+
+template <class Render>
+auto render_chat(const Engine& e, const ChatInput& chat, Render render) {
+    if (chat.tools.is_array() && !chat.tools.empty() && !e.has_jinja_template())
+        throw ApiError(400,
+                       "'tools' (tool calling) needs the model's own Jinja chat_template, which this model lacks "
+                       "(its chats use the " +
+                           e.chat_template_name() + " renderer).",
+                       "tools", "unsupported_parameter");
+    try {
+        return render();
+    } catch (const ChatTemplateError& err) {
+        throw ApiError(400, std::string("The model's chat template failed on this request: ") + err.what(), "messages",
+                       "template_error");
+    } catch (const MoeError& err) {
+        throw invalid_messages(err);
+    }
+}
+
+}  // namespace
+
+ChatPrompt chat_prompt_of(const Engine& e, const ChatInput& chat) {
+    return render_chat(e, chat, [&] { return e.chat_prompt(chat); });
+}
+
+std::string chat_text_of(const Engine& e, const ChatInput& chat) {
+    return render_chat(e, chat, [&] { return e.chat_text(chat); });
+}
+
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos) {
     std::vector<int> ids;
-    if (add_bos) ids.push_back(tokenizer.bos_id());
+    // A vocabulary without BOS (Qwen's tokenizer.json) starts with the text.
+    if (add_bos && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
     std::vector<int> encoded = tokenizer.encode(text);
     ids.insert(ids.end(), encoded.begin(), encoded.end());
     return ids;
@@ -67,15 +98,9 @@ std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text
 GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 
 std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& chat) {
-    size_t bytes = 0;
-    for (const ChatMessage& m : chat.messages) bytes += m.content.size();
+    const size_t bytes = chat_input_bytes(chat.chat);
     check_text_length(e, bytes, "messages");
-    std::vector<int> prompt;
-    try {
-        prompt = e.chat_prompt(chat.messages).ids;
-    } catch (const MoeError& err) {
-        throw invalid_messages(err);
-    }
+    std::vector<int> prompt = chat_prompt_of(e, chat.chat).ids;
     release_tokenizer_memory(bytes);
     return make(e, Endpoint::CHAT, std::move(prompt), chat.options);
 }

@@ -34,6 +34,14 @@ void release_tokenizer_memory(size_t text_bytes);
 // The ApiError (400, param "messages") for messages the chat template refuses.
 ApiError invalid_messages(const MoeError& error);
 
+// A chat request's prompt ids (Engine::chat_prompt) or text
+// (Engine::chat_text, for /apply-template), with the engine's refusals as
+// ApiErrors: 400 "template_error" naming the template's problem
+// (ChatTemplateError), 400 invalid messages (invalid_messages), 400
+// unsupported 'tools' for a model without a Jinja template.
+ChatPrompt chat_prompt_of(const Engine& engine, const ChatInput& chat);
+std::string chat_text_of(const Engine& engine, const ChatInput& chat);
+
 // BOS (when add_bos) and the encoding of text.
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos);
 

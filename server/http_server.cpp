@@ -120,6 +120,7 @@ struct HttpServer::Impl {
         http.post("/v1/completions", route(&Impl::handle_completion));
         http.post("/tokenize", route(&Impl::handle_tokenize));
         http.post("/detokenize", route(&Impl::handle_detokenize));
+        http.post("/apply-template", route(&Impl::handle_apply_template));
         http.get("/", handle_index);
         http.get("/index.html", handle_index);
         http.get("/([A-Za-z0-9_-][A-Za-z0-9_.-]*)", handle_asset);
@@ -195,11 +196,7 @@ struct HttpServer::Impl {
         TokenizeRequest t = tokenize_request_parse(parse_json_body(req.body));
         std::vector<int> ids;
         if (t.has_messages) {
-            try {
-                ids = e.chat_template().encode(e.tokenizer(), t.messages);
-            } catch (const MoeError& err) {
-                throw invalid_messages(err);
-            }
+            ids = chat_prompt_of(e, t.chat).ids;
         } else {
             ids = text_tokens(e.tokenizer(), t.content, t.add_special);
         }
@@ -218,6 +215,20 @@ struct HttpServer::Impl {
         Engine& e = require_engine();
         std::vector<int> ids = detokenize_request_parse(parse_json_body(req.body), e.tokenizer().vocab_size());
         send_json(res, {{"content", e.tokenizer().decode(ids)}});
+    }
+
+    // llama.cpp's /apply-template: a chat request's prompt text, as the
+    // model's template renders it, without generating.
+    void handle_apply_template(const httplib::Request& req, httplib::Response& res) {
+        Engine& e = require_engine();
+        ChatInput chat = chat_input_parse(parse_json_body(req.body));
+        const size_t bytes = chat_input_bytes(chat);
+        if (bytes > MAX_TOKENIZE_BYTES)
+            throw ApiError(400,
+                           "Invalid 'messages': " + std::to_string(bytes) + " bytes of text, but /apply-template " +
+                               "renders at most " + std::to_string(MAX_TOKENIZE_BYTES) + " bytes per request.",
+                           "messages", "invalid_value");
+        send_json(res, {{"prompt", chat_text_of(e, chat)}});
     }
 
     void handle_experts(const httplib::Request&, httplib::Response& res) {
@@ -284,7 +295,9 @@ struct HttpServer::Impl {
                          {"n_layers", c.n_layers},
                          {"n_experts", c.n_experts},
                          {"n_experts_active", c.n_experts_active},
-                         {"architecture", c.architecture}};
+                         {"architecture", c.architecture},
+                         {"chat_template", engine.chat_template_name()},
+                         {"tokenizer", engine.tokenizer().source()}};
         }
         return m;
     }

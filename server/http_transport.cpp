@@ -36,6 +36,7 @@ std::string route_label(const httplib::Request& req) {
                                         "/metrics",
                                         "/tokenize",
                                         "/detokenize",
+                                        "/apply-template",
                                         "/",
                                         "/index.html"};
     for (const char* r : KNOWN)
@@ -45,7 +46,8 @@ std::string route_label(const httplib::Request& req) {
 }
 
 bool needs_auth(const std::string& path) {
-    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/metrics";
+    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/apply-template" ||
+           path == "/metrics";
 }
 
 std::string lower(std::string s) {

@@ -11,7 +11,7 @@
 
 #include "engine/runtime/beam_search.h"
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_, std::string type_)
     : std::runtime_error(escape_control(message)),
@@ -154,8 +154,11 @@ uint64_t random_seed() {
 
 // Fields that would change the answer but are not supported: refused rather
 // than silently ignored.
-void refuse_unsupported(const json& body) {
+// `tools` reaches a chat's Jinja template (chat_input_parse); a completion
+// has no template to take it.
+void refuse_unsupported(const json& body, bool chat) {
     for (const char* key : {"tools", "functions"}) {
+        if (chat && std::string_view(key) == "tools") continue;
         const json* v = field(body, key);
         if (v && !(v->is_array() && v->empty()))
             throw ApiError(400, std::string("'") + key + "' (tool calling) is not supported by this server.", key,
@@ -236,8 +239,8 @@ void parse_beam(const json& body, GenerationOptions& o) {
 }
 
 // Everything but the prompt / messages and the logprobs fields, which differ.
-GenerationOptions parse_common(const json& body, int ctx) {
-    refuse_unsupported(body);
+GenerationOptions parse_common(const json& body, int ctx, bool chat) {
+    refuse_unsupported(body, chat);
     GenerationOptions o;
     if (const json* v = field(body, "model"); v && !v->is_string()) type_error("model", "a string", *v);
     parse_beam(body, o);
@@ -473,6 +476,13 @@ std::string utf8_sanitize(std::string_view text) {
     return out;
 }
 
+size_t chat_input_bytes(const ChatInput& chat) {
+    size_t bytes = 0;
+    for (const ChatMessage& m : chat.messages) bytes += m.content.size();
+    if (!chat.tools.is_null()) bytes += chat.tools.dump().size();
+    return bytes;
+}
+
 json parse_json_body(const std::string& body) {
     if (!utf8_valid(body)) throw ApiError(400, "The request body is not valid UTF-8.", "", "invalid_utf8");
     // Checked before the DOM is built: 4 MiB of '[' would cost ~300 MB as a DOM.
@@ -508,20 +518,46 @@ std::vector<ChatMessage> chat_messages_parse(const json& body) {
         if (!role->is_string()) type_error(where + ".role", "a string", *role);
         std::string r = role->get<std::string>();
         if (r == "developer") r = "system";
-        if (r != "system" && r != "user" && r != "assistant")
+        if (r != "system" && r != "user" && r != "assistant" && r != "tool")
             throw ApiError(400,
                            "Invalid value: '" + role->get<std::string>() +
-                               "'. Supported values are: 'system', 'developer', 'user' and 'assistant'.",
+                               "'. Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.",
                            where + ".role", "invalid_value");
         messages.push_back({r, parse_content(m, where, r == "assistant")});
     }
     return messages;
 }
 
+ChatInput chat_input_parse(const json& body) {
+    ChatInput in;
+    in.messages = chat_messages_parse(body);
+    in.messages_json = body.at("messages");
+    if (const json* v = field(body, "tools")) {
+        if (!v->is_array()) type_error("tools", "an array", *v);
+        in.tools = *v;
+    }
+    // llama.cpp's and vLLM's top-level switch; chat_template_kwargs wins.
+    if (auto b = get_bool(body, "enable_thinking")) in.extras["enable_thinking"] = *b;
+    if (const json* v = field(body, "chat_template_kwargs")) {
+        if (!v->is_object()) type_error("chat_template_kwargs", "an object", *v);
+        for (auto it = v->begin(); it != v->end(); ++it) {
+            for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"})
+                if (it.key() == reserved)
+                    throw ApiError(400,
+                                   "Invalid 'chat_template_kwargs." + it.key() +
+                                       "': the request sets it in its own field, not as a template variable.",
+                                   "chat_template_kwargs", "invalid_value");
+            in.extras[it.key()] = it.value();
+        }
+    }
+    in.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
+    return in;
+}
+
 ChatRequest chat_request_parse(const json& body, int ctx) {
     ChatRequest r;
-    r.messages = chat_messages_parse(body);
-    r.options = parse_common(body, ctx);
+    r.chat = chat_input_parse(body);
+    r.options = parse_common(body, ctx, true);
     if (auto x = get_int(body, "max_completion_tokens", 1, ctx)) r.options.max_tokens = int(*x);
     bool logprobs = get_bool(body, "logprobs").value_or(false);
     auto top = get_int(body, "top_logprobs", 0, 20);
@@ -565,7 +601,7 @@ CompletionRequest completion_request_parse(const json& body, int ctx, int vocab_
     } else {
         type_error("prompt", "a string or an array of token ids", *prompt);
     }
-    r.options = parse_common(body, ctx);
+    r.options = parse_common(body, ctx, false);
     if (get_bool(body, "echo").value_or(false))
         throw ApiError(400, "'echo' is not supported by this server.", "echo", "unsupported_parameter");
     if (auto s = get_string(body, "suffix"); s && !s->empty())
@@ -581,9 +617,9 @@ TokenizeRequest tokenize_request_parse(const json& body) {
     TokenizeRequest r;
     size_t& bytes = r.text_bytes;
     if (body.contains("messages")) {
-        r.messages = chat_messages_parse(body);
+        r.chat = chat_input_parse(body);
         r.has_messages = true;
-        for (const ChatMessage& m : r.messages) bytes += m.content.size();
+        bytes = chat_input_bytes(r.chat);
     } else if (auto c = get_string(body, "content")) {
         r.content = *c;
         bytes = r.content.size();

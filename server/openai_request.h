@@ -52,7 +52,7 @@ std::string utf8_sanitize(std::string_view text);
 
 // Request body -> JSON object: 400 for invalid UTF-8, malformed JSON or a
 // value that is not an object.
-nlohmann::json parse_json_body(const std::string& body);
+nlohmann::ordered_json parse_json_body(const std::string& body);
 
 // Fields the chat and completion endpoints share, already range-checked.
 struct GenerationOptions {
@@ -73,7 +73,7 @@ struct GenerationOptions {
 };
 
 struct ChatRequest {
-    std::vector<ChatMessage> messages;  // roles system / user / assistant ("developer" -> system)
+    ChatInput chat;  // roles system / user / assistant / tool ("developer" -> system in chat.messages)
     GenerationOptions options;
 };
 
@@ -85,21 +85,30 @@ struct CompletionRequest {
 };
 
 // ctx bounds max_tokens; vocab_size bounds token ids.
-ChatRequest chat_request_parse(const nlohmann::json& body, int ctx);
-CompletionRequest completion_request_parse(const nlohmann::json& body, int ctx, int vocab_size);
+ChatRequest chat_request_parse(const nlohmann::ordered_json& body, int ctx);
+CompletionRequest completion_request_parse(const nlohmann::ordered_json& body, int ctx, int vocab_size);
 
 // The messages array alone (also used by /tokenize).
-std::vector<ChatMessage> chat_messages_parse(const nlohmann::json& body);
+std::vector<ChatMessage> chat_messages_parse(const nlohmann::ordered_json& body);
+// What a chat template sees of a chat request (/v1/chat/completions,
+// /tokenize, /apply-template): the messages (as text, and as sent), `tools`
+// (an array or absent), the template variables of `chat_template_kwargs` (an
+// object; it may not set messages, tools, documents or
+// add_generation_prompt) and a top-level `enable_thinking` (the kwargs'
+// wins), and `add_generation_prompt` (default true).
+ChatInput chat_input_parse(const nlohmann::ordered_json& body);
+// The bytes of text a chat input holds (messages' content, tools' JSON).
+size_t chat_input_bytes(const ChatInput& chat);
 
 struct TokenizeRequest {
     std::string content;                // when given as text
-    std::vector<ChatMessage> messages;  // when given as a chat (rendered with the template)
+    ChatInput chat;                     // when given as a chat (rendered with the template)
     bool has_messages = false;
     size_t text_bytes = 0;     // of the content or of all messages, at most MAX_TOKENIZE_BYTES
     bool add_special = false;  // text: prepend BOS
     bool with_pieces = false;  // answer [{id, piece}] instead of ids
 };
-TokenizeRequest tokenize_request_parse(const nlohmann::json& body);
+TokenizeRequest tokenize_request_parse(const nlohmann::ordered_json& body);
 
 // {"tokens": [ids]} with every id in [0, vocab_size).
-std::vector<int> detokenize_request_parse(const nlohmann::json& body, int vocab_size);
+std::vector<int> detokenize_request_parse(const nlohmann::ordered_json& body, int vocab_size);

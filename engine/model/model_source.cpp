@@ -12,6 +12,7 @@
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"
 #include "engine/text/gguf_tokenizer.h"
+#include "engine/text/hf_tokenizer.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
@@ -112,22 +113,23 @@ ModelWeights model_source_weights(const ModelSource& s, const ModelConfig& confi
 }
 
 Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config) {
+    // A folder: tokenizer.model when it has one (SentencePiece), else tokenizer.json.
+    const bool hf_json =
+        !s.synthetic && !s.gguf && !file_exists(s.dir / "tokenizer.model") && file_exists(s.dir / "tokenizer.json");
     const std::string where = s.synthetic ? EMBEDDED_TOKENIZER
                               : s.gguf    ? s.dir.string()
+                              : hf_json   ? (s.dir / "tokenizer.json").string()
                                           : (s.dir / "tokenizer.model").string();
     Tokenizer t = s.synthetic ? Tokenizer::from_bytes(synth_embedded_tokenizer(), where)
                   : s.gguf    ? tokenizer_from_gguf(GgufFile(s.dir).metadata(), where)
+                  : hf_json   ? hf_tokenizer_load_dir(s.dir)
                               : Tokenizer::load(where);
     if (t.vocab_size() > config.vocab_size)
         throw MoeError(where + ": vocabulary of " + std::to_string(t.vocab_size()) +
                        " pieces exceeds the model's vocab_size " + std::to_string(config.vocab_size));
-    // Refused rather than masked: the model could pick ids the tokenizer
-    // cannot turn into text, and fail in the middle of a reply.
-    if (t.vocab_size() < config.vocab_size)
-        throw MoeError((s.gguf ? s.dir : s.dir / "config.json").string() + ": vocab_size " +
-                       std::to_string(config.vocab_size) + " is larger than the " + std::to_string(t.vocab_size()) +
-                       " pieces of " + where + ": ids from " + std::to_string(t.vocab_size()) +
-                       " on could be generated but not decoded");
+    // A vocab_size padded above the tokenizer (Qwen's: 151936 for 151669
+    // tokens) is accepted: the ids above the tokenizer's are never sampled
+    // nor accepted in a prompt (Engine uses the tokenizer's size).
     return t;
 }
 
@@ -160,4 +162,25 @@ ChatTemplate model_source_chat_template(const ModelSource& s, std::string* warni
     if (!s.synthetic) return ChatTemplate::from_model_dir(s.dir, warning);
     if (warning) warning->clear();
     return ChatTemplate(ChatFamily::MISTRAL);
+}
+
+std::optional<JinjaChat> model_source_jinja_chat(const ModelSource& s, const Tokenizer& tokenizer,
+                                                 std::string* origin) {
+    if (s.synthetic) return std::nullopt;
+    if (s.gguf) {
+        const GgufFile gguf(s.dir);
+        const std::optional<std::string_view> text = gguf.metadata().find_string("tokenizer.chat_template");
+        if (!text || text->empty()) return std::nullopt;
+        JinjaChat chat(*text, s.dir.string() + " tokenizer.chat_template");
+        if (tokenizer.bos_id() >= 0) chat.set_special_token("bos_token", tokenizer.id_to_piece(tokenizer.bos_id()));
+        if (tokenizer.eos_id() >= 0) chat.set_special_token("eos_token", tokenizer.id_to_piece(tokenizer.eos_id()));
+        *origin = "GGUF tokenizer.chat_template";
+        return chat;
+    }
+    std::optional<JinjaChat> chat = JinjaChat::from_model_dir(s.dir);
+    if (!chat) return chat;
+    const fs::path config_path = s.dir / "tokenizer_config.json";
+    const bool in_config = file_exists(config_path) && file_read_json(config_path).contains("chat_template");
+    *origin = in_config ? "tokenizer_config.json" : "chat_template.jinja";
+    return chat;
 }

@@ -21,11 +21,12 @@
 #include <string>
 #include <string_view>
 
-#include "engine/text/chat_template.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
-#include "engine/text/tokenizer.h"
 #include "engine/model/weights.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/jinja_chat.h"
+#include "engine/text/tokenizer.h"
 
 struct ModelSource {
     std::string text;           // the --model string as given
@@ -68,11 +69,12 @@ void model_source_check_memory(const ModelSource& source, const ModelConfig& con
 // `threads` threads after model_source_check_memory against MemAvailable.
 ModelWeights model_source_weights(const ModelSource& source, const ModelConfig& config, int threads);
 
-// The folder's tokenizer.model, or the embedded Mistral tokenizer. MoeError
-// naming the tokenizer when its vocabulary exceeds the model's vocab_size,
-// and config.json when vocab_size exceeds the tokenizer's vocabulary (ids
-// the model could generate but the tokenizer not decode: refused at load,
-// not masked).
+// The folder's tokenizer.model (else its tokenizer.json), the GGUF file's
+// vocabulary, or the embedded Mistral tokenizer. MoeError naming the
+// tokenizer when its vocabulary exceeds the model's vocab_size. A vocab_size
+// larger than the tokenizer's (padded, as Qwen's config.json is) loads: the
+// engine never samples the ids above the tokenizer's and refuses them in a
+// prompt.
 Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& config);
 
 // The tokenizer and chat template as GGUF metadata (tokenizer.ggml.* and
@@ -84,3 +86,13 @@ std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& source, 
 // The folder's chat template (ChatTemplate::from_model_dir, which sets
 // *warning when it falls back), or Mistral's built-in one (no warning).
 ChatTemplate model_source_chat_template(const ModelSource& source, std::string* warning);
+
+// The model's Jinja chat template, rendered by engine/text/jinja*.h: a
+// folder's tokenizer_config.json chat_template (or chat_template.jinja), a
+// GGUF file's tokenizer.chat_template with the tokenizer's BOS/EOS pieces as
+// bos_token / eos_token; nullopt for a synthetic source or a model without
+// one. *origin names where it came from ("tokenizer_config.json",
+// "chat_template.jinja", "GGUF tokenizer.chat_template"). MoeError naming the
+// file for a malformed config or a template that does not parse.
+std::optional<JinjaChat> model_source_jinja_chat(const ModelSource& source, const Tokenizer& tokenizer,
+                                                 std::string* origin);

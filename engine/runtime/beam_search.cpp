@@ -64,9 +64,10 @@ public:
           width_(request.beam_width),
           n_prompt_(int(request.prompt.size())),
           vocab_(model.config.vocab_size),
+          n_text_(std::min(vocab_, model.tokenizer.vocab_size())),
           max_length_(std::min(request.max_tokens, model.cache.ctx() - n_prompt_)) {
         if (r_.allowed_tokens.empty()) {
-            allowed_.resize(vocab_);
+            allowed_.resize(n_text_);
             std::iota(allowed_.begin(), allowed_.end(), 0);
         } else {
             allowed_ = r_.allowed_tokens;
@@ -201,11 +202,11 @@ private:
     // as exact as the fp32 logits.
     void rank_beam(int i, const float* row, int k, int* order) {
         float mx = -std::numeric_limits<float>::infinity();
-        for (int v = 0; v < vocab_; v++)
+        for (int v = 0; v < n_text_; v++)
             if (row[v] > mx) mx = row[v];  // NaN never compares greater
         double sum = 0;
         if (std::isfinite(mx))
-            for (int v = 0; v < vocab_; v++)
+            for (int v = 0; v < n_text_; v++)
                 if (!std::isnan(row[v])) sum += double(std::exp(row[v] - mx));
         const double lse = std::isfinite(mx) ? double(mx) + std::log(sum) : (mx > 0 ? NAN : NEG_INF);
         lse_[i] = lse;
@@ -300,7 +301,9 @@ private:
     BeamModel& m_;
     const BeamRequest& r_;
     BeamResult& result_;
-    const int prompt_seq_, width_, n_prompt_, vocab_;
+    // vocab_: a logits row's length; n_text_: the ids the tokenizer knows (a
+    // padded vocab_size's ids above are never chosen).
+    const int prompt_seq_, width_, n_prompt_, vocab_, n_text_;
     const int max_length_;        // a hypothesis ends at this many scored tokens
     std::vector<int> allowed_;    // candidate tokens, ascending
     std::vector<int> order_;      // per pool thread: allowed_ partially sorted by logit

@@ -16,6 +16,7 @@
 #include "engine/devices/device_setup.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
+#include "engine/model/model_chat.h"
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
@@ -78,11 +79,11 @@ struct Engine::Impl {
     ModelSource source;
     ModelConfig config;
     ModelWeights weights;
-    // tokenizer, chat_template and replies are used by other threads while
+    // tokenizer, chat and replies are used by other threads while
     // a request runs (engine.h): the first two never change after load.
     const Tokenizer tokenizer;
-    std::string template_warning;  // before chat_template, which fills it
-    const ChatTemplate chat_template;
+    std::string template_warning;  // before chat, which fills it
+    const ModelChat chat;          // the built-in template and the Jinja one
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -106,7 +107,7 @@ struct Engine::Impl {
           config(std::move(cfg)),
           weights(model_source_weights(source, config, n_threads)),
           tokenizer(model_source_tokenizer(source, config)),
-          chat_template(model_source_chat_template(source, &template_warning)),
+          chat(source, tokenizer, &template_warning),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
           device(device_setup(o, config, weights, ctx, pool)),
@@ -214,7 +215,9 @@ WeightFormat Engine::weight_format() const {
     return ::weight_format(impl_->weights);
 }
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
-const ChatTemplate& Engine::chat_template() const { return impl_->chat_template; }
+const ChatTemplate& Engine::chat_template() const {
+    return impl_->chat.builtin();
+}
 const std::string& Engine::load_warning() const { return impl_->template_warning; }
 int Engine::ctx() const { return impl_->ctx; }
 int Engine::threads() const { return impl_->pool.size(); }
@@ -222,7 +225,25 @@ int Engine::threads() const { return impl_->pool.size(); }
 std::string Engine::model_id() const { return model_source_id(impl_->source); }
 
 ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
-    return impl_->replies.splice(impl_->chat_template.render(impl_->tokenizer, messages), messages, impl_->tokenizer);
+    return impl_->replies.splice(impl_->chat.builtin().render(impl_->tokenizer, messages), messages, impl_->tokenizer);
+}
+
+ChatPrompt Engine::chat_prompt(const ChatInput& chat) const {
+    // The built-in renderer's reply spans carry remembered replies' ids.
+    if (!impl_->chat.uses_jinja(chat) && chat.add_generation_prompt) return chat_prompt(chat.messages);
+    return impl_->chat.prompt(impl_->tokenizer, chat);
+}
+
+std::string Engine::chat_text(const ChatInput& chat) const {
+    return impl_->chat.text(chat);
+}
+
+bool Engine::has_jinja_template() const {
+    return impl_->chat.has_jinja();
+}
+
+std::string Engine::chat_template_name() const {
+    return impl_->chat.name();
 }
 
 void Engine::remember_reply(const std::string& text, const std::vector<int>& tokens) {
@@ -254,7 +275,7 @@ void Engine::check_prompt(const std::vector<int>& prompt) const {
     if (n_prompt == 0) throw MoeError("prompt is empty");
     if (n_prompt >= impl_->ctx) throw ContextLengthError(n_prompt, impl_->ctx);
     for (int t : prompt)
-        if (t < 0 || t >= impl_->config.vocab_size)
+        if (t < 0 || t >= impl_->tokenizer.vocab_size())
             throw MoeError("prompt token " + std::to_string(t) + " is out of range");
 }
 
@@ -279,7 +300,8 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
 
-    const int vocab = m.config.vocab_size;
+    // A padded vocab_size (Qwen's) has ids the tokenizer lacks: never sampled.
+    const int vocab = m.tokenizer.vocab_size();
     Sampler sampler(request.sampling, vocab);
     Detokenizer detok(m.tokenizer, !reply_keeps_leading_space(m.tokenizer, request.prompt, request.continues_prompt));
     StopMatcher stops(request.stop);
@@ -352,7 +374,7 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
     Impl& m = *impl_;
     const auto t_start = Clock::now();
     check_prompt(request.prompt);
-    beam_request_check(request, m.config.vocab_size);
+    beam_request_check(request, m.tokenizer.vocab_size());
     if (request.beam_width > m.forward.max_batch())
         throw MoeError("beam_width " + std::to_string(request.beam_width) + " exceeds the batch capacity of " +
                        std::to_string(m.forward.max_batch()));

@@ -10,8 +10,8 @@
 // may call the rest:
 // * config, ctx, threads, model_id, load_warning, placement: set at load,
 //   never changed;
-// * tokenizer and chat_template: const objects set at load, whose const
-//   methods are thread-safe (a Detokenizer is per caller);
+// * tokenizer, chat_template and the Jinja template: const objects set at
+//   load, whose const methods are thread-safe (a Detokenizer is per caller);
 // * check_prompt: reads only what loading fixed;
 // * chat_prompt and remember_reply: the remembered replies are guarded by a
 //   mutex (engine/runtime/chat_replies.h);
@@ -200,6 +200,31 @@ public:
     // generated, so the KV cache of the turn that produced it is reused.
     // Throws MoeError as ChatTemplate::render does.
     ChatPrompt chat_prompt(std::span<const ChatMessage> messages) const;
+    // A chat request's prompt. A model with a Jinja chat_template
+    // (tokenizer_config.json, chat_template.jinja, a GGUF's
+    // tokenizer.chat_template) is rendered by it as transformers does, and
+    // the text tokenized with the model's rules: special tokens the template
+    // writes become their ids (SpecialTokens::PARSE), no BOS is added (the
+    // template writes its own). The prompt is then one span (message -1): no
+    // reply is carried by its generated ids; the KV prefix is still reused.
+    // Exception: a Mistral template (the built-in family detection knows it)
+    // renders a plain conversation (no tools, tool messages or tool calls,
+    // no extra variables) with the built-in renderer, whose ids are
+    // mistral-common's; the Jinja template renders the rest. A model
+    // without a template uses the built-in renderer (chat_prompt above).
+    // Throws ChatTemplateError for a template error, MoeError as
+    // ChatTemplate::render does.
+    ChatPrompt chat_prompt(const ChatInput& chat) const;
+    // The prompt text of chat_prompt(chat) (for /apply-template): the Jinja
+    // rendering, or the built-in renderer's text with special tokens spelled
+    // out.
+    std::string chat_text(const ChatInput& chat) const;
+    // How chats are rendered, for the UI: "jinja (tokenizer_config.json)",
+    // "jinja (GGUF tokenizer.chat_template)", "mistral (built-in; jinja
+    // (tokenizer_config.json) for tools)", "chatml (built-in)" ...
+    std::string chat_template_name() const;
+    // Whether the model has a Jinja chat template (which alone renders tools).
+    bool has_jinja_template() const;
     // A finished chat reply, its text as sent to the client and the ids
     // generated for it, for later turns' chat_prompt (the newest
     // ChatReplies::MAX_REPLIES are kept).

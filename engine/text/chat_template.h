@@ -10,17 +10,40 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/text/tokenizer.h"
+#include "profiles/errors.h"
 
 struct ChatMessage {
-    std::string role;     // "system", "user" or "assistant"
+    std::string role;  // "system", "user" or "assistant" ("tool": only a Jinja template renders it)
     std::string content;
+};
+
+// A chat request as a template sees it: the messages' text (for the built-in
+// renderers and for reply reuse) and, for a model's Jinja template, the
+// messages exactly as the client sent them (content strings or parts,
+// tool_calls, name, reasoning_content ...; key order kept for tojson), the
+// tools (null when none) and extra template variables (chat_template_kwargs,
+// enable_thinking).
+struct ChatInput {
+    std::vector<ChatMessage> messages;
+    nlohmann::ordered_json messages_json = nlohmann::ordered_json::array();
+    nlohmann::ordered_json tools;  // null or an array
+    nlohmann::ordered_json extras = nlohmann::ordered_json::object();
+    bool add_generation_prompt = true;  // false: the last (assistant) message is continued
+};
+
+// A model's Jinja template failed on a request (raise_exception, an unknown
+// filter, a type error, a limit): the request's fault or the template's,
+// never the server's.
+class ChatTemplateError : public MoeError {
+public:
+    using MoeError::MoeError;
 };
 
 // One segment of a rendered conversation: a special token or one encoded text.

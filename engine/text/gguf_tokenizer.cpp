@@ -12,14 +12,16 @@
 #include "engine/text/gguf_tokenizer.h"
 
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/model/tensor_view.h"
+#include "engine/text/hf_tokenizer.h"
 #include "engine/text/protobuf_wire.h"
 #include "profiles/errors.h"
 
@@ -36,6 +38,8 @@ constexpr std::string_view KEY_PAD = "tokenizer.ggml.padding_token_id";
 constexpr std::string_view KEY_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix";
 constexpr std::string_view KEY_EXTRA_SPACES = "tokenizer.ggml.remove_extra_whitespaces";
 constexpr std::string_view KEY_CHAT_TEMPLATE = "tokenizer.chat_template";
+constexpr std::string_view KEY_MERGES = "tokenizer.ggml.merges";
+constexpr std::string_view KEY_PRE = "tokenizer.ggml.pre";
 
 // ggml's token types, numbered as SentencePiece's ModelProto.SentencePiece.Type.
 enum TokenType : int32_t { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6 };
@@ -89,6 +93,128 @@ std::optional<int> special_id(const GgufMetadata& md, std::string_view source, s
     return int(*id);
 }
 
+// The pre-tokenizer regexes llama.cpp applies for a tokenizer.ggml.pre name,
+// in order, each splitting every piece with the matches isolated (as the
+// models' tokenizer.json Split steps do); none for GPT-2's, which is the
+// ByteLevel pre-tokenizer's own regex. nullopt: the name is not known.
+using Regexes = std::vector<std::string>;
+
+std::optional<Regexes> bpe_pre_regexes(std::string_view pre) {
+    if (pre.empty() || pre == "default" || pre == "gpt-2") return Regexes{};
+    if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe")
+        return Regexes{
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+            "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    if (pre == "qwen2" || pre == "qwen2.5" || pre == "qwen-2.5" || pre == "deepseek-r1-qwen")
+        return Regexes{
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+            "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    if (pre == "deepseek-llm")
+        return Regexes{
+            "[\\r\\n]",
+            "\\s?[A-Za-z"
+            "\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}"
+            "\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}"
+            "\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-"
+            "\\x{10C5}"
+            "\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-"
+            "\\x{1D77}\\x{1D79}-\\x{1D9A}"
+            "\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}"
+            "\\x{1F5B}"
+            "\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-"
+            "\\x{1FCC}"
+            "\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}"
+            "\\x{2107}"
+            "\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}"
+            "\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}"
+            "\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-"
+            "\\x{A69B}"
+            "\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-"
+            "\\x{FB17}\\x{FF21}-\\x{FF3A}"
+            "\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}"
+            "\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"
+            "\\x{1E900}-\\x{1E943}"
+            "]+",
+            "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+            "\\s+$",
+            "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
+            "\\p{N}+"};
+    if (pre == "deepseek-v3")
+        return Regexes{
+            "\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+            "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+            "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    return std::nullopt;
+}
+
+// A "gpt2" vocabulary (byte-level BPE: tokens already in the byte-level
+// alphabet, merges "a b" by rank) as the tokenizer.json document it was
+// converted from, read by the one tokenizer.json reader: control tokens
+// (type 3), BOS and EOS are special added tokens, user-defined ones (type 4)
+// added tokens matched in any text, as llama.cpp and Hugging Face match them.
+Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
+    const std::string where(source);
+    const std::optional<std::vector<std::string_view>> tokens = md.find_strings(KEY_TOKENS);
+    if (!tokens) fail(source, KEY_TOKENS, "missing key");
+    const size_t n = tokens->size();
+    if (n == 0) fail(source, KEY_TOKENS, "no tokens");
+    if (n > size_t(1) << 24) fail(source, KEY_TOKENS, std::to_string(n) + " tokens");
+    const std::optional<std::vector<std::string_view>> merges = md.find_strings(KEY_MERGES);
+    if (!merges) fail(source, KEY_MERGES, "missing key (a gpt2 vocabulary needs its merges)");
+    const std::optional<std::vector<int32_t>> types = md.find_ints<int32_t>(KEY_TYPES);
+    if (types && types->size() != n)
+        fail(source, KEY_TYPES,
+             std::to_string(types->size()) + " entries, but " + std::string(KEY_TOKENS) + " has " + std::to_string(n));
+    const std::string pre(md.find_string(KEY_PRE).value_or(""));
+    const std::optional<std::vector<std::string>> regexes = bpe_pre_regexes(pre);
+    if (!regexes)
+        fail(source, KEY_PRE,
+             "unknown pre-tokenizer '" + printable(pre) +
+                 "' (known: gpt-2, default, llama3, llama-bpe, qwen2, deepseek-llm, deepseek-v3)");
+
+    // BOS and EOS are special whatever their type, so text never encodes to them.
+    const std::optional<int> bos = special_id(md, source, KEY_BOS, n, false);
+    const std::optional<int> eos = special_id(md, source, KEY_EOS, n, false);
+    nlohmann::json vocab = nlohmann::json::object();
+    nlohmann::json added = nlohmann::json::array();
+    for (size_t i = 0; i < n; ++i) {
+        const std::string token((*tokens)[i]);
+        if (token.empty()) fail(source, KEY_TOKENS, "token " + std::to_string(i) + " is empty");
+        if (vocab.contains(token)) fail(source, KEY_TOKENS, token_text(i, token) + " repeats an earlier token");
+        vocab[token] = i;
+        const bool special = (types && (*types)[i] == CONTROL) || int(i) == bos || int(i) == eos;
+        if (special || (types && (*types)[i] == USER_DEFINED))
+            added.push_back({{"id", i}, {"content", token}, {"special", special}});
+    }
+    nlohmann::json merge_list = nlohmann::json::array();
+    for (size_t r = 0; r < merges->size(); ++r) {
+        const std::string_view m = (*merges)[r];
+        const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+        if (space == std::string_view::npos || space + 1 >= m.size())
+            fail(source, KEY_MERGES, "merge " + std::to_string(r) + " '" + printable(m) + "' is not two tokens");
+        merge_list.push_back({std::string(m.substr(0, space)), std::string(m.substr(space + 1))});
+    }
+    nlohmann::json steps = nlohmann::json::array();
+    for (const std::string& r : *regexes)
+        steps.push_back({{"type", "Split"}, {"pattern", {{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
+    steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", regexes->empty()}});
+    const bool ignore_merges = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe";
+    const nlohmann::json doc = {
+        {"model",
+         {{"type", "BPE"},
+          {"vocab", std::move(vocab)},
+          {"merges", std::move(merge_list)},
+          {"ignore_merges", ignore_merges}}},
+        {"added_tokens", std::move(added)},
+        {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", std::move(steps)}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+    };
+    HfSpecialTokens specials;
+    if (bos) specials.bos = (*tokens)[*bos];
+    if (eos) specials.eos = (*tokens)[*eos];
+    return hf_tokenizer_from_json(doc, where, specials);
+}
+
 }  // namespace
 
 std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view source) {
@@ -98,7 +224,7 @@ std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view so
         // (built in steps: "'" + std::string trips GCC 12's -Wrestrict)
         std::string what = "'";
         what += printable(*kind);
-        what += "' vocabularies are not supported yet (only 'llama', a SentencePiece vocabulary)";
+        what += "' vocabularies are not SentencePiece ones (only 'llama'; 'gpt2' is read by tokenizer_from_gguf)";
         fail(source, KEY_MODEL, what);
     }
 
@@ -212,6 +338,8 @@ std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view so
 }
 
 Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view source) {
+    if (metadata.find_string(KEY_MODEL) == std::optional<std::string_view>("gpt2"))
+        return gguf_bpe_tokenizer(metadata, source);
     return Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source);
 }
 

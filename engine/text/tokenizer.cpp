@@ -1,8 +1,9 @@
-// Tokenizer and Detokenizer: loads a SentencePiece model through
-// libsentencepiece, turns text into ids and ids back into text, keeps the
-// bytes every id stands for, and streams decoded text without ever splitting
-// a UTF-8 character. It must not know chat formats: text given to encode() is
-// plain text and never becomes a control id; special ids come from callers.
+// Tokenizer and Detokenizer: the shared vocabulary table (each id's piece,
+// kind and bytes), added tokens matched in text before a backend sees it,
+// decoding and streaming decoded text without ever splitting a UTF-8
+// character; and the SentencePiece backend, through libsentencepiece. It must
+// not know chat formats: text given to encode() is plain text and never
+// becomes a special id unless the caller asks; special ids come from callers.
 //
 // add_dummy_prefix: SentencePiece applies the dummy prefix ("▁" before the
 // text) in the model's normalizer. To switch it per call, a second processor
@@ -14,15 +15,19 @@
 // tests): control ids give nothing, <unk> gives the unk surface " ⁇ ", a run
 // of byte pieces is decoded as UTF-8 with one U+FFFD per byte that does not
 // start a valid character, and the first piece that is neither control nor
-// byte loses its leading "▁" when nothing was output before it.
+// byte loses its leading "▁" when nothing was output before it. Other
+// backends decode through the same table (the Detokenizer's rules), with
+// byte-level vocabularies joining every token's bytes before UTF-8 decoding.
 #include "engine/text/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 
+#include <cctype>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <system_error>
+#include <unordered_map>
 
 #include "engine/text/protobuf_wire.h"
 #include "profiles/errors.h"
@@ -110,7 +115,22 @@ Utf8Head utf8_head(std::string_view s, size_t* len) {
     return Utf8Head::COMPLETE;
 }
 
-// "<0xAB>" -> 0xAB; -1 when the piece is not in that form.
+std::string replace_space_symbol(std::string_view piece) {
+    std::string out;
+    out.reserve(piece.size());
+    for (size_t i = 0; i < piece.size();) {
+        if (piece.substr(i, SPACE_SYMBOL.size()) == SPACE_SYMBOL) {
+            out += ' ';
+            i += SPACE_SYMBOL.size();
+        } else {
+            out += piece[i++];
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 int byte_piece_value(std::string_view piece) {
     if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
     int value = 0;
@@ -128,23 +148,73 @@ int byte_piece_value(std::string_view piece) {
     return value;
 }
 
-std::string replace_space_symbol(std::string_view piece) {
-    std::string out;
-    out.reserve(piece.size());
-    for (size_t i = 0; i < piece.size();) {
-        if (piece.substr(i, SPACE_SYMBOL.size()) == SPACE_SYMBOL) {
-            out += ' ';
-            i += SPACE_SYMBOL.size();
-        } else {
-            out += piece[i++];
-        }
+// ---- SentencePiece backend ----------------------------------------------------
+
+namespace {
+
+class SentencePieceModel final : public TokenizerModel {
+public:
+    SentencePieceModel(std::string source, std::unique_ptr<sentencepiece::SentencePieceProcessor> sp,
+                       std::unique_ptr<sentencepiece::SentencePieceProcessor> flipped, bool model_dummy_prefix)
+        : source_(std::move(source)),
+          sp_(std::move(sp)),
+          sp_flipped_(std::move(flipped)),
+          model_dummy_prefix_(model_dummy_prefix) {}
+
+    // A text after a matched added token gets no dummy prefix.
+    void encode(std::string_view text, bool at_start, bool add_dummy_prefix, std::vector<int>* ids) const override {
+        const bool prefix = add_dummy_prefix && at_start;
+        const auto& sp = prefix == model_dummy_prefix_ ? *sp_ : *sp_flipped_;
+        std::vector<int> part;
+        if (const auto status = sp.Encode(text, &part); !status.ok())
+            throw MoeError(source_ + ": cannot encode text: " + status_text(status));
+        ids->insert(ids->end(), part.begin(), part.end());
     }
-    return out;
+
+    std::optional<std::string> decode(std::span<const int> ids) const override {
+        std::string text;
+        if (const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text); !status.ok())
+            throw MoeError(source_ + ": cannot decode ids: " + status_text(status));
+        return text;
+    }
+
+private:
+    std::string source_;
+    // The model as stored: decode().
+    std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+    // The same model with the normalizer's add_dummy_prefix flipped, so
+    // encode() can honour both settings; which one sp_ has is model_dummy_prefix_.
+    std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_flipped_;
+    bool model_dummy_prefix_ = true;
+};
+
+bool is_space_byte(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+bool is_word_byte(char c) {
+    const auto b = static_cast<unsigned char>(c);
+    return b >= 0x80 || std::isalnum(b) || c == '_';
 }
 
 }  // namespace
 
+std::optional<std::string> TokenizerModel::decode(std::span<const int>) const {
+    return std::nullopt;
+}
+
 // ---- Tokenizer --------------------------------------------------------------
+
+// piece -> id, and the added tokens as a byte trie (longest match at a position).
+struct Tokenizer::Index {
+    std::unordered_map<std::string_view, int> piece_ids;  // views into vocab_.pieces
+    struct Node {
+        std::unordered_map<unsigned char, int> next;
+        int added = -1;  // index into vocab_.added of the token ending here
+    };
+    std::vector<Node> trie{Node{}};
+    bool has_plain = false;    // a non-special added token (matched in any text)
+    bool has_special = false;  // a special one (matched with SpecialTokens::PARSE)
+};
 
 Tokenizer::Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -166,46 +236,92 @@ Tokenizer Tokenizer::from_bytes(std::string_view serialized, std::string_view so
     const std::string where(source);
     if (serialized.empty()) throw MoeError(where + ": not a SentencePiece model: the file is empty");
 
-    Tokenizer tok;
-    tok.source_ = where;
-    tok.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    if (const auto status = tok.sp_->LoadFromSerializedProto(serialized); !status.ok())
+    auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    if (const auto status = sp->LoadFromSerializedProto(serialized); !status.ok())
         throw MoeError(where + ": not a SentencePiece model: " + status_text(status));
-    const int n = tok.sp_->GetPieceSize();
+    const int n = sp->GetPieceSize();
     if (n <= 0) throw MoeError(where + ": not a SentencePiece model: no pieces");
     // model_with_dummy_prefix() walks the fields and relies on this.
     if (!pb_for_each_field(serialized, [](uint32_t, uint32_t, std::string_view, std::string_view) {}))
         throw MoeError(where + ": not a SentencePiece model: malformed protobuf data");
 
-    tok.model_dummy_prefix_ = model_add_dummy_prefix(serialized);
-    tok.sp_flipped_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    const std::string flipped = model_with_dummy_prefix(serialized, !tok.model_dummy_prefix_);
-    if (const auto status = tok.sp_flipped_->LoadFromSerializedProto(flipped); !status.ok())
+    const bool model_dummy_prefix = model_add_dummy_prefix(serialized);
+    auto flipped = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    if (const auto status = flipped->LoadFromSerializedProto(model_with_dummy_prefix(serialized, !model_dummy_prefix));
+        !status.ok())
         throw MoeError(where + ": not a SentencePiece model: " + status_text(status));
 
-    tok.bytes_.resize(n);
-    tok.kinds_.resize(n);
-    tok.space_first_.resize(n);
+    TokenizerVocab v;
+    v.pieces.resize(n);
+    v.bytes.resize(n);
+    v.kinds.resize(n);
+    v.space_first.resize(n);
+    v.bos = sp->bos_id();
+    v.eos = sp->eos_id();
     for (int id = 0; id < n; ++id) {
-        const std::string& piece = tok.sp_->IdToPiece(id);
-        if (tok.sp_->IsControl(id)) {
-            tok.kinds_[id] = PieceKind::CONTROL;
-        } else if (tok.sp_->IsUnknown(id)) {
-            tok.kinds_[id] = PieceKind::UNKNOWN;
+        const std::string& piece = sp->IdToPiece(id);
+        v.pieces[id] = piece;
+        if (sp->IsControl(id)) {
+            v.kinds[id] = PieceKind::CONTROL;
+            // Matched in text only when the caller parses specials.
+            v.added.push_back(AddedToken{piece, id, true});
+        } else if (sp->IsUnknown(id)) {
+            v.kinds[id] = PieceKind::UNKNOWN;
             // The unk surface lives in the trainer spec; decoding <unk> alone yields it.
-            tok.sp_->Decode(std::vector<int>{id}, &tok.bytes_[id]);
-        } else if (tok.sp_->IsByte(id)) {
+            sp->Decode(std::vector<int>{id}, &v.bytes[id]);
+        } else if (sp->IsByte(id)) {
             const int value = byte_piece_value(piece);
             if (value < 0) throw MoeError(where + ": byte piece " + std::to_string(id) + " is not <0xNN>: " + piece);
-            tok.kinds_[id] = PieceKind::BYTE;
-            tok.bytes_[id] = std::string(1, static_cast<char>(value));
+            v.kinds[id] = PieceKind::BYTE;
+            v.bytes[id] = std::string(1, static_cast<char>(value));
         } else {
-            tok.kinds_[id] = PieceKind::NORMAL;
-            tok.bytes_[id] = replace_space_symbol(piece);
-            tok.space_first_[id] = piece.starts_with(SPACE_SYMBOL);
+            v.kinds[id] = PieceKind::NORMAL;
+            v.bytes[id] = replace_space_symbol(piece);
+            v.space_first[id] = piece.starts_with(SPACE_SYMBOL);
         }
     }
+    return from_parts(
+        where, std::move(v),
+        std::make_unique<SentencePieceModel>(where, std::move(sp), std::move(flipped), model_dummy_prefix));
+}
+
+Tokenizer Tokenizer::from_parts(std::string source, TokenizerVocab vocab, std::unique_ptr<const TokenizerModel> model) {
+    const size_t n = vocab.pieces.size();
+    if (n == 0 || vocab.bytes.size() != n || vocab.kinds.size() != n || vocab.space_first.size() != n)
+        throw MoeError(source + ": tokenizer vocabulary tables of unequal lengths or empty");
+    for (int id : {vocab.bos, vocab.eos})
+        if (id < -1 || id >= int(n))
+            throw MoeError(source + ": special id " + std::to_string(id) + " is outside the vocabulary (size " +
+                           std::to_string(n) + ")");
+    Tokenizer tok;
+    tok.source_ = std::move(source);
+    tok.vocab_ = std::move(vocab);
+    tok.model_ = std::move(model);
+    tok.index_vocab();
     return tok;
+}
+
+void Tokenizer::index_vocab() {
+    index_ = std::make_unique<Index>();
+    index_->piece_ids.reserve(vocab_.pieces.size());
+    for (size_t id = 0; id < vocab_.pieces.size(); ++id) index_->piece_ids.emplace(vocab_.pieces[id], int(id));
+    auto& trie = index_->trie;
+    for (size_t a = 0; a < vocab_.added.size(); ++a) {
+        const AddedToken& t = vocab_.added[a];
+        if (t.id < 0 || t.id >= vocab_size())
+            throw MoeError(source_ + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
+                           ", outside the vocabulary");
+        if (t.content.empty()) continue;
+        (t.special ? index_->has_special : index_->has_plain) = true;
+        int node = 0;
+        for (char c : t.content) {
+            const auto [it, added] = trie[node].next.emplace(static_cast<unsigned char>(c), int(trie.size()));
+            if (added) trie.emplace_back();
+            node = it->second;
+        }
+        // The first of two equal contents wins (as a map from content would).
+        if (trie[node].added < 0) trie[node].added = int(a);
+    }
 }
 
 void Tokenizer::check_id(int id) const {
@@ -214,57 +330,99 @@ void Tokenizer::check_id(int id) const {
                        std::to_string(vocab_size()) + ")");
 }
 
-std::vector<int> Tokenizer::encode(std::string_view text, bool add_dummy_prefix) const {
-    const auto& sp = add_dummy_prefix == model_dummy_prefix_ ? *sp_ : *sp_flipped_;
+void Tokenizer::encode_parts(std::string_view text, bool add_dummy_prefix, bool allow_special,
+                             std::vector<int>* ids) const {
+    const auto& trie = index_->trie;
+    size_t seg = 0;  // start of the text not yet encoded
+    const auto flush = [&](size_t end) {
+        if (end > seg) model_->encode(text.substr(seg, end - seg), seg == 0, add_dummy_prefix, ids);
+    };
+    const bool match = index_->has_plain || (allow_special && index_->has_special);
+    for (size_t pos = 0; match && pos < text.size();) {
+        // The longest allowed added token starting at pos.
+        int best = -1;
+        size_t best_len = 0;
+        int node = 0;
+        for (size_t i = pos; i < text.size(); ++i) {
+            const auto it = trie[node].next.find(static_cast<unsigned char>(text[i]));
+            if (it == trie[node].next.end()) break;
+            node = it->second;
+            const int a = trie[node].added;
+            if (a < 0 || (vocab_.added[a].special && !allow_special)) continue;
+            const AddedToken& t = vocab_.added[a];
+            if (t.single_word &&
+                ((pos > 0 && is_word_byte(text[pos - 1])) || (i + 1 < text.size() && is_word_byte(text[i + 1]))))
+                continue;
+            best = a;
+            best_len = i + 1 - pos;
+        }
+        if (best < 0) {
+            ++pos;
+            continue;
+        }
+        const AddedToken& t = vocab_.added[best];
+        size_t end = pos;
+        if (t.lstrip)
+            while (end > seg && is_space_byte(text[end - 1])) --end;
+        flush(end);
+        ids->push_back(t.id);
+        pos += best_len;
+        if (t.rstrip)
+            while (pos < text.size() && is_space_byte(text[pos])) ++pos;
+        seg = pos;
+    }
+    flush(text.size());
+}
+
+std::vector<int> Tokenizer::encode(std::string_view text, bool add_dummy_prefix, SpecialTokens specials) const {
     std::vector<int> ids;
-    if (const auto status = sp.Encode(text, &ids); !status.ok())
-        throw MoeError(source_ + ": cannot encode text: " + status_text(status));
+    encode_parts(text, add_dummy_prefix, specials == SpecialTokens::PARSE, &ids);
     return ids;
 }
 
 std::string Tokenizer::decode(std::span<const int> ids) const {
     for (int id : ids) check_id(id);
+    if (std::optional<std::string> text = model_->decode(ids)) return std::move(*text);
+    Detokenizer detok(*this, true);
     std::string text;
-    if (const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text); !status.ok())
-        throw MoeError(source_ + ": cannot decode ids: " + status_text(status));
+    for (int id : ids) text += detok.push(id);
+    text += detok.flush();
     return text;
 }
 
 int Tokenizer::vocab_size() const {
-    return static_cast<int>(kinds_.size());
+    return static_cast<int>(vocab_.kinds.size());
 }
 int Tokenizer::bos_id() const {
-    return sp_->bos_id();
+    return vocab_.bos;
 }
 int Tokenizer::eos_id() const {
-    return sp_->eos_id();
+    return vocab_.eos;
 }
 
 int Tokenizer::piece_to_id(std::string_view piece) const {
-    // SentencePiece answers unk_id for an unknown piece; only "<unk>" itself maps there.
-    const int id = sp_->PieceToId(piece);
-    if (id < 0 || id >= vocab_size()) return -1;
-    return sp_->IdToPiece(id) == piece ? id : -1;
+    const auto it = index_->piece_ids.find(piece);
+    return it == index_->piece_ids.end() ? -1 : it->second;
 }
 
 std::string Tokenizer::id_to_piece(int id) const {
     check_id(id);
-    return sp_->IdToPiece(id);
+    return vocab_.pieces[id];
 }
 
 bool Tokenizer::is_control(int id) const {
-    return id >= 0 && id < vocab_size() && kinds_[id] == PieceKind::CONTROL;
+    return id >= 0 && id < vocab_size() && vocab_.kinds[id] == PieceKind::CONTROL;
 }
 bool Tokenizer::is_byte(int id) const {
-    return id >= 0 && id < vocab_size() && kinds_[id] == PieceKind::BYTE;
+    return id >= 0 && id < vocab_size() && vocab_.kinds[id] == PieceKind::BYTE;
 }
 bool Tokenizer::is_unknown(int id) const {
-    return id >= 0 && id < vocab_size() && kinds_[id] == PieceKind::UNKNOWN;
+    return id >= 0 && id < vocab_size() && vocab_.kinds[id] == PieceKind::UNKNOWN;
 }
 
 std::string Tokenizer::token_bytes(int id) const {
     check_id(id);
-    return bytes_[id];
+    return vocab_.bytes[id];
 }
 
 // ---- Detokenizer ------------------------------------------------------------
@@ -294,17 +452,17 @@ std::string Detokenizer::drain(bool end_of_run) {
 
 std::string Detokenizer::push(int id) {
     tokenizer_->check_id(id);
-    using Kind = Tokenizer::PieceKind;
-    const Kind kind = tokenizer_->kinds_[id];
-    if (kind == Kind::CONTROL) return {};
-    const std::string& bytes = tokenizer_->bytes_[id];
-    if (kind == Kind::BYTE) {
+    const TokenizerVocab& v = tokenizer_->vocab_;
+    const PieceKind kind = v.kinds[id];
+    if (kind == PieceKind::CONTROL) return {};
+    const std::string& bytes = v.bytes[id];
+    if (kind == PieceKind::BYTE || (kind == PieceKind::NORMAL && v.byte_level)) {
         pending_ += bytes;
-        at_start_ = false;  // a byte always yields output, so no later piece is first
+        at_start_ = false;  // bytes always yield output, so no later piece is first
         return drain(false);
     }
     std::string out = drain(true);
-    if (at_start_ && strip_ && tokenizer_->space_first_[id]) {
+    if (at_start_ && strip_ && v.space_first[id]) {
         out.append(bytes, 1);
     } else {
         out += bytes;

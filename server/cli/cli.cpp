@@ -13,6 +13,7 @@
 
 #include "cpu_kernels/isa.h"
 #include "engine/devices/calibration_key.h"
+#include "engine/model/model_chat.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
@@ -162,38 +163,47 @@ DeviceOptions parse_device_flags(Args& args) {
     return d;
 }
 
-std::vector<ChatMessage> read_chat_file(const std::string& path) {
-    json j;
+ChatInput read_chat_file(const std::string& path) {
+    nlohmann::ordered_json j;
     try {
-        j = json::parse(file_read_text(path));
+        j = nlohmann::ordered_json::parse(file_read_text(path));
     } catch (const json::exception& e) {
         throw MoeError(path + ": not valid JSON: " + e.what());
     }
-    const json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
+    const nlohmann::ordered_json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
     if (!list.is_array() || list.empty()) throw MoeError(path + ": expected a non-empty \"messages\" array");
-    std::vector<ChatMessage> messages;
+    ChatInput input;
+    input.messages_json = list;
+    if (j.is_object() && j.contains("tools") && !j["tools"].is_null()) {
+        if (!j["tools"].is_array()) throw MoeError(path + ": tools: expected an array");
+        input.tools = j["tools"];
+    }
+    if (j.is_object() && j.contains("chat_template_kwargs")) {
+        if (!j["chat_template_kwargs"].is_object()) throw MoeError(path + ": chat_template_kwargs: expected an object");
+        input.extras = j["chat_template_kwargs"];
+    }
     for (size_t i = 0; i < list.size(); i++) {
-        const json& m = list[i];
+        const nlohmann::ordered_json& m = list[i];
         std::string where = path + ": messages[" + std::to_string(i) + "]";
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
             throw MoeError(where + ": needs a string \"role\"");
         ChatMessage msg{m["role"].get<std::string>(), ""};
-        const json& c = m.value("content", json());
+        const nlohmann::ordered_json& c = m.contains("content") ? m["content"] : nlohmann::ordered_json();
         if (c.is_string()) {
             msg.content = c.get<std::string>();
         } else if (c.is_array()) {
-            for (const json& part : c) {
+            for (const auto& part : c) {
                 if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
                     !part["text"].is_string())
                     throw MoeError(where + ": content parts must be {\"type\":\"text\",\"text\":...}");
                 msg.content += part["text"].get<std::string>();
             }
-        } else {
+        } else if (!(c.is_null() && m.contains("tool_calls"))) {
             throw MoeError(where + ": \"content\" must be a string or an array of text parts");
         }
-        messages.push_back(std::move(msg));
+        input.messages.push_back(std::move(msg));
     }
-    return messages;
+    return input;
 }
 
 namespace {
@@ -276,7 +286,7 @@ int cli_generate(const std::vector<std::string>& words) {
     request.ignore_eos = args.flag("--ignore-eos");
     options.device = parse_device_flags(args);
     apply_isa_flag(args);
-    std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
+    ChatInput messages = chat ? read_chat_file(*chat) : ChatInput{};
     args.finish();
 
     Engine engine(options);
@@ -287,8 +297,11 @@ int cli_generate(const std::vector<std::string>& words) {
         request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
         request.continues_prompt = true;
     } else {
-        if (user) messages = {{"user", *user}};
-        request.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
+        if (user) {
+            messages.messages = {{"user", *user}};
+            messages.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", *user}}});
+        }
+        request.prompt = engine.chat_prompt(messages).ids;
     }
     if (beam.width > 0) {
         BeamRequest b = beam_request_from(request, beam.width, beam.length_penalty, beam.num_return);
@@ -319,20 +332,22 @@ int cli_tokenize(const std::vector<std::string>& words) {
     auto chat = args.get("--chat");
     bool no_bos = args.flag("--no-bos");
     if (bool(text) == bool(chat)) throw MoeError("give exactly one of --text TEXT or --chat FILE.json");
-    std::vector<ChatMessage> messages = chat ? read_chat_file(*chat) : std::vector<ChatMessage>{};
+    ChatInput messages = chat ? read_chat_file(*chat) : ChatInput{};
     args.finish();
     ModelConfig config = model_source_config(source);
     Tokenizer tokenizer = model_source_tokenizer(source, config);
     std::vector<int> tokens;
+    // The tokenizer's BOS: a vocabulary without one (Qwen's) starts with the text.
+    const int bos = tokenizer.bos_id();
     if (text) {
         tokens = tokenizer.encode(*text);
-        if (!no_bos) tokens.insert(tokens.begin(), config.bos_token_id);
+        if (!no_bos && bos >= 0) tokens.insert(tokens.begin(), bos);
     } else {
         std::string warning;
-        ChatTemplate tmpl = model_source_chat_template(source, &warning);
+        const ModelChat model_chat(source, tokenizer, &warning);
         if (!warning.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", warning.c_str());
-        tokens = tmpl.encode(tokenizer, messages);
-        if (no_bos && !tokens.empty() && tokens[0] == config.bos_token_id) tokens.erase(tokens.begin());
+        tokens = model_chat.prompt(tokenizer, messages).ids;
+        if (no_bos && !tokens.empty() && tokens[0] == bos) tokens.erase(tokens.begin());
     }
     std::printf("%s\n", json{{"tokens", tokens}}.dump().c_str());
     return 0;

@@ -39,6 +39,8 @@ DeviceOptions parse_device_flags(Args& args);
 int parse_gpu_device_flag(Args& args, bool* given = nullptr);
 // One stderr line: where experts ran, copies, hit rate, predicted vs measured.
 std::string execution_stats_line(const ExecutionStats& stats);
-// A chat file: {"messages": [...]} or a bare array of {role, content}; content
-// is a string or an array of {"type":"text","text":...} parts.
-std::vector<ChatMessage> read_chat_file(const std::string& path);
+// A chat file: {"messages": [...], "tools": [...], "chat_template_kwargs":
+// {...}} (tools and kwargs optional) or a bare array of {role, content};
+// content is a string, an array of {"type":"text","text":...} parts, or null
+// beside tool_calls. The messages are kept as written for a Jinja template.
+ChatInput read_chat_file(const std::string& path);

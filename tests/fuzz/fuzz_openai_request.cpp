@@ -25,7 +25,7 @@ void parse(F f) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string body = fuzz_text(data, size);
     if (!utf8_valid(utf8_sanitize(body))) std::abort();
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     bool ok = false;
     parse([&] {
         j = parse_json_body(body);

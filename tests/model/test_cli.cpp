@@ -121,6 +121,31 @@ TEST_CASE("tokenize --chat reproduces Mistral's reference ids", "[cli]") {
     REQUIRE(json::parse(n.out)["tokens"] == json::array({22557, 1526}));
 }
 
+TEST_CASE("tokenize --model DIR with only tokenizer.json: text and Jinja-rendered chats", "[cli]") {
+    const fs::path dir = tokenizer_json_model_dir(
+        "tokenize-json", read_file(shared_data_dir() / "chat_templates" / "Qwen-Qwen3-0.6B.jinja"));
+    // No BOS: the vocabulary has none (tokenizer_config.json's bos_token is null).
+    CommandResult t = moe({"tokenize", "--model", dir.string(), "--text", "the the"});
+    INFO(t.err);
+    REQUIRE(t.exit_code == 0);
+    CHECK(json::parse(t.out)["tokens"] == json::array({116, 257, 258}));
+    // A chat file: rendered by the template, its <|im_start|> / <|im_end|> as ids,
+    // chat_template_kwargs reaching it.
+    const fs::path chat = dir / "chat.json";
+    std::ofstream(chat) << R"({"messages":[{"role":"user","content":"the"}],
+                               "chat_template_kwargs":{"enable_thinking":false}})";
+    CommandResult c = moe({"tokenize", "--model", dir.string(), "--chat", chat.string()});
+    INFO(c.err);
+    REQUIRE(c.exit_code == 0);
+    const std::vector<int> got = json::parse(c.out)["tokens"];
+    REQUIRE(got.size() > 4);
+    CHECK(got[0] == 260);
+    CHECK(std::count(got.begin(), got.end(), 260) == 2);
+    CHECK(std::count(got.begin(), got.end(), 261) == 1);
+    CHECK(std::count(got.begin(), got.end(), 262) == 1);  // <think>, an added token
+    CHECK(std::count(got.begin(), got.end(), 263) == 1);
+}
+
 TEST_CASE("perplexity --json agrees with the reference model", "[cli]") {
     fs::path dir = test_model_dir("tiny");
     fs::path text = test_temp_dir("ppl") / "text.txt";
@@ -266,11 +291,21 @@ fs::path tiny_with_vocab(const std::string& tag, int vocab) {
 
 }  // namespace
 
-TEST_CASE("a vocab_size the tokenizer does not match is refused at load", "[cli]") {
-    // Larger: ids the tokenizer cannot decode could be generated mid-reply.
+TEST_CASE("a vocab_size padded above the tokenizer loads; a smaller one is refused", "[cli]") {
+    // Larger (Qwen's padding): the ids above the tokenizer's are never generated.
     fs::path big = tiny_with_vocab("vocab-big", 32064);
-    require_clean_error(moe({"generate", "--model", big.string(), "--prompt", "hi", "--max-tokens", "4"}),
-                        (big / "config.json").string() + ": vocab_size 32064 is larger than the 32000 pieces");
+    for (const std::vector<std::string>& how :
+         {std::vector<std::string>{"--temperature", "2"}, std::vector<std::string>{"--beam-width", "2"}}) {
+        std::vector<std::string> args = {"generate", "--model",      big.string(), "--prompt",
+                                         "hi",       "--max-tokens", "16",         "--ignore-eos"};
+        args.insert(args.end(), how.begin(), how.end());
+        CommandResult r = moe(args);
+        INFO(r.err);
+        CHECK(r.exit_code == 0);
+    }
+    // Prompt ids are the tokenizer's.
+    CommandResult t = moe({"tokenize", "--model", big.string(), "--text", "Hello world"});
+    CHECK(json::parse(t.out)["tokens"] == json::array({1, 22557, 1526}));
     // Smaller: the tokenizer's ids would index past the embeddings.
     fs::path small = tiny_with_vocab("vocab-small", 31000);
     require_clean_error(moe({"generate", "--model", small.string(), "--prompt", "hi", "--max-tokens", "4"}),

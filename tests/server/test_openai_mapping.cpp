@@ -122,9 +122,14 @@ TEST_CASE("chat requests parse into native options", "[server]") {
         {"top_logprobs", 3},
         {"n", 1}};
     ChatRequest r = chat_request_parse(body, 100);
-    REQUIRE(r.messages.size() == 2);
-    CHECK(r.messages[0].role == "system");
-    CHECK(r.messages[1].content == "a\nb");
+    REQUIRE(r.chat.messages.size() == 2);
+    CHECK(r.chat.messages[0].role == "system");
+    CHECK(r.chat.messages[1].content == "a\nb");
+    // As sent, for a Jinja template: content parts and key order kept; no tools, no extras.
+    CHECK(r.chat.messages_json.dump() == body["messages"].dump());
+    CHECK(r.chat.tools.is_null());
+    CHECK(r.chat.extras.empty());
+    CHECK(r.chat.add_generation_prompt);
     CHECK(r.options.max_tokens == 7);
     CHECK(r.options.sampling.temperature == Approx(0.5));
     CHECK(r.options.sampling.top_p == Approx(0.9));
@@ -141,11 +146,29 @@ TEST_CASE("chat requests parse into native options", "[server]") {
 
     json minimal = {{"messages", {{{"role", "developer"}, {"content", "s"}}, {{"role", "user"}, {"content", "u"}}}}};
     ChatRequest m = chat_request_parse(minimal, 100);
-    CHECK(m.messages[0].role == "system");
+    CHECK(m.chat.messages[0].role == "system");
+    CHECK(m.chat.messages_json[0]["role"] == "developer");
     CHECK_FALSE(m.options.max_tokens);
     CHECK(m.options.top_logprobs == -1);
     CHECK_FALSE(m.options.stream);
     CHECK(m.options.cache_prompt);
+}
+
+TEST_CASE("chat requests carry tools and template variables in order", "[server]") {
+    const nlohmann::ordered_json body = nlohmann::ordered_json::parse(R"({"messages":[
+        {"role":"user","content":"w?"},
+        {"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":{"z":1,"a":2}}}]},
+        {"role":"tool","content":"sunny","name":"f"}],
+        "tools":[{"type":"function","function":{"name":"f","parameters":{"z":{},"a":{}}}}],
+        "enable_thinking":true,"chat_template_kwargs":{"enable_thinking":false,"x":[1]},
+        "add_generation_prompt":false})");
+    const ChatRequest r = chat_request_parse(body, 64);
+    CHECK(r.chat.messages_json.dump() == body["messages"].dump());
+    CHECK(r.chat.tools.dump() == body["tools"].dump());
+    CHECK(r.chat.extras.dump() == R"({"enable_thinking":false,"x":[1]})");
+    CHECK_FALSE(r.chat.add_generation_prompt);
+    CHECK(r.chat.messages[2].role == "tool");
+    CHECK(r.chat.messages[1].content.empty());
 }
 
 TEST_CASE("chat request errors name the parameter", "[server]") {
@@ -153,7 +176,12 @@ TEST_CASE("chat request errors name the parameter", "[server]") {
     json user = {{{"role", "user"}, {"content", "hi"}}};
     CHECK(chat(json::object()).param == "messages");
     CHECK(chat({{"messages", json::array()}}).code == "empty_array");
-    CHECK(chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}).param == "messages[0].role");
+    CHECK(chat({{"messages", {{{"role", "function"}, {"content", "x"}}}}}).param == "messages[0].role");
+    CHECK(chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}).status == 0);
+    CHECK(chat({{"messages", user}, {"tools", {{"type", "function"}}}}).code == "invalid_type");
+    CHECK(chat({{"messages", user}, {"chat_template_kwargs", 1}}).param == "chat_template_kwargs");
+    CHECK(chat({{"messages", user}, {"chat_template_kwargs", {{"tools", json::array()}}}}).param ==
+          "chat_template_kwargs");
     CHECK(chat({{"messages", user}, {"max_tokens", 65}}).param == "max_tokens");
     CHECK(chat({{"messages", user}, {"max_tokens", 0}}).status == 400);
     CHECK(chat({{"messages", user}, {"n", 2}}).param == "n");

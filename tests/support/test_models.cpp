@@ -1,11 +1,15 @@
 // On-demand synthetic models for tests (kept apart from test_support.cpp so
 // tests that need no model do not link the synth-model writer).
-#include <filesystem>
-#include <string>
-#include <system_error>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <system_error>
+
 #include "engine/model/synth_model.h"
+#include "engine/text/hf_tokenizer.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -27,3 +31,54 @@ fs::path test_model_dir(const std::string& preset, unsigned seed) {
     return dir;
 }
 
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Byte-level BPE: the 256 byte characters, merges "Ġ t", "h e", "Ġt he", and
+// Qwen's added tokens from id 259 (<think> not special, as in Qwen3's
+// tokenizer.json).
+ojson byte_level_tokenizer_json() {
+    ojson vocab = ojson::object();
+    for (int b = 0; b < 256; b++) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
+    const std::string space = byte_level_char(' ');
+    vocab[space + "t"] = 256;
+    vocab["he"] = 257;
+    vocab[space + "the"] = 258;
+    ojson added = ojson::array();
+    int id = 259;
+    for (const char* t : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}) {
+        const bool special = std::string_view(t).starts_with("<|");
+        added.push_back({{"id", id++}, {"content", t}, {"special", special}});
+    }
+    return {{"added_tokens", added},
+            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"model",
+             {{"type", "BPE"}, {"vocab", vocab}, {"merges", ojson::array({space + " t", "h e", space + "t he"})}}}};
+}
+
+void write_text_file(const fs::path& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    if (!out) throw std::runtime_error(path.string() + ": cannot write");
+}
+
+}  // namespace
+
+fs::path tokenizer_json_model_dir(const std::string& tag, const std::string& chat_template) {
+    const fs::path tiny = test_model_dir("tiny");
+    const fs::path dir = test_temp_dir(tag);
+    fs::copy_file(tiny / "model.safetensors", dir / "model.safetensors");
+    ojson config = ojson::parse(read_file(tiny / "config.json"));
+    config["bos_token_id"] = 259;  // <|endoftext|>
+    config["eos_token_id"] = 261;  // <|im_end|>
+    write_text_file(dir / "config.json", config.dump(2));
+    write_text_file(dir / "tokenizer.json", byte_level_tokenizer_json().dump());
+    const ojson tc = {{"chat_template", chat_template},
+                      {"eos_token", "<|im_end|>"},
+                      {"pad_token", "<|endoftext|>"},
+                      {"bos_token", nullptr}};
+    write_text_file(dir / "tokenizer_config.json", tc.dump(2));
+    return dir;
+}

@@ -14,6 +14,16 @@ std::filesystem::path shared_data_dir();
 // test processes ask at once (written to a temporary name, then renamed).
 std::filesystem::path test_model_dir(const std::string& preset, unsigned seed = 1);
 
+// A model folder whose tokenizer is only tokenizer.json, in a fresh
+// test_temp_dir(tag): the tiny model's weights and config.json (vocab_size
+// 32000, so padded far above the tokenizer), a hand-made byte-level BPE of
+// 264 ids (the 256 bytes; merges giving 256 "Ġt", 257 "he", 258 "Ġthe";
+// 259 <|endoftext|> (BOS in config.json), 260 <|im_start|>, 261 <|im_end|>
+// (EOS), 262 <think>, 263 </think>, the last two not special), and
+// tokenizer_config.json with `chat_template`, eos_token <|im_end|>, no
+// bos_token.
+std::filesystem::path tokenizer_json_model_dir(const std::string& tag, const std::string& chat_template);
+
 // A fresh empty folder under <build>/test-tmp/, named after `tag`.
 std::filesystem::path test_temp_dir(const std::string& tag);
 

@@ -28,8 +28,10 @@ namespace tokenizer_test {
 std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path);
 std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip);
 const std::vector<std::string>& sample_texts();
+std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path);
 }  // namespace tokenizer_test
 
+using tokenizer_test::read_vocab_test_outputs;
 using tokenizer_test::stream;
 
 namespace {
@@ -37,19 +39,6 @@ namespace {
 Tokenizer tokenizer_of(const fs::path& path) {
     const GgufFile gguf(path);
     return tokenizer_from_gguf(gguf.metadata(), path.string());
-}
-
-// llama.cpp's expected ids: one line per case, ids separated by spaces.
-std::vector<std::vector<int>> read_vocab_test_outputs(const fs::path& path) {
-    std::ifstream in(path);
-    std::vector<std::vector<int>> out;
-    for (std::string line; std::getline(in, line);) {
-        std::vector<int> ids;
-        std::istringstream words(line);
-        for (int id; words >> id;) ids.push_back(id);
-        out.push_back(ids);
-    }
-    return out;
 }
 
 // A small "llama" vocabulary without byte tokens: encode("ab a") merges
@@ -302,7 +291,10 @@ TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const std::vector<Case> cases = {
         {without(good, "tokenizer.ggml.model"), "tokenizer.ggml.model: missing key"},
-        {with(good, "tokenizer.ggml.model", "gpt2"), "tokenizer.ggml.model: 'gpt2' vocabularies are not supported yet"},
+        {with(good, "tokenizer.ggml.model", "gpt2"),
+         "tokenizer.ggml.merges: missing key (a gpt2 vocabulary needs its merges)"},
+        {with(good, "tokenizer.ggml.model", "bert"),
+         "tokenizer.ggml.model: 'bert' vocabularies are not SentencePiece ones"},
         {with(good, "tokenizer.ggml.model", uint32_t(1)), "tokenizer.ggml.model: "},
         {without(good, "tokenizer.ggml.tokens"), "tokenizer.ggml.tokens: missing key"},
         {with(good, "tokenizer.ggml.tokens", std::vector<uint32_t>{1, 2}), "tokenizer.ggml.tokens: "},
@@ -363,12 +355,5 @@ TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key
     for (const Case& c : cases) {
         INFO(c.what);
         check_error_line(error_of(c.md), path, c.what);
-    }
-
-    // llama.cpp's GPT-2 BPE vocabulary files.
-    for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf"}) {
-        const fs::path real = shared_data_dir() / "reference/llama-cpp-vocab" / name;
-        check_error_line(moe_error_of([&] { tokenizer_of(real); }), real,
-                         "tokenizer.ggml.model: 'gpt2' vocabularies are not supported yet");
     }
 }

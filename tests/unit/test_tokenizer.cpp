@@ -52,6 +52,19 @@ std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& pat
     return out;
 }
 
+// llama.cpp's expected ids: one line per case, ids separated by spaces.
+std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    std::vector<std::vector<int>> out;
+    for (std::string line; std::getline(in, line);) {
+        std::vector<int> ids;
+        std::istringstream words(line);
+        for (int id; words >> id;) ids.push_back(id);
+        out.push_back(ids);
+    }
+    return out;
+}
+
 const Tokenizer& mistral() {
     static const Tokenizer tok = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-v1.model");
     return tok;
@@ -397,4 +410,19 @@ TEST_CASE("Detokenizer matches SentencePiece on random id sequences", "[tokenize
         INFO("trial " << trial);
         REQUIRE(stream(tok, ids) == tok.decode(ids));
     }
+}
+
+TEST_CASE("Tokenizer parses control pieces in text only when asked", "[tokenizer]") {
+    const Tokenizer& tok = extended();
+    const int im_start = tok.piece_to_id("<|im_start|>"), eos = tok.eos_id();
+    const std::string text = "<|im_start|>user hi</s>";
+    const std::vector<int> plain = tok.encode(text);
+    for (int id : plain) CHECK_FALSE(tok.is_control(id));
+    const std::vector<int> parsed = tok.encode(text, true, SpecialTokens::PARSE);
+    REQUIRE(parsed.size() >= 3);
+    CHECK(parsed.front() == im_start);
+    CHECK(parsed.back() == eos);
+    // The text between them is encoded as a text after a special token: no dummy prefix.
+    const std::vector<int> middle(parsed.begin() + 1, parsed.end() - 1);
+    CHECK(middle == tok.encode("user hi", false));
 }

@@ -294,6 +294,11 @@ group('chat', () => {
     assert.equal(await page.locator('#messages article.msg').count(), 4);
     await page.getByRole('button', { name: 'Settings', exact: true }).click();
     assert.equal(await page.getByLabel('Max tokens').inputValue(), '160', 'settings persisted');
+    assert.equal(
+      await page.locator('#set-template').textContent(),
+      'Chat template: mistral (built-in; jinja (tokenizer_config.json) for tools)',
+      "the model's template family is shown",
+    );
     await page.getByRole('button', { name: 'Cancel', exact: true }).click();
     assert_clean(problems);
     await page.close();

@@ -65,9 +65,10 @@ export async function api_health() {
   }
 }
 
+// The served models: [{id, meta}] (meta: n_ctx, chat_template, ... once loaded).
 export async function api_models(api_key) {
   const body = await get_json('/v1/models', api_key);
-  return Array.isArray(body?.data) ? body.data.map((m) => m.id) : [];
+  return Array.isArray(body?.data) ? body.data.map((m) => ({ id: m.id, meta: m.meta ?? null })) : [];
 }
 
 export function api_experts(api_key) {

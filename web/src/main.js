@@ -51,6 +51,7 @@ class App {
     this.conversations = conversations_load();
     this.current = this.conversations.find((c) => c.id === current_id_load()) ?? null;
     this.model = null;
+    this.model_meta = null; // /v1/models' meta of this.model (n_ctx, chat_template, ...)
     this.health = 'checking';
     this.auth_problem = null; // message while /v1/models answers 401/403
     this.gen = null; // {conv, index, controller, stopped}
@@ -174,8 +175,9 @@ class App {
 
   async load_models() {
     try {
-      const ids = await api_models(this.settings.api_key);
-      this.model = ids[0] ?? null;
+      const models = await api_models(this.settings.api_key);
+      this.model = models[0]?.id ?? null;
+      this.model_meta = models[0]?.meta ?? null;
       this.auth_problem = null;
     } catch (err) {
       this.auth_problem = err instanceof ApiError && (err.status === 401 || err.status === 403) ? err.message : null;
@@ -579,6 +581,9 @@ class App {
 
   open_settings() {
     this.fill_settings_form(this.settings);
+    // How the server renders chats for this model (its Jinja template or a built-in family).
+    const template = this.model_meta?.chat_template;
+    $('set-template').textContent = template ? `Chat template: ${template}` : '';
     this.els.dialog.showModal();
   }
 

@@ -1,0 +1,158 @@
+// ModelChat: which template renders a chat request, and the Jinja path's
+// tokenization (see model_chat.h).
+#include "engine/model/model_chat.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+
+namespace {
+
+// A special token's text found in a request's own strings is replaced, before
+// rendering, by U+10FFFD and U+10FF00 + its index among those found, and
+// tokenized as plain text afterwards: only what the template writes becomes
+// a special id.
+constexpr char32_t MARK = 0x10FFFD, FIRST = 0x10FF00;
+constexpr size_t MAX_FOUND = 0xFD;
+
+std::string utf8_4(char32_t c) {
+    return {char(0xF0 | (c >> 18)), char(0x80 | ((c >> 12) & 0x3F)), char(0x80 | ((c >> 6) & 0x3F)),
+            char(0x80 | (c & 0x3F))};
+}
+
+const std::string& mark() {
+    static const std::string m = utf8_4(MARK);
+    return m;
+}
+
+std::string placeholder(size_t k) {
+    return mark() + utf8_4(FIRST + char32_t(k));
+}
+
+// k of the character after a mark (4 bytes of UTF-8); SIZE_MAX for another one.
+size_t placeholder_index(std::string_view c) {
+    const auto b = [&](size_t i) { return char32_t(uint8_t(c[i])); };
+    const char32_t cp = ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+    return cp >= FIRST && cp < FIRST + MAX_FOUND && c == utf8_4(cp) ? size_t(cp - FIRST) : SIZE_MAX;
+}
+
+// Replaces the special tokens' texts (longest first) in every string value.
+void escape_specials(nlohmann::ordered_json& v, const std::vector<std::string>& specials,
+                     std::vector<std::string>& found) {
+    if (v.is_array() || v.is_object()) {
+        for (auto& x : v) escape_specials(x, specials, found);
+        return;
+    }
+    if (!v.is_string()) return;
+    std::string& text = v.get_ref<std::string&>();
+    for (const std::string& special : specials) {
+        size_t at = text.find(special);
+        if (at == std::string::npos) continue;
+        auto it = std::find(found.begin(), found.end(), special);
+        if (it == found.end()) {
+            if (found.size() == MAX_FOUND)
+                throw MoeError("chat template: too many kinds of special tokens in the text");
+            found.push_back(special);
+            it = found.end() - 1;
+        }
+        const std::string ph = placeholder(size_t(it - found.begin()));
+        for (; at != std::string::npos; at = text.find(special, at + ph.size())) text.replace(at, special.size(), ph);
+    }
+}
+
+}  // namespace
+
+ModelChat::ModelChat(const ModelSource& source, const Tokenizer& tokenizer, std::string* warning)
+    : builtin_(model_source_chat_template(source, warning)) {
+    for (const AddedToken& t : tokenizer.added_tokens())
+        if (t.special && !t.content.empty()) specials_.push_back(t.content);
+    std::sort(specials_.begin(), specials_.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    const bool recognised = warning->empty();
+    try {
+        jinja_ = model_source_jinja_chat(source, tokenizer, &origin_);
+    } catch (const MoeError& e) {
+        *warning += (warning->empty() ? "" : "; ") + std::string(e.what()) + "; chats use the " +
+                    chat_family_name(builtin_.family()) + " built-in renderer";
+        return;
+    }
+    if (!jinja_) return;
+    if (!recognised) warning->clear();  // the Jinja template renders what detection did not know
+    builtin_plain_ = recognised && builtin_.family() == ChatFamily::MISTRAL;
+}
+
+bool ModelChat::uses_jinja(const ChatInput& chat) const {
+    if (!jinja_) return false;
+    if (!builtin_plain_) return true;
+    if (!chat.tools.empty() || !chat.extras.empty() || !chat.add_generation_prompt) return true;
+    for (const ChatMessage& m : chat.messages)
+        if (m.role != "system" && m.role != "user" && m.role != "assistant") return true;
+    for (const auto& m : chat.messages_json)
+        if (m.is_object() && m.contains("tool_calls") && !m["tool_calls"].empty()) return true;
+    return false;
+}
+
+std::string ModelChat::render_jinja(const ChatInput& chat, std::vector<std::string>* found) const {
+    try {
+        nlohmann::ordered_json messages = chat.messages_json, tools = chat.tools, extras = chat.extras;
+        escape_specials(messages, specials_, *found);
+        escape_specials(tools, specials_, *found);
+        escape_specials(extras, specials_, *found);
+        return jinja_->render(messages, tools, chat.add_generation_prompt, extras);
+    } catch (const MoeError& e) {
+        throw ChatTemplateError(e.what());
+    }
+}
+
+ChatPrompt ModelChat::prompt(const Tokenizer& tokenizer, const ChatInput& chat) const {
+    if (!uses_jinja(chat)) return builtin_.render(tokenizer, chat.messages, chat.add_generation_prompt);
+    std::vector<std::string> found;
+    const std::string text = render_jinja(chat, &found);
+    ChatPrompt prompt;
+    // The template's text with its special tokens as ids; the request's own
+    // special-token texts (placeholders) as plain text.
+    size_t from = 0;
+    while (from < text.size()) {
+        const size_t at = found.empty() ? std::string::npos : text.find(mark(), from);
+        const size_t end = at == std::string::npos ? text.size() : at;
+        if (end > from) {
+            const std::vector<int> ids =
+                tokenizer.encode(std::string_view(text).substr(from, end - from), from == 0, SpecialTokens::PARSE);
+            prompt.ids.insert(prompt.ids.end(), ids.begin(), ids.end());
+        }
+        if (at == std::string::npos) break;
+        const size_t k = at + 8 <= text.size() ? placeholder_index(std::string_view(text).substr(at + 4, 4)) : SIZE_MAX;
+        if (k < found.size() && text.compare(at, 8, placeholder(k)) == 0) {
+            const std::vector<int> ids = tokenizer.encode(found[k], at == 0, SpecialTokens::AS_TEXT);
+            prompt.ids.insert(prompt.ids.end(), ids.begin(), ids.end());
+            from = at + 8;
+        } else {  // a mark the request itself wrote: plain text
+            const std::vector<int> ids = tokenizer.encode(mark(), at == 0, SpecialTokens::AS_TEXT);
+            prompt.ids.insert(prompt.ids.end(), ids.begin(), ids.end());
+            from = at + mark().size();
+        }
+    }
+    prompt.spans.push_back({0, prompt.ids.size(), -1, false});
+    return prompt;
+}
+
+std::string ModelChat::text(const ChatInput& chat) const {
+    if (uses_jinja(chat)) {
+        std::vector<std::string> found;
+        std::string text = render_jinja(chat, &found);
+        for (size_t k = 0; k < found.size(); k++) {
+            const std::string ph = placeholder(k);
+            for (size_t at = text.find(ph); at != std::string::npos; at = text.find(ph, at + found[k].size()))
+                text.replace(at, ph.size(), found[k]);
+        }
+        return text;
+    }
+    return builtin_.render_text(chat.messages, chat.add_generation_prompt);
+}
+
+std::string ModelChat::name() const {
+    const std::string family = chat_family_name(builtin_.family());
+    if (!jinja_) return family + " (built-in)";
+    const std::string jinja = "jinja (" + origin_ + ")";
+    return builtin_plain_ ? family + " (built-in; " + jinja + " for tools)" : jinja;
+}

@@ -1,0 +1,61 @@
+// A model's chat rendering: its built-in template family (ChatTemplate) and
+// its Jinja chat_template (JinjaChat) when it has one, and which of the two
+// renders a request. A Jinja template renders by default, and its text is
+// tokenized with the model's rules: the special tokens it writes become
+// their ids (SpecialTokens::PARSE), no BOS is added (templates write their
+// own, as transformers' apply_chat_template leaves it). A special token's
+// text inside the request's own strings (message content, tool results,
+// tools, template variables) stays text: it is replaced by a private-use
+// placeholder (U+10FFFD U+10FFxx) before rendering and tokenized as plain
+// text after (unlike apply_chat_template, which parses it). Exception: a
+// template the built-in detection knows as Mistral's renders plain
+// conversations (no tools, tool messages or tool calls, no template
+// variables, a generation prompt) with the built-in renderer, whose ids are
+// mistral-common's; its Jinja template renders the rest. Models without a
+// template use the built-in renderer. Shared by the Engine (chat requests)
+// and `moe-server tokenize --chat`. Must not run the model.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_source.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/jinja_chat.h"
+#include "engine/text/tokenizer.h"
+
+class ModelChat {
+public:
+    // Loads both. *warning: the built-in detection's fallback note (cleared
+    // when a Jinja template renders instead), or a Jinja template that does
+    // not parse (the built-in renderer then renders every chat).
+    ModelChat(const ModelSource& source, const Tokenizer& tokenizer, std::string* warning);
+
+    const ChatTemplate& builtin() const { return builtin_; }
+    bool has_jinja() const { return jinja_.has_value(); }
+    // Whether the Jinja template renders this request.
+    bool uses_jinja(const ChatInput& chat) const;
+    // The Jinja rendering: one span (message -1), so no reply is carried by
+    // its generated ids. With the built-in renderer: ChatTemplate::render.
+    // ChatTemplateError for a Jinja template's error; MoeError as
+    // ChatTemplate::render throws. Thread-safe (const).
+    ChatPrompt prompt(const Tokenizer& tokenizer, const ChatInput& chat) const;
+    // The prompt text: the Jinja rendering, or the built-in renderer's text
+    // with special tokens spelled out.
+    std::string text(const ChatInput& chat) const;
+    // For the UI: "jinja (tokenizer_config.json)", "jinja (GGUF
+    // tokenizer.chat_template)", "mistral (built-in; jinja
+    // (tokenizer_config.json) for tools)", "chatml (built-in)" ...
+    std::string name() const;
+
+private:
+    // The Jinja rendering, with the special tokens' texts in the request's
+    // own strings replaced by placeholders (*found: those texts by index).
+    std::string render_jinja(const ChatInput& chat, std::vector<std::string>* found) const;
+
+    ChatTemplate builtin_;
+    std::optional<JinjaChat> jinja_;
+    std::string origin_;
+    bool builtin_plain_ = false;         // a Mistral template: plain chats by the built-in renderer
+    std::vector<std::string> specials_;  // the special added tokens' texts, longest first
+};

@@ -1,0 +1,395 @@
+// Tests of the tokenizer.json reader and BPE backend (engine/text/hf_tokenizer.h)
+// and of GGUF "gpt2" vocabularies: llama.cpp's reference ids for its GPT-2
+// and DeepSeek-LLM vocab GGUFs (byte-level BPE with the GPT-2 and DeepSeek
+// pre-tokenizer regexes); Mistral v3's tokenizer.json against its
+// tokenizer.model.v3 through libsentencepiece on every shared prompt file;
+// added and special tokens matched only when allowed; the normalizer and
+// pre-tokenizer steps on small documents written here; streaming of
+// byte-level tokens that split characters; and malformed documents refused in
+// one line naming the key.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_source.h"
+#include "engine/text/gguf_tokenizer.h"
+#include "engine/text/hf_tokenizer.h"
+#include "profiles/errors.h"
+#include "profiles/prompts.h"
+#include "support/test_support.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Test helpers defined in test_tokenizer.cpp.
+namespace tokenizer_test {
+std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path);
+std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path);
+std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip);
+const std::vector<std::string>& sample_texts();
+bool valid_utf8(std::string_view s);
+}  // namespace tokenizer_test
+
+using tokenizer_test::stream;
+
+namespace {
+
+Tokenizer gguf_tokenizer(const fs::path& path) {
+    const GgufFile gguf(path);
+    return tokenizer_from_gguf(gguf.metadata(), path.string());
+}
+
+const Tokenizer& mistral_v3_json() {
+    static const Tokenizer tok = hf_tokenizer_load_dir(shared_data_dir() / "tokenizers/mistral-7b-instruct-v0.3");
+    return tok;
+}
+
+std::string message_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const MoeError& e) {
+        return e.what();
+    }
+    return "(no MoeError)";
+}
+
+// A small byte-level BPE document: the letters a-e and space (as "Ġ"),
+// merges a+b, ab+c, Ġ+a; "<|end|>" special, "<tool>" not.
+json small_doc() {
+    json vocab = json::object();
+    int id = 0;
+    for (const char* t : {"a", "b", "c", "d", "e", "\xC4\xA0", "ab", "abc",
+                          "\xC4\xA0"
+                          "a"})
+        vocab[t] = id++;
+    return {
+        {"model",
+         {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b", json::array({"ab", "c"}), "\xC4\xA0 a"})}}},
+        {"added_tokens", json::array({{{"id", 9}, {"content", "<|end|>"}, {"special", true}},
+                                      {{"id", 10}, {"content", "<tool>"}, {"special", false}, {"rstrip", true}}})},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+    };
+}
+
+}  // namespace
+
+TEST_CASE("hf tokenizer: llama.cpp's reference ids for byte-level BPE vocabularies", "[hf_tokenizer]") {
+    const fs::path dir = shared_data_dir() / "reference/llama-cpp-vocab";
+    struct Vocab {
+        const char* name;
+        int size, bos, eos;
+    };
+    for (const Vocab& v : {Vocab{"ggml-vocab-gpt-2.gguf", 50257, 50256, 50256},
+                           Vocab{"ggml-vocab-deepseek-llm.gguf", 102400, 100000, 100001}}) {
+        INFO(v.name);
+        const Tokenizer tok = gguf_tokenizer(dir / v.name);
+        CHECK(tok.vocab_size() == v.size);
+        CHECK(tok.bos_id() == v.bos);
+        CHECK(tok.eos_id() == v.eos);
+        CHECK(tok.is_control(v.eos));
+        const auto inputs = tokenizer_test::read_vocab_test_inputs(dir / (std::string(v.name) + ".inp"));
+        const auto expected = tokenizer_test::read_vocab_test_outputs(dir / (std::string(v.name) + ".out"));
+        REQUIRE(inputs.size() == 46);
+        REQUIRE(inputs.size() == expected.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            INFO("case " << i << ": \"" << inputs[i] << "\"");
+            CHECK(tok.encode(inputs[i]) == expected[i]);
+            CHECK(tok.decode(expected[i]) == inputs[i]);
+            CHECK(stream(tok, expected[i], true) == inputs[i]);
+        }
+    }
+}
+
+TEST_CASE("hf tokenizer: GGUF gpt2 vocabularies' pre-tokenizer names", "[hf_tokenizer]") {
+    const fs::path path = shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-gpt-2.gguf";
+    const GgufFile gguf(path);
+    std::vector<GgufKeyValue> kv;
+    for (GgufKeyValue& v : gguf.metadata().values())
+        if (v.key.rfind("tokenizer.", 0) == 0) kv.push_back(std::move(v));
+    const auto with_pre = [&](const std::string& pre) {
+        std::vector<GgufKeyValue> md = kv;
+        for (GgufKeyValue& v : md)
+            if (v.key == "tokenizer.ggml.pre") v = GgufKeyValue{"tokenizer.ggml.pre", pre};
+        const fs::path out = test_temp_dir("hf_tokenizer_pre") / "vocab.gguf";
+        gguf_write(out, md, {});
+        return gguf_tokenizer(out);
+    };
+    // The regexes differ on digits: GPT-2 keeps a run, Llama 3 groups of three, Qwen2 one by one.
+    const Tokenizer gpt2 = with_pre("gpt-2"), llama3 = with_pre("llama-bpe"), qwen2 = with_pre("qwen2");
+    const std::string digits = "12345";
+    CHECK(gpt2.decode(gpt2.encode(digits)) == digits);
+    CHECK(llama3.encode(digits) == std::vector<int>{gpt2.piece_to_id("123"), gpt2.piece_to_id("45")});
+    CHECK(qwen2.encode(digits).size() == 5);
+    for (const char* pre : {"deepseek-llm", "deepseek-v3", "llama3", "qwen2", "default"}) {
+        const Tokenizer t = with_pre(pre);
+        const std::string text = "Hello, world 123 ünïcödé\n\n  x";
+        CHECK(t.decode(t.encode(text)) == text);
+    }
+    const std::string error = message_of([&] { with_pre("no-such-pre"); });
+    CHECK(error.find("tokenizer.ggml.pre: unknown pre-tokenizer 'no-such-pre'") != std::string::npos);
+}
+
+TEST_CASE("hf tokenizer: Mistral v3 tokenizer.json equals its tokenizer.model.v3", "[hf_tokenizer]") {
+    const fs::path dir = shared_data_dir() / "tokenizers/mistral-7b-instruct-v0.3";
+    const Tokenizer& hf = mistral_v3_json();
+    const Tokenizer sp = Tokenizer::load(dir / "tokenizer.model.v3");
+    REQUIRE(hf.vocab_size() == sp.vocab_size());
+    CHECK(hf.bos_id() == sp.bos_id());
+    CHECK(hf.eos_id() == sp.eos_id());
+    for (int id = 0; id < sp.vocab_size(); ++id) {
+        REQUIRE(hf.id_to_piece(id) == sp.id_to_piece(id));
+        REQUIRE(hf.piece_to_id(sp.id_to_piece(id)) == id);
+        REQUIRE(hf.is_byte(id) == sp.is_byte(id));
+        if (!sp.is_control(id) && !sp.is_unknown(id)) REQUIRE(hf.token_bytes(id) == sp.token_bytes(id));
+    }
+
+    // Every prompt of every shared prompt file, and the tokenizer tests' texts.
+    std::vector<std::string> texts = tokenizer_test::sample_texts();
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(shared_data_dir() / "prompts")) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    REQUIRE(files.size() >= 5);
+    for (const fs::path& path : files) {
+        const PromptSet set = prompts_read(path);
+        texts.insert(texts.end(), set.prompts.begin(), set.prompts.end());
+    }
+    size_t n_tokens = 0, n_differ = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        const std::vector<int> ids = sp.encode(texts[i]);
+        n_tokens += ids.size();
+        const std::vector<int> got = hf.encode(texts[i]);
+        if (got != ids) {
+            ++n_differ;
+            UNSCOPED_INFO("text " << i << ": \"" << texts[i].substr(0, 80) << "\"");
+        }
+        if (hf.encode(texts[i], false) != sp.encode(texts[i], false)) {
+            ++n_differ;
+            UNSCOPED_INFO("text " << i << " without the prefix: \"" << texts[i].substr(0, 80) << "\"");
+        }
+        if (hf.decode(ids) != sp.decode(ids)) FAIL("decoding text " << i << ": \"" << texts[i] << "\"");
+        if (stream(hf, ids, true) != sp.decode(ids)) FAIL("streaming text " << i);
+    }
+    CHECK(n_differ == 0);
+    CHECK(texts.size() > 3000);
+    CHECK(n_tokens > 500000);  // the comparison covers real text, not a handful of ids
+}
+
+TEST_CASE("hf tokenizer: added and special tokens only where allowed", "[hf_tokenizer]") {
+    const Tokenizer& m = mistral_v3_json();
+    const int inst = m.piece_to_id("[INST]");
+    REQUIRE(inst == 3);
+    CHECK(m.is_control(inst));
+    const std::string text = "[INST] hi [/INST]";
+    const std::vector<int> plain = m.encode(text);
+    CHECK(std::find(plain.begin(), plain.end(), inst) == plain.end());
+    CHECK(m.decode(plain) == text);
+    const std::vector<int> parsed = m.encode(text, true, SpecialTokens::PARSE);
+    REQUIRE(parsed.size() >= 3);
+    CHECK(parsed.front() == inst);
+    CHECK(parsed.back() == m.piece_to_id("[/INST]"));
+    CHECK(m.decode(parsed) == "hi ");  // special tokens decode to nothing, then the first space goes
+
+    const Tokenizer small = hf_tokenizer_from_json(small_doc(), "small.json", {"", "<|end|>"});
+    CHECK(small.eos_id() == 9);
+    CHECK(small.bos_id() == -1);
+    // "<tool>" is not special: matched in any text, and swallows the space after it.
+    CHECK(small.encode("abc<tool> ab") == std::vector<int>{7, 10, 6});
+    CHECK(small.encode("abc ab") == std::vector<int>{7, 5, 6});
+    CHECK(small.encode("ab<|end|>", true, SpecialTokens::PARSE) == std::vector<int>{6, 9});
+    // As text, "<|end|>" is characters this vocabulary lacks (and it has no unk).
+    CHECK(message_of([&] { small.encode("ab<|end|>"); }).find("not in the vocabulary") != std::string::npos);
+}
+
+TEST_CASE("hf tokenizer: normalizers and pre-tokenizers", "[hf_tokenizer]") {
+    // e + combining acute is "é" after NFC; digits split one by one or kept in runs.
+    json doc = {
+        {"model",
+         {{"type", "BPE"},
+          {"vocab",
+           {{"1", 0},
+            {"2", 1},
+            {"12", 2},
+            {"e", 3},
+            {"\xCC\x81", 4},
+            {"\xC3\xA9", 5},
+            {"\xE2\x96\x81", 6},
+            {"x", 7},
+            {"\xE2\x96\x81x", 8}}},
+          {"merges", json::array({"1 2", "\xE2\x96\x81 x"})}}},
+        {"normalizer",
+         {{"type", "Sequence"},
+          {"normalizers",
+           json::array({{{"type", "NFC"}},
+                        {{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}})}}},
+        {"pre_tokenizer", {{"type", "Digits"}, {"individual_digits", true}}},
+        {"decoder",
+         {{"type", "Sequence"},
+          {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                                    {{"type", "Fuse"}},
+                                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}}};
+    const Tokenizer t = hf_tokenizer_from_json(doc, "t.json");
+    CHECK(t.encode("e\xCC\x81") == std::vector<int>{6, 5});
+    CHECK(t.encode("e\xCC\x81", false) == std::vector<int>{5});
+    CHECK(t.encode("12 x") == std::vector<int>{6, 0, 1, 8});
+    CHECK(t.decode(t.encode("12 x")) == "12 x");
+    doc["pre_tokenizer"]["individual_digits"] = false;
+    CHECK(hf_tokenizer_from_json(doc, "t.json").encode("12 x") == std::vector<int>{6, 2, 8});
+
+    // Split behaviours on "1x1": the matches of "x" removed, isolated or merged.
+    doc.erase("normalizer");
+    const auto split_ids = [&](const char* behavior, bool invert) {
+        doc["pre_tokenizer"] = {
+            {"type", "Split"}, {"pattern", {{"String", "1"}}}, {"behavior", behavior}, {"invert", invert}};
+        return hf_tokenizer_from_json(doc, "t.json").encode("12x12");
+    };
+    CHECK(split_ids("Isolated", false) == std::vector<int>{0, 1, 7, 0, 1});
+    CHECK(split_ids("Removed", false) == std::vector<int>{1, 7, 1});
+    CHECK(split_ids("MergedWithNext", false) == std::vector<int>{2, 7, 2});
+    CHECK(split_ids("MergedWithPrevious", false) == std::vector<int>{0, 1, 7, 0, 1});
+    CHECK(split_ids("Contiguous", false) == std::vector<int>{0, 1, 7, 0, 1});
+    CHECK(split_ids("Removed", true) == std::vector<int>{0, 0});
+
+    // Metaspace: the replacement, prepended first only, split before each "▁".
+    doc["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", true}};
+    const Tokenizer meta = hf_tokenizer_from_json(doc, "t.json");
+    CHECK(meta.encode("x x") == std::vector<int>{8, 8});
+    CHECK(meta.encode("x x", false) == std::vector<int>{7, 8});
+}
+
+TEST_CASE("hf tokenizer: the Detokenizer streams byte-level tokens that split characters", "[hf_tokenizer]") {
+    const Tokenizer tok = gguf_tokenizer(shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-gpt-2.gguf");
+    const std::string text = "naïve café, 日本語のテキスト 😀🦙 and ∑ done";
+    const std::vector<int> ids = tok.encode(text);
+    bool split_char = false;
+    for (int id : ids) split_char |= !tokenizer_test::valid_utf8(tok.token_bytes(id));
+    CHECK(split_char);  // some token holds part of a character
+    Detokenizer detok(tok, true);
+    std::string out;
+    for (int id : ids) {
+        const std::string piece = detok.push(id);
+        CHECK(tokenizer_test::valid_utf8(piece));
+        out += piece;
+    }
+    out += detok.flush();
+    CHECK(out == text);
+    CHECK(tok.decode(ids) == text);
+    // A character cut short: flushed as U+FFFD, never as a broken byte.
+    const auto cut =
+        std::find_if(ids.begin(), ids.end(), [&](int id) { return !tokenizer_test::valid_utf8(tok.token_bytes(id)); });
+    REQUIRE(cut != ids.end());
+    Detokenizer part(tok, true);
+    std::string partial;
+    for (auto it = ids.begin(); it <= cut; ++it) partial += part.push(*it);
+    partial += part.flush();
+    CHECK(tokenizer_test::valid_utf8(partial));
+    CHECK(partial.find("\xEF\xBF\xBD") != std::string::npos);
+}
+
+TEST_CASE("hf tokenizer: a malformed tokenizer.json is refused in one line naming the key", "[hf_tokenizer]") {
+    struct Case {
+        std::function<void(json&)> change;
+        std::string expected;
+    };
+    const std::vector<Case> cases = {
+        {[](json& d) { d.erase("model"); }, "tokenizer.json: model: missing key"},
+        {[](json& d) { d["model"]["type"] = "Unigram"; },
+         "tokenizer.json: model.type: unsupported model type 'Unigram'"},
+        {[](json& d) { d["model"]["merges"][1] = "ab"; }, "tokenizer.json: model.merges[1]: 'ab' is not two tokens"},
+        {[](json& d) { d["model"]["merges"][2] = "a q"; },
+         "tokenizer.json: model.merges[2]: token 'q' is not in the vocabulary"},
+        {[](json& d) { d["model"]["merges"][0] = 5; }, "tokenizer.json: model.merges[0]: not a string"},
+        {[](json& d) { d["model"]["vocab"]["a"] = "zero"; }, "tokenizer.json: model.vocab[\"a\"]: not an integer id"},
+        {[](json& d) { d["model"]["vocab"].erase("d"); }, "tokenizer.json: model.vocab: id 3 has no token"},
+        {[](json& d) { d["model"]["vocab"]["q"] = 1; }, "is also"},
+        {[](json& d) { d["model"]["unk_token"] = "<unk>"; },
+         "tokenizer.json: model.unk_token: '<unk>' is not in the vocabulary"},
+        {[](json& d) {
+             d["pre_tokenizer"] = {{"type", "Whitespace"}};
+         },
+         "tokenizer.json: pre_tokenizer.type: unsupported pre-tokenizer type 'Whitespace'"},
+        {[](json& d) {
+             d["pre_tokenizer"] = {
+                 {"type", "Sequence"},
+                 {"pretokenizers",
+                  json::array({{{"type", "ByteLevel"}},
+                               {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}})}};
+         },
+         "tokenizer.json: pre_tokenizer.pretokenizers[1].pattern.Regex: bad regex at offset"},
+        {[](json& d) {
+             d["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "a"}}}, {"behavior", "Sideways"}};
+         },
+         "tokenizer.json: pre_tokenizer.behavior: unknown behavior 'Sideways'"},
+        {[](json& d) {
+             d["pre_tokenizer"] = {{"type", "Split"}, {"behavior", "Isolated"}};
+         },
+         "tokenizer.json: pre_tokenizer.pattern: missing key"},
+        {[](json& d) {
+             d["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}};
+         },
+         "tokenizer.json: pre_tokenizer.prepend_scheme: unknown scheme 'sometimes'"},
+        {[](json& d) {
+             d["normalizer"] = {{"type", "Lowercase"}};
+         },
+         "tokenizer.json: normalizer.type: unsupported normalizer type 'Lowercase'"},
+        {[](json& d) {
+             d["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Glob", "*"}}}, {"content", ""}};
+         },
+         "tokenizer.json: normalizer.pattern: neither String nor Regex"},
+        {[](json& d) {
+             d["decoder"] = {{"type", "WordPiece"}};
+         },
+         "tokenizer.json: decoder.type: unsupported decoder type 'WordPiece'"},
+        {[](json& d) {
+             d["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", 2}};
+         },
+         "tokenizer.json: decoder: only Strip of one leading space"},
+        {[](json& d) { d["added_tokens"][0].erase("id"); }, "tokenizer.json: added_tokens[0].id: missing key"},
+        {[](json& d) { d["added_tokens"][1]["id"] = 0; },
+         "tokenizer.json: added_tokens[1].content: '<tool>', but id 0 is 'a' in the vocabulary"},
+        {[](json& d) { d["added_tokens"][1]["special"] = "yes"; },
+         "tokenizer.json: added_tokens[1].special: not a boolean"},
+        {[](json& d) { d = json::array(); }, "tokenizer.json: (document): not a JSON object"},
+    };
+    for (size_t i = 0; i < cases.size(); ++i) {
+        INFO("case " << i);
+        json doc = small_doc();
+        cases[i].change(doc);
+        const std::string error = message_of([&] { hf_tokenizer_from_json(doc, "tokenizer.json"); });
+        CHECK(error.find(cases[i].expected) != std::string::npos);
+        CHECK(error.find('\n') == std::string::npos);
+        UNSCOPED_INFO(error);
+    }
+    const std::string bad_json = message_of([] { hf_tokenizer_parse("{\"model\": ", "tokenizer.json"); });
+    CHECK(bad_json.find("tokenizer.json: (document): not valid JSON") != std::string::npos);
+    const std::string bos = message_of([] { hf_tokenizer_from_json(small_doc(), "tokenizer.json", {"<s>", ""}); });
+    CHECK(bos.find("tokenizer.json: bos_token: '<s>' is not a token") != std::string::npos);
+}
+
+TEST_CASE("hf tokenizer: a model folder with only tokenizer.json loads it", "[hf_tokenizer]") {
+    const fs::path src = shared_data_dir() / "tokenizers/mistral-7b-instruct-v0.3";
+    const fs::path dir = test_temp_dir("hf_tokenizer_folder");
+    fs::copy_file(src / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(src / "tokenizer_config.json", dir / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+    ModelConfig config;
+    config.vocab_size = 32768;
+    const Tokenizer tok = model_source_tokenizer(model_source_parse(dir.string()), config);
+    CHECK(tok.source() == (dir / "tokenizer.json").string());
+    CHECK(tok.bos_id() == 1);  // tokenizer_config.json's bos_token "<s>"
+    CHECK(tok.eos_id() == 2);
+    CHECK(tok.encode("Hello world") == mistral_v3_json().encode("Hello world"));
+    // tokenizer.model wins when both are there (the SentencePiece path stays as it was).
+    fs::copy_file(src / "tokenizer.model.v3", dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+    CHECK(model_source_tokenizer(model_source_parse(dir.string()), config).source() ==
+          (dir / "tokenizer.model").string());
+    // The vocabulary must match config.json's vocab_size, as for tokenizer.model.
+    fs::remove(dir / "tokenizer.model");
+    config.vocab_size = 32000;
+    CHECK(message_of([&] {
+              model_source_tokenizer(model_source_parse(dir.string()), config);
+          }).find("exceeds the model's vocab_size 32000") != std::string::npos);
+}
