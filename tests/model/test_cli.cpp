@@ -291,7 +291,7 @@ fs::path tiny_with_vocab(const std::string& tag, int vocab) {
 
 }  // namespace
 
-TEST_CASE("a vocab_size padded above the tokenizer loads; a smaller one is refused", "[cli]") {
+TEST_CASE("a vocab_size padded above the tokenizer loads, a smaller one is refused", "[cli]") {
     // Larger (Qwen's padding): the ids above the tokenizer's are never generated.
     fs::path big = tiny_with_vocab("vocab-big", 32064);
     for (const std::vector<std::string>& how :

@@ -313,7 +313,7 @@ TEST_CASE("a reply ends where prompt and reply fill the context and a full promp
     }
 }
 
-TEST_CASE("a raw completion keeps its first token's leading space; a chat reply and a BOS-only prompt lose it",
+TEST_CASE("a raw completion keeps its first token's leading space, a chat reply and a BOS-only prompt lose it",
           "[forward]") {
     Engine engine = tiny_engine(128);
     const Tokenizer& tok = engine.tokenizer();

@@ -420,17 +420,17 @@ TEST_CASE("gguf model: quantize refuses bad arguments in one line", "[gguf_model
 
 TEST_CASE("gguf model: greedy continuations are llama.cpp's on its own files", "[gguf_model]") {
     // llama-cli --temp 0, 16 tokens after BOS + "The capital of France is"
-    // (../shared/data/reference/gguf/README.md); the reply's first space is
-    // dropped in our text, as SentencePiece decodes the start of a text.
+    // (../shared/data/reference/gguf/README.md); a raw completion continues
+    // the prompt's text, so its first space is kept, as llama.cpp prints it.
     const std::vector<std::pair<std::string, std::string>> expected = {
         {"hf",
-         "Antonschaft setTimeout filled medic import$), Democratic\xE6\x97\xA0MF activation "
+         " Antonschaft setTimeout filled medic import$), Democratic\xE6\x97\xA0MF activation "
          "suppl\x79\xC3\xA7\x61Identifier natur shore"},
         {"Q8_0.gguf",
-         "Antonschaft setTimeout filled stamp CatalogueWARE platformhabil lista performance Engineering "
+         " Antonschaft setTimeout filled stamp CatalogueWARE platformhabil lista performance Engineering "
          "spun jego bigger determines"},
         {"Q4_K_M.gguf",
-         "Anton was gowntemdhd Penn\xD1\x87\xD0\xBD\xD0\xBE\xD0\xB3\xD0\xBE\xE6\xBA\xAA Central "
+         " Anton was gowntemdhd Penn\xD1\x87\xD0\xBD\xD0\xBE\xD0\xB3\xD0\xBE\xE6\xBA\xAA Central "
          "Years\x6F\x77\x61\xC5\x82 influential\xEC\x9D\x80\x66\xC3\xB6\xE0\xB0\xB2 ser"},
     };
     for (const auto& [name, text] : expected) {
