@@ -11,6 +11,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <initializer_list>
 
 #include "profiles/errors.h"
 
@@ -707,25 +708,23 @@ private:
         return n;
     }
 
-    JinjaExprPtr parse_or() {
-        JinjaExprPtr e = parse_and();
-        while (is_name("or")) {
+    // One left-associative level: operands from `next` joined by any of
+    // `ops` (keywords such as "and" when keyword, else operators).
+    JinjaExprPtr left_assoc(JinjaExprPtr (Parser::*next)(), std::initializer_list<const char*> ops, bool keyword) {
+        JinjaExprPtr e = (this->*next)();
+        for (;;) {
+            const char* found = nullptr;
+            for (const char* op : ops)
+                if (keyword ? is_name(op) : is_op(op)) found = op;
+            if (!found) return e;
             int line = cur().line;
             ++i_;
-            e = binary("or", std::move(e), parse_and(), line);
+            e = binary(found, std::move(e), (this->*next)(), line);
         }
-        return e;
     }
 
-    JinjaExprPtr parse_and() {
-        JinjaExprPtr e = parse_not();
-        while (is_name("and")) {
-            int line = cur().line;
-            ++i_;
-            e = binary("and", std::move(e), parse_not(), line);
-        }
-        return e;
-    }
+    JinjaExprPtr parse_or() { return left_assoc(&Parser::parse_and, {"or"}, true); }
+    JinjaExprPtr parse_and() { return left_assoc(&Parser::parse_not, {"and"}, true); }
 
     JinjaExprPtr parse_not() {
         if (is_name("not")) {
@@ -761,37 +760,9 @@ private:
         }
     }
 
-    JinjaExprPtr parse_math1() {
-        JinjaExprPtr e = parse_concat();
-        while (is_op("+") || is_op("-")) {
-            std::string op = cur().text;
-            int line = cur().line;
-            ++i_;
-            e = binary(op, std::move(e), parse_concat(), line);
-        }
-        return e;
-    }
-
-    JinjaExprPtr parse_concat() {
-        JinjaExprPtr e = parse_math2();
-        while (is_op("~")) {
-            int line = cur().line;
-            ++i_;
-            e = binary("~", std::move(e), parse_math2(), line);
-        }
-        return e;
-    }
-
-    JinjaExprPtr parse_math2() {
-        JinjaExprPtr e = parse_pow();
-        while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-            std::string op = cur().text;
-            int line = cur().line;
-            ++i_;
-            e = binary(op, std::move(e), parse_pow(), line);
-        }
-        return e;
-    }
+    JinjaExprPtr parse_math1() { return left_assoc(&Parser::parse_concat, {"+", "-"}, false); }
+    JinjaExprPtr parse_concat() { return left_assoc(&Parser::parse_math2, {"~"}, false); }
+    JinjaExprPtr parse_math2() { return left_assoc(&Parser::parse_pow, {"*", "/", "//", "%"}, false); }
 
     JinjaExprPtr parse_pow() {
         JinjaExprPtr e = parse_unary(true);
