@@ -5,12 +5,15 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "embedded_files.h"
 #include "engine/text/tokenizer.h"
+#include "server/openai_request.h"
 
 inline std::string fuzz_text(const uint8_t* data, size_t size) {
     return std::string(reinterpret_cast<const char*>(data), size);
@@ -40,6 +43,17 @@ void fuzz_file_head(const uint8_t* data, size_t size, F check) {
 // discarded value when it is not JSON.
 inline nlohmann::json fuzz_json(const uint8_t* data, size_t size) {
     return nlohmann::json::parse(data, data + size, nullptr, false);
+}
+
+// ids (valid for t) decoded whole and streamed through a Detokenizer; a
+// stream that is not valid UTF-8 is a finding (abort).
+inline void fuzz_decode_and_stream(const Tokenizer& t, const std::vector<int>& ids, bool strip_leading_space = true) {
+    t.decode(ids);
+    Detokenizer detok(t, strip_leading_space);
+    std::string streamed;
+    for (int id : ids) streamed += detok.push(id);
+    streamed += detok.flush();
+    if (!utf8_valid(streamed)) std::abort();
 }
 
 // The Mistral v1 SentencePiece model embedded in the binary, loaded once.
