@@ -558,6 +558,52 @@ group('experts-cpu', () => {
     assert_clean(problems);
     await page.close();
   });
+
+  // Qwen3-30B-A3B's shape (48 layers x 128 experts, top-8): the page is
+  // served /v1/experts JSON of that shape, since the test model has 4 experts.
+  test('the heat map stays readable at 48 layers x 128 experts', async () => {
+    const L = 48, E = 128;
+    const counts = Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => ((l * 31 + e * 17) % 97) * (e === (l * 5) % E ? 40 : 1)));
+    const resident = Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => (e * 7 + l) % 5 === 0));
+    const body = {
+      layers: L, experts: E, top_k: 8, device: 'emulated', counts_total: counts, counts_last: counts, resident,
+      work_share: { gpu: 0.4, cpu: 0.6 }, hit_rate: 0.4,
+    };
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await page.route('**/v1/experts', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) }));
+    await page.getByRole('button', { name: 'Experts', exact: true }).click();
+    const panel = page.getByRole('complementary', { name: 'Experts' });
+    const cells = panel.locator('.heatmap .cell');
+    await cells.first().waitFor();
+    assert.equal(await cells.count(), L * E);
+    const n_resident = resident.flat().filter(Boolean).length;
+    assert.equal(await panel.locator('.heatmap .cell.resident').count(), n_resident);
+    // The panel widens; every cell keeps a visible size and the map fits
+    // the panel's width without scrolling sideways.
+    const box = await panel.boundingBox();
+    assert.ok(box.width > 400, `panel ${box.width}px wide`);
+    const sizes = await cells.evaluateAll((els) => els.map((e) => e.getBoundingClientRect()).map((r) => [r.width, r.height]));
+    const min_w = Math.min(...sizes.map((s) => s[0])), min_h = Math.min(...sizes.map((s) => s[1]));
+    assert.ok(min_w >= 3 && min_h >= 6, `smallest cell ${min_w} x ${min_h} px`);
+    const fit = await panel.locator('.heatmap').evaluate((g) => [g.scrollWidth, g.parentElement.clientWidth]);
+    assert.ok(fit[0] <= fit[1] + 1, `heat map ${fit[0]}px wide in a ${fit[1]}px panel`);
+    // Residents are marked by a stripe; the busiest expert is fully coloured;
+    // every cell still names its layer, expert and count.
+    const shadow = await panel.locator('.heatmap .cell.resident').first().evaluate((e) => getComputedStyle(e).boxShadow);
+    assert.notEqual(shadow, 'none');
+    const max = Math.max(...counts.flat());
+    const hottest = panel.locator(`.heatmap .cell[data-count="${max}"]`).first();
+    assert.match(await hottest.evaluate((e) => e.style.backgroundColor), /rgb\(234, 88, 12\)|rgba\(234, 88, 12, 1\)/);
+    assert.match(await hottest.getAttribute('title'), /^layer \d+, expert \d+: [\d,]+ tokens/);
+    // Axis labels thin out: experts every 16, layers every 4 (and the last).
+    const col_labels = await panel.locator('.heatmap .axis.col').evaluateAll((els) => els.map((e) => e.textContent).filter(Boolean));
+    assert.deepEqual(col_labels, ['0', '16', '32', '48', '64', '80', '96', '112']);
+    const row_labels = await panel.locator('.heatmap .axis.row').evaluateAll((els) => els.map((e) => e.textContent).filter(Boolean));
+    assert.equal(row_labels.length, L / 4 + 1);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'experts-panel-48x128.png') });
+    assert_clean(problems);
+    await page.close();
+  });
 });
 
 group('errors', () => {

@@ -24,6 +24,9 @@ function cell_alpha(count, max) {
   return count > 0 && max > 0 ? 0.12 + 0.88 * Math.sqrt(count / max) : 0;
 }
 
+// Experts per layer above which the heat map switches to its dense form.
+const DENSE_FROM = 32;
+
 function valid_matrix(m, layers, experts) {
   return Array.isArray(m) && m.length === layers && m.every((row) => Array.isArray(row) && row.length === experts);
 }
@@ -146,11 +149,21 @@ export class ExpertsPanel {
     layer_times.hidden = false;
   }
 
+  // Up to DENSE_FROM experts: square cells with borders. Beyond (64 or 128
+  // experts, top-8): the panel widens, cells become narrow bars that fill
+  // its width without borders, a resident expert is a green stripe on top,
+  // and axis labels thin out (experts every 16, layers every 4 past 24).
   render_grid(counts, resident, max, layers, experts) {
     const grid = this.els.heatmap;
-    grid.style.gridTemplateColumns = `2.5em repeat(${experts}, minmax(0, 2rem))`;
+    const dense = experts > DENSE_FROM;
+    grid.classList.toggle('dense', dense);
+    grid.closest('.experts')?.toggleAttribute('data-wide', dense);
+    grid.style.gridTemplateColumns = dense
+      ? `2.5em repeat(${experts}, minmax(3px, 1fr))`
+      : `2.5em repeat(${experts}, minmax(0, 2rem))`;
     const frag = document.createDocumentFragment();
     const label_every = experts <= 16 ? 1 : experts <= 64 ? 8 : 16;
+    const row_label_every = layers <= 24 ? 1 : 4;
 
     const corner = document.createElement('span');
     corner.className = 'axis';
@@ -164,7 +177,7 @@ export class ExpertsPanel {
     for (let l = 0; l < layers; l++) {
       const label = document.createElement('span');
       label.className = 'axis row';
-      label.textContent = `L${l}`;
+      label.textContent = l % row_label_every === 0 || l === layers - 1 ? `L${l}` : '';
       frag.append(label);
       for (let e = 0; e < experts; e++) {
         const count = counts[l][e];
