@@ -22,8 +22,17 @@ constexpr double INF = std::numeric_limits<double>::infinity();
 // c + d_k) <= 3 L, and a cell is eps L / m wide, so U / cell <= 3 m / eps;
 // rounding each expert up adds at most m cells.
 int plan_grid_cells(int m) {
-    return int(std::ceil(3.0 * m / PLAN_EPSILON)) + m + 2;
+    return int(std::ceil(3.0 * m / plan_epsilon(m))) + m + 2;
 }
+
+}  // namespace
+
+double plan_epsilon(int m) {
+    double over = double(m) / PLAN_FULL_ITEMS;
+    return over > 1 ? PLAN_EPSILON * over * over : PLAN_EPSILON;
+}
+
+namespace {
 
 void check_sizes(std::span<const PlanInput> inputs, size_t n_sites, const char* what) {
     if (n_sites != inputs.size())
@@ -108,7 +117,8 @@ LayerPlanner::LayerPlanner(const LatencyModel& model, double expert_bytes, int m
     : model_(model), expert_bytes_(expert_bytes), max_experts_(max_experts) {
     if (max_experts < 0) throw std::invalid_argument("LayerPlanner: negative max_experts");
     check_slots(model, "LayerPlanner");
-    int cells = plan_grid_cells(max_experts);
+    int cells = 0;  // the largest grid any m <= max_experts needs (it peaks near PLAN_FULL_ITEMS)
+    for (int m = 0; m <= max_experts; m++) cells = std::max(cells, plan_grid_cells(m));
     for (std::vector<double>* v : {&cpu_cost_, &first_cost_, &mid_cost_, &last_cost_, &single_cost_})
         v->resize(max_experts);
     weight_cells_.resize(max_experts);
@@ -175,7 +185,7 @@ PlanCost LayerPlanner::plan(std::span<const PlanInput> inputs, std::span<ExpertS
     double upper = floor.makespan_ms();
     if (m == 0 || !(lower > 0) || !std::isfinite(upper)) return floor;
 
-    const double cell = PLAN_EPSILON * lower / m;
+    const double cell = plan_epsilon(m) * lower / m;
     const int cells = int(std::min(double(mid_dev_.size()), std::floor(upper / cell) + m + 1));
     for (int k = 0; k < m; k++) {
         double w = std::ceil(cpu_cost_[k] / cell);

@@ -37,6 +37,8 @@ const ExecutionField FIELDS[] = {
      "Predicted time of the device side.", &S::predicted_device_ms},
     {"measured_device_ms", "device measured", "moe_expert_device_measured_ms_total",
      "Measured busy time of the device side.", &S::measured_device_ms},
+    {"planner_ms", "planner", "moe_expert_planner_ms_total",
+     "Time the expert planner spent choosing the layers' plans (part of the expert phases).", &S::planner_ms},
     {"predicted_cpu_ms", "cpu predicted", "moe_expert_layer_ms_total", LAYER_HELP,
      F::PerLayer{&S::layer_predicted_cpu_ms, "cpu", "predicted"}},
     {"measured_cpu_ms", "cpu measured", "moe_expert_layer_ms_total", LAYER_HELP,

@@ -27,6 +27,7 @@ struct ExecutionStats {
     // Without a device: all 0.
     double predicted_cpu_ms = 0, predicted_device_ms = 0, predicted_ms = 0;
     double measured_cpu_ms = 0, measured_device_ms = 0, measured_ms = 0;
+    double planner_ms = 0;  // wall time of LayerPlanner::plan, summed over layers
     // The same per layer (n_layers each): what the plan predicted and what
     // was measured for each side, summed over the layer's executions.
     std::vector<double> layer_predicted_cpu_ms, layer_predicted_device_ms;

@@ -45,7 +45,9 @@ void HybridExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::spa
     assert(n <= inputs_.size());
     for (size_t i = 0; i < n; i++)
         inputs_[i] = {tasks[i].n_tokens, device_ && device_->resident(layer, tasks[i].expert)};
+    auto t_plan = Clock::now();
     PlanCost predicted = planner_.plan({inputs_.data(), n}, {sites_.data(), n});
+    step_.planner_ms += ms_between(t_plan, Clock::now());
 
     cpu_tasks_.clear();
     device_tasks_.clear();

@@ -283,8 +283,11 @@ int bench_beam(Args& args) {
                   {"expert_tokens_per_step",
                    {{"max", load.max()}, {"mean", load.mean()}, {"histogram", load.histogram}}}};
         add_placement_fields(line, engine);
-        if (line.contains("device") && best.n_steps > 1)
+        if (line.contains("device") && best.n_steps > 1) {
             line["per_step"] = placement_per_step(after_first, after_last, best.n_steps - 1);
+            // The planner's share of a decode step (and so of each layer's time).
+            line["planner_share_of_step"] = line["per_step"]["planner_ms"].get<double>() * best.steps_per_s() / 1e3;
+        }
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
     }

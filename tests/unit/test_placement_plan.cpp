@@ -398,6 +398,40 @@ TEST_CASE("plan vs brute force: never worse than the per-expert rule, within its
     }
 }
 
+// Beam search and prefill over 64-128 experts route 30-100 non-resident
+// experts per layer: too many for a brute force, so these check what holds
+// for any plan (its cost is its sites' cost, residents stay, never worse
+// than the rule) and that the epsilon grows only past PLAN_FULL_ITEMS.
+TEST_CASE("plan on layers of many routed experts (128 experts, top-8, beams)", "[placement]") {
+    REQUIRE(plan_epsilon(1) == PLAN_EPSILON);
+    REQUIRE(plan_epsilon(PLAN_FULL_ITEMS) == PLAN_EPSILON);
+    REQUIRE(plan_epsilon(2 * PLAN_FULL_ITEMS) == Approx(4 * PLAN_EPSILON));
+    std::mt19937_64 rng(77);
+    int beat_rule = 0;
+    for (int t = 0; t < 300; t++) {
+        LatencyModel model = random_model(rng);
+        model.has_device = true;
+        model.staging_slots = 1 + int(rng() % 3);
+        double bytes = log_uniform(rng, 1e6, 4e8);
+        const int n = 128;
+        std::vector<PlanInput> in(n);
+        int beams = 1 + int(rng() % 16), per_token = 8;
+        for (int b = 0; b < beams * per_token; b++) in[rng() % n].n_tokens++;
+        for (int i = 0; i < n; i++) in[i].resident = rng() % 4 == 0;
+        std::vector<ExpertSite> s(n), r(n);
+        LayerPlanner planner(model, bytes, n);
+        PlanCost got = planner.plan(in, s);
+        PlanCost floor = plan_layer_per_expert(in, r, model, bytes);
+        PlanCost check = plan_cost(in, s, model, bytes);
+        REQUIRE(got.cpu_ms == check.cpu_ms);
+        REQUIRE(got.device_ms == check.device_ms);
+        REQUIRE(got.makespan_ms() <= floor.makespan_ms());
+        for (int i = 0; i < n; i++) REQUIRE((s[i] == ExpertSite::DEVICE) == in[i].resident);
+        beat_rule += got.makespan_ms() < floor.makespan_ms() * (1 - 1e-9);
+    }
+    REQUIRE(beat_rule > 0);
+}
+
 TEST_CASE("plan allocates nothing once constructed", "[placement]") {
     for (int slots : {1, 2, 3}) {
         std::mt19937_64 rng(99);
