@@ -50,6 +50,18 @@ const char* gguf_role_name(TensorRole role) {
         return "output_norm";
     case TensorRole::LM_HEAD:
         return "output";
+    // Roles of Qwen and OLMoE checkpoints, whose GGUF archs are not mapped yet
+    // (gguf_model_write refuses their configs).
+    case TensorRole::Q_BIAS:
+    case TensorRole::K_BIAS:
+    case TensorRole::V_BIAS:
+    case TensorRole::Q_NORM:
+    case TensorRole::K_NORM:
+    case TensorRole::MLP_W1:
+    case TensorRole::MLP_W3:
+    case TensorRole::MLP_W2:
+    case TensorRole::SHARED_GATE:
+        break;
     }
     return "";
 }
@@ -244,6 +256,9 @@ DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int 
 }
 
 void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeights& w, const GgufWriteOptions& o) {
+    if (c.architecture != "MixtralForCausalLM" && c.architecture != "MistralForCausalLM")
+        throw MoeError(out.string() + ": writing a GGUF file of a " + c.architecture +
+                       " model is not supported (only Mixtral and Mistral: the llama architecture)");
     const std::string p = std::string(ARCH) + ".";
     std::vector<GgufKeyValue> meta = {
         {"general.architecture", ARCH},
@@ -296,6 +311,16 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             for (const ExpertWeights& x : L->experts)
                 t.sources.push_back(e.role == TensorRole::EXPERT_W1 ? x.w1 : e.role == TensorRole::EXPERT_W3 ? x.w3 : x.w2);
             break;
+        case TensorRole::Q_BIAS:
+        case TensorRole::K_BIAS:
+        case TensorRole::V_BIAS:
+        case TensorRole::Q_NORM:
+        case TensorRole::K_NORM:
+        case TensorRole::MLP_W1:
+        case TensorRole::MLP_W3:
+        case TensorRole::MLP_W2:
+        case TensorRole::SHARED_GATE:
+            throw MoeError(out.string() + ": " + e.name + ": no GGUF name for this tensor");  // refused above
         }
         t.view.shape = e.shape;
         if (e.expert >= 0 && c.is_moe()) t.view.shape.insert(t.view.shape.begin(), int64_t(c.n_experts));

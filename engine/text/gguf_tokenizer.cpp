@@ -152,8 +152,9 @@ std::optional<Regexes> bpe_pre_regexes(std::string_view pre) {
 // converted from, read by the one tokenizer.json reader: control tokens
 // (type 3), BOS and EOS are special added tokens, user-defined ones (type 4)
 // added tokens matched in any text, as llama.cpp and Hugging Face match them.
-Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
-    const std::string where(source);
+}  // namespace
+
+nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& md, std::string_view source, HfSpecialTokens* specials) {
     const std::optional<std::vector<std::string_view>> tokens = md.find_strings(KEY_TOKENS);
     if (!tokens) fail(source, KEY_TOKENS, "missing key");
     const size_t n = tokens->size();
@@ -209,10 +210,18 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
         {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", std::move(steps)}}},
         {"decoder", {{"type", "ByteLevel"}}},
     };
+    *specials = {};
+    if (bos) specials->bos = (*tokens)[*bos];
+    if (eos) specials->eos = (*tokens)[*eos];
+    return doc;
+}
+
+namespace {
+
+Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
     HfSpecialTokens specials;
-    if (bos) specials.bos = (*tokens)[*bos];
-    if (eos) specials.eos = (*tokens)[*eos];
-    return hf_tokenizer_from_json(doc, where, specials);
+    const nlohmann::json doc = gguf_bpe_tokenizer_json(md, source, &specials);
+    return hf_tokenizer_from_json(doc, std::string(source), specials);
 }
 
 }  // namespace
