@@ -257,7 +257,7 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
             config_fail(source, "field 'clip_qkv' is set: clipping q/k/v is not supported (only null)");
         break;
     }
-    if (!c.is_moe() || c.dense_layers.empty()) c.dense_hidden_dim = c.hidden_dim;
+    if (!qwen) c.dense_hidden_dim = c.hidden_dim;  // only Qwen gives dense layers their own width
     if (const json* scaling = field(j, "rope_scaling"))
         config_fail(source, "field 'rope_scaling' is set (" + scaling->dump() + "): only plain RoPE is supported");
     // Hugging Face defaults of each config class.

@@ -344,7 +344,9 @@ json config_json(const ModelConfig& c) {
     j["hidden_act"] = "silu";
     j["hidden_size"] = c.dim;
     j["initializer_range"] = 0.02;
-    j["intermediate_size"] = c.dense_hidden_dim;
+    j["intermediate_size"] = model_type(c) == std::string_view("qwen3_moe") || model_type(c) == std::string_view("qwen2_moe")
+                                 ? c.dense_hidden_dim
+                                 : c.hidden_dim;
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["model_type"] = model_type(c);
     j["num_attention_heads"] = c.n_heads;
@@ -475,6 +477,7 @@ ModelConfig mixtral_preset(int dim, int hidden, int layers, int heads, int kv_he
     c.architecture = "MixtralForCausalLM";
     c.dim = dim;
     c.hidden_dim = hidden;
+    c.dense_hidden_dim = hidden;
     c.n_layers = layers;
     c.n_heads = heads;
     c.n_kv_heads = kv_heads;
@@ -587,6 +590,7 @@ ModelConfig synth_preset(const std::string& name) {
     if (name == "olmoe-mini") {
         ModelConfig c = qwen_preset("OlmoeForCausalLM", 512, 256, 8, 8, 8, 64, 64, 8);
         c.qk_norm = QkNorm::FULL;
+        c.dense_hidden_dim = c.hidden_dim;  // OLMoE has no dense layers: intermediate_size is the experts'
         c.norm_topk_prob = false;
         c.rope_theta = 10000.0f;
         c.rms_norm_eps = 1e-5f;
