@@ -89,6 +89,13 @@ public:
     void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
     void attention(int layer, float* out, const float* q) override { b_->attention(layer, out, q); }
     void add(float* x, const float* y, size_t n) override { b_->add(x, y, n); }
+    void add_bias(float* x, const float* bias, int rows, int width) override { b_->add_bias(x, bias, rows, width); }
+    void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override {
+        b_->mlp(y, x, w, m, scratch);
+    }
+    void sigmoid_scale(float* y, const float* gate, int rows, int dim) override {
+        b_->sigmoid_scale(y, gate, rows, dim);
+    }
     void route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) override {
         b_->route(experts, weights, logits, rows, n_experts, k, renorm);
     }
