@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_writer.h"
 #include "reference_model.h"
 #include "test_support.h"
 
@@ -29,60 +30,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-struct TestTensor {
-    std::vector<int64_t> shape;
-    std::vector<float> data;
-};
-using TensorMap = std::map<std::string, TestTensor>;
-
-enum class WriteType { F32, BF16, F16 };
-
-// Exact conversions only: the tests use values every dtype can hold.
-uint16_t to_bf16(float x) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, 4);
-    REQUIRE((bits & 0xFFFF) == 0);
-    return uint16_t(bits >> 16);
-}
-
-uint16_t to_f16(float x) {
-    if (x == 0.0f) return std::signbit(x) ? 0x8000 : 0;
-    int exponent;
-    double m = std::frexp(std::fabs(double(x)), &exponent);  // |x| = m * 2^exponent, m in [0.5, 1)
-    int e = exponent - 1 + 15;                               // biased exponent of 1.m form
-    REQUIRE(e >= 1);
-    REQUIRE(e <= 30);
-    double frac = (m * 2.0 - 1.0) * 1024.0;
-    REQUIRE(frac == std::floor(frac));
-    return uint16_t((x < 0 ? 0x8000 : 0) | (e << 10) | int(frac));
-}
-
-void write_safetensors(const fs::path& path, const TensorMap& tensors, WriteType type) {
-    const char* dtype = type == WriteType::F32 ? "F32" : type == WriteType::BF16 ? "BF16" : "F16";
-    const size_t elem = type == WriteType::F32 ? 4 : 2;
-    json header = json::object();
-    header["__metadata__"] = {{"format", "pt"}};
-    std::string data;
-    for (const auto& [name, t] : tensors) {
-        size_t begin = data.size();
-        for (float v : t.data) {
-            unsigned char bytes[4];
-            uint32_t bits = 0;
-            if (type == WriteType::F32) std::memcpy(&bits, &v, 4);
-            if (type == WriteType::BF16) bits = to_bf16(v);
-            if (type == WriteType::F16) bits = to_f16(v);
-            for (size_t i = 0; i < elem; ++i) bytes[i] = (bits >> (8 * i)) & 0xFF;
-            data.append(reinterpret_cast<char*>(bytes), elem);
-        }
-        header[name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
-    }
-    std::string h = header.dump();
-    std::ofstream out(path, std::ios::binary);
-    uint64_t len = h.size();
-    for (int i = 0; i < 8; ++i) out.put(char((len >> (8 * i)) & 0xFF));
-    out << h << data;
-}
 
 struct Spec {
     int dim = 8;
