@@ -455,3 +455,38 @@ TEST_CASE("new architectures: greedy generation equals the reference's for 16 to
         }
     }
 }
+
+// Not run by default (hidden tag: each preset is 0.5-0.9 GB of bf16 and some
+// 4 GB as the reference's doubles): the presets themselves, 128 or 64 or 60
+// experts, against the reference. Run with "[.forward_presets]".
+TEST_CASE("new architecture presets match the reference", "[.forward_presets]") {
+    for (const char* preset : {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"}) {
+        SECTION(preset) {
+            const std::filesystem::path dir = test_model_dir(preset, 3);
+            Loaded m(dir);
+            const int vocab = m.config.vocab_size;
+            std::vector<float> want;
+            {
+                ReferenceModel ref = ReferenceModel::load(dir);
+                for (const auto& row : ref.forward(arch_prompt(20, 4))) want.insert(want.end(), row.begin(), row.end());
+            }
+            const std::vector<int> tokens = arch_prompt(20, 4);
+            for_each_isa([&] {
+                Batch batch;
+                for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
+                const float* logits = m.forward.run(batch);
+                const std::vector<float> got(logits, logits + tokens.size() * size_t(vocab));
+                if (isa_active() == Isa::AVX512BF16) {
+                    require_logits_close(got, want, vocab);
+                } else {
+                    for (size_t i = 0; i < tokens.size(); i++) {
+                        INFO("position " << i);
+                        check_close(got.data() + i * vocab,
+                                    std::vector<double>(want.begin() + i * vocab, want.begin() + (i + 1) * vocab),
+                                    vocab);
+                    }
+                }
+            });
+        }
+    }
+}
