@@ -148,12 +148,19 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             CHECK(t.vocab_size() == 50259);
             // GPT-2's ids for "Hello world" (byte-level BPE).
             CHECK(t.encode("Hello world", false) == std::vector<int>{15496, 995});
-            const std::vector<ChatMessage> chat = {{"user", "Hi"}};
-            const std::vector<int> ids = e.chat_template().encode(t, chat);
-            // <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n in every preset's template.
-            REQUIRE(ids.size() >= 4);
-            CHECK(ids[0] == 50257);
-            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);
+            // The preset's Jinja template (Qwen3's, Qwen2.5's, or ChatML), rendered and tokenized.
+            CHECK(e.has_jinja_template());
+            ChatInput chat;
+            chat.messages = {{"user", "Hi"}};
+            chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
+            const std::string text = e.chat_text(chat);
+            INFO(text);
+            CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
+            CHECK(text.size() >= 22);
+            CHECK(text.substr(text.size() - 22) == "<|im_start|>assistant\n");
+            const std::vector<int> ids = e.chat_prompt(chat).ids;
+            CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);  // <|im_start|> as one special id
+            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);  // <|im_end|>
         }
     }
 }

@@ -595,7 +595,8 @@ TEST_CASE("synth: refusals", "[synth]") {
         FAIL("unknown preset accepted");
     } catch (const MoeError& e) {
         CHECK(std::string(e.what()) ==
-              "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b)");
+              "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b, qwen3-moe-mini, "
+              "qwen3-30b-a3b, olmoe-mini, qwen2-moe-mini)");
     }
     o.preset = "tiny";
     o.tokenizer = root / "absent.model";
@@ -624,6 +625,22 @@ TEST_CASE("synth: refusals", "[synth]") {
         CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("not enough free disk space"));
         CHECK(!fs::exists(root / "big.partial"));
     }
+    // Qwen3-30B-A3B's real shape: about 61 GB of bf16 weights.
+    need = synth_disk_bytes(synth_preset("qwen3-30b-a3b"));
+    CHECK(need > uint64_t(60e9));
+    CHECK(need < uint64_t(63e9));
+    if (fs::space(root).available < need) {
+        o.preset = "qwen3-30b-a3b";
+        o.tokenizer.clear();
+        o.out = root / "big";
+        CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("not enough free disk space"));
+        CHECK(!fs::exists(root / "big.partial"));
+    }
+    // The stand-in tokenizer presets take no SentencePiece --tokenizer.
+    o.preset = "olmoe-mini";
+    o.tokenizer = root / "absent.model";
+    o.out = root / "olmoe";
+    CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("writes its own tokenizer.json"));
     fs::remove_all(root);
 }
 
