@@ -682,7 +682,27 @@ TEST_CASE("synth: presets", "[synth]") {
     CHECK(small.n_heads == 8);
     CHECK(small.n_kv_heads == 2);
     CHECK(small.n_experts == 8);
-    CHECK(synth_preset_names().size() == 4);
+    CHECK(synth_preset_names().size() == 8);
+    // Qwen3-30B-A3B's real shape.
+    ModelConfig q3 = synth_preset("qwen3-30b-a3b");
+    CHECK(q3.architecture == "Qwen3MoeForCausalLM");
+    CHECK(q3.n_layers == 48);
+    CHECK(q3.dim == 2048);
+    CHECK(q3.n_heads == 32);
+    CHECK(q3.n_kv_heads == 4);
+    CHECK(q3.head_dim == 128);
+    CHECK(q3.n_experts == 128);
+    CHECK(q3.n_experts_active == 8);
+    CHECK(q3.hidden_dim == 768);
+    CHECK(q3.vocab_size == 151936);
+    CHECK(q3.qk_norm == QkNorm::PER_HEAD);
+    CHECK(q3.norm_topk_prob);
+    // The minis keep their architecture's features.
+    CHECK(synth_preset("qwen3-moe-mini").head_dim * synth_preset("qwen3-moe-mini").n_heads != 512);
+    CHECK(synth_preset("olmoe-mini").qk_norm == QkNorm::FULL);
+    CHECK_FALSE(synth_preset("olmoe-mini").norm_topk_prob);
+    CHECK(synth_preset("qwen2-moe-mini").shared_hidden_dim > 0);
+    CHECK(synth_preset("qwen2-moe-mini").qkv_bias);
 }
 
 TEST_CASE("synth: routing is not uniform and logits are not flat", "[synth]") {
