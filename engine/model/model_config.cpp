@@ -131,8 +131,9 @@ void validate(const ModelConfig& c, std::string_view source) {
         config_fail(source, "field 'rope_theta' must be positive, found " + std::to_string(c.rope_theta));
     if (!(c.rms_norm_eps > 0.0f))
         config_fail(source, "field 'rms_norm_eps' must be positive, found " + std::to_string(c.rms_norm_eps));
-    check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
+    // EOS first: a config without BOS takes its EOS id as BOS.
     for (int id : c.eos_token_ids) check_token_id(source, "eos_token_id", id, c.vocab_size);
+    check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
 }
 
 json read_json_file(const fs::path& path) {

@@ -4,6 +4,7 @@
 #include "engine/model/model_source.h"
 
 #include <charconv>
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <system_error>
@@ -145,15 +146,22 @@ std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const
         return kv;
     }
     const int eos = config.eos_token_ids.at(0);
-    if (s.synthetic && synth_uses_standin_tokenizer(config))
-        throw MoeError(model_source_id(s) + ": a GGUF vocabulary of the stand-in BPE tokenizer is not written yet");
+    if (s.synthetic && synth_uses_standin_tokenizer(config)) {
+        kv = gguf_bpe_tokenizer_metadata(nlohmann::json::parse(synth_standin_tokenizer_json()),
+                                         "synth-model's stand-in tokenizer.json", config.bos_token_id, eos);
+        kv.push_back({"tokenizer.chat_template", synth_chat_template(config)});
+        return kv;
+    }
     if (s.synthetic) {
         kv = gguf_tokenizer_metadata(synth_embedded_tokenizer(), EMBEDDED_TOKENIZER, config.bos_token_id, eos);
         kv.push_back({"tokenizer.chat_template", SYNTH_MIXTRAL_CHAT_TEMPLATE});
         return kv;
     }
-    const fs::path model = s.dir / "tokenizer.model";
-    kv = gguf_tokenizer_metadata(file_read_text(model), model.string(), config.bos_token_id, eos);
+    const fs::path model = s.dir / "tokenizer.model", json_path = s.dir / "tokenizer.json";
+    if (!file_exists(model) && file_exists(json_path))
+        kv = gguf_bpe_tokenizer_metadata(file_read_json(json_path), json_path.string(), config.bos_token_id, eos);
+    else
+        kv = gguf_tokenizer_metadata(file_read_text(model), model.string(), config.bos_token_id, eos);
     const fs::path config_path = s.dir / "tokenizer_config.json";
     if (file_exists(config_path)) {
         std::string note;

@@ -72,3 +72,13 @@ ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_v
 std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view sentencepiece_model, std::string_view source,
                                                   int bos, int eos);
 
+// The other direction for a byte-level BPE tokenizer.json document: the
+// tokenizer.ggml.* keys of a "gpt2" vocabulary (tokens by id, the vocabulary's
+// NORMAL, special added tokens CONTROL, other added tokens USER_DEFINED;
+// merges as "a b"; tokenizer.ggml.pre the name llama.cpp gives its Split
+// regexes: gpt-2, llama-bpe, qwen2, deepseek-llm, deepseek-v3), so that
+// tokenizer_from_gguf gives the same tokenizer back. bos and eos: the model's
+// ids. MoeError "SOURCE: KEY: what is wrong" for another model type, a
+// pre-tokenizer llama.cpp has no name for, an id without a token.
+std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc, std::string_view source, int bos,
+                                                      int eos);

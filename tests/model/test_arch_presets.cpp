@@ -2,8 +2,10 @@
 // preset's folder (the real Hugging Face layout) loads back as the config and
 // the bytes of its in-memory weights; its tokenizer and chat template load;
 // the forward pass gives finite logits on the CPU backend and, with an
-// emulated GPU holding some experts, bitwise the same ones; a tensor missing
-// or mis-shaped is named. The comparisons against the independent reference
+// emulated GPU holding some experts, bitwise the same ones; a bf16 GGUF of
+// each (qwen3moe, olmoe, qwen2moe: names, metadata, no q/k permutation, the
+// tokenizer as a gpt2 vocabulary) gives bitwise the folder's logits and
+// tokens; a tensor missing or mis-shaped is named. The comparisons against the independent reference
 // model are in test_reference_model.cpp.
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "engine/devices/expert_executor.h"
+#include "engine/model/gguf_model.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/engine.h"
@@ -148,12 +152,19 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             CHECK(t.vocab_size() == 50259);
             // GPT-2's ids for "Hello world" (byte-level BPE).
             CHECK(t.encode("Hello world", false) == std::vector<int>{15496, 995});
-            const std::vector<ChatMessage> chat = {{"user", "Hi"}};
-            const std::vector<int> ids = e.chat_template().encode(t, chat);
-            // <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n in every preset's template.
-            REQUIRE(ids.size() >= 4);
-            CHECK(ids[0] == 50257);
-            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);
+            // The preset's Jinja template (Qwen3's, Qwen2.5's, or ChatML), rendered and tokenized.
+            CHECK(e.has_jinja_template());
+            ChatInput chat;
+            chat.messages = {{"user", "Hi"}};
+            chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
+            const std::string text = e.chat_text(chat);
+            INFO(text);
+            CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
+            CHECK(text.size() >= 22);
+            CHECK(text.substr(text.size() - 22) == "<|im_start|>assistant\n");
+            const std::vector<int> ids = e.chat_prompt(chat).ids;
+            CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);  // <|im_start|> as one special id
+            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);  // <|im_end|>
         }
     }
 }
@@ -171,4 +182,53 @@ TEST_CASE("arch presets: a missing or mis-shaped tensor of the new roles is name
     per_head.qk_norm = QkNorm::PER_HEAD;
     message = load_error(per_head, src);
     CHECK(message.find("model.layers.0.self_attn.q_norm.weight: tensor missing") != std::string::npos);
+}
+
+TEST_CASE("arch presets: a bf16 GGUF of each gives the folder's config, logits and tokenizer", "[arch]") {
+    for (const char* preset : PRESETS) {
+        SECTION(preset) {
+            const fs::path dir = test_model_dir(preset, 3);
+            const ModelSource source = model_source_parse(dir.string());
+            const ModelConfig c = model_source_config(source);
+            const ModelWeights w = model_source_weights(source, c, 2);
+            const fs::path out = test_temp_dir(std::string("arch-gguf-") + preset) / "model.gguf";
+            GgufWriteOptions o;
+            o.name = preset;
+            o.extra_metadata = model_source_text_metadata(source, c);
+            o.threads = 2;
+            gguf_model_write(out, c, w, o);
+
+            const GgufFile file(out);
+            const std::string arch(file.metadata().get_string("general.architecture"));
+            CHECK(arch == (c.architecture == "Qwen3MoeForCausalLM"   ? "qwen3moe"
+                           : c.architecture == "Qwen2MoeForCausalLM" ? "qwen2moe"
+                                                                     : "olmoe"));
+            const ModelConfig g = gguf_model_config(file);
+            CHECK(g.architecture == c.architecture);
+            CHECK(g.hidden_dim == c.hidden_dim);
+            CHECK(g.head_dim == c.head_dim);
+            CHECK(g.qk_norm == c.qk_norm);
+            CHECK(g.qkv_bias == c.qkv_bias);
+            CHECK(g.shared_hidden_dim == c.shared_hidden_dim);
+            CHECK(g.norm_topk_prob == c.norm_topk_prob);
+            CHECK(g.n_experts == c.n_experts);
+            CHECK(g.vocab_size == c.vocab_size);
+            const ModelWeights gw = gguf_model_weights(g, out);
+            check_same_weights(c, gw, w);
+
+            const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30};
+            const std::vector<float> want = prefill_logits(c, w, prompt);
+            const std::vector<float> got = prefill_logits(g, gw, prompt);
+            REQUIRE(got.size() == want.size());
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+
+            const Tokenizer folder_tokenizer = model_source_tokenizer(source, c);
+            const Tokenizer gguf_tokenizer = tokenizer_from_gguf(file.metadata(), out.string());
+            REQUIRE(gguf_tokenizer.vocab_size() == folder_tokenizer.vocab_size());
+            const std::string text = "Hello world, <|im_start|>it's 2026!\n  tabs\tand ünïcödé";
+            CHECK(gguf_tokenizer.encode(text, false, SpecialTokens::PARSE) ==
+                  folder_tokenizer.encode(text, false, SpecialTokens::PARSE));
+            CHECK(file.metadata().get_string("tokenizer.chat_template") == synth_chat_template(c));
+        }
+    }
 }

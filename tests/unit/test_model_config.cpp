@@ -210,7 +210,7 @@ TEST_CASE("config: an unknown architecture lists the supported ones", "[config]"
     check_one_line(m);
     CHECK(m ==
           "dir/config.json: architecture 'LlamaForCausalLM' is not supported (supported: "
-          "MixtralForCausalLM, MistralForCausalLM)");
+          "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM)");
     CHECK(parse_error(json::array()).find("expected a JSON object") != std::string::npos);
 }
 
