@@ -5,8 +5,10 @@
 // errors, and the Qwen3-MoE / Qwen2-MoE / OLMoE features each against an
 // equivalent model it must equal (per-head and full-width q/k norms,
 // unnormalised top-k, the gated shared expert, q/k/v/o biases, clip_qkv,
-// dense layers among sparse ones) and each architecture's defaults. Checkpoints are small hand-made ones written here by a
-// writer of our own, so these tests depend on nothing else in the tree.
+// dense layers among sparse ones) and each architecture's defaults.
+// Checkpoints are small hand-made ones written here with the tests' own
+// safetensors writer (write_safetensors, tests/support/checkpoint_writer.h,
+// no engine code), so these tests depend on nothing else in the tree.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
