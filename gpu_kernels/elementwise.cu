@@ -1,5 +1,5 @@
 // Element- and row-wise kernels: bf16 conversion, embedding lookup, RMSNorm,
-// RoPE, residual add, SiLU-mul, row gather, the MoE combine and KV-cache
+// RoPE, residual add, bias add, SiLU-mul, sigmoid row scaling, row gather, the MoE combine and KV-cache
 // writes. Each applies a gpu_math.h function (or a plain copy) per element;
 // kernels first, launchers after.
 #include <algorithm>
@@ -60,6 +60,18 @@ __global__ void rope_kernel(float* x, const int* positions, int rows, int n_head
 
 __global__ void add_kernel(float* x, const float* y, long n) {
     for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) x[i] += y[i];
+}
+
+__global__ void add_bias_kernel(float* x, const float* bias, int rows, int width) {
+    const long total = long(rows) * width;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x)
+        x[i] += bias[i % width];
+}
+
+__global__ void sigmoid_scale_kernel(float* y, const float* gate, int rows, int dim) {
+    const long total = long(rows) * dim;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x)
+        y[i] *= gm_sigmoid(gate[i / dim]);
 }
 
 __global__ void silu_mul_kernel(float* a, const float* b, long n) {
@@ -134,6 +146,18 @@ void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads,
 void gpu_add(float* x, const float* y, long n, GpuStream stream) {
     if (n <= 0) return;
     add_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, y, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_add_bias(float* x, const float* bias, int rows, int width, GpuStream stream) {
+    if (rows <= 0 || width <= 0) return;
+    add_bias_kernel<<<blocks_for(long(rows) * width), THREADS, 0, stream>>>(x, bias, rows, width);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_sigmoid_scale(float* y, const float* gate, int rows, int dim, GpuStream stream) {
+    if (rows <= 0 || dim <= 0) return;
+    sigmoid_scale_kernel<<<blocks_for(long(rows) * dim), THREADS, 0, stream>>>(y, gate, rows, dim);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -83,6 +83,12 @@ void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads,
 // x (n,) += y (n,).
 void gpu_add(float* x, const float* y, long n, GpuStream stream);
 
+// x (rows, width): each row += bias (width,).
+void gpu_add_bias(float* x, const float* bias, int rows, int width, GpuStream stream);
+
+// y (rows, dim): row i *= gm_sigmoid(gate[i]), gate (rows,).
+void gpu_sigmoid_scale(float* y, const float* gate, int rows, int dim, GpuStream stream);
+
 // a (n,) <- silu(a) * b.
 void gpu_silu_mul(float* a, const float* b, long n, GpuStream stream);
 

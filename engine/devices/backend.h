@@ -28,8 +28,8 @@ public:
     virtual ~Backend() = default;
     virtual const char* name() const = 0;  // "cpu" or "cuda"
 
-    // The dense weights (embeddings, attention, norms, routers, final norm,
-    // lm_head) as this backend reads them: host pointers on the CPU, device
+    // The dense weights (embeddings, attention, norms, biases, routers, the
+    // MLPs every token runs, final norm, lm_head) as this backend reads them: host pointers on the CPU, device
     // pointers on CUDA. Expert pointers are not part of it.
     virtual const ModelWeights& weights() const = 0;
     // Where the KV cache keeps its blocks (host or device memory).
@@ -56,6 +56,15 @@ public:
     virtual void attention(int layer, float* out, const float* q) = 0;
     // x (n,) += y (n,).
     virtual void add(float* x, const float* y, size_t n) = 0;
+    // x (rows, width): each row += bias (width,) (q/k/v projection biases).
+    virtual void add_bias(float* x, const float* bias, int rows, int width) = 0;
+    // The MLP every token runs (a dense layer's, or a shared expert), a dense
+    // weight of this backend: y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T for
+    // x (m, dim), with the arithmetic of a routed expert on this backend.
+    // scratch: 2 * m * w.w1.rows floats of this backend's memory.
+    virtual void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) = 0;
+    // y (rows, dim): row i *= sigmoid(gate[i]), gate (rows,) (the shared expert's gate).
+    virtual void sigmoid_scale(float* y, const float* gate, int rows, int dim) = 0;
     // Routing of rows tokens from router logits (rows, n_experts), which it
     // may overwrite: softmax over all experts, top k (largest first, ties to
     // the lower index), weights renormalised to sum 1 when renorm. experts

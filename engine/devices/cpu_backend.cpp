@@ -11,6 +11,7 @@
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
 #include "engine/runtime/forward.h"
+#include "gpu_kernels/gpu_math.h"
 
 namespace {
 
@@ -86,6 +87,25 @@ public:
 
     void add(float* x, const float* y, size_t n) override {
         for (size_t j = 0; j < n; j++) x[j] += y[j];
+    }
+
+    void add_bias(float* x, const float* bias, int rows, int width) override {
+        for (int i = 0; i < rows; i++) {
+            float* row = x + size_t(i) * width;
+            for (int j = 0; j < width; j++) row[j] += bias[j];
+        }
+    }
+
+    void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override {
+        expert_ffn(y, x, w.w1, w.w3, w.w2, m, scratch, pool_);
+    }
+
+    void sigmoid_scale(float* y, const float* gate, int rows, int dim) override {
+        for (int i = 0; i < rows; i++) {
+            const float s = gm_sigmoid(gate[i]);
+            float* row = y + size_t(i) * dim;
+            for (int d = 0; d < dim; d++) row[d] *= s;
+        }
     }
 
     void route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) override {

@@ -54,24 +54,43 @@ private:
 
 // Every dense tensor of the model with its size in bytes, in one order:
 // fn(const void*& data, bytes) may repoint it.
+// Absent ones (empty views, null vectors) are skipped.
 template <class Fn>
 void for_each_dense(const ModelConfig& c, ModelWeights& w, Fn&& fn) {
-    const size_t dim = size_t(c.dim);
-    auto matrix = [&](WeightView& m) { fn(m.data, m.bytes()); };
-    auto vector = [&](const float*& v) {
+    const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+    auto matrix = [&](WeightView& m) {
+        if (!m.empty()) fn(m.data, m.bytes());
+    };
+    auto vector = [&](const float*& v, size_t n) {
+        if (!v) return;
         const void* p = v;
-        fn(p, dim * sizeof(float));
+        fn(p, n * sizeof(float));
         v = static_cast<const float*>(p);
     };
+    const size_t q_norm = c.qk_norm == QkNorm::FULL ? q_dim : size_t(c.head_dim);
+    const size_t k_norm = c.qk_norm == QkNorm::FULL ? kv_dim : size_t(c.head_dim);
     matrix(w.embed);
     if (!c.tie_embeddings) matrix(w.lm_head);
-    vector(w.final_norm);
+    vector(w.final_norm, size_t(c.dim));
     for (LayerWeights& lw : w.layers) {
-        vector(lw.attn_norm);
+        vector(lw.attn_norm, size_t(c.dim));
         for (WeightView* m : {&lw.wq, &lw.wk, &lw.wv, &lw.wo}) matrix(*m);
-        vector(lw.ffn_norm);
-        if (c.is_moe()) matrix(lw.router);
+        vector(lw.q_bias, q_dim);
+        vector(lw.k_bias, kv_dim);
+        vector(lw.v_bias, kv_dim);
+        vector(lw.q_norm, q_norm);
+        vector(lw.k_norm, k_norm);
+        vector(lw.ffn_norm, size_t(c.dim));
+        matrix(lw.router);
+        for (WeightView* m : {&lw.mlp.w1, &lw.mlp.w3, &lw.mlp.w2, &lw.shared_gate}) matrix(*m);
     }
+}
+
+// The widest input of a dense GEMM: dim, q_dim, or an always-run MLP's down projection.
+int widest_dense_input(const ModelConfig& c) {
+    int k = std::max(c.dim, c.n_heads * c.head_dim);
+    for (int l = 0; l < c.n_layers; l++) k = std::max(k, c.layer_mlp_hidden(l));
+    return k;
 }
 
 // A copy of the host weights' dense pointers (experts dropped).
@@ -128,7 +147,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     if (c_.tie_embeddings) dev_weights_.lm_head = dev_weights_.embed;
     stream_.synchronize();  // pageable sources: the copies must finish before the mapping is read again
 
-    x_bf16_ = GpuBuffer(size_t(max_batch) * std::max(c_.dim, q_dim_) * sizeof(bf16));
+    x_bf16_ = GpuBuffer(size_t(max_batch) * widest_dense_input(c_) * sizeof(bf16));
     const bool quantized = weight_format(host_weights).quantized_dense;
     dequant_ = GpuBuffer(quantized ? GPU_DEQUANT_PIECE_ELEMS * sizeof(bf16) : 0);
     meta_ = make_upload(meta_bytes(max_batch, ctx));
@@ -239,6 +258,20 @@ void CudaBackend::attention(int layer, float* out, const float* q) {
 }
 
 void CudaBackend::add(float* x, const float* y, size_t n) { gpu_add(x, y, long(n), stream_.get()); }
+
+void CudaBackend::add_bias(float* x, const float* bias, int rows, int width) {
+    gpu_add_bias(x, bias, rows, width, stream_.get());
+}
+
+void CudaBackend::mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) {
+    assert(size_t(m) * std::max(w.w1.cols, w.w2.cols) * sizeof(bf16) <= x_bf16_.bytes());
+    gpu_expert_ffn(*blas_, y, x, w.w1, w.w3, w.w2, m, scratch,
+                   {x_bf16_.as<bf16>(), dequant_.as<bf16>(), dequant_.bytes() / sizeof(bf16)});
+}
+
+void CudaBackend::sigmoid_scale(float* y, const float* gate, int rows, int dim) {
+    gpu_sigmoid_scale(y, gate, rows, dim, stream_.get());
+}
 
 void CudaBackend::route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) {
     int* d_experts = route_dev_.as<int>();

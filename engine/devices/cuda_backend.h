@@ -38,6 +38,9 @@ public:
     void kv_store(int layer, const float* k, const float* v) override;
     void attention(int layer, float* out, const float* q) override;
     void add(float* x, const float* y, size_t n) override;
+    void add_bias(float* x, const float* bias, int rows, int width) override;
+    void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override;
+    void sigmoid_scale(float* y, const float* gate, int rows, int dim) override;
     void route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) override;
     void gather(float* out, const float* x, const int* src_row, int rows, int dim) override;
     void combine(float* out, const float* y, const int* slots, const float* weights, int rows, int k,
@@ -84,7 +87,7 @@ private:
     ModelWeights dev_weights_;    // device pointers into weight_memory_; no experts
     size_t weight_bytes_ = 0, activation_bytes_ = 0;
     std::vector<GpuBuffer> buffers_;  // alloc()
-    GpuBuffer x_bf16_;            // (max_batch, max k) bf16: GEMM inputs
+    GpuBuffer x_bf16_;            // (max_batch, widest k of a dense GEMM) bf16: GEMM inputs
     GpuBuffer dequant_;           // quantized dense weights: a piece of W in bf16 (gpu_matmul)
 
     // The batch's metadata (begin): tokens, positions, KV rows, block tables.

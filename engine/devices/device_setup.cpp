@@ -78,7 +78,14 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
     // router, logits.
     double bytes = mb * (4 * c.dim + 2 * q_dim + 2 * kv_dim + n_experts + c.vocab_size) * sizeof(float);
     bytes += 2.0 * max_rows * c.dim * sizeof(float);                        // expert rows x, y
-    bytes += mb * std::max(double(c.dim), q_dim) * 2;                        // GEMM inputs, bf16
+    double widest = std::max(double(c.dim), q_dim), mlp_scratch = 0, shared = 0;
+    for (int l = 0; l < c.n_layers; l++) {
+        widest = std::max(widest, double(c.layer_mlp_hidden(l)));
+        mlp_scratch = std::max(mlp_scratch, 2.0 * c.layer_mlp_hidden(l));
+        if (c.layer_is_moe(l) && c.layer_mlp_hidden(l) > 0) shared = c.dim + 1.0;
+    }
+    bytes += mb * widest * 2;                                                // GEMM inputs, bf16
+    bytes += mb * (mlp_scratch + shared) * sizeof(float);  // the always-run MLP: scratch, shared output, gate
     bytes += 4 * sizeof(int) * mb + sizeof(float*) * (mb + mb * blocks_per_seq);  // batch metadata
     bytes += (std::max(double(max_rows), mb) + 2 * mb * k) * sizeof(int) + mb * k * sizeof(float);  // uploads
     bytes += mb * k * (sizeof(int) + sizeof(float));                           // routes
@@ -166,12 +173,19 @@ LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const
 
 namespace {
 
+// Placement tables are (layer, expert) over every layer; a MoE model with
+// dense layers (no experts there) is not placed yet.
+const char* const DENSE_LAYERS_UNPLACED =
+    "the model has dense layers among its MoE layers (mlp_only_layers / decoder_sparse_step), which expert "
+    "placement does not cover yet";
+
 // The dry run: an emulated device (a test double that computes on the
 // CPU) with a budget in GiB or a share of all experts.
 void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                     ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration) {
     PlacementInfo& info = s.info;
     if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
+    if (!c.dense_layers.empty()) throw MoeError(std::string("--emulate-gpu: ") + DENSE_LAYERS_UNPLACED);
     if (o.device.emulate_gpu_bytes > 0 && o.device.emulate_gpu_expert_share > 0)
         throw MoeError("--emulate-gpu: give a size in GiB or a share of experts, not both");
 
@@ -252,6 +266,8 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
         why_cpu = "--gpu-device none";
     } else if (!c.is_moe()) {
         why_cpu = "dense model (the GPU path places experts)";
+    } else if (!c.dense_layers.empty()) {
+        why_cpu = DENSE_LAYERS_UNPLACED;
     } else {
 #ifdef MOE_HAVE_CUDA
         try {

@@ -14,6 +14,18 @@ StageCost matmul_cost(double rows, double cols, int n_tokens, double bytes_per_w
 StageCost operator+(StageCost a, StageCost b) { return {a.bytes + b.bytes, a.flops + b.flops}; }
 StageCost operator*(double k, StageCost a) { return {k * a.bytes, k * a.flops}; }
 
+// Layers that route to experts (all of them for Mixtral; 0 for a dense model).
+int moe_layers(const ModelConfig& c) {
+    int n = 0;
+    for (int l = 0; l < c.n_layers; l++) n += c.layer_is_moe(l) ? 1 : 0;
+    return n;
+}
+
+// Experts each token visits over the whole model (the dense Mistral MLP is expert 0 of every layer).
+double routed_per_token(const ModelConfig& c) {
+    return c.is_moe() ? double(moe_layers(c)) * c.n_experts_active : double(c.n_layers);
+}
+
 double per_weight(const WeightView& w) {
     return double(w.row_bytes) / double(w.cols);
 }
@@ -27,9 +39,12 @@ WeightFormat weight_format(const ModelWeights& w) {
     f.quantized_dense = dtype_quantized(w.lm_head.type);
     double expert = 0, dense = 0, dense_weights = 0;
     for (const LayerWeights& L : w.layers) {
-        const ExpertWeights& e = L.experts.at(0);
-        expert = std::max(expert, double(e.bytes()) / double(e.w1.rows * e.w1.cols * 3));
-        for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router}) {
+        if (!L.experts.empty()) {
+            const ExpertWeights& e = L.experts[0];
+            expert = std::max(expert, double(e.bytes()) / double(e.w1.rows * e.w1.cols * 3));
+        }
+        for (const WeightView* m :
+             {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.mlp.w1, &L.mlp.w3, &L.mlp.w2, &L.shared_gate}) {
             if (m->empty()) continue;
             f.quantized_dense = f.quantized_dense || dtype_quantized(m->type);
             dense += double(m->bytes());
@@ -54,37 +69,54 @@ StageCost cost_router(const ModelConfig& c, int n_tokens, const WeightFormat& f)
     return c.is_moe() ? matmul_cost(c.n_experts, c.dim, n_tokens, f.dense) : StageCost{};
 }
 
+StageCost cost_always_mlp(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
+    StageCost total;
+    for (int l = 0; l < c.n_layers; l++) {
+        const int hidden = c.layer_mlp_hidden(l);
+        if (hidden == 0) continue;
+        total = total + 3.0 * matmul_cost(hidden, c.dim, n_tokens, f.dense);
+        if (c.layer_is_moe(l)) total = total + matmul_cost(1, c.dim, n_tokens, f.dense);  // the shared gate
+    }
+    return total;
+}
+
 StageCost cost_lm_head(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
     return matmul_cost(c.vocab_size, c.dim, n_tokens, f.lm_head);
 }
 
 StageCost cost_decode_token(const ModelConfig& c, const WeightFormat& f) {
-    int active = c.is_moe() ? c.n_experts_active : 1;
-    StageCost layer = cost_attention_proj(c, 1, f) + cost_router(c, 1, f) + double(active) * cost_expert(c, 1, f);
-    return double(c.n_layers) * layer + cost_lm_head(c, 1, f);
+    StageCost layers = double(c.n_layers) * cost_attention_proj(c, 1, f) + double(moe_layers(c)) * cost_router(c, 1, f);
+    return layers + routed_per_token(c) * cost_expert(c, 1, f) + cost_always_mlp(c, 1, f) + cost_lm_head(c, 1, f);
 }
 
 StageCost cost_decode_step(const ModelConfig& c, int n_tokens, double routed_experts, const WeightFormat& f) {
-    int active = c.is_moe() ? c.n_experts_active : 1;
-    StageCost layer = cost_attention_proj(c, n_tokens, f) + cost_router(c, n_tokens, f);
-    StageCost experts{routed_experts * cost_expert(c, 0, f).bytes,
-                      double(c.n_layers) * active * cost_expert(c, n_tokens, f).flops};
-    return double(c.n_layers) * layer + experts + cost_lm_head(c, n_tokens, f);
+    StageCost layers =
+        double(c.n_layers) * cost_attention_proj(c, n_tokens, f) + double(moe_layers(c)) * cost_router(c, n_tokens, f);
+    StageCost experts{routed_experts * cost_expert(c, 0, f).bytes, routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
+    return layers + experts + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, n_tokens, f);
 }
 
 StageCost cost_prefill(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
-    int active = c.is_moe() ? c.n_experts_active : 1;
-    int experts = c.is_moe() ? c.n_experts : 1;
+    const double expert_layers = c.is_moe() ? moe_layers(c) : c.n_layers;
+    const int experts = c.is_moe() ? c.n_experts : 1;
     // Every expert's weights are read once (when any token routes to it);
     // the FLOPs follow the tokens.
-    StageCost moe{double(experts) * cost_expert(c, 0, f).bytes, double(active) * cost_expert(c, n_tokens, f).flops};
-    StageCost layer = cost_attention_proj(c, n_tokens, f) + cost_router(c, n_tokens, f) + moe;
-    return double(c.n_layers) * layer + cost_lm_head(c, 1, f);
+    StageCost moe{expert_layers * experts * cost_expert(c, 0, f).bytes,
+                  routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
+    StageCost layers = double(c.n_layers) * cost_attention_proj(c, n_tokens, f) +
+                       double(moe_layers(c)) * cost_router(c, n_tokens, f);
+    return layers + moe + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, 1, f);
 }
 
 double cost_dense_bytes(const ModelConfig& c, const WeightFormat& f) {
-    const double norms = double(2 * c.n_layers + 1) * c.dim * 2.0;  // bf16 on a device
-    double layer = cost_attention_proj(c, 0, f).bytes + cost_router(c, 0, f).bytes;
+    // Norm and bias vectors, bf16 on a device.
+    const double q_dim = double(c.n_heads) * c.head_dim, kv_dim = double(c.n_kv_heads) * c.head_dim;
+    double vectors = double(2 * c.n_layers + 1) * c.dim;
+    if (c.qk_norm == QkNorm::PER_HEAD) vectors += double(c.n_layers) * 2 * c.head_dim;
+    if (c.qk_norm == QkNorm::FULL) vectors += double(c.n_layers) * (q_dim + kv_dim);
+    if (c.qkv_bias) vectors += double(c.n_layers) * (q_dim + 2 * kv_dim);
+    const double layers = double(c.n_layers) * cost_attention_proj(c, 0, f).bytes +
+                          double(moe_layers(c)) * cost_router(c, 0, f).bytes + cost_always_mlp(c, 0, f).bytes;
     double embeddings = double(c.vocab_size) * c.dim * (f.embed + (c.tie_embeddings ? 0.0 : f.lm_head));
-    return double(c.n_layers) * layer + embeddings + norms;
+    return layers + embeddings + vectors * 2.0;
 }

@@ -31,16 +31,21 @@ StageCost cost_expert(const ModelConfig& c, int n_tokens, const WeightFormat& f 
 StageCost cost_attention_proj(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
 // Router GEMV of one layer over n tokens.
 StageCost cost_router(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
+// The MLPs every token runs (each layer's dense MLP or shared expert and its
+// gate, ModelConfig::layer_mlp_hidden), summed over all layers, over n
+// tokens: dense weights, in the dense format, read on every step.
+StageCost cost_always_mlp(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
 // lm_head over n tokens.
 StageCost cost_lm_head(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
 
 // Bytes of every non-expert weight: embeddings, lm_head (unless tied), the
-// attention projections, norms and routers of all layers. What a GPU holds
-// before any expert.
+// attention projections, norms, biases and routers of all layers, and the
+// MLPs every token runs (shared experts, dense layers). What a GPU holds
+// before any routed expert.
 double cost_dense_bytes(const ModelConfig& c, const WeightFormat& f = {});
 
 // One decode step (one token): every layer's projections and router, its
-// n_experts_active experts, and lm_head. Bytes = the weights it must read.
+// n_experts_active experts (MoE layers), the MLPs every token runs, and lm_head. Bytes = the weights it must read.
 StageCost cost_decode_token(const ModelConfig& c, const WeightFormat& f = {});
 // One decode step of n sequences (one token each, as beam search runs its
 // beams) that sends tokens to routed_experts distinct (layer, expert) pairs

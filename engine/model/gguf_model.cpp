@@ -1,6 +1,6 @@
 // GGUF models (see gguf_model.h): config.json's fields from the metadata,
 // checked by the one config parser, and the tensor table's roles from the
-// llama architecture's tensor names.
+// GGUF tensor names of the llama, qwen3moe, qwen2moe and olmoe architectures.
 #include "engine/model/gguf_model.h"
 
 #include <algorithm>
@@ -20,65 +20,94 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* ARCH = "llama";
+// A GGUF architecture and the Hugging Face one it stores. llama.cpp writes
+// the llama architecture's q/k rows for interleaved RoPE (the loader and
+// writer permute them); the Qwen and OLMoE archs keep Hugging Face's order
+// (NEOX RoPE is rotate-half).
+struct GgufArch {
+    const char* gguf;
+    const char* hf;
+};
+constexpr GgufArch ARCHS[] = {{"llama", "MixtralForCausalLM"},
+                              {"llama", "MistralForCausalLM"},
+                              {"qwen3moe", "Qwen3MoeForCausalLM"},
+                              {"qwen2moe", "Qwen2MoeForCausalLM"},
+                              {"olmoe", "OlmoeForCausalLM"}};
 
-const char* gguf_role_name(TensorRole role) {
+const char* gguf_arch_of(const ModelConfig& c) {
+    for (const GgufArch& a : ARCHS)
+        if (c.architecture == a.hf) return a.gguf;
+    return nullptr;
+}
+
+bool permuted_qk(const ModelConfig& c) { return std::string_view(gguf_arch_of(c)) == "llama"; }
+
+// The GGUF tensor name of a role without "blk.N." and ".weight" / ".bias".
+// The always-run MLP is the shared expert's ffn_*_shexp on a MoE layer, a
+// dense layer's ffn_* otherwise.
+const char* gguf_role_name(TensorRole role, bool shared) {
     switch (role) {
-    case TensorRole::EMBED:
-        return "token_embd";
-    case TensorRole::ATTN_NORM:
-        return "attn_norm";
+    case TensorRole::EMBED: return "token_embd";
+    case TensorRole::ATTN_NORM: return "attn_norm";
     case TensorRole::WQ:
-        return "attn_q";
+    case TensorRole::Q_BIAS: return "attn_q";
     case TensorRole::WK:
-        return "attn_k";
+    case TensorRole::K_BIAS: return "attn_k";
     case TensorRole::WV:
-        return "attn_v";
-    case TensorRole::WO:
-        return "attn_output";
-    case TensorRole::FFN_NORM:
-        return "ffn_norm";
-    case TensorRole::ROUTER:
-        return "ffn_gate_inp";
-    case TensorRole::EXPERT_W1:
-        return "ffn_gate";
-    case TensorRole::EXPERT_W3:
-        return "ffn_up";
-    case TensorRole::EXPERT_W2:
-        return "ffn_down";
-    case TensorRole::FINAL_NORM:
-        return "output_norm";
-    case TensorRole::LM_HEAD:
-        return "output";
+    case TensorRole::V_BIAS: return "attn_v";
+    case TensorRole::WO: return "attn_output";
+    case TensorRole::Q_NORM: return "attn_q_norm";
+    case TensorRole::K_NORM: return "attn_k_norm";
+    case TensorRole::FFN_NORM: return "ffn_norm";
+    case TensorRole::ROUTER: return "ffn_gate_inp";
+    case TensorRole::EXPERT_W1: return "ffn_gate";
+    case TensorRole::EXPERT_W3: return "ffn_up";
+    case TensorRole::EXPERT_W2: return "ffn_down";
+    case TensorRole::MLP_W1: return shared ? "ffn_gate_shexp" : "ffn_gate";
+    case TensorRole::MLP_W3: return shared ? "ffn_up_shexp" : "ffn_up";
+    case TensorRole::MLP_W2: return shared ? "ffn_down_shexp" : "ffn_down";
+    case TensorRole::SHARED_GATE: return "ffn_gate_inp_shexp";
+    case TensorRole::FINAL_NORM: return "output_norm";
+    case TensorRole::LM_HEAD: return "output";
     }
     return "";
+}
+
+bool bias_role(TensorRole role) {
+    return role == TensorRole::Q_BIAS || role == TensorRole::K_BIAS || role == TensorRole::V_BIAS;
 }
 
 // The GGUF name of a table entry's tensor; a MoE expert's is its layer's
 // merged tensor ("blk.N.ffn_gate_exps.weight"), or with per_expert its own
 // ("blk.N.ffn_gate.E.weight", older files).
-std::string gguf_name(const TensorEntry& e, bool moe, bool per_expert = false) {
+std::string gguf_name(const TensorEntry& e, const ModelConfig& c, bool per_expert = false) {
     // Appended piece by piece (GCC 12's -Wrestrict misfires on "." + std::string).
     std::string name;
     if (e.layer >= 0) name.append("blk.").append(std::to_string(e.layer)).append(".");
-    name.append(gguf_role_name(e.role));
-    if (moe && e.expert >= 0) {
+    name.append(gguf_role_name(e.role, e.layer >= 0 && c.layer_is_moe(e.layer)));
+    if (c.is_moe() && e.expert >= 0) {
         if (per_expert)
             name.append(".").append(std::to_string(e.expert));
         else
             name.append("_exps");
     }
-    return name.append(".weight");
+    return name.append(bias_role(e.role) ? ".bias" : ".weight");
 }
 
 // The tensor that holds one entry of the table: a whole GGUF tensor, or
 // (experts merged into one 3-D tensor) expert e's (rows, cols) slice of it.
-TensorView find_tensor(const GgufFile& f, const TensorEntry& t, bool moe) {
-    if (!moe || t.expert < 0) return f.tensor(gguf_name(t, moe));
-    const std::string merged = gguf_name(t, moe);
+// The shared expert's gate is a vector (dim) in GGUF, a (1, dim) matrix here.
+TensorView find_tensor(const GgufFile& f, const TensorEntry& t, const ModelConfig& c) {
+    if (t.role == TensorRole::SHARED_GATE) {
+        TensorView gate = f.tensor(gguf_name(t, c));
+        if (gate.shape.size() == 1) gate.shape.insert(gate.shape.begin(), 1);
+        return gate;
+    }
+    if (!c.is_moe() || t.expert < 0) return f.tensor(gguf_name(t, c));
+    const std::string merged = gguf_name(t, c);
     const TensorView* all = f.find(merged);
     if (!all) {
-        const std::string single = gguf_name(t, moe, true);
+        const std::string single = gguf_name(t, c, true);
         if (f.find(single)) return f.tensor(single);
         throw MoeError(f.path().string() + ": " + merged + ": tensor missing (nor " + single + ")");
     }
@@ -120,20 +149,39 @@ int64_t gguf_llama_row(int64_t hf_row, int head_dim) {
 ModelConfig gguf_model_config(const GgufFile& f) {
     const GgufMetadata& m = f.metadata();
     const std::string file = f.path().string();
-    const std::string_view arch = m.get_string("general.architecture");
-    if (arch != ARCH)
-        throw MoeError(file + ": general.architecture: '" + std::string(arch) +
-                       "' is not supported (supported: llama, the architecture of Mixtral and Mistral GGUFs)");
-    const std::string p = std::string(ARCH) + ".";
+    const std::string arch(m.get_string("general.architecture"));
+    if (arch != "llama" && arch != "qwen3moe" && arch != "qwen2moe" && arch != "olmoe")
+        throw MoeError(file + ": general.architecture: '" + arch +
+                       "' is not supported (supported: llama, the architecture of Mixtral and Mistral GGUFs; "
+                       "qwen3moe, qwen2moe, olmoe)");
+    const std::string p = arch + ".";
     auto get = [&](const std::string& key) { return m.get_int<int>(key); };
     auto find = [&](const std::string& key) { return m.find_int<int>(key); };
 
     const int n_experts = find(p + "expert_count").value_or(0);
+    const std::optional<int> expert_ff = find(p + "expert_feed_forward_length");
     json j;
-    j["architectures"] = {n_experts > 0 ? "MixtralForCausalLM" : "MistralForCausalLM"};
     j["hidden_size"] = get(p + "embedding_length");
-    std::optional<int> expert_ff = find(p + "expert_feed_forward_length");
-    j["intermediate_size"] = n_experts > 0 && expert_ff ? *expert_ff : get(p + "feed_forward_length");
+    if (arch == "llama") {
+        j["architectures"] = {n_experts > 0 ? "MixtralForCausalLM" : "MistralForCausalLM"};
+        j["intermediate_size"] = n_experts > 0 && expert_ff ? *expert_ff : get(p + "feed_forward_length");
+        if (n_experts > 0) j["num_local_experts"] = n_experts;
+    } else {
+        for (const GgufArch& a : ARCHS)
+            if (arch == a.gguf) j["architectures"] = {a.hf};
+        j["num_experts"] = get(p + "expert_count");
+        if (arch == "olmoe") {
+            j["intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
+        } else {
+            j["moe_intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
+            if (std::optional<int> ff = find(p + "feed_forward_length")) j["intermediate_size"] = *ff;
+        }
+        if (arch == "qwen2moe")
+            j["shared_expert_intermediate_size"] = get(p + "expert_shared_feed_forward_length");
+        // llama.cpp renormalises Qwen3-MoE's top-k and not the others' unless the file says.
+        j["norm_topk_prob"] = m.find_bool(p + "expert_weights_norm").value_or(arch == "qwen3moe");
+    }
+    if (n_experts > 0) j["num_experts_per_tok"] = get(p + "expert_used_count");
     j["num_hidden_layers"] = get(p + "block_count");
     j["num_attention_heads"] = get(p + "attention.head_count");
     j["num_key_value_heads"] = find(p + "attention.head_count_kv").value_or(j["num_attention_heads"].get<int>());
@@ -144,16 +192,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
         const TensorView& embed = f.tensor("token_embd.weight");
         j["vocab_size"] = embed.shape.empty() ? 0 : embed.shape[0];
     }
-    if (n_experts > 0) {
-        j["num_local_experts"] = n_experts;
-        j["num_experts_per_tok"] = get(p + "expert_used_count");
-    }
     j["rope_theta"] = m.find_float(p + "rope.freq_base").value_or(10000.0);
     j["rms_norm_eps"] = m.get_float(p + "attention.layer_norm_rms_epsilon");
     if (std::optional<int> ctx = find(p + "context_length")) j["max_position_embeddings"] = *ctx;
     j["tie_word_embeddings"] = f.find("output.weight") == nullptr;
-    j["bos_token_id"] = m.find_int<int>("tokenizer.ggml.bos_token_id").value_or(1);
     j["eos_token_id"] = m.find_int<int>("tokenizer.ggml.eos_token_id").value_or(2);
+    j["bos_token_id"] = m.find_int<int>("tokenizer.ggml.bos_token_id").value_or(arch == "llama" ? 1 : j["eos_token_id"].get<int>());
     return model_config_parse(j, file + " (its GGUF metadata as config.json)");
 }
 
@@ -167,10 +211,11 @@ ModelWeights gguf_model_weights(const ModelConfig& config, const fs::path& path)
     w.gguf = std::make_unique<GgufFile>(path);
     const GgufFile& f = *w.gguf;
     weights_assign(w, config, [&](const TensorEntry& entry) {
-        const TensorView t = find_tensor(f, entry, config.is_moe());
+        const TensorView t = find_tensor(f, entry, config);
         weights_check_shape(t, entry);
         if (entry.shape.size() == 1) return weights_vector(w, t);
-        if (entry.role == TensorRole::WQ || entry.role == TensorRole::WK) return unpermute_rows(w, t, config.head_dim);
+        if ((entry.role == TensorRole::WQ || entry.role == TensorRole::WK) && permuted_qk(config))
+            return unpermute_rows(w, t, config.head_dim);
         return weights_matrix(w, t);
     });
     return w;
@@ -224,7 +269,7 @@ const char* quant_mix_name(QuantMix mix) {
 }
 
 DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int n_layers) {
-    if (e.shape.size() == 1 || e.role == TensorRole::ROUTER) return DType::F32;
+    if (e.shape.size() == 1 || e.role == TensorRole::ROUTER || e.role == TensorRole::SHARED_GATE) return DType::F32;
     const bool expert =
         e.role == TensorRole::EXPERT_W1 || e.role == TensorRole::EXPERT_W3 || e.role == TensorRole::EXPERT_W2;
     if (experts_only && !expert) return DType::BF16;
@@ -244,16 +289,21 @@ DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int 
 }
 
 void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeights& w, const GgufWriteOptions& o) {
-    const std::string p = std::string(ARCH) + ".";
+    const char* const arch = gguf_arch_of(c);
+    if (!arch) throw MoeError(out.string() + ": no GGUF architecture for " + c.architecture);
+    if (c.is_moe() && !c.dense_layers.empty())
+        throw MoeError(out.string() + ": GGUF has no key for dense layers among MoE layers (mlp_only_layers)");
+    const std::string p = std::string(arch) + ".";
+    const bool llama = permuted_qk(c);
     std::vector<GgufKeyValue> meta = {
-        {"general.architecture", ARCH},
+        {"general.architecture", arch},
         {"general.name", o.name},
         {"general.file_type", file_type(o.mix)},
         {"general.quantization_version", uint32_t(2)},
         {p + "context_length", uint32_t(c.max_position_embeddings)},
         {p + "embedding_length", uint32_t(c.dim)},
         {p + "block_count", uint32_t(c.n_layers)},
-        {p + "feed_forward_length", uint32_t(c.hidden_dim)},
+        {p + "feed_forward_length", uint32_t(llama ? c.hidden_dim : c.dense_hidden_dim)},
         {p + "rope.dimension_count", uint32_t(c.head_dim)},
         {p + "attention.head_count", uint32_t(c.n_heads)},
         {p + "attention.head_count_kv", uint32_t(c.n_kv_heads)},
@@ -267,6 +317,11 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         meta.push_back({p + "expert_count", uint32_t(c.n_experts)});
         meta.push_back({p + "expert_used_count", uint32_t(c.n_experts_active)});
     }
+    if (!llama) {
+        meta.push_back({p + "expert_feed_forward_length", uint32_t(c.hidden_dim)});
+        meta.push_back({p + "expert_weights_norm", c.norm_topk_prob});
+    }
+    if (c.shared_hidden_dim > 0) meta.push_back({p + "expert_shared_feed_forward_length", uint32_t(c.shared_hidden_dim)});
     for (const GgufKeyValue& kv : o.extra_metadata) meta.push_back(kv);
 
     // The table's entries become GGUF tensors; a layer's experts of one
@@ -276,9 +331,9 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         if (e.expert > 0 && c.is_moe()) continue;
         const LayerWeights* L = e.layer >= 0 ? &w.layers[size_t(e.layer)] : nullptr;
         OutTensor t;
-        t.view.name = gguf_name(e, c.is_moe());
+        t.view.name = gguf_name(e, c);
         t.view.dtype = quant_mix_type(o.mix, o.experts_only, e, c.n_layers);
-        t.permute = e.role == TensorRole::WQ || e.role == TensorRole::WK;
+        t.permute = llama && (e.role == TensorRole::WQ || e.role == TensorRole::WK);
         switch (e.role) {
         case TensorRole::ATTN_NORM: t.vector = L->attn_norm; break;
         case TensorRole::FFN_NORM: t.vector = L->ffn_norm; break;
@@ -296,8 +351,18 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             for (const ExpertWeights& x : L->experts)
                 t.sources.push_back(e.role == TensorRole::EXPERT_W1 ? x.w1 : e.role == TensorRole::EXPERT_W3 ? x.w3 : x.w2);
             break;
+        case TensorRole::Q_BIAS: t.vector = L->q_bias; break;
+        case TensorRole::K_BIAS: t.vector = L->k_bias; break;
+        case TensorRole::V_BIAS: t.vector = L->v_bias; break;
+        case TensorRole::Q_NORM: t.vector = L->q_norm; break;
+        case TensorRole::K_NORM: t.vector = L->k_norm; break;
+        case TensorRole::MLP_W1: t.sources = {L->mlp.w1}; break;
+        case TensorRole::MLP_W3: t.sources = {L->mlp.w3}; break;
+        case TensorRole::MLP_W2: t.sources = {L->mlp.w2}; break;
+        case TensorRole::SHARED_GATE: t.sources = {L->shared_gate}; break;
         }
         t.view.shape = e.shape;
+        if (e.role == TensorRole::SHARED_GATE) t.view.shape = {int64_t(c.dim)};  // a vector in GGUF
         if (e.expert >= 0 && c.is_moe()) t.view.shape.insert(t.view.shape.begin(), int64_t(c.n_experts));
         t.view.nbytes = tensor_nbytes(t.view.dtype, t.view.shape, t.view.name);
         outs.push_back(std::move(t));

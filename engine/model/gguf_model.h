@@ -1,18 +1,23 @@
 // A model in one GGUF file: its ModelConfig from the metadata and its
 // weights from the tensors, mapped onto the one tensor table
-// (tensor_table.h). Knows the llama architecture's GGUF names (Mixtral and
-// Mistral files use it): token_embd, blk.N.attn_{norm,q,k,v,output},
-// blk.N.ffn_norm, blk.N.ffn_gate_inp (the router), the experts merged into
-// 3-D blk.N.ffn_{gate,up,down}_exps (or, in older files, one tensor per
-// expert blk.N.ffn_{gate,up,down}.E), the dense MLP's blk.N.ffn_{gate,up,down},
-// output_norm and output (absent when tied).
+// (tensor_table.h). Knows the GGUF names of the llama architecture (Mixtral
+// and Mistral files use it) and of qwen3moe, qwen2moe and olmoe: token_embd,
+// blk.N.attn_{norm,q,k,v,output}, blk.N.attn_{q,k,v}.bias (Qwen2-MoE),
+// blk.N.attn_{q,k}_norm (Qwen3 per head, OLMoE full width), blk.N.ffn_norm,
+// blk.N.ffn_gate_inp (the router), the experts merged into 3-D
+// blk.N.ffn_{gate,up,down}_exps (or, in older files, one tensor per expert
+// blk.N.ffn_{gate,up,down}.E), the shared expert's blk.N.ffn_{gate,up,down}_shexp
+// and its gate blk.N.ffn_gate_inp_shexp (a vector of dim), the dense MLP's
+// blk.N.ffn_{gate,up,down}, output_norm and output (absent when tied).
 //
 // GGUF llama files store attn_q and attn_k with the rows of each head
 // permuted for interleaved (GPT-J) RoPE, where the engine applies Hugging
 // Face's rotate-half: the loader puts those rows back in Hugging Face order
 // (a copy of each row's bytes, in its own type), so a model gives the same
 // logits from its folder and from its GGUF. gguf_llama_row / its inverse are
-// that permutation, for the writer too.
+// that permutation, for the writer too. llama.cpp does not permute the
+// qwen3moe, qwen2moe and olmoe archs (NEOX RoPE, rotate-half): their rows
+// are read and written as they are.
 //
 // gguf_model_write is the other direction (`moe-server quantize`).
 //
@@ -34,8 +39,11 @@
 // as `--model` takes it.
 bool gguf_model_path(const std::filesystem::path& path);
 
-// The ModelConfig of a GGUF file's metadata (general.architecture "llama":
-// llama.embedding_length, .feed_forward_length or .expert_feed_forward_length,
+// The ModelConfig of a GGUF file's metadata (general.architecture "llama",
+// "qwen3moe", "qwen2moe" or "olmoe"; ARCH.embedding_length,
+// .feed_forward_length, .expert_feed_forward_length (the experts' width),
+// .expert_shared_feed_forward_length (qwen2moe), .expert_weights_norm
+// (default: true for qwen3moe, else false, as llama.cpp runs them),
 // .block_count, .attention.head_count(_kv), .attention.key_length,
 // .expert_count, .expert_used_count, .rope.freq_base,
 // .attention.layer_norm_rms_epsilon, .context_length, .vocab_size, and

@@ -1,9 +1,11 @@
 // ModelConfig parsing: reads a Hugging Face config.json (and the optional
 // generation_config.json) into the plain ModelConfig struct and validates
-// every value. Owns the per-architecture defaults (Mixtral vs Mistral). Must
-// not touch tensors or open weight files.
+// every value. Owns the per-architecture defaults (Hugging Face's config
+// classes: Mixtral, Mistral, Qwen3-MoE, Qwen2-MoE, OLMoE) and which fields
+// each architecture reads. Must not touch tensors or open weight files.
 #include "engine/model/model_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,7 +19,10 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* const SUPPORTED_ARCHITECTURES = "MixtralForCausalLM, MistralForCausalLM";
+const char* const SUPPORTED_ARCHITECTURES =
+    "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM";
+
+enum class Arch { MIXTRAL, MISTRAL, QWEN3_MOE, QWEN2_MOE, OLMOE };
 
 [[noreturn]] void config_fail(std::string_view source, const std::string& what) {
     throw MoeError(std::string(source) + ": " + what);
@@ -118,12 +123,17 @@ void validate(const ModelConfig& c, std::string_view source) {
             config_fail(source, "field 'num_experts_per_tok' = " + std::to_string(c.n_experts_active) +
                                     " exceeds num_local_experts = " + std::to_string(c.n_experts));
     }
+    if (c.shared_hidden_dim < 0)
+        config_fail(source, "field 'shared_expert_intermediate_size' must not be negative, found " +
+                                std::to_string(c.shared_hidden_dim));
+    if (!c.dense_layers.empty()) require_positive(source, "intermediate_size", c.dense_hidden_dim);
     if (!(c.rope_theta > 0.0f))
         config_fail(source, "field 'rope_theta' must be positive, found " + std::to_string(c.rope_theta));
     if (!(c.rms_norm_eps > 0.0f))
         config_fail(source, "field 'rms_norm_eps' must be positive, found " + std::to_string(c.rms_norm_eps));
-    check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
+    // EOS first: a config without BOS takes its EOS id as BOS.
     for (int id : c.eos_token_ids) check_token_id(source, "eos_token_id", id, c.vocab_size);
+    check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
 }
 
 json read_json_file(const fs::path& path) {
@@ -132,7 +142,47 @@ json read_json_file(const fs::path& path) {
     return j;
 }
 
+// mlp_only_layers: a list of layer indices in [0, n_layers); decoder_sparse_step
+// s >= 1 makes layer l sparse when (l + 1) % s == 0 (Qwen's rule). The dense
+// layers of both, sorted and distinct.
+std::vector<int> qwen_dense_layers(const json& j, std::string_view source, int n_layers) {
+    std::vector<int> dense;
+    if (const json* v = field(j, "mlp_only_layers")) {
+        if (!v->is_array()) config_fail(source, "field 'mlp_only_layers' must be a list of layer indices");
+        for (const json& x : *v) {
+            const int l = int_value(x, source, "mlp_only_layers");
+            if (l < 0 || l >= n_layers)
+                config_fail(source, "field 'mlp_only_layers' holds " + std::to_string(l) +
+                                        ", outside the layers [0, " + std::to_string(n_layers) + ")");
+            dense.push_back(l);
+        }
+    }
+    const int step = optional_int(j, source, "decoder_sparse_step", 1);
+    require_positive(source, "decoder_sparse_step", step);
+    for (int l = 0; l < n_layers; l++)
+        if ((l + 1) % step != 0) dense.push_back(l);
+    std::sort(dense.begin(), dense.end());
+    dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
+    return dense;
+}
+
+// A field this engine does not implement must hold its harmless value.
+void refuse_true(const json& j, std::string_view source, const char* name, const char* why) {
+    if (optional_bool(j, source, name, false)) config_fail(source, std::string("field '") + name + "' = true: " + why);
+}
+
 }  // namespace
+
+const char* model_config_architectures() { return SUPPORTED_ARCHITECTURES; }
+
+bool ModelConfig::layer_is_moe(int l) const {
+    return is_moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), l);
+}
+
+int ModelConfig::layer_mlp_hidden(int l) const {
+    if (!is_moe()) return 0;
+    return layer_is_moe(l) ? shared_hidden_dim : dense_hidden_dim;
+}
 
 ModelConfig model_config_parse(const json& j, std::string_view source) {
     if (!j.is_object()) config_fail(source, std::string("expected a JSON object, found ") + json_type_name(j));
@@ -143,37 +193,91 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
     if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
         config_fail(source, "field 'architectures' must be a non-empty list of strings");
     c.architecture = (*archs)[0].get<std::string>();
-    bool moe = c.architecture == "MixtralForCausalLM";
-    if (!moe && c.architecture != "MistralForCausalLM")
+    Arch arch;
+    if (c.architecture == "MixtralForCausalLM") arch = Arch::MIXTRAL;
+    else if (c.architecture == "MistralForCausalLM") arch = Arch::MISTRAL;
+    else if (c.architecture == "Qwen3MoeForCausalLM") arch = Arch::QWEN3_MOE;
+    else if (c.architecture == "Qwen2MoeForCausalLM") arch = Arch::QWEN2_MOE;
+    else if (c.architecture == "OlmoeForCausalLM") arch = Arch::OLMOE;
+    else
         config_fail(source, "architecture '" + c.architecture +
                                 "' is not supported (supported: " + SUPPORTED_ARCHITECTURES + ")");
+    const bool qwen = arch == Arch::QWEN3_MOE || arch == Arch::QWEN2_MOE;
 
     c.dim = required_int(j, source, "hidden_size");
-    c.hidden_dim = required_int(j, source, "intermediate_size");
     c.n_layers = required_int(j, source, "num_hidden_layers");
     c.n_heads = required_int(j, source, "num_attention_heads");
     c.n_kv_heads = optional_int(j, source, "num_key_value_heads", c.n_heads);
     c.vocab_size = required_int(j, source, "vocab_size");
-    if (moe) {
+    require_positive(source, "hidden_size", c.dim);
+    require_positive(source, "num_attention_heads", c.n_heads);
+    require_positive(source, "num_hidden_layers", c.n_layers);
+    c.head_dim = optional_int(j, source, "head_dim", c.dim / c.n_heads);
+    switch (arch) {
+    case Arch::MISTRAL:
+        c.hidden_dim = required_int(j, source, "intermediate_size");
+        break;
+    case Arch::MIXTRAL:
+        c.hidden_dim = required_int(j, source, "intermediate_size");
         c.n_experts = required_int(j, source, "num_local_experts");
         c.n_experts_active = required_int(j, source, "num_experts_per_tok");
         require_positive(source, "num_local_experts", c.n_experts);
         c.norm_topk_prob = optional_bool(j, source, "norm_topk_prob", true);
-    } else {
-        c.n_experts = 0;
-        c.n_experts_active = 0;
+        break;
+    case Arch::QWEN3_MOE:
+    case Arch::QWEN2_MOE:
+        // Qwen3MoeConfig / Qwen2MoeConfig defaults.
+        c.hidden_dim = optional_int(j, source, "moe_intermediate_size", arch == Arch::QWEN3_MOE ? 768 : 1408);
+        c.dense_hidden_dim = optional_int(j, source, "intermediate_size", arch == Arch::QWEN3_MOE ? 6144 : 5632);
+        c.n_experts = optional_int(j, source, "num_experts", arch == Arch::QWEN3_MOE ? 128 : 60);
+        c.n_experts_active = optional_int(j, source, "num_experts_per_tok", arch == Arch::QWEN3_MOE ? 8 : 4);
+        require_positive(source, "moe_intermediate_size", c.hidden_dim);
+        require_positive(source, "num_experts", c.n_experts);
+        c.norm_topk_prob = optional_bool(j, source, "norm_topk_prob", false);
+        c.dense_layers = qwen_dense_layers(j, source, c.n_layers);
+        refuse_true(j, source, "use_sliding_window", "sliding-window attention is not supported");
+        if (arch == Arch::QWEN3_MOE) {
+            c.qk_norm = QkNorm::PER_HEAD;
+            refuse_true(j, source, "attention_bias", "Qwen3-MoE projection biases are not supported");
+        } else {
+            c.qkv_bias = true;  // Qwen2-MoE's q/k/v projections always have biases, o_proj none
+            c.shared_hidden_dim = optional_int(j, source, "shared_expert_intermediate_size", 5632);
+            require_positive(source, "shared_expert_intermediate_size", c.shared_hidden_dim);
+        }
+        break;
+    case Arch::OLMOE:
+        // OlmoeConfig defaults.
+        c.hidden_dim = optional_int(j, source, "intermediate_size", 2048);
+        c.n_experts = optional_int(j, source, "num_experts", 64);
+        c.n_experts_active = optional_int(j, source, "num_experts_per_tok", 8);
+        require_positive(source, "num_experts", c.n_experts);
+        c.norm_topk_prob = optional_bool(j, source, "norm_topk_prob", false);
+        c.qk_norm = QkNorm::FULL;
+        refuse_true(j, source, "attention_bias", "OLMoE projection biases are not supported");
+        if (field(j, "clip_qkv"))
+            config_fail(source, "field 'clip_qkv' is set: clipping q/k/v is not supported (only null)");
+        break;
     }
-    require_positive(source, "hidden_size", c.dim);
-    require_positive(source, "num_attention_heads", c.n_heads);
-    c.head_dim = optional_int(j, source, "head_dim", c.dim / c.n_heads);
-    // Hugging Face defaults of MixtralConfig / MistralConfig.
-    c.rope_theta = optional_float(j, source, "rope_theta", moe ? 1e6f : 10000.0f);
-    c.rms_norm_eps = optional_float(j, source, "rms_norm_eps", moe ? 1e-5f : 1e-6f);
+    if (!qwen) c.dense_hidden_dim = c.hidden_dim;  // only Qwen gives dense layers their own width
+    if (const json* scaling = field(j, "rope_scaling"))
+        config_fail(source, "field 'rope_scaling' is set (" + scaling->dump() + "): only plain RoPE is supported");
+    // Hugging Face defaults of each config class.
+    const float theta = arch == Arch::MIXTRAL ? 1e6f : 10000.0f;
+    const float eps = arch == Arch::MIXTRAL || arch == Arch::OLMOE ? 1e-5f : 1e-6f;
+    const int max_pos = arch == Arch::OLMOE ? 4096 : qwen ? 32768 : 4096 * 32;
+    c.rope_theta = optional_float(j, source, "rope_theta", theta);
+    c.rms_norm_eps = optional_float(j, source, "rms_norm_eps", eps);
     c.tie_embeddings = optional_bool(j, source, "tie_word_embeddings", false);
-    c.max_position_embeddings = optional_int(j, source, "max_position_embeddings", 4096 * 32);
-    c.bos_token_id = optional_int(j, source, "bos_token_id", 1);
+    c.max_position_embeddings = optional_int(j, source, "max_position_embeddings", max_pos);
+    // Qwen's <|endoftext|> and OLMoE's eos are the defaults; their configs
+    // may give no BOS (OLMoE's is null): the first EOS id stands in.
+    const std::vector<int> default_eos = arch == Arch::OLMOE ? std::vector<int>{50279}
+                                         : qwen              ? std::vector<int>{151643}
+                                                             : std::vector<int>{2};
     const json* eos = field(j, "eos_token_id");
-    c.eos_token_ids = eos ? eos_ids(*eos, source) : std::vector<int>{2};
+    c.eos_token_ids = eos ? eos_ids(*eos, source) : default_eos;
+    const bool mistral_family = arch == Arch::MIXTRAL || arch == Arch::MISTRAL;
+    c.bos_token_id = optional_int(j, source, "bos_token_id", mistral_family ? 1 : c.eos_token_ids[0]);
 
     validate(c, source);
     return c;

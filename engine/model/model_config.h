@@ -9,10 +9,18 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+// How q and k are normalised after their projections (before RoPE).
+enum class QkNorm {
+    NONE,
+    PER_HEAD,  // Qwen3: q_norm / k_norm (head_dim,), each head's vector on its own
+    FULL,      // OLMoE: q_norm (n_heads * head_dim,), k_norm (n_kv_heads * head_dim,), over the whole row
+};
+
 struct ModelConfig {
-    std::string architecture;       // "MixtralForCausalLM" or "MistralForCausalLM"
+    std::string architecture;       // one of model_config_architectures()
     int dim = 0;                    // hidden_size
-    int hidden_dim = 0;             // intermediate_size (per expert)
+    int hidden_dim = 0;             // a routed expert's inner width: moe_intermediate_size (Qwen), else
+                                    // intermediate_size (Mixtral, OLMoE; Mistral's dense MLP)
     int n_layers = 0;               // num_hidden_layers
     int n_heads = 0;                // num_attention_heads
     int n_kv_heads = 0;             // num_key_value_heads (GQA)
@@ -20,7 +28,17 @@ struct ModelConfig {
     int vocab_size = 0;
     int n_experts = 0;              // num_local_experts; 0 = dense MLP (Mistral)
     int n_experts_active = 0;       // num_experts_per_tok (top-k); 0 for dense
-    bool norm_topk_prob = true;     // renormalise the k routing weights to sum 1 (Mixtral)
+    bool norm_topk_prob = true;     // renormalise the k routing weights to sum 1 (Mixtral, Qwen3)
+    QkNorm qk_norm = QkNorm::NONE;  // q/k RMSNorm (Qwen3 per head, OLMoE full width)
+    bool qkv_bias = false;          // q/k/v projections have biases (Qwen2-MoE)
+    // The MLP every token runs beside the routed experts (Qwen2-MoE's shared
+    // expert, gated by sigmoid(x . shared_expert_gate)); 0 = none.
+    int shared_hidden_dim = 0;      // shared_expert_intermediate_size
+    // Layers of a MoE model whose MLP is dense (no router, no experts), of
+    // inner width dense_hidden_dim (intermediate_size): Qwen's mlp_only_layers
+    // and the layers decoder_sparse_step skips. Sorted, distinct.
+    std::vector<int> dense_layers;
+    int dense_hidden_dim = 0;       // intermediate_size of a dense layer (Qwen); = hidden_dim otherwise
     float rope_theta = 10000.0f;
     float rms_norm_eps = 1e-5f;
     bool tie_embeddings = false;    // lm_head shares embed_tokens
@@ -29,7 +47,16 @@ struct ModelConfig {
     std::vector<int> eos_token_ids;  // any of these ends generation
 
     bool is_moe() const { return n_experts > 0; }
+    // Layer l routes tokens to experts (a MoE model's layer not in dense_layers).
+    bool layer_is_moe(int l) const;
+    // Inner width of the MLP every token of layer l runs (the dense MLP of a
+    // dense layer, or the shared expert); 0 when there is none. Mistral's
+    // dense MLP is its expert 0 instead (it runs as a routed expert).
+    int layer_mlp_hidden(int l) const;
 };
+
+// The architectures model_config_parse accepts, for messages and docs.
+const char* model_config_architectures();
 
 // Parses <dir>/config.json and, when present, <dir>/generation_config.json
 // (whose bos/eos ids win; eos may be a list). Throws MoeError naming the file

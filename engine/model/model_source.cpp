@@ -4,6 +4,7 @@
 #include "engine/model/model_source.h"
 
 #include <charconv>
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <system_error>
@@ -116,6 +117,10 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
     // A folder: tokenizer.model when it has one (SentencePiece), else tokenizer.json.
     const bool hf_json =
         !s.synthetic && !s.gguf && !file_exists(s.dir / "tokenizer.model") && file_exists(s.dir / "tokenizer.json");
+    if (s.synthetic && synth_uses_standin_tokenizer(config)) {
+        const HfSpecialTokens specials{"<|endoftext|>", config.architecture == "OlmoeForCausalLM" ? "<|endoftext|>" : "<|im_end|>"};
+        return hf_tokenizer_parse(synth_standin_tokenizer_json(), "synth-model's stand-in tokenizer.json", specials);
+    }
     const std::string where = s.synthetic ? EMBEDDED_TOKENIZER
                               : s.gguf    ? s.dir.string()
                               : hf_json   ? (s.dir / "tokenizer.json").string()
@@ -141,13 +146,22 @@ std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const
         return kv;
     }
     const int eos = config.eos_token_ids.at(0);
+    if (s.synthetic && synth_uses_standin_tokenizer(config)) {
+        kv = gguf_bpe_tokenizer_metadata(nlohmann::json::parse(synth_standin_tokenizer_json()),
+                                         "synth-model's stand-in tokenizer.json", config.bos_token_id, eos);
+        kv.push_back({"tokenizer.chat_template", synth_chat_template(config)});
+        return kv;
+    }
     if (s.synthetic) {
         kv = gguf_tokenizer_metadata(synth_embedded_tokenizer(), EMBEDDED_TOKENIZER, config.bos_token_id, eos);
         kv.push_back({"tokenizer.chat_template", SYNTH_MIXTRAL_CHAT_TEMPLATE});
         return kv;
     }
-    const fs::path model = s.dir / "tokenizer.model";
-    kv = gguf_tokenizer_metadata(file_read_text(model), model.string(), config.bos_token_id, eos);
+    const fs::path model = s.dir / "tokenizer.model", json_path = s.dir / "tokenizer.json";
+    if (!file_exists(model) && file_exists(json_path))
+        kv = gguf_bpe_tokenizer_metadata(file_read_json(json_path), json_path.string(), config.bos_token_id, eos);
+    else
+        kv = gguf_tokenizer_metadata(file_read_text(model), model.string(), config.bos_token_id, eos);
     const fs::path config_path = s.dir / "tokenizer_config.json";
     if (file_exists(config_path)) {
         std::string note;
@@ -160,13 +174,23 @@ std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const
 ChatTemplate model_source_chat_template(const ModelSource& s, std::string* warning) {
     if (s.gguf) return chat_template_from_gguf(GgufFile(s.dir).metadata(), s.dir.string(), warning);
     if (!s.synthetic) return ChatTemplate::from_model_dir(s.dir, warning);
+    const ModelConfig config = synth_preset(s.preset);
+    if (synth_uses_standin_tokenizer(config))
+        return ChatTemplate::from_jinja(synth_chat_template(config), model_source_id(s), warning);
     if (warning) warning->clear();
     return ChatTemplate(ChatFamily::MISTRAL);
 }
 
 std::optional<JinjaChat> model_source_jinja_chat(const ModelSource& s, const Tokenizer& tokenizer,
                                                  std::string* origin) {
-    if (s.synthetic) return std::nullopt;
+    if (s.synthetic) {
+        const ModelConfig config = synth_preset(s.preset);
+        if (!synth_uses_standin_tokenizer(config)) return std::nullopt;
+        JinjaChat chat(synth_chat_template(config), model_source_id(s) + " chat template");
+        if (tokenizer.eos_id() >= 0) chat.set_special_token("eos_token", tokenizer.id_to_piece(tokenizer.eos_id()));
+        *origin = "synth-model preset";
+        return chat;
+    }
     if (s.gguf) {
         const GgufFile gguf(s.dir);
         const std::optional<std::string_view> text = gguf.metadata().find_string("tokenizer.chat_template");

@@ -79,8 +79,10 @@ Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& c
 
 // The tokenizer and chat template as GGUF metadata (tokenizer.ggml.* and
 // tokenizer.chat_template), for writing the model as one GGUF file: a GGUF
-// file's own keys, a folder's tokenizer.model and tokenizer_config.json
-// chat_template, or the embedded tokenizer and Mixtral's template.
+// file's own keys, a folder's tokenizer.model (or its tokenizer.json as a
+// gpt2 vocabulary) and tokenizer_config.json chat_template, or a synthetic
+// preset's: the embedded tokenizer and Mixtral's template, or the stand-in
+// BPE and its preset's template.
 std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& source, const ModelConfig& config);
 
 // The folder's chat template (ChatTemplate::from_model_dir, which sets

@@ -1,5 +1,7 @@
 // synth-model: presets and the writer of random-weight checkpoints in the
-// exact Hugging Face Mixtral layout, and the same weights made in memory.
+// exact Hugging Face layout of their architecture (Mixtral, Qwen3-MoE,
+// Qwen2-MoE, OLMoE: config.json, tensors, tokenizer files), and the same
+// weights made in memory.
 // Weights come from a fast PRNG (splitmix64) seeded per tensor from (seed,
 // tensor name), so the same seed always gives the same bytes; one function
 // (synth_fill) makes any chunk of a tensor, for both. The writer streams to
@@ -30,8 +32,10 @@
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/thread_pool.h"
 #include "embedded_files.h"
+#include "engine/model/gguf.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_table.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
 
 namespace fs = std::filesystem;
@@ -133,7 +137,12 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::EMBED: return {Init::EMBED, 1.0f};
     case TensorRole::ATTN_NORM:
     case TensorRole::FFN_NORM:
+    case TensorRole::Q_NORM:
+    case TensorRole::K_NORM:
     case TensorRole::FINAL_NORM: return {Init::NORM, 0.05f};
+    case TensorRole::Q_BIAS:
+    case TensorRole::K_BIAS:
+    case TensorRole::V_BIAS: return {Init::UNIFORM, 0.1f};
     case TensorRole::ROUTER: return {Init::ROUTER, fan_in};
     case TensorRole::LM_HEAD: return {Init::UNIFORM, 2.5f * fan_in};
     case TensorRole::WQ:
@@ -142,7 +151,11 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::WO:
     case TensorRole::EXPERT_W1:
     case TensorRole::EXPERT_W3:
-    case TensorRole::EXPERT_W2: break;
+    case TensorRole::EXPERT_W2:
+    case TensorRole::MLP_W1:
+    case TensorRole::MLP_W3:
+    case TensorRole::MLP_W2:
+    case TensorRole::SHARED_GATE: break;
     }
     return {Init::UNIFORM, fan_in};
 }
@@ -313,6 +326,15 @@ double json_float(float x) {
     return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
+const char* model_type(const ModelConfig& c) {
+    if (c.architecture == "Qwen3MoeForCausalLM") return "qwen3_moe";
+    if (c.architecture == "Qwen2MoeForCausalLM") return "qwen2_moe";
+    if (c.architecture == "OlmoeForCausalLM") return "olmoe";
+    return "mixtral";
+}
+
+bool mixtral_family(const ModelConfig& c) { return std::string_view(model_type(c)) == "mixtral"; }
+
 json config_json(const ModelConfig& c) {
     json j;
     j["architectures"] = {c.architecture};
@@ -322,25 +344,55 @@ json config_json(const ModelConfig& c) {
     j["hidden_act"] = "silu";
     j["hidden_size"] = c.dim;
     j["initializer_range"] = 0.02;
-    j["intermediate_size"] = c.hidden_dim;
+    j["intermediate_size"] = model_type(c) == std::string_view("qwen3_moe") || model_type(c) == std::string_view("qwen2_moe")
+                                 ? c.dense_hidden_dim
+                                 : c.hidden_dim;
     j["max_position_embeddings"] = c.max_position_embeddings;
-    j["model_type"] = "mixtral";
+    j["model_type"] = model_type(c);
     j["num_attention_heads"] = c.n_heads;
     j["num_experts_per_tok"] = c.n_experts_active;
     j["num_hidden_layers"] = c.n_layers;
     j["num_key_value_heads"] = c.n_kv_heads;
-    j["num_local_experts"] = c.n_experts;
     j["output_router_logits"] = false;
     j["rms_norm_eps"] = json_float(c.rms_norm_eps);
     j["rope_theta"] = json_float(c.rope_theta);
-    j["router_aux_loss_coef"] = 0.02;
-    j["sliding_window"] = nullptr;
     j["tie_word_embeddings"] = c.tie_embeddings;
     j["torch_dtype"] = "bfloat16";
-    j["transformers_version"] = "4.36.0.dev0";
     j["use_cache"] = true;
     j["vocab_size"] = c.vocab_size;
-    if (c.head_dim != c.dim / c.n_heads) j["head_dim"] = c.head_dim;
+    if (mixtral_family(c)) {
+        j["num_local_experts"] = c.n_experts;
+        j["router_aux_loss_coef"] = 0.02;
+        j["sliding_window"] = nullptr;
+        j["transformers_version"] = "4.36.0.dev0";
+        if (c.head_dim != c.dim / c.n_heads) j["head_dim"] = c.head_dim;
+        return j;
+    }
+    // The fields of Qwen3-30B-A3B's, Qwen1.5-MoE-A2.7B's and OLMoE-1B-7B's config.json.
+    j["num_experts"] = c.n_experts;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["router_aux_loss_coef"] = 0.001;
+    j["rope_scaling"] = nullptr;
+    j["transformers_version"] = "4.51.0";
+    if (c.architecture == "OlmoeForCausalLM") {
+        j["bos_token_id"] = nullptr;  // as OLMoE's: the parser takes the EOS id
+        j["attention_bias"] = false;
+        j["clip_qkv"] = nullptr;
+        j["pad_token_id"] = 1;
+        return j;
+    }
+    j["head_dim"] = c.head_dim;
+    j["moe_intermediate_size"] = c.hidden_dim;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = c.dense_layers;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = c.n_layers;
+    if (c.architecture == "Qwen3MoeForCausalLM") {
+        j["attention_bias"] = false;
+    } else {
+        j["shared_expert_intermediate_size"] = c.shared_hidden_dim;
+    }
     return j;
 }
 
@@ -353,8 +405,43 @@ json generation_config_json(const ModelConfig& c) {
     return j;
 }
 
-json tokenizer_config_json() {
+// The stand-in Qwen tokenizer's special tokens: GPT-2's <|endoftext|> (its
+// own id 50256), then Qwen's ChatML markers as added tokens.
+constexpr int STANDIN_ENDOFTEXT = 50256, STANDIN_IM_START = 50257, STANDIN_IM_END = 50258;
+// Its vocab_size: 50259 tokens padded to a multiple of 128 (as Qwen pads 151665 to 151936).
+constexpr int STANDIN_VOCAB = 50304;
+
+// A plain ChatML template for olmoe-mini (the stand-in tokenizer has no
+// OLMoE chat markers): a system turn when given, each message between
+// <|im_start|>ROLE and <|im_end|>, the assistant's turn opened on request.
+const char* const OLMOE_STANDIN_CHAT_TEMPLATE =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+std::string embedded_text(const char* name) {
+    std::string_view bytes = embedded_file(name);
+    if (bytes.empty()) throw MoeError(std::string("synth-model: the embedded file ") + name + " is missing from the binary");
+    return std::string(bytes);
+}
+
+json tokenizer_config_json(const ModelConfig& c) {
     json j;
+    if (!mixtral_family(c)) {
+        // Qwen's tokenizer_config.json, with the stand-in's tokens.
+        j["add_bos_token"] = false;
+        j["add_prefix_space"] = false;
+        j["bos_token"] = nullptr;
+        j["chat_template"] = synth_chat_template(c);
+        j["clean_up_tokenization_spaces"] = false;
+        j["eos_token"] = c.architecture == "OlmoeForCausalLM" ? "<|endoftext|>" : "<|im_end|>";
+        j["errors"] = "replace";
+        j["model_max_length"] = c.max_position_embeddings;
+        j["pad_token"] = "<|endoftext|>";
+        j["split_special_tokens"] = false;
+        j["tokenizer_class"] = "Qwen2Tokenizer";
+        j["unk_token"] = nullptr;
+        return j;
+    }
     j["add_bos_token"] = true;
     j["add_eos_token"] = false;
     j["bos_token"] = "<s>";
@@ -390,6 +477,7 @@ ModelConfig mixtral_preset(int dim, int hidden, int layers, int heads, int kv_he
     c.architecture = "MixtralForCausalLM";
     c.dim = dim;
     c.hidden_dim = hidden;
+    c.dense_hidden_dim = hidden;
     c.n_layers = layers;
     c.n_heads = heads;
     c.n_kv_heads = kv_heads;
@@ -404,6 +492,33 @@ ModelConfig mixtral_preset(int dim, int hidden, int layers, int heads, int kv_he
     c.max_position_embeddings = 32768;
     c.bos_token_id = 1;
     c.eos_token_ids = {2};
+    return c;
+}
+
+// The Qwen/OLMoE layout with the stand-in tokenizer's ids; Qwen3's per-head
+// q/k norms and renormalised top-k (as its released config.json says).
+ModelConfig qwen_preset(const char* arch, int dim, int moe_hidden, int layers, int heads, int kv_heads, int head_dim,
+                        int experts, int active) {
+    ModelConfig c;
+    c.architecture = arch;
+    c.dim = dim;
+    c.hidden_dim = moe_hidden;
+    c.dense_hidden_dim = 3 * dim;
+    c.n_layers = layers;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.vocab_size = STANDIN_VOCAB;
+    c.n_experts = experts;
+    c.n_experts_active = active;
+    c.norm_topk_prob = true;
+    c.qk_norm = QkNorm::PER_HEAD;
+    c.rope_theta = 1e6f;
+    c.rms_norm_eps = 1e-6f;
+    c.tie_embeddings = false;
+    c.max_position_embeddings = 32768;
+    c.bos_token_id = STANDIN_ENDOFTEXT;
+    c.eos_token_ids = {STANDIN_IM_END, STANDIN_ENDOFTEXT};
     return c;
 }
 
@@ -437,7 +552,11 @@ void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthT
     }
     write_text(dir / "config.json", config_json(c).dump(2) + "\n");
     write_text(dir / "generation_config.json", generation_config_json(c).dump(2) + "\n");
-    write_text(dir / "tokenizer_config.json", tokenizer_config_json().dump(2) + "\n");
+    write_text(dir / "tokenizer_config.json", tokenizer_config_json(c).dump(2) + "\n");
+    if (synth_uses_standin_tokenizer(c)) {
+        write_text(dir / "tokenizer.json", tokenizer);
+        return;
+    }
     json special = {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}};
     write_text(dir / "special_tokens_map.json", special.dump(2) + "\n");
     write_text(dir / "tokenizer.model", tokenizer);
@@ -446,7 +565,8 @@ void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthT
 }  // namespace
 
 std::vector<std::string> synth_preset_names() {
-    return {"tiny", "small", "mixtral-mini", "mixtral-8x7b"};
+    return {"tiny",         "small",          "mixtral-mini", "mixtral-8x7b",
+            "qwen3-moe-mini", "qwen3-30b-a3b", "olmoe-mini",  "qwen2-moe-mini"};
 }
 
 ModelConfig synth_preset(const std::string& name) {
@@ -455,9 +575,72 @@ ModelConfig synth_preset(const std::string& name) {
     if (name == "mixtral-mini") return mixtral_preset(1024, 3584, 8, 16, 4, 8);
     // The shapes of mixtral-8x7b-instruct-v0.1/config.json.
     if (name == "mixtral-8x7b") return mixtral_preset(4096, 14336, 32, 32, 8, 8);
+    if (name == "qwen3-30b-a3b") {
+        // Qwen3-30B-A3B's config.json; its vocabulary padded above the stand-in tokenizer.
+        ModelConfig c = qwen_preset("Qwen3MoeForCausalLM", 2048, 768, 48, 32, 4, 128, 128, 8);
+        c.vocab_size = 151936;
+        c.dense_hidden_dim = 6144;
+        c.max_position_embeddings = 40960;
+        return c;
+    }
+    // Qwen3-30B-A3B scaled down: 128 experts of top-8, head_dim above
+    // dim / n_heads, GQA 8:1, q/k norms per head; experts about 87 % of the weights.
+    if (name == "qwen3-moe-mini") return qwen_preset("Qwen3MoeForCausalLM", 512, 256, 8, 16, 2, 64, 128, 8);
+    // OLMoE-1B-7B scaled down: 64 experts of top-8, no GQA, full-width q/k norms, weights not renormalised.
+    if (name == "olmoe-mini") {
+        ModelConfig c = qwen_preset("OlmoeForCausalLM", 512, 256, 8, 8, 8, 64, 64, 8);
+        c.qk_norm = QkNorm::FULL;
+        c.dense_hidden_dim = c.hidden_dim;  // OLMoE has no dense layers: intermediate_size is the experts'
+        c.norm_topk_prob = false;
+        c.rope_theta = 10000.0f;
+        c.rms_norm_eps = 1e-5f;
+        c.max_position_embeddings = 4096;
+        c.bos_token_id = STANDIN_ENDOFTEXT;
+        c.eos_token_ids = {STANDIN_ENDOFTEXT};
+        return c;
+    }
+    // Qwen1.5-MoE-A2.7B scaled down: 60 experts of top-4 and a shared expert
+    // four experts wide, q/k/v biases, weights not renormalised.
+    if (name == "qwen2-moe-mini") {
+        ModelConfig c = qwen_preset("Qwen2MoeForCausalLM", 512, 352, 8, 8, 8, 64, 60, 4);
+        c.qk_norm = QkNorm::NONE;
+        c.qkv_bias = true;
+        c.norm_topk_prob = false;
+        c.shared_hidden_dim = 4 * 352;
+        c.dense_hidden_dim = 4 * 352;
+        return c;
+    }
     std::string names;
     for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
     throw MoeError("synth-model: unknown preset '" + name + "' (presets: " + names + ")");
+}
+
+std::string synth_chat_template(const ModelConfig& c) {
+    if (c.architecture == "Qwen3MoeForCausalLM") return embedded_text("qwen3-chat-template.jinja");
+    if (c.architecture == "Qwen2MoeForCausalLM") return embedded_text("qwen2.5-chat-template.jinja");
+    if (c.architecture == "OlmoeForCausalLM") return OLMOE_STANDIN_CHAT_TEMPLATE;
+    return SYNTH_MIXTRAL_CHAT_TEMPLATE;
+}
+
+bool synth_uses_standin_tokenizer(const ModelConfig& c) { return !mixtral_family(c); }
+
+std::string synth_standin_tokenizer_json() {
+    const std::string_view gguf = embedded_file("ggml-vocab-gpt-2.gguf");
+    if (gguf.empty()) throw MoeError("synth-model: the embedded vocabulary ggml-vocab-gpt-2.gguf is missing from the binary");
+    const std::string source = "embedded ggml-vocab-gpt-2.gguf";
+    const GgufHeader header = gguf_parse_header(gguf, gguf.size(), source);
+    HfSpecialTokens specials;
+    json doc = gguf_bpe_tokenizer_json(header.metadata, source, &specials);
+    if (doc["model"]["vocab"].size() != size_t(STANDIN_IM_START))
+        throw MoeError(source + ": expected " + std::to_string(STANDIN_IM_START) + " tokens, found " +
+                       std::to_string(doc["model"]["vocab"].size()));
+    for (const auto& [id, text] : {std::pair{STANDIN_IM_START, "<|im_start|>"}, std::pair{STANDIN_IM_END, "<|im_end|>"}}) {
+        doc["model"]["vocab"][text] = id;
+        doc["added_tokens"].push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
+                                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+    }
+    doc["version"] = "1.0";
+    return doc.dump();
 }
 
 std::string_view synth_embedded_tokenizer() {
@@ -572,7 +755,10 @@ void synth_model_write(const SynthOptions& o) {
         if (!fs::is_directory(out, ec)) throw MoeError(out.string() + ": exists and is not a folder");
         if (!fs::is_empty(out, ec)) throw MoeError(out.string() + ": exists and is not empty; refusing to overwrite");
     }
-    std::string tokenizer = tokenizer_bytes(o.tokenizer);
+    if (synth_uses_standin_tokenizer(c) && !o.tokenizer.empty())
+        throw MoeError("synth-model: --tokenizer takes a SentencePiece model, for the Mixtral presets only; preset '" +
+                       o.preset + "' writes its own tokenizer.json");
+    std::string tokenizer = synth_uses_standin_tokenizer(c) ? synth_standin_tokenizer_json() : tokenizer_bytes(o.tokenizer);
     std::vector<SynthTensor> ts = synth_tensors(c);
     int n_shards = assign_shards(ts, o.max_shard_bytes);
 

@@ -1,8 +1,11 @@
 // synth-model: writes a random-weight model in exactly the Hugging Face
-// layout of a Mixtral checkpoint (config.json, generation_config.json,
-// model.safetensors or shards + model.safetensors.index.json, tokenizer.model,
-// tokenizer_config.json with the Mixtral chat template), or the same weights
-// straight into memory. Weights are bf16, scaled by 1/sqrt(fan_in) so
+// layout of its architecture (config.json, generation_config.json,
+// model.safetensors or shards + model.safetensors.index.json, the tokenizer
+// and tokenizer_config.json with the chat template): Mixtral presets with
+// the Mixtral tokenizer.model; Qwen3-MoE, Qwen2-MoE and OLMoE presets with a
+// stand-in byte-level BPE tokenizer.json (GPT-2's vocabulary plus Qwen's
+// ChatML tokens) and Qwen3's / Qwen2.5's real chat templates. Or the same
+// weights straight into memory. Weights are bf16, scaled by 1/sqrt(fan_in) so
 // activations stay finite through every layer.
 #pragma once
 #include <cstdint>
@@ -14,8 +17,9 @@
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
-// Presets: tiny, small, mixtral-mini, mixtral-8x7b. Throws MoeError for an
-// unknown name.
+// Presets: tiny, small, mixtral-mini, mixtral-8x7b (Mixtral); qwen3-moe-mini,
+// qwen3-30b-a3b (Qwen3-MoE), olmoe-mini (OLMoE), qwen2-moe-mini (Qwen2-MoE,
+// a shared expert). Throws MoeError for an unknown name.
 ModelConfig synth_preset(const std::string& name);
 std::vector<std::string> synth_preset_names();
 
@@ -48,6 +52,18 @@ extern const char* const SYNTH_MIXTRAL_CHAT_TEMPLATE;
 // mistral-v1.model): what synth_model_write writes without --tokenizer and
 // what the in-memory weights use. MoeError when the binary lacks it.
 std::string_view synth_embedded_tokenizer();
+
+// The preset's tokenizer is the stand-in BPE (every non-Mixtral preset).
+bool synth_uses_standin_tokenizer(const ModelConfig& config);
+// The stand-in tokenizer.json: the GPT-2 vocabulary compiled into the binary
+// (engine/assets/ggml-vocab-gpt-2.gguf, through gguf_bpe_tokenizer_json)
+// with <|im_start|> (50257) and <|im_end|> (50258) as special added tokens;
+// <|endoftext|> is GPT-2's 50256. Vocab size padded to 50304.
+std::string synth_standin_tokenizer_json();
+// The chat template a preset's tokenizer_config.json carries: Qwen3's real
+// one (engine/assets/qwen3-chat-template.jinja) for Qwen3-MoE, Qwen2.5's for
+// Qwen2-MoE, a plain ChatML one for OLMoE, Mixtral's for the rest.
+std::string synth_chat_template(const ModelConfig& config);
 
 // Bytes synth_weights holds in memory for this config (bf16 matrices, fp32
 // norm vectors).

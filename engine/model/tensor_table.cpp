@@ -8,28 +8,55 @@
 std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
     const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
     const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    // Mixtral's MoE block is block_sparse_moe with w1/w3/w2; Qwen's and OLMoE's is mlp with *_proj.
+    const bool mixtral = c.architecture == "MixtralForCausalLM";
+    const std::string moe_block = mixtral ? "block_sparse_moe." : "mlp.";
+    const char* const w1 = mixtral ? "w1.weight" : "gate_proj.weight";
+    const char* const w3 = mixtral ? "w3.weight" : "up_proj.weight";
+    const char* const w2 = mixtral ? "w2.weight" : "down_proj.weight";
     std::vector<TensorEntry> t;
     t.push_back({"model.embed_tokens.weight", {vocab, dim}, TensorRole::EMBED});
     for (int l = 0; l < c.n_layers; l++) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
+        const std::string a = p + "self_attn.";
         t.push_back({p + "input_layernorm.weight", {dim}, TensorRole::ATTN_NORM, l});
-        t.push_back({p + "self_attn.q_proj.weight", {q_dim, dim}, TensorRole::WQ, l});
-        t.push_back({p + "self_attn.k_proj.weight", {kv_dim, dim}, TensorRole::WK, l});
-        t.push_back({p + "self_attn.v_proj.weight", {kv_dim, dim}, TensorRole::WV, l});
-        t.push_back({p + "self_attn.o_proj.weight", {dim, q_dim}, TensorRole::WO, l});
+        t.push_back({a + "q_proj.weight", {q_dim, dim}, TensorRole::WQ, l});
+        if (c.qkv_bias) t.push_back({a + "q_proj.bias", {q_dim}, TensorRole::Q_BIAS, l});
+        t.push_back({a + "k_proj.weight", {kv_dim, dim}, TensorRole::WK, l});
+        if (c.qkv_bias) t.push_back({a + "k_proj.bias", {kv_dim}, TensorRole::K_BIAS, l});
+        t.push_back({a + "v_proj.weight", {kv_dim, dim}, TensorRole::WV, l});
+        if (c.qkv_bias) t.push_back({a + "v_proj.bias", {kv_dim}, TensorRole::V_BIAS, l});
+        t.push_back({a + "o_proj.weight", {dim, q_dim}, TensorRole::WO, l});
+        if (c.qk_norm != QkNorm::NONE) {
+            const bool full = c.qk_norm == QkNorm::FULL;
+            t.push_back({a + "q_norm.weight", {full ? q_dim : int64_t(c.head_dim)}, TensorRole::Q_NORM, l});
+            t.push_back({a + "k_norm.weight", {full ? kv_dim : int64_t(c.head_dim)}, TensorRole::K_NORM, l});
+        }
         t.push_back({p + "post_attention_layernorm.weight", {dim}, TensorRole::FFN_NORM, l});
-        if (c.is_moe()) {
-            t.push_back({p + "block_sparse_moe.gate.weight", {int64_t(c.n_experts), dim}, TensorRole::ROUTER, l});
-            for (int e = 0; e < c.n_experts; e++) {
-                const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-                t.push_back({q + "w1.weight", {hidden, dim}, TensorRole::EXPERT_W1, l, e});
-                t.push_back({q + "w3.weight", {hidden, dim}, TensorRole::EXPERT_W3, l, e});
-                t.push_back({q + "w2.weight", {dim, hidden}, TensorRole::EXPERT_W2, l, e});
-            }
-        } else {
+        if (!c.is_moe()) {
             t.push_back({p + "mlp.gate_proj.weight", {hidden, dim}, TensorRole::EXPERT_W1, l, 0});
             t.push_back({p + "mlp.up_proj.weight", {hidden, dim}, TensorRole::EXPERT_W3, l, 0});
             t.push_back({p + "mlp.down_proj.weight", {dim, hidden}, TensorRole::EXPERT_W2, l, 0});
+            continue;
+        }
+        if (c.layer_is_moe(l)) {
+            t.push_back({p + moe_block + "gate.weight", {int64_t(c.n_experts), dim}, TensorRole::ROUTER, l});
+            for (int e = 0; e < c.n_experts; e++) {
+                const std::string q = p + moe_block + "experts." + std::to_string(e) + ".";
+                t.push_back({q + w1, {hidden, dim}, TensorRole::EXPERT_W1, l, e});
+                t.push_back({q + w3, {hidden, dim}, TensorRole::EXPERT_W3, l, e});
+                t.push_back({q + w2, {dim, hidden}, TensorRole::EXPERT_W2, l, e});
+            }
+        }
+        const int64_t mlp = c.layer_mlp_hidden(l);
+        if (mlp > 0) {
+            // A dense layer's MLP (mlp.*_proj) or the shared expert (mlp.shared_expert.*_proj).
+            const std::string q = c.layer_is_moe(l) ? p + "mlp.shared_expert." : p + "mlp.";
+            t.push_back({q + "gate_proj.weight", {mlp, dim}, TensorRole::MLP_W1, l});
+            t.push_back({q + "up_proj.weight", {mlp, dim}, TensorRole::MLP_W3, l});
+            t.push_back({q + "down_proj.weight", {dim, mlp}, TensorRole::MLP_W2, l});
+            if (c.layer_is_moe(l))
+                t.push_back({p + "mlp.shared_expert_gate.weight", {1, dim}, TensorRole::SHARED_GATE, l});
         }
     }
     t.push_back({"model.norm.weight", {dim}, TensorRole::FINAL_NORM});

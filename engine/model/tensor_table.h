@@ -1,8 +1,9 @@
 // Tensor table: the one list of a model's checkpoint tensors, computed from
-// the ModelConfig: each tensor's Hugging Face name (Mixtral MoE layers, or
-// the dense Mistral MLP as expert 0), the shape the loader checks, and its
-// logical role. The loader, the synthetic-checkpoint writer and the model
-// fingerprint all walk this list. Opens no file and holds no data.
+// the ModelConfig: each tensor's Hugging Face name (Mixtral's
+// block_sparse_moe, Qwen's and OLMoE's mlp.experts, the dense Mistral MLP as
+// expert 0), the shape the loader checks, and its logical role. The loader,
+// the synthetic-checkpoint writer and the model fingerprint all walk this
+// list. Opens no file and holds no data.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,28 +15,40 @@ enum class TensorRole {
     EMBED,       // (vocab_size, dim)
     ATTN_NORM,   // (dim,)
     WQ,          // (n_heads * head_dim, dim)
+    Q_BIAS,      // (n_heads * head_dim,); qkv_bias only
     WK,          // (n_kv_heads * head_dim, dim)
+    K_BIAS,      // (n_kv_heads * head_dim,); qkv_bias only
     WV,          // (n_kv_heads * head_dim, dim)
+    V_BIAS,      // (n_kv_heads * head_dim,); qkv_bias only
     WO,          // (dim, n_heads * head_dim)
+    Q_NORM,      // (head_dim,) per head, or (n_heads * head_dim,) full width; qk_norm only
+    K_NORM,      // (head_dim,) per head, or (n_kv_heads * head_dim,) full width; qk_norm only
     FFN_NORM,    // (dim,)
-    ROUTER,      // (n_experts, dim); MoE only
-    EXPERT_W1,   // (hidden_dim, dim) gate; the dense MLP's gate_proj as expert 0
-    EXPERT_W3,   // (hidden_dim, dim) up; the dense MLP's up_proj as expert 0
-    EXPERT_W2,   // (dim, hidden_dim) down; the dense MLP's down_proj as expert 0
+    ROUTER,      // (n_experts, dim); MoE layers only
+    EXPERT_W1,   // (hidden_dim, dim) gate; the dense Mistral MLP's gate_proj as expert 0
+    EXPERT_W3,   // (hidden_dim, dim) up; the dense Mistral MLP's up_proj as expert 0
+    EXPERT_W2,   // (dim, hidden_dim) down; the dense Mistral MLP's down_proj as expert 0
+    MLP_W1,      // (layer_mlp_hidden, dim) gate of the MLP every token runs: a dense layer's, or the shared expert
+    MLP_W3,      // (layer_mlp_hidden, dim) up
+    MLP_W2,      // (dim, layer_mlp_hidden) down
+    SHARED_GATE, // (1, dim) the shared expert's sigmoid gate; shared expert only
     FINAL_NORM,  // (dim,)
     LM_HEAD,     // (vocab_size, dim); absent when the embeddings are tied
 };
 
 struct TensorEntry {
     std::string name;            // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
-    std::vector<int64_t> shape;  // (n,) for a norm vector, (rows, cols) for a matrix
+    std::vector<int64_t> shape;  // (n,) for a norm or bias vector, (rows, cols) for a matrix
     TensorRole role;
     int layer = -1;   // -1 for EMBED, FINAL_NORM, LM_HEAD
     int expert = -1;  // expert index for EXPERT_*, -1 otherwise
 };
 
 // Every tensor of the checkpoint in load order: embed; per layer the input
-// norm, q, k, v, o, the post-attention norm, then the router and each
-// expert's w1, w3, w2 (or the dense MLP's gate, up, down); the final norm;
-// lm_head unless tied.
+// norm, q (and its bias), k, v, o, the q/k norms, the post-attention norm,
+// then on a MoE layer the router and each expert's w1, w3, w2, then the MLP
+// every token runs (a dense layer's gate, up, down, or the shared expert's
+// and its gate); the final norm; lm_head unless tied. Mixtral and Mistral
+// tables are those of before the Qwen and OLMoE roles existed (their
+// fingerprints are unchanged).
 std::vector<TensorEntry> tensor_table(const ModelConfig& config);

@@ -23,6 +23,7 @@ struct ExpertWeights {
     WeightView w2;  // (dim, hidden_dim) down
 
     size_t bytes() const { return w1.bytes() + w3.bytes() + w2.bytes(); }
+    bool empty() const { return w1.empty(); }
 };
 
 struct LayerWeights {
@@ -31,9 +32,20 @@ struct LayerWeights {
     WeightView wk;                     // (n_kv_heads * head_dim, dim)
     WeightView wv;                     // (n_kv_heads * head_dim, dim)
     WeightView wo;                     // (dim, n_heads * head_dim)
+    const float* q_bias = nullptr;     // (n_heads * head_dim,); null without qkv_bias
+    const float* k_bias = nullptr;     // (n_kv_heads * head_dim,)
+    const float* v_bias = nullptr;     // (n_kv_heads * head_dim,)
+    const float* q_norm = nullptr;     // (head_dim,) or (n_heads * head_dim,); null without qk_norm
+    const float* k_norm = nullptr;     // (head_dim,) or (n_kv_heads * head_dim,)
     const float* ffn_norm = nullptr;   // (dim,)
-    WeightView router;                 // (n_experts, dim); empty for a dense model
-    std::vector<ExpertWeights> experts;  // n_experts entries; one (the MLP) for a dense model
+    WeightView router;                 // (n_experts, dim); empty for a dense model or layer
+    std::vector<ExpertWeights> experts;  // n_experts entries; one (the MLP) for a dense Mistral model;
+                                         // none on a dense layer of a MoE model
+    // The MLP every token runs (ModelConfig::layer_mlp_hidden): a dense
+    // layer's, or the shared expert; empty when there is none. A dense weight
+    // (it never misses): it lives with the attention weights on every backend.
+    ExpertWeights mlp;
+    WeightView shared_gate;            // (1, dim): the shared expert's output times sigmoid(x . gate); else empty
 };
 
 struct ModelWeights {

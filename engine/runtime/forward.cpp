@@ -48,6 +48,15 @@ ForwardPass::ForwardPass(const ModelConfig& config, Backend& backend, KvCache& c
     att_ = backend.alloc(mb * q_dim_);
     out_ = backend.alloc(mb * c.dim);
     router_ = backend.alloc(mb * n_experts);
+    int widest_mlp = 0;
+    bool shared = false;
+    for (int l = 0; l < c.n_layers; l++) {
+        widest_mlp = std::max(widest_mlp, c.layer_mlp_hidden(l));
+        shared = shared || (c.layer_is_moe(l) && c.layer_mlp_hidden(l) > 0);
+    }
+    mlp_scratch_ = widest_mlp > 0 ? backend.alloc(2 * mb * widest_mlp) : nullptr;
+    mlp_out_ = shared ? backend.alloc(mb * c.dim) : nullptr;
+    gate_ = shared ? backend.alloc(mb) : nullptr;
     logit_rows_ = backend.alloc(size_t(max_logits) * c.dim);
     logits_ = backend.alloc(size_t(max_logits) * c.vocab_size);
     route_expert_.resize(mb * n_route_);
@@ -84,6 +93,19 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
         b.matmul(q_, xb_, lw.wq, n);
         b.matmul(k_, xb_, lw.wk, n);
         b.matmul(v_, xb_, lw.wv, n);
+        if (c.qkv_bias) {
+            b.add_bias(q_, lw.q_bias, n, q_dim_);
+            b.add_bias(k_, lw.k_bias, n, kv_dim_);
+            b.add_bias(v_, lw.v_bias, n, kv_dim_);
+        }
+        // q/k RMSNorm before RoPE: each head's vector (Qwen3) or the whole row (OLMoE).
+        if (c.qk_norm == QkNorm::PER_HEAD) {
+            b.rmsnorm(q_, q_, lw.q_norm, n * c.n_heads, c.head_dim, c.rms_norm_eps);
+            b.rmsnorm(k_, k_, lw.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
+        } else if (c.qk_norm == QkNorm::FULL) {
+            b.rmsnorm(q_, q_, lw.q_norm, n, q_dim_, c.rms_norm_eps);
+            b.rmsnorm(k_, k_, lw.k_norm, n, kv_dim_, c.rms_norm_eps);
+        }
         b.rope(q_, c.n_heads);
         b.rope(k_, c.n_kv_heads);
         b.kv_store(l, k_, v_);
@@ -93,7 +115,8 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
         b.add(x_, out_, size_t(n) * dim);
 
         b.rmsnorm(xb_, x_, lw.ffn_norm, n, dim, c.rms_norm_eps);
-        moe(l, n, stats);
+        if (c.layer_is_moe(l) || !c.is_moe()) moe(l, n, stats);  // out = the routed experts' sum
+        always_mlp(l, n);                                         // out (+)= the MLP every token runs
         b.add(x_, out_, size_t(n) * dim);
     }
 
@@ -109,6 +132,23 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     b.rmsnorm(logit_rows_, logit_rows_, weights_.final_norm, n_logits, dim, c.rms_norm_eps);
     b.matmul(logits_, logit_rows_, weights_.lm_head, n_logits);
     return b.to_host(logits_, size_t(n_logits) * c.vocab_size);
+}
+
+// The MLP every token of the layer runs, on the backend with the dense
+// weights: a dense layer's MLP writes out; a shared expert's output, scaled
+// by sigmoid(xb . gate), is added to the routed experts' sum in out.
+void ForwardPass::always_mlp(int layer, int n) {
+    const LayerWeights& lw = weights_.layers[layer];
+    if (lw.mlp.empty()) return;
+    Backend& b = backend_;
+    if (lw.shared_gate.empty()) {
+        b.mlp(out_, xb_, lw.mlp, n, mlp_scratch_);
+        return;
+    }
+    b.mlp(mlp_out_, xb_, lw.mlp, n, mlp_scratch_);
+    b.matmul(gate_, xb_, lw.shared_gate, n);  // (n, 1)
+    b.sigmoid_scale(mlp_out_, gate_, n, config_.dim);
+    b.add(out_, mlp_out_, size_t(n) * config_.dim);
 }
 
 void ForwardPass::moe(int layer, int n, RoutingStats* stats) {

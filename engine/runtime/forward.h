@@ -1,8 +1,10 @@
 // The forward pass: one batch of (token, position, sequence) entries through
-// every layer, Hugging Face Mixtral semantics (RMSNorm, rotate-half RoPE, GQA
-// causal attention over the KV cache, softmax router + top-k renormalised,
-// SwiGLU experts through an ExpertExecutor). Prefill, decode and beam search
-// all use it. It says what happens; a Backend (backend.h: CPU or CUDA) does
+// every layer, Hugging Face semantics of Mixtral, Qwen3-MoE, Qwen2-MoE and
+// OLMoE (RMSNorm; q/k/v biases and q/k RMSNorm per head or full width; rotate-
+// half RoPE; GQA causal attention over the KV cache; softmax router + top-k,
+// renormalised or not; SwiGLU experts through an ExpertExecutor; the MLP
+// every token runs -- a dense layer's or a shared expert with its sigmoid
+// gate -- on the backend). Prefill, decode and beam search all use it. It says what happens; a Backend (backend.h: CPU or CUDA) does
 // each dense op in its own memory. All buffers are allocated in the
 // constructor: run() never allocates.
 #pragma once
@@ -52,6 +54,7 @@ public:
 
 private:
     void moe(int layer, int n, RoutingStats* stats);
+    void always_mlp(int layer, int n);
 
     const ModelConfig& config_;
     Backend& backend_;
@@ -70,6 +73,9 @@ private:
     float* att_;        // (max_batch, q_dim)
     float* out_;        // (max_batch, dim)
     float* router_;     // (max_batch, n_experts)
+    float* mlp_out_;    // (max_batch, dim) the shared expert's output; null without one
+    float* mlp_scratch_;  // (2 * max_batch * widest layer_mlp_hidden); null without an always-run MLP
+    float* gate_;       // (max_batch,) the shared expert's gate logits; null without one
     float* logit_rows_; // (max_logits, dim) rows that want logits, then their final norm
     float* logits_;     // (max_logits, vocab)
     // On the host:

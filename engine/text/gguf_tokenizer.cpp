@@ -152,8 +152,9 @@ std::optional<Regexes> bpe_pre_regexes(std::string_view pre) {
 // converted from, read by the one tokenizer.json reader: control tokens
 // (type 3), BOS and EOS are special added tokens, user-defined ones (type 4)
 // added tokens matched in any text, as llama.cpp and Hugging Face match them.
-Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
-    const std::string where(source);
+}  // namespace
+
+nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& md, std::string_view source, HfSpecialTokens* specials) {
     const std::optional<std::vector<std::string_view>> tokens = md.find_strings(KEY_TOKENS);
     if (!tokens) fail(source, KEY_TOKENS, "missing key");
     const size_t n = tokens->size();
@@ -209,10 +210,18 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
         {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", std::move(steps)}}},
         {"decoder", {{"type", "ByteLevel"}}},
     };
+    *specials = {};
+    if (bos) specials->bos = (*tokens)[*bos];
+    if (eos) specials->eos = (*tokens)[*eos];
+    return doc;
+}
+
+namespace {
+
+Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
     HfSpecialTokens specials;
-    if (bos) specials.bos = (*tokens)[*bos];
-    if (eos) specials.eos = (*tokens)[*eos];
-    return hf_tokenizer_from_json(doc, where, specials);
+    const nlohmann::json doc = gguf_bpe_tokenizer_json(md, source, &specials);
+    return hf_tokenizer_from_json(doc, std::string(source), specials);
 }
 
 }  // namespace
@@ -404,3 +413,78 @@ std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view model, std::s
     return kv;
 }
 
+
+std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc, std::string_view source, int bos,
+                                                      int eos) {
+    const std::string where(source);
+    auto bad = [&](const std::string& key, const std::string& what) -> MoeError {
+        return MoeError(where + ": " + key + ": " + what);
+    };
+    const nlohmann::json* model = doc.is_object() && doc.contains("model") ? &doc["model"] : nullptr;
+    if (!model || !model->is_object() || model->value("type", "") != "BPE")
+        throw bad("model.type", "not a BPE model (a GGUF gpt2 vocabulary is byte-level BPE)");
+    const nlohmann::json& vocab = (*model)["vocab"];
+    if (!vocab.is_object() || vocab.empty()) throw bad("model.vocab", "missing or empty");
+    // Tokens by id: the vocabulary, then the added tokens (which may repeat vocabulary entries).
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    auto place = [&](const std::string& text, const nlohmann::json& id_json, int32_t type, const std::string& key) {
+        if (!id_json.is_number_unsigned()) throw bad(key, "id of '" + printable(text) + "' is not a whole number");
+        const uint64_t id = id_json.get<uint64_t>();
+        if (id >= (uint64_t(1) << 24)) throw bad(key, "id " + std::to_string(id) + " is too large");
+        if (id >= tokens.size()) {
+            tokens.resize(size_t(id) + 1);
+            types.resize(size_t(id) + 1, 0);
+        }
+        tokens[size_t(id)] = text;
+        types[size_t(id)] = type;
+    };
+    for (const auto& [text, id] : vocab.items()) place(text, id, NORMAL, "model.vocab");
+    if (const auto added = doc.find("added_tokens"); added != doc.end() && added->is_array())
+        for (const nlohmann::json& a : *added) {
+            if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
+                throw bad("added_tokens", "an entry without content and id");
+            place(a["content"].get<std::string>(), a["id"], a.value("special", false) ? CONTROL : USER_DEFINED,
+                  "added_tokens");
+        }
+    for (size_t i = 0; i < tokens.size(); i++)
+        if (types[i] == 0) throw bad("model.vocab", "no token has id " + std::to_string(i));
+    std::vector<std::string> merges;
+    for (const nlohmann::json& m : model->value("merges", nlohmann::json::array())) {
+        if (m.is_string()) merges.push_back(m.get<std::string>());
+        else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+            merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+        else throw bad("model.merges", "a merge that is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    // The pre-tokenizer as llama.cpp names it: its Split regexes in order,
+    // and ByteLevel's own (GPT-2) regex when it uses one.
+    Regexes splits;
+    bool byte_level_regex = false;
+    const nlohmann::json pre = doc.value("pre_tokenizer", nlohmann::json());
+    const nlohmann::json steps =
+        pre.is_object() && pre.value("type", "") == "Sequence" ? pre.value("pretokenizers", nlohmann::json::array())
+                                                               : nlohmann::json::array({pre});
+    for (const nlohmann::json& step : steps) {
+        const std::string type = step.is_object() ? step.value("type", "") : "";
+        if (type == "ByteLevel") byte_level_regex = step.value("use_regex", true);
+        else if (type == "Split" && step.contains("pattern") && step["pattern"].contains("Regex"))
+            splits.push_back(step["pattern"]["Regex"].get<std::string>());
+        else throw bad("pre_tokenizer", "step '" + type + "' has no llama.cpp pre-tokenizer name");
+    }
+    std::string pre_name;
+    for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3"})
+        if (*bpe_pre_regexes(name) == splits && byte_level_regex == splits.empty()) pre_name = name;
+    if (pre_name.empty()) throw bad("pre_tokenizer", "its regexes are not those of a pre-tokenizer llama.cpp names");
+    std::vector<GgufKeyValue> kv = {
+        {std::string(KEY_MODEL), "gpt2"},
+        {std::string(KEY_PRE), pre_name},
+        {std::string(KEY_TOKENS), tokens},
+        {std::string(KEY_TYPES), types},
+        {std::string(KEY_MERGES), merges},
+        {std::string(KEY_BOS), uint32_t(bos)},
+        {std::string(KEY_EOS), uint32_t(eos)},
+        {"tokenizer.ggml.add_bos_token", false},
+        {"tokenizer.ggml.add_eos_token", false},
+    };
+    return kv;
+}

@@ -3,7 +3,8 @@
 // Mistral, Mixtral, Llama 2) becomes the SentencePiece model it was converted
 // from (a ModelProto serialized here) and goes through Tokenizer::from_bytes,
 // so encoding, decoding and streaming are exactly those of a tokenizer.model.
-// Other vocabularies (gpt2 BPE, ...) are refused, naming their type.
+// A "gpt2" vocabulary (byte-level BPE) becomes the tokenizer.json document
+// it came from (gguf_bpe_tokenizer_json); other types are refused, naming them.
 // tokenizer.chat_template goes through the same family detection as a
 // tokenizer_config.json's chat_template. Reads metadata only: tensors, the
 // model config and which file is opened are the caller's.
@@ -12,7 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engine/model/gguf.h"
+#include "engine/text/hf_tokenizer.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 
@@ -40,7 +44,17 @@
 // not finite, a special id outside the vocabulary.
 std::string gguf_sentencepiece_model(const GgufMetadata& metadata, std::string_view source);
 
-// Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source).
+// The tokenizer.json document of a "gpt2" vocabulary (byte-level BPE:
+// tokens, merges, token types, the pre-tokenizer of tokenizer.ggml.pre;
+// control tokens, BOS and EOS special added tokens, user-defined ones added
+// tokens), and the BOS/EOS pieces into *specials. What tokenizer_from_gguf
+// reads a gpt2 vocabulary as; synth-model's stand-in Qwen tokenizer starts
+// from it. MoeError "SOURCE: KEY: what is wrong".
+nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& metadata, std::string_view source,
+                                       HfSpecialTokens* specials);
+
+// A "gpt2" vocabulary through gguf_bpe_tokenizer_json and the tokenizer.json
+// reader; any other: Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source).
 Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view source);
 
 // ChatTemplate::from_jinja of tokenizer.chat_template (absent: MISTRAL with a
@@ -58,3 +72,13 @@ ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_v
 std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view sentencepiece_model, std::string_view source,
                                                   int bos, int eos);
 
+// The other direction for a byte-level BPE tokenizer.json document: the
+// tokenizer.ggml.* keys of a "gpt2" vocabulary (tokens by id, the vocabulary's
+// NORMAL, special added tokens CONTROL, other added tokens USER_DEFINED;
+// merges as "a b"; tokenizer.ggml.pre the name llama.cpp gives its Split
+// regexes: gpt-2, llama-bpe, qwen2, deepseek-llm, deepseek-v3), so that
+// tokenizer_from_gguf gives the same tokenizer back. bos and eos: the model's
+// ids. MoeError "SOURCE: KEY: what is wrong" for another model type, a
+// pre-tokenizer llama.cpp has no name for, an id without a token.
+std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc, std::string_view source, int bos,
+                                                      int eos);

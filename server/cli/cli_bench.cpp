@@ -408,8 +408,11 @@ int bench_gpu(Args& args) {
     }
     std::vector<bf16> random;
     ExpertWeights expert;
-    if (!weights.layers.empty()) {
-        expert = weights.layers[0].experts.at(0);
+    // The first layer with experts (a MoE model's dense layers have none).
+    auto with_experts = std::find_if(weights.layers.begin(), weights.layers.end(),
+                                     [](const LayerWeights& L) { return !L.experts.empty(); });
+    if (with_experts != weights.layers.end()) {
+        expert = with_experts->experts[0];
     } else {
         const size_t mat = size_t(dim) * hidden;
         random.resize(3 * mat);

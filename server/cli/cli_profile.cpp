@@ -1,6 +1,7 @@
-// `moe-server profile`: each selected prompt (chat-templated by default) is
-// prefilled and then decoded greedily for --gen-tokens tokens with prefix
-// reuse off, so every prompt token is counted; the routing counts of the
+// `moe-server profile`: each selected prompt (by default rendered by the
+// model's chat template, as `generate` renders a chat) is prefilled and then
+// decoded greedily for --gen-tokens tokens with prefix reuse off, so every
+// prompt token is counted; the routing counts of the
 // prefill (snapshot at the first token) and of the decode steps are added to
 // the profile's two tables. Progress with an ETA goes to stderr; a first
 // Ctrl-C stops after the current token and writes the prompts completed so
@@ -186,8 +187,11 @@ int cli_profile(const std::vector<std::string>& words) {
     for (int idx : selected) {
         const std::string& text = set.prompts[size_t(idx)];
         if (chat) {
-            ChatMessage user{"user", text};
-            request.prompt = engine.chat_template().encode(engine.tokenizer(), {&user, 1});
+            // The model's own template, as `generate` and the server render a chat.
+            ChatInput input;
+            input.messages = {{"user", text}};
+            input.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+            request.prompt = engine.chat_prompt(input).ids;
         } else {
             request.prompt = engine.tokenizer().encode(text);
             request.prompt.insert(request.prompt.begin(), config.bos_token_id);

@@ -27,6 +27,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/forward.h"
 #include "gpu_kernels/gpu_limits.h"
+#include "gpu_kernels/gpu_math.h"
 #include "logit_compare.h"
 #include "test_support.h"
 
@@ -89,6 +90,19 @@ public:
     void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
     void attention(int layer, float* out, const float* q) override { b_->attention(layer, out, q); }
     void add(float* x, const float* y, size_t n) override { b_->add(x, y, n); }
+    void add_bias(float* x, const float* bias, int rows, int width) override { b_->add_bias(x, bias, rows, width); }
+    // gpu_expert_ffn's steps: three GEMMs (inputs rounded as above) and the SiLU-mul.
+    void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override {
+        float* h1 = scratch;
+        float* h3 = scratch + size_t(m) * size_t(w.w1.rows);
+        matmul(h1, x, w.w1, m);
+        matmul(h3, x, w.w3, m);
+        for (size_t i = 0; i < size_t(m) * size_t(w.w1.rows); i++) h1[i] = gm_silu_mul(h1[i], h3[i]);
+        matmul(y, h1, w.w2, m);
+    }
+    void sigmoid_scale(float* y, const float* gate, int rows, int dim) override {
+        b_->sigmoid_scale(y, gate, rows, dim);
+    }
     void route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) override {
         b_->route(experts, weights, logits, rows, n_experts, k, renorm);
     }

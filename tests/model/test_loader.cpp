@@ -595,7 +595,8 @@ TEST_CASE("synth: refusals", "[synth]") {
         FAIL("unknown preset accepted");
     } catch (const MoeError& e) {
         CHECK(std::string(e.what()) ==
-              "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b)");
+              "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b, qwen3-moe-mini, "
+              "qwen3-30b-a3b, olmoe-mini, qwen2-moe-mini)");
     }
     o.preset = "tiny";
     o.tokenizer = root / "absent.model";
@@ -624,6 +625,22 @@ TEST_CASE("synth: refusals", "[synth]") {
         CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("not enough free disk space"));
         CHECK(!fs::exists(root / "big.partial"));
     }
+    // Qwen3-30B-A3B's real shape: about 61 GB of bf16 weights.
+    need = synth_disk_bytes(synth_preset("qwen3-30b-a3b"));
+    CHECK(need > uint64_t(60e9));
+    CHECK(need < uint64_t(63e9));
+    if (fs::space(root).available < need) {
+        o.preset = "qwen3-30b-a3b";
+        o.tokenizer.clear();
+        o.out = root / "big";
+        CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("not enough free disk space"));
+        CHECK(!fs::exists(root / "big.partial"));
+    }
+    // The stand-in tokenizer presets take no SentencePiece --tokenizer.
+    o.preset = "olmoe-mini";
+    o.tokenizer = root / "absent.model";
+    o.out = root / "olmoe";
+    CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("writes its own tokenizer.json"));
     fs::remove_all(root);
 }
 
@@ -665,7 +682,27 @@ TEST_CASE("synth: presets", "[synth]") {
     CHECK(small.n_heads == 8);
     CHECK(small.n_kv_heads == 2);
     CHECK(small.n_experts == 8);
-    CHECK(synth_preset_names().size() == 4);
+    CHECK(synth_preset_names().size() == 8);
+    // Qwen3-30B-A3B's real shape.
+    ModelConfig q3 = synth_preset("qwen3-30b-a3b");
+    CHECK(q3.architecture == "Qwen3MoeForCausalLM");
+    CHECK(q3.n_layers == 48);
+    CHECK(q3.dim == 2048);
+    CHECK(q3.n_heads == 32);
+    CHECK(q3.n_kv_heads == 4);
+    CHECK(q3.head_dim == 128);
+    CHECK(q3.n_experts == 128);
+    CHECK(q3.n_experts_active == 8);
+    CHECK(q3.hidden_dim == 768);
+    CHECK(q3.vocab_size == 151936);
+    CHECK(q3.qk_norm == QkNorm::PER_HEAD);
+    CHECK(q3.norm_topk_prob);
+    // The minis keep their architecture's features.
+    CHECK(synth_preset("qwen3-moe-mini").head_dim * synth_preset("qwen3-moe-mini").n_heads != 512);
+    CHECK(synth_preset("olmoe-mini").qk_norm == QkNorm::FULL);
+    CHECK_FALSE(synth_preset("olmoe-mini").norm_topk_prob);
+    CHECK(synth_preset("qwen2-moe-mini").shared_hidden_dim > 0);
+    CHECK(synth_preset("qwen2-moe-mini").qkv_bias);
 }
 
 TEST_CASE("synth: routing is not uniform and logits are not flat", "[synth]") {

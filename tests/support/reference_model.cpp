@@ -1,6 +1,7 @@
 // The reference forward pass: config.json and safetensors parsing with
-// nlohmann::json and std::ifstream, then Hugging Face Mixtral semantics in
-// double precision, written out as plain loops. Must not include engine or
+// nlohmann::json and std::ifstream, then the semantics of transformers'
+// modeling_mixtral / _mistral / _qwen3_moe / _qwen2_moe / _olmoe in double
+// precision, written out as plain loops. Must not include engine or
 // cpu_kernels headers, and must not be optimised at the cost of clarity.
 #include "reference_model.h"
 
@@ -87,7 +88,30 @@ ReferenceConfig parse_config(const fs::path& file) {
     json j = read_json(file);
     if (!j.is_object()) fail(file.string() + ": not a JSON object");
     auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+    auto get_bool = [&](const char* key, bool fallback) {
+        if (!has(key)) return fallback;
+        if (!j[key].is_boolean()) fail(file.string() + ": field " + std::string(key) + " is not a boolean");
+        return j[key].get<bool>();
+    };
+    auto get_double = [&](const char* key, double fallback) {
+        if (!has(key)) return fallback;
+        if (!j[key].is_number()) fail(file.string() + ": field " + std::string(key) + " is not a number");
+        return j[key].get<double>();
+    };
     ReferenceConfig c;
+    if (has("architectures")) {
+        if (!j["architectures"].is_array() || j["architectures"].empty() || !j["architectures"][0].is_string())
+            fail(file.string() + ": architectures is not a list of names");
+        c.architecture = j["architectures"][0].get<std::string>();
+    } else {
+        c.architecture = has("num_local_experts") ? "MixtralForCausalLM" : "MistralForCausalLM";
+    }
+    const std::string& arch = c.architecture;
+    const bool mixtral = arch == "MixtralForCausalLM", mistral = arch == "MistralForCausalLM",
+               qwen3 = arch == "Qwen3MoeForCausalLM", qwen2 = arch == "Qwen2MoeForCausalLM",
+               olmoe = arch == "OlmoeForCausalLM";
+    if (!mixtral && !mistral && !qwen3 && !qwen2 && !olmoe) fail(file.string() + ": unsupported architecture " + arch);
+
     c.dim = config_int(j, "hidden_size", file);
     c.hidden_dim = config_int(j, "intermediate_size", file);
     c.n_layers = config_int(j, "num_hidden_layers", file);
@@ -98,20 +122,53 @@ ReferenceConfig parse_config(const fs::path& file) {
         c.n_kv_heads <= 0) {
         fail(file.string() + ": sizes must be positive");
     }
-    c.head_dim = has("head_dim") ? config_int(j, "head_dim", file) : c.dim / c.n_heads;
+    // OlmoeAttention always splits hidden_size evenly over the heads.
+    c.head_dim = has("head_dim") && !olmoe ? config_int(j, "head_dim", file) : c.dim / c.n_heads;
     if (c.head_dim <= 0 || c.head_dim % 2) fail(file.string() + ": head_dim must be positive and even");
     if (c.n_heads % c.n_kv_heads) fail(file.string() + ": num_attention_heads not a multiple of num_key_value_heads");
-    if (has("num_local_experts")) {
-        c.n_experts = config_int(j, "num_local_experts", file);
+
+    // Experts: Mixtral's num_local_experts (sized intermediate_size); the
+    // others' num_experts (Qwen's sized moe_intermediate_size, OLMoE's
+    // intermediate_size). These sizes are required, not defaulted.
+    if (mixtral || qwen3 || qwen2 || olmoe) {
+        c.n_experts = config_int(j, mixtral ? "num_local_experts" : "num_experts", file);
         c.n_experts_active = config_int(j, "num_experts_per_tok", file);
-        if (c.n_experts < 1 || c.n_experts_active < 1 || c.n_experts_active > c.n_experts) {
-            fail(file.string() + ": num_experts_per_tok must be in [1, num_local_experts]");
+        if (c.n_experts < 1 || c.n_experts_active < 1 || c.n_experts_active > c.n_experts)
+            fail(file.string() + ": num_experts_per_tok must be in [1, number of experts]");
+        c.moe_hidden_dim = qwen3 || qwen2 ? config_int(j, "moe_intermediate_size", file) : c.hidden_dim;
+        if (c.moe_hidden_dim <= 0) fail(file.string() + ": moe_intermediate_size must be positive");
+    }
+    c.norm_topk_prob = mixtral || get_bool("norm_topk_prob", false);
+    if (qwen2) {
+        c.shared_hidden_dim = config_int(j, "shared_expert_intermediate_size", file);
+        if (c.shared_hidden_dim <= 0) fail(file.string() + ": shared_expert_intermediate_size must be positive");
+    }
+
+    // Which layers are sparse: Qwen's decoder_sparse_step and mlp_only_layers.
+    c.moe_layers.assign(size_t(c.n_layers), c.n_experts > 0);
+    if (qwen3 || qwen2) {
+        const int step = has("decoder_sparse_step") ? config_int(j, "decoder_sparse_step", file) : 1;
+        if (step < 1) fail(file.string() + ": decoder_sparse_step must be at least 1");
+        for (int l = 0; l < c.n_layers; ++l) c.moe_layers[size_t(l)] = (l + 1) % step == 0;
+        if (has("mlp_only_layers")) {
+            if (!j["mlp_only_layers"].is_array()) fail(file.string() + ": mlp_only_layers is not a list");
+            for (const auto& v : j["mlp_only_layers"]) {
+                if (!v.is_number_integer()) fail(file.string() + ": mlp_only_layers holds a non-integer");
+                const int l = v.get<int>();
+                if (l >= 0 && l < c.n_layers) c.moe_layers[size_t(l)] = false;
+            }
         }
     }
-    bool moe = c.n_experts > 0;
-    c.rope_theta = has("rope_theta") ? j["rope_theta"].get<double>() : (moe ? 1e6 : 1e4);
-    c.rms_norm_eps = has("rms_norm_eps") ? j["rms_norm_eps"].get<double>() : (moe ? 1e-5 : 1e-6);
-    c.tie_embeddings = has("tie_word_embeddings") && j["tie_word_embeddings"].get<bool>();
+
+    c.qk_norm = qwen3 ? ReferenceQkNorm::PER_HEAD : olmoe ? ReferenceQkNorm::FULL : ReferenceQkNorm::NONE;
+    if (qwen2) c.qkv_bias = get_bool("qkv_bias", true);
+    if (qwen3 || olmoe) c.qkv_bias = c.o_bias = get_bool("attention_bias", false);
+    if (olmoe) c.clip_qkv = get_double("clip_qkv", 0.0);
+    if (c.clip_qkv < 0) fail(file.string() + ": clip_qkv must not be negative");
+
+    c.rope_theta = get_double("rope_theta", mixtral ? 1e6 : 1e4);
+    c.rms_norm_eps = get_double("rms_norm_eps", mixtral || olmoe ? 1e-5 : 1e-6);
+    c.tie_embeddings = get_bool("tie_word_embeddings", false);
     return c;
 }
 
@@ -144,20 +201,28 @@ void softmax(std::vector<double>& x) {
     for (double& v : x) v /= sum;
 }
 
-double silu(double z) {
-    return z / (1.0 + std::exp(-z));
+double sigmoid(double z) {
+    return 1.0 / (1.0 + std::exp(-z));
 }
 
-// down (silu(gate h) * (up h))
-std::vector<double> swiglu(const std::vector<double>& w1, const std::vector<double>& w3, const std::vector<double>& w2,
-                           const std::vector<double>& h, int dim, int hidden_dim) {
-    std::vector<double> g = matvec(w1, h, hidden_dim, dim);
-    std::vector<double> u = matvec(w3, h, hidden_dim, dim);
-    for (int i = 0; i < hidden_dim; ++i) g[i] = silu(g[i]) * u[i];
-    return matvec(w2, g, dim, hidden_dim);
+double silu(double z) {
+    return z * sigmoid(z);
+}
+
+// y += b (a bias; nothing when b is empty)
+void add_bias(std::vector<double>& y, const std::vector<double>& b) {
+    for (size_t i = 0; i < b.size(); ++i) y[i] += b[i];
 }
 
 }  // namespace
+
+// down (silu(gate h) * (up h))
+std::vector<double> ReferenceModel::swiglu(const Expert& e, const std::vector<double>& h, int dim) {
+    std::vector<double> g = matvec(e.w1, h, e.hidden_dim, dim);
+    std::vector<double> u = matvec(e.w3, h, e.hidden_dim, dim);
+    for (int i = 0; i < e.hidden_dim; ++i) g[i] = silu(g[i]) * u[i];
+    return matvec(e.w2, g, dim, e.hidden_dim);
+}
 
 std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path& file) {
     std::ifstream in(file, std::ios::binary);
@@ -273,8 +338,18 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
         return std::move(it->second.data);
     };
 
-    const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = int64_t(c.n_heads) * c.head_dim,
-                  kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    const int64_t dim = c.dim, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    // gate / up / down of one MLP under prefix q: w1 / w3 / w2 (Mixtral's
+    // experts) or gate_proj / up_proj / down_proj (every other MLP).
+    auto mlp = [&](const std::string& q, bool mixtral_names, int64_t hidden) {
+        Expert e;
+        e.w1 = take(q + (mixtral_names ? "w1" : "gate_proj") + ".weight", {hidden, dim});
+        e.w3 = take(q + (mixtral_names ? "w3" : "up_proj") + ".weight", {hidden, dim});
+        e.w2 = take(q + (mixtral_names ? "w2" : "down_proj") + ".weight", {dim, hidden});
+        e.hidden_dim = int(hidden);
+        return e;
+    };
+    const bool mixtral = c.architecture == "MixtralForCausalLM";
     m.embed_ = take("model.embed_tokens.weight", {c.vocab_size, dim});
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -284,18 +359,29 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
         layer.wk = take(p + "self_attn.k_proj.weight", {kv_dim, dim});
         layer.wv = take(p + "self_attn.v_proj.weight", {kv_dim, dim});
         layer.wo = take(p + "self_attn.o_proj.weight", {dim, q_dim});
+        if (c.qkv_bias) {
+            layer.bq = take(p + "self_attn.q_proj.bias", {q_dim});
+            layer.bk = take(p + "self_attn.k_proj.bias", {kv_dim});
+            layer.bv = take(p + "self_attn.v_proj.bias", {kv_dim});
+        }
+        if (c.o_bias) layer.bo = take(p + "self_attn.o_proj.bias", {dim});
+        if (c.qk_norm != ReferenceQkNorm::NONE) {
+            const bool per_head = c.qk_norm == ReferenceQkNorm::PER_HEAD;
+            layer.q_norm = take(p + "self_attn.q_norm.weight", {per_head ? c.head_dim : q_dim});
+            layer.k_norm = take(p + "self_attn.k_norm.weight", {per_head ? c.head_dim : kv_dim});
+        }
         layer.ffn_norm = take(p + "post_attention_layernorm.weight", {dim});
-        if (c.n_experts > 0) {
-            layer.gate = take(p + "block_sparse_moe.gate.weight", {c.n_experts, dim});
-            for (int e = 0; e < c.n_experts; ++e) {
-                const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-                layer.experts.push_back({take(q + "w1.weight", {hidden, dim}), take(q + "w3.weight", {hidden, dim}),
-                                         take(q + "w2.weight", {dim, hidden})});
+        if (c.moe_layers[size_t(l)]) {
+            const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+            layer.gate = take(moe + "gate.weight", {c.n_experts, dim});
+            for (int e = 0; e < c.n_experts; ++e)
+                layer.experts.push_back(mlp(moe + "experts." + std::to_string(e) + ".", mixtral, c.moe_hidden_dim));
+            if (c.shared_hidden_dim > 0) {
+                layer.shared.push_back(mlp(moe + "shared_expert.", false, c.shared_hidden_dim));
+                layer.shared_gate = take(moe + "shared_expert_gate.weight", {1, dim});
             }
         } else {
-            layer.experts.push_back({take(p + "mlp.gate_proj.weight", {hidden, dim}),
-                                     take(p + "mlp.up_proj.weight", {hidden, dim}),
-                                     take(p + "mlp.down_proj.weight", {dim, hidden})});
+            layer.experts.push_back(mlp(p + "mlp.", false, c.hidden_dim));
         }
         m.layers_.push_back(std::move(layer));
     }
@@ -347,8 +433,29 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
             q[t] = matvec(L.wq, h, q_dim, dim);
             k[t] = matvec(L.wk, h, kv_dim, dim);
             v[t] = matvec(L.wv, h, kv_dim, dim);
-            for (int head = 0; head < c.n_heads; ++head) reference_rope(&q[t][head * hd], hd, t, c.rope_theta);
-            for (int head = 0; head < c.n_kv_heads; ++head) reference_rope(&k[t][head * hd], hd, t, c.rope_theta);
+            add_bias(q[t], L.bq);
+            add_bias(k[t], L.bk);
+            add_bias(v[t], L.bv);
+            if (c.qk_norm == ReferenceQkNorm::FULL) {  // OLMoE: the whole projection, then clip_qkv
+                q[t] = rmsnorm(q[t], L.q_norm, c.rms_norm_eps);
+                k[t] = rmsnorm(k[t], L.k_norm, c.rms_norm_eps);
+            }
+            if (c.clip_qkv > 0) {
+                for (auto* u : {&q[t], &k[t], &v[t]}) {
+                    for (double& z : *u) z = std::clamp(z, -c.clip_qkv, c.clip_qkv);
+                }
+            }
+            // Qwen3: each head's vector alone; then RoPE on every head.
+            auto per_head = [&](std::vector<double>& u, int heads, const std::vector<double>& w) {
+                for (int head = 0; head < heads; ++head) {
+                    std::vector<double> one(u.begin() + head * hd, u.begin() + (head + 1) * hd);
+                    if (c.qk_norm == ReferenceQkNorm::PER_HEAD) one = rmsnorm(one, w, c.rms_norm_eps);
+                    reference_rope(one.data(), hd, t, c.rope_theta);
+                    std::copy(one.begin(), one.end(), u.begin() + head * hd);
+                }
+            };
+            per_head(q[t], c.n_heads, L.q_norm);
+            per_head(k[t], c.n_kv_heads, L.k_norm);
         }
         for (int t = 0; t < n; ++t) {
             std::vector<double> attn(q_dim, 0.0);
@@ -366,16 +473,18 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
                 }
             }
             std::vector<double> o = matvec(L.wo, attn, dim, q_dim);
+            add_bias(o, L.bo);
             for (int i = 0; i < dim; ++i) x[t][i] += o[i];
         }
 
-        // Feed-forward: softmax over all experts, top-k, renormalise, weighted sum.
+        // Feed-forward: a dense MLP, or softmax over all experts, top-k,
+        // renormalised when norm_topk_prob, weighted sum, plus the shared
+        // expert scaled by sigmoid(shared_expert_gate . h).
         for (int t = 0; t < n; ++t) {
             std::vector<double> h = rmsnorm(x[t], L.ffn_norm, c.rms_norm_eps);
             std::vector<double> ffn(dim, 0.0);
-            if (c.n_experts == 0) {
-                const Expert& E = L.experts[0];
-                ffn = swiglu(E.w1, E.w3, E.w2, h, dim, c.hidden_dim);
+            if (L.gate.empty()) {
+                ffn = swiglu(L.experts[0], h, dim);
             } else {
                 std::vector<double> probs = matvec(L.gate, h, c.n_experts, dim);
                 softmax(probs);
@@ -392,12 +501,18 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
                     route.weights.push_back(probs[best]);
                     total += probs[best];
                 }
-                for (double& w : route.weights) w /= total;
+                if (c.norm_topk_prob) {
+                    for (double& w : route.weights) w /= total;
+                }
                 route.probs = probs;
                 for (int j = 0; j < c.n_experts_active; ++j) {
-                    const Expert& E = L.experts[route.experts[j]];
-                    std::vector<double> y = swiglu(E.w1, E.w3, E.w2, h, dim, c.hidden_dim);
+                    std::vector<double> y = swiglu(L.experts[route.experts[j]], h, dim);
                     for (int i = 0; i < dim; ++i) ffn[i] += route.weights[j] * y[i];
+                }
+                if (!L.shared.empty()) {
+                    route.shared_gate = sigmoid(matvec(L.shared_gate, h, 1, dim)[0]);
+                    std::vector<double> y = swiglu(L.shared[0], h, dim);
+                    for (int i = 0; i < dim; ++i) ffn[i] += route.shared_gate * y[i];
                 }
                 if (routing) (*routing)[l][t] = std::move(route);
             }

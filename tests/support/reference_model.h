@@ -1,6 +1,9 @@
 // ReferenceModel: an independent, deliberately plain forward pass of a
-// Hugging Face Mixtral (or dense Mistral) checkpoint in double precision, for
-// the tests to check the engine against. It reads config.json and the
+// Hugging Face checkpoint in double precision, for the tests to check the
+// engine against. Architectures (config.json "architectures"; without it,
+// num_local_experts decides between the first two): MixtralForCausalLM,
+// MistralForCausalLM (dense), Qwen3MoeForCausalLM, Qwen2MoeForCausalLM,
+// OlmoeForCausalLM, following transformers' modeling code for each. It reads config.json and the
 // safetensors files itself and shares no code with engine/ or cpu_kernels/:
 // a bug there cannot hide here. It must stay simple rather than fast: no KV
 // cache (full causal attention is recomputed for every call), weights held
@@ -14,19 +17,35 @@
 #include <string>
 #include <vector>
 
-// The fields of config.json the reference uses.
+// Where q/k RMSNorm applies: nowhere, on each head's head_dim vector
+// (Qwen3: q_norm / k_norm of size head_dim), or on the whole projection
+// before it is split into heads (OLMoE: sizes n_heads * head_dim and
+// n_kv_heads * head_dim). Both before RoPE.
+enum class ReferenceQkNorm { NONE, PER_HEAD, FULL };
+
+// The fields of config.json the reference uses, with each architecture's
+// defaults (those of its transformers config class) where a field is absent.
 struct ReferenceConfig {
-    int dim = 0;         // hidden_size
-    int hidden_dim = 0;  // intermediate_size
-    int n_layers = 0;    // num_hidden_layers
-    int n_heads = 0;     // num_attention_heads
-    int n_kv_heads = 0;  // num_key_value_heads (default n_heads)
-    int head_dim = 0;    // head_dim (default dim / n_heads)
+    std::string architecture;   // architectures[0]
+    int dim = 0;                // hidden_size
+    int hidden_dim = 0;         // intermediate_size: dense MLPs; also Mixtral's and OLMoE's experts
+    int moe_hidden_dim = 0;     // each routed expert's size (Qwen: moe_intermediate_size)
+    int shared_hidden_dim = 0;  // shared_expert_intermediate_size (Qwen2-MoE); 0 = no shared expert
+    int n_layers = 0;           // num_hidden_layers
+    int n_heads = 0;            // num_attention_heads
+    int n_kv_heads = 0;         // num_key_value_heads (default n_heads)
+    int head_dim = 0;           // head_dim (default dim / n_heads; OLMoE always dim / n_heads)
     int vocab_size = 0;
-    int n_experts = 0;            // num_local_experts; 0 = dense MistralForCausalLM
-    int n_experts_active = 0;     // num_experts_per_tok
-    double rope_theta = 0.0;      // default 1e6 (Mixtral) or 1e4 (Mistral)
-    double rms_norm_eps = 0.0;    // default 1e-5 (Mixtral) or 1e-6 (Mistral)
+    int n_experts = 0;             // num_local_experts (Mixtral) or num_experts; 0 = dense
+    int n_experts_active = 0;      // num_experts_per_tok
+    bool norm_topk_prob = true;    // renormalise the top-k weights (Mixtral always; others from config)
+    std::vector<bool> moe_layers;  // (n_layers,): layer l is sparse (decoder_sparse_step, mlp_only_layers)
+    ReferenceQkNorm qk_norm = ReferenceQkNorm::NONE;
+    bool qkv_bias = false;        // q/k/v projection biases (Qwen2-MoE qkv_bias; attention_bias)
+    bool o_bias = false;          // o_proj bias (attention_bias of Qwen3-MoE and OLMoE)
+    double clip_qkv = 0.0;        // OLMoE clip_qkv: |q|, |k|, |v| clamped to it; 0 = none
+    double rope_theta = 0.0;      // default 1e6 (Mixtral) or 1e4 (the others)
+    double rms_norm_eps = 0.0;    // default 1e-5 (Mixtral, OLMoE) or 1e-6 (the others)
     bool tie_embeddings = false;  // tie_word_embeddings
 };
 
@@ -46,14 +65,18 @@ std::map<std::string, ReferenceTensor> reference_read_safetensors(const std::fil
 void reference_rope(double* v, int head_dim, int pos, double theta);
 
 // Routing of one token in one MoE layer: the chosen experts, highest
-// probability first (ties to the lower id), their renormalised weights, and
-// the softmax over all experts they were chosen from.
+// probability first (ties to the lower id), their weights (renormalised to
+// sum 1 when norm_topk_prob, else the softmax probabilities themselves), the
+// softmax over all experts they were chosen from, and the shared expert's
+// sigmoid gate (0 without a shared expert).
 struct ReferenceRoute {
     std::vector<int> experts;     // (n_experts_active,)
-    std::vector<double> weights;  // (n_experts_active,), sum 1
+    std::vector<double> weights;  // (n_experts_active,)
     std::vector<double> probs;    // (n_experts,)
+    double shared_gate = 0.0;
 };
-using ReferenceRouting = std::vector<std::vector<ReferenceRoute>>;  // [layer][token]
+// [layer][token]; a dense layer's routes are empty (no experts).
+using ReferenceRouting = std::vector<std::vector<ReferenceRoute>>;
 
 class ReferenceModel {
 public:
@@ -79,6 +102,7 @@ private:
         std::vector<double> w1;  // (hidden_dim, dim) gate
         std::vector<double> w3;  // (hidden_dim, dim) up
         std::vector<double> w2;  // (dim, hidden_dim) down
+        int hidden_dim = 0;
     };
     struct Layer {
         std::vector<double> attn_norm;  // (dim,)
@@ -86,11 +110,19 @@ private:
         std::vector<double> wk;         // (n_kv_heads * head_dim, dim)
         std::vector<double> wv;         // (n_kv_heads * head_dim, dim)
         std::vector<double> wo;         // (dim, n_heads * head_dim)
-        std::vector<double> ffn_norm;   // (dim,)
-        std::vector<double> gate;       // (n_experts, dim); empty when dense
-        std::vector<Expert> experts;    // n_experts, or the one dense MLP
+        std::vector<double> bq, bk, bv;   // projection biases; empty without qkv_bias
+        std::vector<double> bo;           // (dim,); empty without o_bias
+        std::vector<double> q_norm;       // (head_dim,) or (n_heads * head_dim,); empty without
+        std::vector<double> k_norm;       // (head_dim,) or (n_kv_heads * head_dim,); empty without
+        std::vector<double> ffn_norm;     // (dim,)
+        std::vector<double> gate;         // (n_experts, dim); empty when the layer is dense
+        std::vector<Expert> experts;      // n_experts, or the one dense MLP
+        std::vector<Expert> shared;       // the shared expert, when there is one
+        std::vector<double> shared_gate;  // (dim,) shared_expert_gate; empty without
     };
 
+    // down (silu(gate h) * (up h)) of one expert or dense MLP.
+    static std::vector<double> swiglu(const Expert& e, const std::vector<double>& h, int dim);
     // Hidden states after the final norm, (n_tokens, dim).
     std::vector<std::vector<double>> final_hidden(const std::vector<int>& tokens, ReferenceRouting* routing) const;
     // lm_head (or the tied embedding) @ h -> (vocab_size,)

@@ -66,6 +66,10 @@ void write_text_file(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+std::string byte_level_tokenizer_json_text() {
+    return byte_level_tokenizer_json().dump();
+}
+
 fs::path tokenizer_json_model_dir(const std::string& tag, const std::string& chat_template) {
     const fs::path tiny = test_model_dir("tiny");
     const fs::path dir = test_temp_dir(tag);
@@ -74,7 +78,7 @@ fs::path tokenizer_json_model_dir(const std::string& tag, const std::string& cha
     config["bos_token_id"] = 259;  // <|endoftext|>
     config["eos_token_id"] = 261;  // <|im_end|>
     write_text_file(dir / "config.json", config.dump(2));
-    write_text_file(dir / "tokenizer.json", byte_level_tokenizer_json().dump());
+    write_text_file(dir / "tokenizer.json", byte_level_tokenizer_json_text());
     const ojson tc = {{"chat_template", chat_template},
                       {"eos_token", "<|im_end|>"},
                       {"pad_token", "<|endoftext|>"},

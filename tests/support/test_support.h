@@ -23,6 +23,8 @@ std::filesystem::path test_model_dir(const std::string& preset, unsigned seed = 
 // tokenizer_config.json with `chat_template`, eos_token <|im_end|>, no
 // bos_token.
 std::filesystem::path tokenizer_json_model_dir(const std::string& tag, const std::string& chat_template);
+// That byte-level BPE tokenizer.json, as text.
+std::string byte_level_tokenizer_json_text();
 
 // A fresh empty folder under <build>/test-tmp/, named after `tag`.
 std::filesystem::path test_temp_dir(const std::string& tag);

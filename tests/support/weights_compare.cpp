@@ -7,14 +7,23 @@
 Flat flatten(const ModelConfig& c, const ModelWeights& w) {
     Flat f;
     const size_t d = size_t(c.dim);
+    const size_t q = size_t(c.n_heads) * c.head_dim, kv = size_t(c.n_kv_heads) * c.head_dim;
+    const bool full = c.qk_norm == QkNorm::FULL;
     f.matrices.push_back(w.embed);
     for (const LayerWeights& L : w.layers) {
         f.vectors.push_back({L.attn_norm, d});
         f.vectors.push_back({L.ffn_norm, d});
+        // The optional vectors of Qwen and OLMoE layers, when present.
+        for (const auto& [v, n] : {std::pair{L.q_bias, q}, std::pair{L.k_bias, kv}, std::pair{L.v_bias, kv},
+                                   std::pair{L.q_norm, full ? q : size_t(c.head_dim)},
+                                   std::pair{L.k_norm, full ? kv : size_t(c.head_dim)}})
+            if (v) f.vectors.push_back({v, n});
         for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo}) f.matrices.push_back(*m);
         if (!L.router.empty()) f.matrices.push_back(L.router);
         for (const ExpertWeights& E : L.experts)
             for (const WeightView* m : {&E.w1, &E.w3, &E.w2}) f.matrices.push_back(*m);
+        for (const WeightView* m : {&L.mlp.w1, &L.mlp.w3, &L.mlp.w2, &L.shared_gate})
+            if (!m->empty()) f.matrices.push_back(*m);
     }
     f.vectors.push_back({w.final_norm, d});
     f.matrices.push_back(w.lm_head);

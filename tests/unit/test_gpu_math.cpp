@@ -102,3 +102,12 @@ TEST_CASE("gpu math: online softmax, split and merged, equals the softmax-weight
     acc[0] = acc[0] * s1;
     REQUIRE(acc[0] / l[0] == Approx(ref).epsilon(1e-5));
 }
+
+TEST_CASE("gpu math: the shared expert's sigmoid gate", "[unit][gpu_math]") {
+    for (float x : {-30.0f, -4.0f, -0.5f, 0.0f, 0.25f, 3.0f, 30.0f}) {
+        INFO(x);
+        const double want = 1.0 / (1.0 + std::exp(-double(x)));
+        CHECK(std::abs(double(gm_sigmoid(x)) - want) <= 1e-6 * want + 1e-12);
+    }
+    CHECK(gm_sigmoid(0.0f) == 0.5f);
+}

@@ -210,7 +210,7 @@ TEST_CASE("config: an unknown architecture lists the supported ones", "[config]"
     check_one_line(m);
     CHECK(m ==
           "dir/config.json: architecture 'LlamaForCausalLM' is not supported (supported: "
-          "MixtralForCausalLM, MistralForCausalLM)");
+          "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM)");
     CHECK(parse_error(json::array()).find("expected a JSON object") != std::string::npos);
 }
 
@@ -248,4 +248,202 @@ TEST_CASE("config: file errors name the file", "[config]") {
 
     write_text(dir / "generation_config.json", "not json");
     CHECK(load_error(dir) == (dir / "generation_config.json").string() + ": not valid JSON");
+}
+
+namespace {
+
+// Qwen3-30B-A3B's config.json (the released file's fields).
+json qwen3_moe_json() {
+    return json::parse(R"({
+      "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+      "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+      "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+      "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true,
+      "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+      "num_key_value_heads": 4, "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+      "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+      "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+// Qwen1.5-MoE-A2.7B's config.json.
+json qwen2_moe_json() {
+    return json::parse(R"({
+      "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+      "decoder_sparse_step": 1, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048,
+      "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 8192,
+      "max_window_layers": 21, "model_type": "qwen2_moe", "moe_intermediate_size": 1408,
+      "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
+      "num_hidden_layers": 24, "num_key_value_heads": 16, "output_router_logits": false,
+      "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+      "shared_expert_intermediate_size": 5632, "sliding_window": 32768, "tie_word_embeddings": false,
+      "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+// OLMoE-1B-7B-0924's config.json.
+json olmoe_json() {
+    return json::parse(R"({
+      "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "bos_token_id": null, "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu",
+      "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 1024,
+      "max_position_embeddings": 4096, "model_type": "olmoe", "norm_topk_prob": false,
+      "num_attention_heads": 16, "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16,
+      "num_key_value_heads": 16, "output_router_logits": false, "pad_token_id": 1, "rms_norm_eps": 1e-05,
+      "rope_scaling": null, "rope_theta": 10000.0, "router_aux_loss_coef": 0.01,
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 50304})");
+}
+
+}  // namespace
+
+TEST_CASE("config: Qwen3-30B-A3B (per-head q/k norm, head_dim above dim / heads, moe_intermediate_size)",
+          "[config]") {
+    const ModelConfig c = model_config_parse(qwen3_moe_json(), "qwen3.json");
+    CHECK(c.architecture == "Qwen3MoeForCausalLM");
+    CHECK(c.dim == 2048);
+    CHECK(c.head_dim == 128);
+    CHECK(c.n_heads * c.head_dim == 4096);
+    CHECK(c.hidden_dim == 768);
+    CHECK(c.dense_hidden_dim == 6144);
+    CHECK(c.n_experts == 128);
+    CHECK(c.n_experts_active == 8);
+    CHECK(c.norm_topk_prob);
+    CHECK(c.qk_norm == QkNorm::PER_HEAD);
+    CHECK_FALSE(c.qkv_bias);
+    CHECK(c.shared_hidden_dim == 0);
+    CHECK(c.dense_layers.empty());
+    CHECK(c.rms_norm_eps == 1e-6f);
+    CHECK(c.rope_theta == 1e6f);
+    CHECK(c.bos_token_id == 151643);
+    CHECK(c.eos_token_ids == std::vector<int>{151645});
+    for (int l = 0; l < c.n_layers; l++) {
+        CHECK(c.layer_is_moe(l));
+        CHECK(c.layer_mlp_hidden(l) == 0);
+    }
+}
+
+TEST_CASE("config: Qwen1.5-MoE (shared expert, q/k/v biases, top-k not renormalised)", "[config]") {
+    const ModelConfig c = model_config_parse(qwen2_moe_json(), "qwen2.json");
+    CHECK(c.architecture == "Qwen2MoeForCausalLM");
+    CHECK(c.head_dim == 128);
+    CHECK(c.hidden_dim == 1408);
+    CHECK(c.shared_hidden_dim == 5632);
+    CHECK(c.qkv_bias);
+    CHECK(c.qk_norm == QkNorm::NONE);
+    CHECK_FALSE(c.norm_topk_prob);
+    CHECK(c.n_experts == 60);
+    CHECK(c.n_experts_active == 4);
+    CHECK(c.layer_mlp_hidden(0) == 5632);  // the shared expert of a MoE layer
+}
+
+TEST_CASE("config: OLMoE-1B-7B (full-width q/k norm, null bos, norm_topk_prob false)", "[config]") {
+    const ModelConfig c = model_config_parse(olmoe_json(), "olmoe.json");
+    CHECK(c.architecture == "OlmoeForCausalLM");
+    CHECK(c.hidden_dim == 1024);
+    CHECK(c.dense_hidden_dim == 1024);
+    CHECK(c.qk_norm == QkNorm::FULL);
+    CHECK_FALSE(c.norm_topk_prob);
+    CHECK(c.n_experts == 64);
+    CHECK(c.rms_norm_eps == 1e-5f);
+    CHECK(c.eos_token_ids == std::vector<int>{50279});
+    CHECK(c.bos_token_id == 50279);  // null: the EOS id stands in
+    CHECK(c.layer_mlp_hidden(3) == 0);
+}
+
+TEST_CASE("config: Hugging Face defaults of the Qwen and OLMoE config classes", "[config]") {
+    json q3 = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"hidden_size", 256}, {"num_hidden_layers", 2},
+               {"num_attention_heads", 4}, {"vocab_size", 151936}};
+    ModelConfig c = model_config_parse(q3, "q3.json");
+    CHECK(c.hidden_dim == 768);
+    CHECK(c.dense_hidden_dim == 6144);
+    CHECK(c.n_experts == 128);
+    CHECK(c.n_experts_active == 8);
+    CHECK_FALSE(c.norm_topk_prob);  // Qwen3MoeConfig's default; the released models set true
+    CHECK(c.head_dim == 64);        // dim / heads without head_dim
+    CHECK(c.n_kv_heads == 4);
+    CHECK(c.rope_theta == 10000.0f);
+    CHECK(c.max_position_embeddings == 32768);
+    CHECK(c.eos_token_ids == std::vector<int>{151643});
+
+    json q2 = q3;
+    q2["architectures"] = {"Qwen2MoeForCausalLM"};
+    c = model_config_parse(q2, "q2.json");
+    CHECK(c.hidden_dim == 1408);
+    CHECK(c.shared_hidden_dim == 5632);
+    CHECK(c.n_experts == 60);
+    CHECK(c.n_experts_active == 4);
+
+    json ol = q3;
+    ol["architectures"] = {"OlmoeForCausalLM"};
+    ol["vocab_size"] = 50304;
+    c = model_config_parse(ol, "olmoe.json");
+    CHECK(c.hidden_dim == 2048);
+    CHECK(c.n_experts == 64);
+    CHECK(c.eos_token_ids == std::vector<int>{50279});
+    CHECK(c.max_position_embeddings == 4096);
+}
+
+TEST_CASE("config: mlp_only_layers and decoder_sparse_step make dense layers of intermediate_size", "[config]") {
+    json j = qwen3_moe_json();
+    j["num_hidden_layers"] = 6;
+    j["mlp_only_layers"] = {0, 5};
+    j["decoder_sparse_step"] = 2;  // layers 1, 3, 5 sparse by the step
+    const ModelConfig c = model_config_parse(j, "qwen3.json");
+    CHECK(c.dense_layers == std::vector<int>{0, 2, 4, 5});
+    CHECK_FALSE(c.layer_is_moe(0));
+    CHECK(c.layer_is_moe(1));
+    CHECK(c.layer_is_moe(3));
+    CHECK_FALSE(c.layer_is_moe(5));
+    CHECK(c.layer_mlp_hidden(0) == 6144);
+    CHECK(c.layer_mlp_hidden(1) == 0);
+}
+
+TEST_CASE("config: bad Qwen and OLMoE fields are refused naming the field", "[config]") {
+    const auto refused = [](json j, const char* field, const char* what) {
+        const std::string message = parse_error(j);
+        INFO(message);
+        check_one_line(message);
+        CHECK(message.find("dir/config.json") != std::string::npos);
+        CHECK(message.find(field) != std::string::npos);
+        CHECK(message.find(what) != std::string::npos);
+    };
+    json j = qwen3_moe_json();
+    j["mlp_only_layers"] = {48};
+    refused(j, "mlp_only_layers", "outside the layers");
+    j = qwen3_moe_json();
+    j["mlp_only_layers"] = "0";
+    refused(j, "mlp_only_layers", "list");
+    j = qwen3_moe_json();
+    j["decoder_sparse_step"] = 0;
+    refused(j, "decoder_sparse_step", "positive");
+    j = qwen3_moe_json();
+    j["moe_intermediate_size"] = 0;
+    refused(j, "moe_intermediate_size", "positive");
+    j = qwen3_moe_json();
+    j["num_experts_per_tok"] = 129;
+    refused(j, "num_experts_per_tok", "exceeds");
+    j = qwen3_moe_json();
+    j["attention_bias"] = true;
+    refused(j, "attention_bias", "not supported");
+    j = qwen3_moe_json();
+    j["use_sliding_window"] = true;
+    refused(j, "use_sliding_window", "not supported");
+    j = qwen3_moe_json();
+    j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+    refused(j, "rope_scaling", "only plain RoPE");
+    j = qwen3_moe_json();
+    j["norm_topk_prob"] = "yes";
+    refused(j, "norm_topk_prob", "true or false");
+    j = qwen2_moe_json();
+    j["shared_expert_intermediate_size"] = 0;
+    refused(j, "shared_expert_intermediate_size", "positive");
+    j = olmoe_json();
+    j["clip_qkv"] = 8.0;
+    refused(j, "clip_qkv", "not supported");
+    j = olmoe_json();
+    j["num_experts"] = -1;
+    refused(j, "num_experts", "positive");
+    j = olmoe_json();
+    j["eos_token_id"] = 50304;
+    refused(j, "eos_token_id", "outside the vocabulary");
 }

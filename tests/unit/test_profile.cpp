@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_config.h"
@@ -288,4 +289,42 @@ TEST_CASE("model fingerprint hashes stay those that existing profiles carry", "[
     CHECK(hash("tiny", false, true) == 0x83c22e659f1489ddull);
     CHECK(hash("tiny", true, false) == 0x56af6de44581c868ull);
     CHECK(hash("tiny", true, true) == 0xd8ec9ef54b1275bcull);
+}
+
+TEST_CASE("model fingerprint tells the Qwen3-MoE, Qwen2-MoE and OLMoE layouts apart", "[profile]") {
+    // The presets: four fingerprints, none a Mixtral one.
+    std::set<uint64_t> hashes;
+    for (const char* preset :
+         {"tiny", "small", "mixtral-mini", "qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini", "qwen3-30b-a3b"}) {
+        const ModelConfig c = synth_preset(preset);
+        const ModelFingerprint f = model_fingerprint(c);
+        INFO(preset);
+        REQUIRE(f.architecture == c.architecture);
+        REQUIRE(fingerprint_describe(f).rfind(c.architecture + ", " + std::to_string(c.n_layers) + " layers x " +
+                                                  std::to_string(c.n_experts) + " experts, top-" +
+                                                  std::to_string(c.n_experts_active),
+                                              0) == 0);
+        REQUIRE(hashes.insert(f.hash).second);
+    }
+    const ModelConfig q3 = synth_preset("qwen3-30b-a3b");
+    REQUIRE(model_fingerprint_text(q3).find("model.layers.47.mlp.experts.127.down_proj.weight [2048, 768]") !=
+            std::string::npos);
+    REQUIRE(model_fingerprint_text(q3).find("model.layers.0.self_attn.q_norm.weight [128]") != std::string::npos);
+
+    // Each feature of the new layouts changes the hash on its own.
+    const ModelConfig base = synth_preset("qwen3-moe-mini");
+    const uint64_t h = model_fingerprint(base).hash;
+    auto changed = [&](auto&& change) {
+        ModelConfig c = base;
+        change(c);
+        return model_fingerprint(c).hash != h;
+    };
+    REQUIRE(changed([](ModelConfig& c) { c.architecture = "Qwen2MoeForCausalLM"; }));
+    REQUIRE(changed([](ModelConfig& c) { c.qk_norm = QkNorm::NONE; }));
+    REQUIRE(changed([](ModelConfig& c) { c.qk_norm = QkNorm::FULL; }));
+    REQUIRE(changed([](ModelConfig& c) { c.qkv_bias = true; }));
+    REQUIRE(changed([](ModelConfig& c) { c.shared_hidden_dim = 4 * c.hidden_dim; }));
+    REQUIRE(changed([](ModelConfig& c) { c.dense_layers = {0}; }));
+    REQUIRE(changed([](ModelConfig& c) { c.norm_topk_prob = !c.norm_topk_prob; }));
+    REQUIRE(changed([](ModelConfig& c) { c.n_experts_active = 4; }));
 }

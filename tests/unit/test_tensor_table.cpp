@@ -105,3 +105,96 @@ TEST_CASE("tensor table: dense Mistral MLP is expert 0, tied embeddings have no 
         CHECK(count[TensorRole::EXPERT_W2] == c.n_layers);
     }
 }
+
+namespace {
+
+// name -> (shape, role, layer, expert) of a table.
+std::map<std::string, TensorEntry> by_name(const std::vector<TensorEntry>& table) {
+    std::map<std::string, TensorEntry> m;
+    for (const TensorEntry& t : table) m.emplace(t.name, t);
+    return m;
+}
+
+void check_entry(const std::map<std::string, TensorEntry>& m, const std::string& name, std::vector<int64_t> shape,
+                 TensorRole role, int layer, int expert = -1) {
+    INFO(name);
+    auto it = m.find(name);
+    REQUIRE(it != m.end());
+    CHECK(it->second.shape == shape);
+    CHECK(it->second.role == role);
+    CHECK(it->second.layer == layer);
+    CHECK(it->second.expert == expert);
+}
+
+}  // namespace
+
+TEST_CASE("tensor table: Qwen3-MoE names, per-head q/k norms, mlp.experts, explicit head_dim", "[tensor_table]") {
+    const ModelConfig c = synth_preset("qwen3-moe-mini");
+    const std::vector<TensorEntry> table = tensor_table(c);
+    require_unique(table);
+    // embed; per layer 2 norms, q k v o, q/k norms, router, 3 per expert; final norm, lm_head.
+    REQUIRE(table.size() == 1 + size_t(c.n_layers) * (9 + 3 * size_t(c.n_experts)) + 2);
+    const auto m = by_name(table);
+    const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
+    REQUIRE(q != c.dim);
+    check_entry(m, "model.layers.3.self_attn.q_proj.weight", {q, c.dim}, TensorRole::WQ, 3);
+    check_entry(m, "model.layers.3.self_attn.o_proj.weight", {c.dim, q}, TensorRole::WO, 3);
+    check_entry(m, "model.layers.3.self_attn.q_norm.weight", {c.head_dim}, TensorRole::Q_NORM, 3);
+    check_entry(m, "model.layers.3.self_attn.k_norm.weight", {c.head_dim}, TensorRole::K_NORM, 3);
+    check_entry(m, "model.layers.3.mlp.gate.weight", {c.n_experts, c.dim}, TensorRole::ROUTER, 3);
+    check_entry(m, "model.layers.3.mlp.experts.127.gate_proj.weight", {c.hidden_dim, c.dim}, TensorRole::EXPERT_W1,
+                3, 127);
+    check_entry(m, "model.layers.3.mlp.experts.127.up_proj.weight", {c.hidden_dim, c.dim}, TensorRole::EXPERT_W3, 3,
+                127);
+    check_entry(m, "model.layers.3.mlp.experts.0.down_proj.weight", {c.dim, c.hidden_dim}, TensorRole::EXPERT_W2, 3,
+                0);
+    check_entry(m, "model.layers.0.self_attn.k_proj.weight", {kv, c.dim}, TensorRole::WK, 0);
+    CHECK(m.count("model.layers.0.self_attn.q_proj.bias") == 0);
+    CHECK(m.count("model.layers.0.mlp.shared_expert_gate.weight") == 0);
+}
+
+TEST_CASE("tensor table: OLMoE full-width q/k norms", "[tensor_table]") {
+    const ModelConfig c = synth_preset("olmoe-mini");
+    const auto m = by_name(tensor_table(c));
+    const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
+    check_entry(m, "model.layers.1.self_attn.q_norm.weight", {q}, TensorRole::Q_NORM, 1);
+    check_entry(m, "model.layers.1.self_attn.k_norm.weight", {kv}, TensorRole::K_NORM, 1);
+    check_entry(m, "model.layers.1.mlp.experts.63.down_proj.weight", {c.dim, c.hidden_dim}, TensorRole::EXPERT_W2, 1,
+                63);
+}
+
+TEST_CASE("tensor table: Qwen2-MoE q/k/v biases, the shared expert and its gate", "[tensor_table]") {
+    const ModelConfig c = synth_preset("qwen2-moe-mini");
+    const std::vector<TensorEntry> table = tensor_table(c);
+    require_unique(table);
+    const auto m = by_name(table);
+    const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
+    const int64_t shared = c.shared_hidden_dim;
+    check_entry(m, "model.layers.2.self_attn.q_proj.bias", {q}, TensorRole::Q_BIAS, 2);
+    check_entry(m, "model.layers.2.self_attn.k_proj.bias", {kv}, TensorRole::K_BIAS, 2);
+    check_entry(m, "model.layers.2.self_attn.v_proj.bias", {kv}, TensorRole::V_BIAS, 2);
+    CHECK(m.count("model.layers.2.self_attn.o_proj.bias") == 0);
+    check_entry(m, "model.layers.2.mlp.shared_expert.gate_proj.weight", {shared, c.dim}, TensorRole::MLP_W1, 2);
+    check_entry(m, "model.layers.2.mlp.shared_expert.up_proj.weight", {shared, c.dim}, TensorRole::MLP_W3, 2);
+    check_entry(m, "model.layers.2.mlp.shared_expert.down_proj.weight", {c.dim, shared}, TensorRole::MLP_W2, 2);
+    check_entry(m, "model.layers.2.mlp.shared_expert_gate.weight", {1, c.dim}, TensorRole::SHARED_GATE, 2);
+    check_entry(m, "model.layers.2.mlp.experts.59.gate_proj.weight", {c.hidden_dim, c.dim}, TensorRole::EXPERT_W1, 2,
+                59);
+    CHECK(m.count("model.layers.2.mlp.experts.60.gate_proj.weight") == 0);
+}
+
+TEST_CASE("tensor table: a dense layer of a MoE model has mlp.*_proj of intermediate_size and no router",
+          "[tensor_table]") {
+    ModelConfig c = synth_preset("qwen3-moe-mini");
+    c.dense_layers = {0, 5};
+    c.dense_hidden_dim = 1536;
+    const std::vector<TensorEntry> table = tensor_table(c);
+    require_unique(table);
+    const auto m = by_name(table);
+    check_entry(m, "model.layers.0.mlp.gate_proj.weight", {1536, c.dim}, TensorRole::MLP_W1, 0);
+    check_entry(m, "model.layers.5.mlp.down_proj.weight", {c.dim, 1536}, TensorRole::MLP_W2, 5);
+    CHECK(m.count("model.layers.0.mlp.gate.weight") == 0);
+    CHECK(m.count("model.layers.0.mlp.experts.0.gate_proj.weight") == 0);
+    CHECK(m.count("model.layers.1.mlp.gate.weight") == 1);
+    CHECK(m.count("model.layers.1.mlp.gate_proj.weight") == 0);
+}

@@ -1,0 +1,234 @@
+// The Qwen3-MoE, OLMoE and Qwen2-MoE synth-model presets end to end: each
+// preset's folder (the real Hugging Face layout) loads back as the config and
+// the bytes of its in-memory weights; its tokenizer and chat template load;
+// the forward pass gives finite logits on the CPU backend and, with an
+// emulated GPU holding some experts, bitwise the same ones; a bf16 GGUF of
+// each (qwen3moe, olmoe, qwen2moe: names, metadata, no q/k permutation, the
+// tokenizer as a gpt2 vocabulary) gives bitwise the folder's logits and
+// tokens; a tensor missing or mis-shaped is named. The comparisons against the independent reference
+// model are in test_reference_model.cpp.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/devices/expert_executor.h"
+#include "engine/model/gguf_model.h"
+#include "engine/text/gguf_tokenizer.h"
+#include "engine/model/model_source.h"
+#include "engine/model/synth_model.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/forward.h"
+#include "engine/runtime/kv_cache.h"
+#include "profiles/errors.h"
+#include "test_support.h"
+#include "weights_compare.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const PRESETS[] = {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"};
+
+std::vector<float> prefill_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens) {
+    ThreadPool pool(2);
+    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor executor(c, w, pool, 64);
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * std::max(1, c.n_experts_active));
+    ForwardPass forward(c, *backend, cache, executor, 64, 64);
+    Batch batch;
+    for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
+    const float* l = forward.run(batch);
+    return std::vector<float>(l, l + tokens.size() * size_t(c.vocab_size));
+}
+
+std::string load_error(const ModelConfig& c, const fs::path& dir) {
+    try {
+        weights_load(c, dir);
+    } catch (const MoeError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("arch presets: each folder loads back as its preset's config and in-memory weights", "[arch]") {
+    for (const char* preset : PRESETS) {
+        SECTION(preset) {
+            const fs::path dir = test_model_dir(preset, 3);
+            const nlohmann::json config_json = nlohmann::json::parse(read_file(dir / "config.json"));
+            const ModelConfig want = synth_preset(preset);
+            const ModelConfig c = model_config_load(dir);
+            CHECK(config_json["architectures"][0] == want.architecture);
+            CHECK(c.architecture == want.architecture);
+            CHECK(c.dim == want.dim);
+            CHECK(c.hidden_dim == want.hidden_dim);
+            CHECK(c.dense_hidden_dim == want.dense_hidden_dim);
+            CHECK(c.head_dim == want.head_dim);
+            CHECK(c.n_heads == want.n_heads);
+            CHECK(c.n_kv_heads == want.n_kv_heads);
+            CHECK(c.n_experts == want.n_experts);
+            CHECK(c.n_experts_active == want.n_experts_active);
+            CHECK(c.norm_topk_prob == want.norm_topk_prob);
+            CHECK(c.qk_norm == want.qk_norm);
+            CHECK(c.qkv_bias == want.qkv_bias);
+            CHECK(c.shared_hidden_dim == want.shared_hidden_dim);
+            CHECK(c.dense_layers == want.dense_layers);
+            CHECK(c.rope_theta == want.rope_theta);
+            CHECK(c.rms_norm_eps == want.rms_norm_eps);
+            CHECK(c.vocab_size == want.vocab_size);
+            CHECK(c.bos_token_id == want.bos_token_id);
+            CHECK(c.eos_token_ids == want.eos_token_ids);
+
+            const ModelWeights folder = weights_load(c, dir);
+            const ModelWeights memory = model_source_weights(model_source_parse(std::string("synth:") + preset + ":3"), c, 2);
+            check_same_weights(c, memory, folder);
+            CHECK(differing_tensors(c, memory, folder) == 0);
+        }
+    }
+}
+
+TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GPU holding a quarter of the experts",
+          "[arch]") {
+    for (const char* preset : PRESETS) {
+        SECTION(preset) {
+            const ModelConfig c = synth_preset(preset);
+            const ModelWeights w = synth_weights(c, 5, 2);
+            const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30, 50257, 198};
+            const std::vector<float> logits = prefill_logits(c, w, prompt);
+            size_t finite = 0;
+            for (float x : logits) finite += std::isfinite(x) ? 1 : 0;
+            CHECK(finite == logits.size());
+            // Not constant: the last position's logits spread.
+            const float* last = logits.data() + (prompt.size() - 1) * size_t(c.vocab_size);
+            const auto [lo, hi] = std::minmax_element(last, last + c.vocab_size);
+            CHECK(*hi - *lo > 1.0f);
+
+            EngineOptions cpu, hybrid;
+            cpu.model_dir = hybrid.model_dir = std::string("synth:") + preset + ":5";
+            cpu.threads = hybrid.threads = 2;
+            cpu.ctx = hybrid.ctx = 128;
+            hybrid.device.emulate_gpu_expert_share = 0.25;
+            Engine a(cpu), b(hybrid);
+            GenerateRequest request;
+            request.prompt = prompt;
+            request.sampling.temperature = 0;
+            request.max_tokens = 8;
+            request.ignore_eos = true;
+            request.top_logprobs = 2;
+            std::vector<TokenEvent> ea, eb;
+            const GenerateResult ra = a.generate(request, [&](const TokenEvent& e) {
+                ea.push_back(e);
+                return true;
+            });
+            const GenerateResult rb = b.generate(request, [&](const TokenEvent& e) {
+                eb.push_back(e);
+                return true;
+            });
+            REQUIRE(ra.tokens.size() == 8);
+            CHECK(rb.tokens == ra.tokens);
+            REQUIRE(ea.size() == eb.size());
+            for (size_t i = 0; i < ea.size(); i++) CHECK(std::memcmp(&ea[i].logprob, &eb[i].logprob, sizeof(float)) == 0);
+        }
+    }
+}
+
+TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the presets", "[arch]") {
+    for (const char* preset : PRESETS) {
+        SECTION(preset) {
+            EngineOptions o;
+            o.model_dir = test_model_dir(preset, 3);
+            o.threads = 2;
+            o.ctx = 128;
+            Engine e(o);
+            const Tokenizer& t = e.tokenizer();
+            CHECK(t.vocab_size() == 50259);
+            // GPT-2's ids for "Hello world" (byte-level BPE).
+            CHECK(t.encode("Hello world", false) == std::vector<int>{15496, 995});
+            // The preset's Jinja template (Qwen3's, Qwen2.5's, or ChatML), rendered and tokenized.
+            CHECK(e.has_jinja_template());
+            ChatInput chat;
+            chat.messages = {{"user", "Hi"}};
+            chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
+            const std::string text = e.chat_text(chat);
+            INFO(text);
+            CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
+            CHECK(text.size() >= 22);
+            CHECK(text.substr(text.size() - 22) == "<|im_start|>assistant\n");
+            const std::vector<int> ids = e.chat_prompt(chat).ids;
+            CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);  // <|im_start|> as one special id
+            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);  // <|im_end|>
+        }
+    }
+}
+
+TEST_CASE("arch presets: a missing or mis-shaped tensor of the new roles is named", "[arch]") {
+    const fs::path src = test_model_dir("qwen2-moe-mini", 3);
+    const ModelConfig c = model_config_load(src);
+    // The same folder read with a config that expects other shapes.
+    ModelConfig wider = c;
+    wider.shared_hidden_dim += 8;
+    std::string message = load_error(wider, src);
+    INFO(message);
+    CHECK(message.find("model.layers.0.mlp.shared_expert.gate_proj.weight: expected shape") != std::string::npos);
+    ModelConfig per_head = c;
+    per_head.qk_norm = QkNorm::PER_HEAD;
+    message = load_error(per_head, src);
+    CHECK(message.find("model.layers.0.self_attn.q_norm.weight: tensor missing") != std::string::npos);
+}
+
+TEST_CASE("arch presets: a bf16 GGUF of each gives the folder's config, logits and tokenizer", "[arch]") {
+    for (const char* preset : PRESETS) {
+        SECTION(preset) {
+            const fs::path dir = test_model_dir(preset, 3);
+            const ModelSource source = model_source_parse(dir.string());
+            const ModelConfig c = model_source_config(source);
+            const ModelWeights w = model_source_weights(source, c, 2);
+            const fs::path out = test_temp_dir(std::string("arch-gguf-") + preset) / "model.gguf";
+            GgufWriteOptions o;
+            o.name = preset;
+            o.extra_metadata = model_source_text_metadata(source, c);
+            o.threads = 2;
+            gguf_model_write(out, c, w, o);
+
+            const GgufFile file(out);
+            const std::string arch(file.metadata().get_string("general.architecture"));
+            CHECK(arch == (c.architecture == "Qwen3MoeForCausalLM"   ? "qwen3moe"
+                           : c.architecture == "Qwen2MoeForCausalLM" ? "qwen2moe"
+                                                                     : "olmoe"));
+            const ModelConfig g = gguf_model_config(file);
+            CHECK(g.architecture == c.architecture);
+            CHECK(g.hidden_dim == c.hidden_dim);
+            CHECK(g.head_dim == c.head_dim);
+            CHECK(g.qk_norm == c.qk_norm);
+            CHECK(g.qkv_bias == c.qkv_bias);
+            CHECK(g.shared_hidden_dim == c.shared_hidden_dim);
+            CHECK(g.norm_topk_prob == c.norm_topk_prob);
+            CHECK(g.n_experts == c.n_experts);
+            CHECK(g.vocab_size == c.vocab_size);
+            const ModelWeights gw = gguf_model_weights(g, out);
+            check_same_weights(c, gw, w);
+
+            const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30};
+            const std::vector<float> want = prefill_logits(c, w, prompt);
+            const std::vector<float> got = prefill_logits(g, gw, prompt);
+            REQUIRE(got.size() == want.size());
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+
+            const Tokenizer folder_tokenizer = model_source_tokenizer(source, c);
+            const Tokenizer gguf_tokenizer = tokenizer_from_gguf(file.metadata(), out.string());
+            REQUIRE(gguf_tokenizer.vocab_size() == folder_tokenizer.vocab_size());
+            const std::string text = "Hello world, <|im_start|>it's 2026!\n  tabs\tand ünïcödé";
+            CHECK(gguf_tokenizer.encode(text, false, SpecialTokens::PARSE) ==
+                  folder_tokenizer.encode(text, false, SpecialTokens::PARSE));
+            CHECK(file.metadata().get_string("tokenizer.chat_template") == synth_chat_template(c));
+        }
+    }
+}

@@ -1,0 +1,205 @@
+// write_safetensors and test_checkpoint_dir (see checkpoint_writer.h).
+#include "checkpoint_writer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <system_error>
+
+#include "engine/model/model_config.h"
+#include "engine/model/synth_model.h"
+#include "engine/model/tensor_table.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+uint16_t to_bf16(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    REQUIRE((bits & 0xFFFF) == 0);
+    return uint16_t(bits >> 16);
+}
+
+uint16_t to_f16(float x) {
+    if (x == 0.0f) return std::signbit(x) ? 0x8000 : 0;
+    int exponent;
+    double m = std::frexp(std::fabs(double(x)), &exponent);  // |x| = m * 2^exponent, m in [0.5, 1)
+    int e = exponent - 1 + 15;                               // biased exponent of 1.m form
+    REQUIRE(e >= 1);
+    REQUIRE(e <= 30);
+    double frac = (m * 2.0 - 1.0) * 1024.0;
+    REQUIRE(frac == std::floor(frac));
+    return uint16_t((x < 0 ? 0x8000 : 0) | (e << 10) | int(frac));
+}
+
+// x with its low 16 bits cleared: a bf16 value.
+float bf16_trunc(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    bits &= 0xFFFF0000u;
+    std::memcpy(&x, &bits, 4);
+    return x;
+}
+
+// Random values for one tensor by its role: uniform in [-a, a] (a = sqrt(3)
+// times the RMS wanted), or 1 + uniform(-0.1, 0.1) for a norm.
+TestTensor random_tensor(const TensorEntry& t, std::mt19937_64& rng) {
+    TestTensor out{t.shape, {}};
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= size_t(d);
+    const double fan_in = t.shape.size() == 2 ? double(t.shape[1]) : 1.0;
+    double rms = 1.0 / std::sqrt(fan_in), offset = 0.0;
+    switch (t.role) {
+    case TensorRole::EMBED:
+        rms = 1.0;
+        break;
+    case TensorRole::LM_HEAD:
+        rms = 2.5 / std::sqrt(fan_in);
+        break;
+    case TensorRole::Q_BIAS:
+    case TensorRole::K_BIAS:
+    case TensorRole::V_BIAS:
+        rms = 0.1;
+        break;
+    case TensorRole::ATTN_NORM:
+    case TensorRole::FFN_NORM:
+    case TensorRole::Q_NORM:
+    case TensorRole::K_NORM:
+    case TensorRole::FINAL_NORM:
+        rms = 0.05;
+        offset = 1.0;
+        break;
+    default:
+        break;
+    }
+    std::uniform_real_distribution<double> u(-std::sqrt(3.0) * rms, std::sqrt(3.0) * rms);
+    out.data.resize(n);
+    for (float& x : out.data) x = bf16_trunc(float(offset + u(rng)));
+    return out;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    if (!out) throw std::runtime_error(path.string() + ": cannot write");
+}
+
+const char* const CHATML_TEMPLATE =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+}  // namespace
+
+void write_safetensors(const fs::path& path, const TensorMap& tensors, WriteType type) {
+    const char* dtype = type == WriteType::F32 ? "F32" : type == WriteType::BF16 ? "BF16" : "F16";
+    const size_t elem = type == WriteType::F32 ? 4 : 2;
+    json header = json::object();
+    header["__metadata__"] = {{"format", "pt"}};
+    std::string data;
+    for (const auto& [name, t] : tensors) {
+        size_t begin = data.size();
+        for (float v : t.data) {
+            unsigned char bytes[4];
+            uint32_t bits = 0;
+            if (type == WriteType::F32) std::memcpy(&bits, &v, 4);
+            if (type == WriteType::BF16) bits = to_bf16(v);
+            if (type == WriteType::F16) bits = to_f16(v);
+            for (size_t i = 0; i < elem; ++i) bytes[i] = (bits >> (8 * i)) & 0xFF;
+            data.append(reinterpret_cast<char*>(bytes), elem);
+        }
+        header[name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+    }
+    std::string h = header.dump();
+    std::ofstream out(path, std::ios::binary);
+    uint64_t len = h.size();
+    for (int i = 0; i < 8; ++i) out.put(char((len >> (8 * i)) & 0xFF));
+    out << h << data;
+    if (!out) throw std::runtime_error(path.string() + ": cannot write");
+}
+
+fs::path test_checkpoint_dir(const std::string& name, const json& config, unsigned seed) {
+    const std::string text = config.dump(2);
+    const fs::path dir =
+        fs::path(MOE_TEST_BUILD_DIR) / "test-models" /
+        (name + "-" + std::to_string(std::hash<std::string>{}(text) % 1000000007) + "-seed" + std::to_string(seed));
+    if (fs::exists(dir / "config.json")) return dir;
+    fs::create_directories(dir.parent_path());
+    const fs::path tmp = dir.string() + ".tmp" + std::to_string(getpid());
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    TensorMap tensors;
+    std::mt19937_64 rng(seed);
+    for (const TensorEntry& t : tensor_table(model_config_parse(config, name))) tensors[t.name] = random_tensor(t, rng);
+    write_safetensors(tmp / "model.safetensors", tensors, WriteType::BF16);
+    write_text(tmp / "tokenizer.json", byte_level_tokenizer_json_text());
+    const json tc = {{"chat_template", CHATML_TEMPLATE},
+                     {"eos_token", "<|im_end|>"},
+                     {"pad_token", "<|endoftext|>"},
+                     {"bos_token", nullptr}};
+    write_text(tmp / "tokenizer_config.json", tc.dump(2));
+    write_text(tmp / "config.json", text);  // last: its presence marks a complete folder
+    std::error_code ec;
+    fs::rename(tmp, dir, ec);  // another process may have won the race
+    fs::remove_all(tmp);
+    return dir;
+}
+
+json small_arch_config(const std::string& preset) {
+    const ModelConfig p = synth_preset(preset);
+    const int dim = 64, heads = 4;
+    json j = {{"architectures", {p.architecture}},
+              {"hidden_size", dim},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", heads},
+              {"num_key_value_heads", p.n_kv_heads < p.n_heads ? heads / 2 : heads},
+              {"vocab_size", 264},
+              {"rope_theta", p.rope_theta},
+              {"rms_norm_eps", p.rms_norm_eps},
+              {"tie_word_embeddings", p.tie_embeddings},
+              {"max_position_embeddings", 4096},
+              {"bos_token_id", 259},
+              {"eos_token_id", 261},
+              {"hidden_act", "silu"},
+              {"num_experts", 16},
+              {"num_experts_per_tok", std::min(4, p.n_experts_active)},
+              {"norm_topk_prob", p.norm_topk_prob}};
+    if (p.architecture == "OlmoeForCausalLM") {
+        j["intermediate_size"] = 32;
+        j["clip_qkv"] = nullptr;
+        return j;
+    }
+    if (p.head_dim * p.n_heads != p.dim) j["head_dim"] = 32;
+    j["moe_intermediate_size"] = 32;
+    j["intermediate_size"] = 96;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = json::array();
+    if (p.shared_hidden_dim > 0) {
+        j["shared_expert_intermediate_size"] = 128;
+        j["qkv_bias"] = p.qkv_bias;
+    }
+    return j;
+}
+
+std::vector<std::pair<std::string, json>> small_arch_configs() {
+    std::vector<std::pair<std::string, json>> out;
+    for (const char* preset : {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"})
+        out.emplace_back(preset, small_arch_config(preset));
+    json q3 = small_arch_config("qwen3-moe-mini");
+    q3["num_hidden_layers"] = 3;
+    q3["mlp_only_layers"] = {0};
+    out.emplace_back("qwen3-moe-mini, layer 0 dense", q3);
+    json q2 = small_arch_config("qwen2-moe-mini");
+    q2["num_hidden_layers"] = 3;
+    q2["decoder_sparse_step"] = 2;
+    out.emplace_back("qwen2-moe-mini, layers 0 and 2 dense", q2);
+    return out;
+}
