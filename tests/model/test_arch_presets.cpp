@@ -7,8 +7,8 @@
 // tokenizer as a gpt2 vocabulary) gives bitwise the folder's logits and
 // tokens; a tensor missing or mis-shaped is named. The comparisons against the independent reference
 // model are in test_reference_model.cpp.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -20,12 +20,12 @@
 
 #include "engine/devices/expert_executor.h"
 #include "engine/model/gguf_model.h"
-#include "engine/text/gguf_tokenizer.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"
@@ -88,7 +88,8 @@ TEST_CASE("arch presets: each folder loads back as its preset's config and in-me
             CHECK(c.eos_token_ids == want.eos_token_ids);
 
             const ModelWeights folder = weights_load(c, dir);
-            const ModelWeights memory = model_source_weights(model_source_parse(std::string("synth:") + preset + ":3"), c, 2);
+            const ModelWeights memory =
+                model_source_weights(model_source_parse(std::string("synth:") + preset + ":3"), c, 2);
             check_same_weights(c, memory, folder);
             CHECK(differing_tensors(c, memory, folder) == 0);
         }
@@ -135,7 +136,8 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
             REQUIRE(ra.tokens.size() == 8);
             CHECK(rb.tokens == ra.tokens);
             REQUIRE(ea.size() == eb.size());
-            for (size_t i = 0; i < ea.size(); i++) CHECK(std::memcmp(&ea[i].logprob, &eb[i].logprob, sizeof(float)) == 0);
+            for (size_t i = 0; i < ea.size(); i++)
+                CHECK(std::memcmp(&ea[i].logprob, &eb[i].logprob, sizeof(float)) == 0);
         }
     }
 }
