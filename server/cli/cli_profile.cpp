@@ -186,8 +186,12 @@ int cli_profile(const std::vector<std::string>& words) {
     for (int idx : selected) {
         const std::string& text = set.prompts[size_t(idx)];
         if (chat) {
-            ChatMessage user{"user", text};
-            request.prompt = engine.chat_template().encode(engine.tokenizer(), {&user, 1});
+            // The model's own template, as generate and the server render it
+            // (Qwen's ChatML has no BOS; the built-in renderer wants one).
+            ChatInput input;
+            input.messages = {{"user", text}};
+            input.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+            request.prompt = engine.chat_prompt(input).ids;
         } else {
             request.prompt = engine.tokenizer().encode(text);
             request.prompt.insert(request.prompt.begin(), config.bos_token_id);
