@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/devices/expert_executor.h"
+#include "engine/model/cost.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
@@ -233,4 +234,23 @@ TEST_CASE("arch presets: a bf16 GGUF of each gives the folder's config, logits a
             CHECK(file.metadata().get_string("tokenizer.chat_template") == synth_chat_template(c));
         }
     }
+}
+
+TEST_CASE("arch presets: the shared expert counts as dense bytes, read every step, never as a routed expert",
+          "[arch]") {
+    const ModelConfig c = synth_preset("qwen2-moe-mini");
+    ModelConfig without = c;
+    without.shared_hidden_dim = 0;
+    // Per layer: gate, up and down (shared x dim each) and the (1, dim) gate, bf16.
+    const double shared = double(c.n_layers) * (3.0 * c.shared_hidden_dim * c.dim + c.dim) * 2.0;
+    CHECK(cost_dense_bytes(c) - cost_dense_bytes(without) == shared);
+    CHECK(cost_decode_token(c).bytes - cost_decode_token(without).bytes == shared);
+    CHECK(cost_decode_step(c, 4, 10.0).bytes - cost_decode_step(without, 4, 10.0).bytes == shared);
+    CHECK(cost_prefill(c, 16).bytes - cost_prefill(without, 16).bytes == shared);
+    // A routed expert is the experts' width alone.
+    CHECK(cost_expert(c, 0).bytes == 3.0 * c.hidden_dim * c.dim * 2.0);
+    // The loaded weights' format sees the shared expert as a dense matrix.
+    const ModelWeights w = synth_weights(c, 1, 2);
+    CHECK(weight_format(w).dense == 2.0);
+    CHECK(weight_format(w).expert == 2.0);
 }
