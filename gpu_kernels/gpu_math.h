@@ -12,7 +12,9 @@
 MOE_HD inline float gm_silu_mul(float a, float b) { return a / (1.0f + expf(-a)) * b; }
 
 // 1 / (1 + e^-x): the shared expert's gate (the CPU backend uses it too).
-MOE_HD inline float gm_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MOE_HD inline float gm_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 // The RMSNorm factor of a row of n values whose squares sum to sum_sq:
 // out = x * gm_rms_scale(...) * weight.

@@ -87,7 +87,7 @@ private:
     ModelWeights dev_weights_;    // device pointers into weight_memory_; no experts
     size_t weight_bytes_ = 0, activation_bytes_ = 0;
     std::vector<GpuBuffer> buffers_;  // alloc()
-    GpuBuffer x_bf16_;            // (max_batch, widest k of a dense GEMM) bf16: GEMM inputs
+    GpuBuffer x_bf16_;                // (max_batch, widest k of a dense GEMM) bf16: GEMM inputs
     GpuBuffer dequant_;           // quantized dense weights: a piece of W in bf16 (gpu_matmul)
 
     // The batch's metadata (begin): tokens, positions, KV rows, block tables.

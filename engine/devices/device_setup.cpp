@@ -84,7 +84,7 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
         mlp_scratch = std::max(mlp_scratch, 2.0 * c.layer_mlp_hidden(l));
         if (c.layer_is_moe(l) && c.layer_mlp_hidden(l) > 0) shared = c.dim + 1.0;
     }
-    bytes += mb * widest * 2;                                                // GEMM inputs, bf16
+    bytes += mb * widest * 2;                              // GEMM inputs, bf16
     bytes += mb * (mlp_scratch + shared) * sizeof(float);  // the always-run MLP: scratch, shared output, gate
     bytes += 4 * sizeof(int) * mb + sizeof(float*) * (mb + mb * blocks_per_seq);  // batch metadata
     bytes += (std::max(double(max_rows), mb) + 2 * mb * k) * sizeof(int) + mb * k * sizeof(float);  // uploads

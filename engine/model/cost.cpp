@@ -92,7 +92,8 @@ StageCost cost_decode_token(const ModelConfig& c, const WeightFormat& f) {
 StageCost cost_decode_step(const ModelConfig& c, int n_tokens, double routed_experts, const WeightFormat& f) {
     StageCost layers =
         double(c.n_layers) * cost_attention_proj(c, n_tokens, f) + double(moe_layers(c)) * cost_router(c, n_tokens, f);
-    StageCost experts{routed_experts * cost_expert(c, 0, f).bytes, routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
+    StageCost experts{routed_experts * cost_expert(c, 0, f).bytes,
+                      routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
     return layers + experts + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, n_tokens, f);
 }
 
@@ -103,8 +104,8 @@ StageCost cost_prefill(const ModelConfig& c, int n_tokens, const WeightFormat& f
     // the FLOPs follow the tokens.
     StageCost moe{expert_layers * experts * cost_expert(c, 0, f).bytes,
                   routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
-    StageCost layers = double(c.n_layers) * cost_attention_proj(c, n_tokens, f) +
-                       double(moe_layers(c)) * cost_router(c, n_tokens, f);
+    StageCost layers =
+        double(c.n_layers) * cost_attention_proj(c, n_tokens, f) + double(moe_layers(c)) * cost_router(c, n_tokens, f);
     return layers + moe + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, 1, f);
 }
 

@@ -40,35 +40,56 @@ const char* gguf_arch_of(const ModelConfig& c) {
     return nullptr;
 }
 
-bool permuted_qk(const ModelConfig& c) { return std::string_view(gguf_arch_of(c)) == "llama"; }
+bool permuted_qk(const ModelConfig& c) {
+    return std::string_view(gguf_arch_of(c)) == "llama";
+}
 
 // The GGUF tensor name of a role without "blk.N." and ".weight" / ".bias".
 // The always-run MLP is the shared expert's ffn_*_shexp on a MoE layer, a
 // dense layer's ffn_* otherwise.
 const char* gguf_role_name(TensorRole role, bool shared) {
     switch (role) {
-    case TensorRole::EMBED: return "token_embd";
-    case TensorRole::ATTN_NORM: return "attn_norm";
+    case TensorRole::EMBED:
+        return "token_embd";
+    case TensorRole::ATTN_NORM:
+        return "attn_norm";
     case TensorRole::WQ:
-    case TensorRole::Q_BIAS: return "attn_q";
+    case TensorRole::Q_BIAS:
+        return "attn_q";
     case TensorRole::WK:
-    case TensorRole::K_BIAS: return "attn_k";
+    case TensorRole::K_BIAS:
+        return "attn_k";
     case TensorRole::WV:
-    case TensorRole::V_BIAS: return "attn_v";
-    case TensorRole::WO: return "attn_output";
-    case TensorRole::Q_NORM: return "attn_q_norm";
-    case TensorRole::K_NORM: return "attn_k_norm";
-    case TensorRole::FFN_NORM: return "ffn_norm";
-    case TensorRole::ROUTER: return "ffn_gate_inp";
-    case TensorRole::EXPERT_W1: return "ffn_gate";
-    case TensorRole::EXPERT_W3: return "ffn_up";
-    case TensorRole::EXPERT_W2: return "ffn_down";
-    case TensorRole::MLP_W1: return shared ? "ffn_gate_shexp" : "ffn_gate";
-    case TensorRole::MLP_W3: return shared ? "ffn_up_shexp" : "ffn_up";
-    case TensorRole::MLP_W2: return shared ? "ffn_down_shexp" : "ffn_down";
-    case TensorRole::SHARED_GATE: return "ffn_gate_inp_shexp";
-    case TensorRole::FINAL_NORM: return "output_norm";
-    case TensorRole::LM_HEAD: return "output";
+    case TensorRole::V_BIAS:
+        return "attn_v";
+    case TensorRole::WO:
+        return "attn_output";
+    case TensorRole::Q_NORM:
+        return "attn_q_norm";
+    case TensorRole::K_NORM:
+        return "attn_k_norm";
+    case TensorRole::FFN_NORM:
+        return "ffn_norm";
+    case TensorRole::ROUTER:
+        return "ffn_gate_inp";
+    case TensorRole::EXPERT_W1:
+        return "ffn_gate";
+    case TensorRole::EXPERT_W3:
+        return "ffn_up";
+    case TensorRole::EXPERT_W2:
+        return "ffn_down";
+    case TensorRole::MLP_W1:
+        return shared ? "ffn_gate_shexp" : "ffn_gate";
+    case TensorRole::MLP_W3:
+        return shared ? "ffn_up_shexp" : "ffn_up";
+    case TensorRole::MLP_W2:
+        return shared ? "ffn_down_shexp" : "ffn_down";
+    case TensorRole::SHARED_GATE:
+        return "ffn_gate_inp_shexp";
+    case TensorRole::FINAL_NORM:
+        return "output_norm";
+    case TensorRole::LM_HEAD:
+        return "output";
     }
     return "";
 }
@@ -176,8 +197,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
             j["moe_intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
             if (std::optional<int> ff = find(p + "feed_forward_length")) j["intermediate_size"] = *ff;
         }
-        if (arch == "qwen2moe")
-            j["shared_expert_intermediate_size"] = get(p + "expert_shared_feed_forward_length");
+        if (arch == "qwen2moe") j["shared_expert_intermediate_size"] = get(p + "expert_shared_feed_forward_length");
         // llama.cpp renormalises Qwen3-MoE's top-k and not the others' unless the file says.
         j["norm_topk_prob"] = m.find_bool(p + "expert_weights_norm").value_or(arch == "qwen3moe");
     }
@@ -197,7 +217,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (std::optional<int> ctx = find(p + "context_length")) j["max_position_embeddings"] = *ctx;
     j["tie_word_embeddings"] = f.find("output.weight") == nullptr;
     j["eos_token_id"] = m.find_int<int>("tokenizer.ggml.eos_token_id").value_or(2);
-    j["bos_token_id"] = m.find_int<int>("tokenizer.ggml.bos_token_id").value_or(arch == "llama" ? 1 : j["eos_token_id"].get<int>());
+    j["bos_token_id"] =
+        m.find_int<int>("tokenizer.ggml.bos_token_id").value_or(arch == "llama" ? 1 : j["eos_token_id"].get<int>());
     return model_config_parse(j, file + " (its GGUF metadata as config.json)");
 }
 
@@ -321,7 +342,8 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         meta.push_back({p + "expert_feed_forward_length", uint32_t(c.hidden_dim)});
         meta.push_back({p + "expert_weights_norm", c.norm_topk_prob});
     }
-    if (c.shared_hidden_dim > 0) meta.push_back({p + "expert_shared_feed_forward_length", uint32_t(c.shared_hidden_dim)});
+    if (c.shared_hidden_dim > 0)
+        meta.push_back({p + "expert_shared_feed_forward_length", uint32_t(c.shared_hidden_dim)});
     for (const GgufKeyValue& kv : o.extra_metadata) meta.push_back(kv);
 
     // The table's entries become GGUF tensors; a layer's experts of one
@@ -351,15 +373,33 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             for (const ExpertWeights& x : L->experts)
                 t.sources.push_back(e.role == TensorRole::EXPERT_W1 ? x.w1 : e.role == TensorRole::EXPERT_W3 ? x.w3 : x.w2);
             break;
-        case TensorRole::Q_BIAS: t.vector = L->q_bias; break;
-        case TensorRole::K_BIAS: t.vector = L->k_bias; break;
-        case TensorRole::V_BIAS: t.vector = L->v_bias; break;
-        case TensorRole::Q_NORM: t.vector = L->q_norm; break;
-        case TensorRole::K_NORM: t.vector = L->k_norm; break;
-        case TensorRole::MLP_W1: t.sources = {L->mlp.w1}; break;
-        case TensorRole::MLP_W3: t.sources = {L->mlp.w3}; break;
-        case TensorRole::MLP_W2: t.sources = {L->mlp.w2}; break;
-        case TensorRole::SHARED_GATE: t.sources = {L->shared_gate}; break;
+        case TensorRole::Q_BIAS:
+            t.vector = L->q_bias;
+            break;
+        case TensorRole::K_BIAS:
+            t.vector = L->k_bias;
+            break;
+        case TensorRole::V_BIAS:
+            t.vector = L->v_bias;
+            break;
+        case TensorRole::Q_NORM:
+            t.vector = L->q_norm;
+            break;
+        case TensorRole::K_NORM:
+            t.vector = L->k_norm;
+            break;
+        case TensorRole::MLP_W1:
+            t.sources = {L->mlp.w1};
+            break;
+        case TensorRole::MLP_W3:
+            t.sources = {L->mlp.w3};
+            break;
+        case TensorRole::MLP_W2:
+            t.sources = {L->mlp.w2};
+            break;
+        case TensorRole::SHARED_GATE:
+            t.sources = {L->shared_gate};
+            break;
         }
         t.view.shape = e.shape;
         if (e.role == TensorRole::SHARED_GATE) t.view.shape = {int64_t(c.dim)};  // a vector in GGUF

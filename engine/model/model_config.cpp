@@ -152,8 +152,8 @@ std::vector<int> qwen_dense_layers(const json& j, std::string_view source, int n
         for (const json& x : *v) {
             const int l = int_value(x, source, "mlp_only_layers");
             if (l < 0 || l >= n_layers)
-                config_fail(source, "field 'mlp_only_layers' holds " + std::to_string(l) +
-                                        ", outside the layers [0, " + std::to_string(n_layers) + ")");
+                config_fail(source, "field 'mlp_only_layers' holds " + std::to_string(l) + ", outside the layers [0, " +
+                                        std::to_string(n_layers) + ")");
             dense.push_back(l);
         }
     }
@@ -173,7 +173,9 @@ void refuse_true(const json& j, std::string_view source, const char* name, const
 
 }  // namespace
 
-const char* model_config_architectures() { return SUPPORTED_ARCHITECTURES; }
+const char* model_config_architectures() {
+    return SUPPORTED_ARCHITECTURES;
+}
 
 bool ModelConfig::layer_is_moe(int l) const {
     return is_moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), l);
@@ -194,11 +196,16 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
         config_fail(source, "field 'architectures' must be a non-empty list of strings");
     c.architecture = (*archs)[0].get<std::string>();
     Arch arch;
-    if (c.architecture == "MixtralForCausalLM") arch = Arch::MIXTRAL;
-    else if (c.architecture == "MistralForCausalLM") arch = Arch::MISTRAL;
-    else if (c.architecture == "Qwen3MoeForCausalLM") arch = Arch::QWEN3_MOE;
-    else if (c.architecture == "Qwen2MoeForCausalLM") arch = Arch::QWEN2_MOE;
-    else if (c.architecture == "OlmoeForCausalLM") arch = Arch::OLMOE;
+    if (c.architecture == "MixtralForCausalLM")
+        arch = Arch::MIXTRAL;
+    else if (c.architecture == "MistralForCausalLM")
+        arch = Arch::MISTRAL;
+    else if (c.architecture == "Qwen3MoeForCausalLM")
+        arch = Arch::QWEN3_MOE;
+    else if (c.architecture == "Qwen2MoeForCausalLM")
+        arch = Arch::QWEN2_MOE;
+    else if (c.architecture == "OlmoeForCausalLM")
+        arch = Arch::OLMOE;
     else
         config_fail(source, "architecture '" + c.architecture +
                                 "' is not supported (supported: " + SUPPORTED_ARCHITECTURES + ")");

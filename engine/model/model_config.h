@@ -33,12 +33,12 @@ struct ModelConfig {
     bool qkv_bias = false;          // q/k/v projections have biases (Qwen2-MoE)
     // The MLP every token runs beside the routed experts (Qwen2-MoE's shared
     // expert, gated by sigmoid(x . shared_expert_gate)); 0 = none.
-    int shared_hidden_dim = 0;      // shared_expert_intermediate_size
+    int shared_hidden_dim = 0;  // shared_expert_intermediate_size
     // Layers of a MoE model whose MLP is dense (no router, no experts), of
     // inner width dense_hidden_dim (intermediate_size): Qwen's mlp_only_layers
     // and the layers decoder_sparse_step skips. Sorted, distinct.
     std::vector<int> dense_layers;
-    int dense_hidden_dim = 0;       // intermediate_size of a dense layer (Qwen); = hidden_dim otherwise
+    int dense_hidden_dim = 0;  // intermediate_size of a dense layer (Qwen); = hidden_dim otherwise
     float rope_theta = 10000.0f;
     float rms_norm_eps = 1e-5f;
     bool tie_embeddings = false;    // lm_head shares embed_tokens

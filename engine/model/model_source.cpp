@@ -4,9 +4,9 @@
 #include "engine/model/model_source.h"
 
 #include <charconv>
-#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "engine/model/gguf_model.h"
@@ -118,7 +118,8 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
     const bool hf_json =
         !s.synthetic && !s.gguf && !file_exists(s.dir / "tokenizer.model") && file_exists(s.dir / "tokenizer.json");
     if (s.synthetic && synth_uses_standin_tokenizer(config)) {
-        const HfSpecialTokens specials{"<|endoftext|>", config.architecture == "OlmoeForCausalLM" ? "<|endoftext|>" : "<|im_end|>"};
+        const HfSpecialTokens specials{"<|endoftext|>",
+                                       config.architecture == "OlmoeForCausalLM" ? "<|endoftext|>" : "<|im_end|>"};
         return hf_tokenizer_parse(synth_standin_tokenizer_json(), "synth-model's stand-in tokenizer.json", specials);
     }
     const std::string where = s.synthetic ? EMBEDDED_TOKENIZER

@@ -142,7 +142,8 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::FINAL_NORM: return {Init::NORM, 0.05f};
     case TensorRole::Q_BIAS:
     case TensorRole::K_BIAS:
-    case TensorRole::V_BIAS: return {Init::UNIFORM, 0.1f};
+    case TensorRole::V_BIAS:
+        return {Init::UNIFORM, 0.1f};
     case TensorRole::ROUTER: return {Init::ROUTER, fan_in};
     case TensorRole::LM_HEAD: return {Init::UNIFORM, 2.5f * fan_in};
     case TensorRole::WQ:
@@ -155,7 +156,8 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::MLP_W1:
     case TensorRole::MLP_W3:
     case TensorRole::MLP_W2:
-    case TensorRole::SHARED_GATE: break;
+    case TensorRole::SHARED_GATE:
+        break;
     }
     return {Init::UNIFORM, fan_in};
 }
@@ -333,7 +335,9 @@ const char* model_type(const ModelConfig& c) {
     return "mixtral";
 }
 
-bool mixtral_family(const ModelConfig& c) { return std::string_view(model_type(c)) == "mixtral"; }
+bool mixtral_family(const ModelConfig& c) {
+    return std::string_view(model_type(c)) == "mixtral";
+}
 
 json config_json(const ModelConfig& c) {
     json j;
@@ -344,9 +348,10 @@ json config_json(const ModelConfig& c) {
     j["hidden_act"] = "silu";
     j["hidden_size"] = c.dim;
     j["initializer_range"] = 0.02;
-    j["intermediate_size"] = model_type(c) == std::string_view("qwen3_moe") || model_type(c) == std::string_view("qwen2_moe")
-                                 ? c.dense_hidden_dim
-                                 : c.hidden_dim;
+    j["intermediate_size"] =
+        model_type(c) == std::string_view("qwen3_moe") || model_type(c) == std::string_view("qwen2_moe")
+            ? c.dense_hidden_dim
+            : c.hidden_dim;
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["model_type"] = model_type(c);
     j["num_attention_heads"] = c.n_heads;
@@ -420,7 +425,8 @@ const char* const OLMOE_STANDIN_CHAT_TEMPLATE =
 
 std::string embedded_text(const char* name) {
     std::string_view bytes = embedded_file(name);
-    if (bytes.empty()) throw MoeError(std::string("synth-model: the embedded file ") + name + " is missing from the binary");
+    if (bytes.empty())
+        throw MoeError(std::string("synth-model: the embedded file ") + name + " is missing from the binary");
     return std::string(bytes);
 }
 
@@ -565,8 +571,8 @@ void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthT
 }  // namespace
 
 std::vector<std::string> synth_preset_names() {
-    return {"tiny",         "small",          "mixtral-mini", "mixtral-8x7b",
-            "qwen3-moe-mini", "qwen3-30b-a3b", "olmoe-mini",  "qwen2-moe-mini"};
+    return {"tiny",           "small",         "mixtral-mini", "mixtral-8x7b",
+            "qwen3-moe-mini", "qwen3-30b-a3b", "olmoe-mini",   "qwen2-moe-mini"};
 }
 
 ModelConfig synth_preset(const std::string& name) {
@@ -622,11 +628,14 @@ std::string synth_chat_template(const ModelConfig& c) {
     return SYNTH_MIXTRAL_CHAT_TEMPLATE;
 }
 
-bool synth_uses_standin_tokenizer(const ModelConfig& c) { return !mixtral_family(c); }
+bool synth_uses_standin_tokenizer(const ModelConfig& c) {
+    return !mixtral_family(c);
+}
 
 std::string synth_standin_tokenizer_json() {
     const std::string_view gguf = embedded_file("ggml-vocab-gpt-2.gguf");
-    if (gguf.empty()) throw MoeError("synth-model: the embedded vocabulary ggml-vocab-gpt-2.gguf is missing from the binary");
+    if (gguf.empty())
+        throw MoeError("synth-model: the embedded vocabulary ggml-vocab-gpt-2.gguf is missing from the binary");
     const std::string source = "embedded ggml-vocab-gpt-2.gguf";
     const GgufHeader header = gguf_parse_header(gguf, gguf.size(), source);
     HfSpecialTokens specials;
@@ -634,10 +643,16 @@ std::string synth_standin_tokenizer_json() {
     if (doc["model"]["vocab"].size() != size_t(STANDIN_IM_START))
         throw MoeError(source + ": expected " + std::to_string(STANDIN_IM_START) + " tokens, found " +
                        std::to_string(doc["model"]["vocab"].size()));
-    for (const auto& [id, text] : {std::pair{STANDIN_IM_START, "<|im_start|>"}, std::pair{STANDIN_IM_END, "<|im_end|>"}}) {
+    for (const auto& [id, text] :
+         {std::pair{STANDIN_IM_START, "<|im_start|>"}, std::pair{STANDIN_IM_END, "<|im_end|>"}}) {
         doc["model"]["vocab"][text] = id;
-        doc["added_tokens"].push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false},
-                                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+        doc["added_tokens"].push_back({{"id", id},
+                                       {"content", text},
+                                       {"single_word", false},
+                                       {"lstrip", false},
+                                       {"rstrip", false},
+                                       {"normalized", false},
+                                       {"special", true}});
     }
     doc["version"] = "1.0";
     return doc.dump();
@@ -758,7 +773,8 @@ void synth_model_write(const SynthOptions& o) {
     if (synth_uses_standin_tokenizer(c) && !o.tokenizer.empty())
         throw MoeError("synth-model: --tokenizer takes a SentencePiece model, for the Mixtral presets only; preset '" +
                        o.preset + "' writes its own tokenizer.json");
-    std::string tokenizer = synth_uses_standin_tokenizer(c) ? synth_standin_tokenizer_json() : tokenizer_bytes(o.tokenizer);
+    std::string tokenizer =
+        synth_uses_standin_tokenizer(c) ? synth_standin_tokenizer_json() : tokenizer_bytes(o.tokenizer);
     std::vector<SynthTensor> ts = synth_tensors(c);
     int n_shards = assign_shards(ts, o.max_shard_bytes);
 

@@ -12,28 +12,28 @@
 #include "engine/model/model_config.h"
 
 enum class TensorRole {
-    EMBED,       // (vocab_size, dim)
-    ATTN_NORM,   // (dim,)
-    WQ,          // (n_heads * head_dim, dim)
-    Q_BIAS,      // (n_heads * head_dim,); qkv_bias only
-    WK,          // (n_kv_heads * head_dim, dim)
-    K_BIAS,      // (n_kv_heads * head_dim,); qkv_bias only
-    WV,          // (n_kv_heads * head_dim, dim)
-    V_BIAS,      // (n_kv_heads * head_dim,); qkv_bias only
-    WO,          // (dim, n_heads * head_dim)
-    Q_NORM,      // (head_dim,) per head, or (n_heads * head_dim,) full width; qk_norm only
-    K_NORM,      // (head_dim,) per head, or (n_kv_heads * head_dim,) full width; qk_norm only
-    FFN_NORM,    // (dim,)
-    ROUTER,      // (n_experts, dim); MoE layers only
-    EXPERT_W1,   // (hidden_dim, dim) gate; the dense Mistral MLP's gate_proj as expert 0
-    EXPERT_W3,   // (hidden_dim, dim) up; the dense Mistral MLP's up_proj as expert 0
-    EXPERT_W2,   // (dim, hidden_dim) down; the dense Mistral MLP's down_proj as expert 0
-    MLP_W1,      // (layer_mlp_hidden, dim) gate of the MLP every token runs: a dense layer's, or the shared expert
-    MLP_W3,      // (layer_mlp_hidden, dim) up
-    MLP_W2,      // (dim, layer_mlp_hidden) down
-    SHARED_GATE, // (1, dim) the shared expert's sigmoid gate; shared expert only
-    FINAL_NORM,  // (dim,)
-    LM_HEAD,     // (vocab_size, dim); absent when the embeddings are tied
+    EMBED,        // (vocab_size, dim)
+    ATTN_NORM,    // (dim,)
+    WQ,           // (n_heads * head_dim, dim)
+    Q_BIAS,       // (n_heads * head_dim,); qkv_bias only
+    WK,           // (n_kv_heads * head_dim, dim)
+    K_BIAS,       // (n_kv_heads * head_dim,); qkv_bias only
+    WV,           // (n_kv_heads * head_dim, dim)
+    V_BIAS,       // (n_kv_heads * head_dim,); qkv_bias only
+    WO,           // (dim, n_heads * head_dim)
+    Q_NORM,       // (head_dim,) per head, or (n_heads * head_dim,) full width; qk_norm only
+    K_NORM,       // (head_dim,) per head, or (n_kv_heads * head_dim,) full width; qk_norm only
+    FFN_NORM,     // (dim,)
+    ROUTER,       // (n_experts, dim); MoE layers only
+    EXPERT_W1,    // (hidden_dim, dim) gate; the dense Mistral MLP's gate_proj as expert 0
+    EXPERT_W3,    // (hidden_dim, dim) up; the dense Mistral MLP's up_proj as expert 0
+    EXPERT_W2,    // (dim, hidden_dim) down; the dense Mistral MLP's down_proj as expert 0
+    MLP_W1,       // (layer_mlp_hidden, dim) gate of the MLP every token runs: a dense layer's, or the shared expert
+    MLP_W3,       // (layer_mlp_hidden, dim) up
+    MLP_W2,       // (dim, layer_mlp_hidden) down
+    SHARED_GATE,  // (1, dim) the shared expert's sigmoid gate; shared expert only
+    FINAL_NORM,   // (dim,)
+    LM_HEAD,      // (vocab_size, dim); absent when the embeddings are tied
 };
 
 struct TensorEntry {

@@ -80,7 +80,9 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
     w.layers.assign(size_t(config.n_layers), LayerWeights{});
     // A dense Mistral MLP is the single "expert" 0: gate = w1, up = w3, down = w2.
     for (int l = 0; l < config.n_layers; l++)
-        w.layers[size_t(l)].experts.resize(!config.is_moe() ? 1 : config.layer_is_moe(l) ? size_t(config.n_experts) : 0);
+        w.layers[size_t(l)].experts.resize(!config.is_moe()         ? 1
+                                           : config.layer_is_moe(l) ? size_t(config.n_experts)
+                                                                    : 0);
     for (const TensorEntry& t : tensor_table(config)) {
         LayerWeights* L = t.layer >= 0 ? &w.layers[size_t(t.layer)] : nullptr;
         ExpertWeights* E = t.expert >= 0 ? &L->experts[size_t(t.expert)] : nullptr;
@@ -93,20 +95,38 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
         case TensorRole::WK: L->wk = m; break;
         case TensorRole::WV: L->wv = m; break;
         case TensorRole::WO: L->wo = m; break;
-        case TensorRole::Q_BIAS: L->q_bias = v; break;
-        case TensorRole::K_BIAS: L->k_bias = v; break;
-        case TensorRole::V_BIAS: L->v_bias = v; break;
-        case TensorRole::Q_NORM: L->q_norm = v; break;
-        case TensorRole::K_NORM: L->k_norm = v; break;
+        case TensorRole::Q_BIAS:
+            L->q_bias = v;
+            break;
+        case TensorRole::K_BIAS:
+            L->k_bias = v;
+            break;
+        case TensorRole::V_BIAS:
+            L->v_bias = v;
+            break;
+        case TensorRole::Q_NORM:
+            L->q_norm = v;
+            break;
+        case TensorRole::K_NORM:
+            L->k_norm = v;
+            break;
         case TensorRole::FFN_NORM: L->ffn_norm = v; break;
         case TensorRole::ROUTER: L->router = m; break;
         case TensorRole::EXPERT_W1: E->w1 = m; break;
         case TensorRole::EXPERT_W3: E->w3 = m; break;
         case TensorRole::EXPERT_W2: E->w2 = m; break;
-        case TensorRole::MLP_W1: L->mlp.w1 = m; break;
-        case TensorRole::MLP_W3: L->mlp.w3 = m; break;
-        case TensorRole::MLP_W2: L->mlp.w2 = m; break;
-        case TensorRole::SHARED_GATE: L->shared_gate = m; break;
+        case TensorRole::MLP_W1:
+            L->mlp.w1 = m;
+            break;
+        case TensorRole::MLP_W3:
+            L->mlp.w3 = m;
+            break;
+        case TensorRole::MLP_W2:
+            L->mlp.w2 = m;
+            break;
+        case TensorRole::SHARED_GATE:
+            L->shared_gate = m;
+            break;
         case TensorRole::FINAL_NORM: w.final_norm = v; break;
         case TensorRole::LM_HEAD: w.lm_head = m; break;
         }

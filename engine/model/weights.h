@@ -45,7 +45,7 @@ struct LayerWeights {
     // layer's, or the shared expert; empty when there is none. A dense weight
     // (it never misses): it lives with the attention weights on every backend.
     ExpertWeights mlp;
-    WeightView shared_gate;            // (1, dim): the shared expert's output times sigmoid(x . gate); else empty
+    WeightView shared_gate;  // (1, dim): the shared expert's output times sigmoid(x . gate); else empty
 };
 
 struct ModelWeights {

@@ -116,7 +116,7 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
 
         b.rmsnorm(xb_, x_, lw.ffn_norm, n, dim, c.rms_norm_eps);
         if (c.layer_is_moe(l) || !c.is_moe()) moe(l, n, stats);  // out = the routed experts' sum
-        always_mlp(l, n);                                         // out (+)= the MLP every token runs
+        always_mlp(l, n);                                        // out (+)= the MLP every token runs
         b.add(x_, out_, size_t(n) * dim);
     }
 

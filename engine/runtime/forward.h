@@ -4,9 +4,8 @@
 // half RoPE; GQA causal attention over the KV cache; softmax router + top-k,
 // renormalised or not; SwiGLU experts through an ExpertExecutor; the MLP
 // every token runs -- a dense layer's or a shared expert with its sigmoid
-// gate -- on the backend). Prefill, decode and beam search all use it. It says what happens; a Backend (backend.h: CPU or CUDA) does
-// each dense op in its own memory. All buffers are allocated in the
-// constructor: run() never allocates.
+// gate -- on the backend). Prefill, decode and beam search all use it. It says what happens; a Backend (backend.h: CPU
+// or CUDA) does each dense op in its own memory. All buffers are allocated in the constructor: run() never allocates.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -75,7 +74,7 @@ private:
     float* router_;     // (max_batch, n_experts)
     float* mlp_out_;    // (max_batch, dim) the shared expert's output; null without one
     float* mlp_scratch_;  // (2 * max_batch * widest layer_mlp_hidden); null without an always-run MLP
-    float* gate_;       // (max_batch,) the shared expert's gate logits; null without one
+    float* gate_;         // (max_batch,) the shared expert's gate logits; null without one
     float* logit_rows_; // (max_logits, dim) rows that want logits, then their final norm
     float* logits_;     // (max_logits, vocab)
     // On the host:

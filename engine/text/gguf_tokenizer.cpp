@@ -413,7 +413,6 @@ std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view model, std::s
     return kv;
 }
 
-
 std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc, std::string_view source, int bos,
                                                       int eos) {
     const std::string where(source);
@@ -451,39 +450,39 @@ std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc,
         if (types[i] == 0) throw bad("model.vocab", "no token has id " + std::to_string(i));
     std::vector<std::string> merges;
     for (const nlohmann::json& m : model->value("merges", nlohmann::json::array())) {
-        if (m.is_string()) merges.push_back(m.get<std::string>());
+        if (m.is_string())
+            merges.push_back(m.get<std::string>());
         else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
             merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-        else throw bad("model.merges", "a merge that is neither \"a b\" nor [\"a\", \"b\"]");
+        else
+            throw bad("model.merges", "a merge that is neither \"a b\" nor [\"a\", \"b\"]");
     }
     // The pre-tokenizer as llama.cpp names it: its Split regexes in order,
     // and ByteLevel's own (GPT-2) regex when it uses one.
     Regexes splits;
     bool byte_level_regex = false;
     const nlohmann::json pre = doc.value("pre_tokenizer", nlohmann::json());
-    const nlohmann::json steps =
-        pre.is_object() && pre.value("type", "") == "Sequence" ? pre.value("pretokenizers", nlohmann::json::array())
-                                                               : nlohmann::json::array({pre});
+    const nlohmann::json steps = pre.is_object() && pre.value("type", "") == "Sequence"
+                                     ? pre.value("pretokenizers", nlohmann::json::array())
+                                     : nlohmann::json::array({pre});
     for (const nlohmann::json& step : steps) {
         const std::string type = step.is_object() ? step.value("type", "") : "";
-        if (type == "ByteLevel") byte_level_regex = step.value("use_regex", true);
+        if (type == "ByteLevel")
+            byte_level_regex = step.value("use_regex", true);
         else if (type == "Split" && step.contains("pattern") && step["pattern"].contains("Regex"))
             splits.push_back(step["pattern"]["Regex"].get<std::string>());
-        else throw bad("pre_tokenizer", "step '" + type + "' has no llama.cpp pre-tokenizer name");
+        else
+            throw bad("pre_tokenizer", "step '" + type + "' has no llama.cpp pre-tokenizer name");
     }
     std::string pre_name;
     for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3"})
         if (*bpe_pre_regexes(name) == splits && byte_level_regex == splits.empty()) pre_name = name;
     if (pre_name.empty()) throw bad("pre_tokenizer", "its regexes are not those of a pre-tokenizer llama.cpp names");
     std::vector<GgufKeyValue> kv = {
-        {std::string(KEY_MODEL), "gpt2"},
-        {std::string(KEY_PRE), pre_name},
-        {std::string(KEY_TOKENS), tokens},
-        {std::string(KEY_TYPES), types},
-        {std::string(KEY_MERGES), merges},
-        {std::string(KEY_BOS), uint32_t(bos)},
-        {std::string(KEY_EOS), uint32_t(eos)},
-        {"tokenizer.ggml.add_bos_token", false},
+        {std::string(KEY_MODEL), "gpt2"},        {std::string(KEY_PRE), pre_name},
+        {std::string(KEY_TOKENS), tokens},       {std::string(KEY_TYPES), types},
+        {std::string(KEY_MERGES), merges},       {std::string(KEY_BOS), uint32_t(bos)},
+        {std::string(KEY_EOS), uint32_t(eos)},   {"tokenizer.ggml.add_bos_token", false},
         {"tokenizer.ggml.add_eos_token", false},
     };
     return kv;

@@ -9,15 +9,14 @@
 // tokenizer_config.json's chat_template. Reads metadata only: tensors, the
 // model config and which file is opened are the caller's.
 #pragma once
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "engine/model/gguf.h"
-#include "engine/text/hf_tokenizer.h"
 #include "engine/text/chat_template.h"
+#include "engine/text/hf_tokenizer.h"
 #include "engine/text/tokenizer.h"
 
 // The serialized SentencePiece model of a "llama" vocabulary:

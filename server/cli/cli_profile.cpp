@@ -187,7 +187,8 @@ int cli_profile(const std::vector<std::string>& words) {
     for (int idx : selected) {
         const std::string& text = set.prompts[size_t(idx)];
         if (chat) {
-            // The model's own template, as `generate` and the server render a chat.
+            // The model's own template, as generate and the server render it
+            // (Qwen's ChatML has no BOS; the built-in renderer wants one).
             ChatInput input;
             input.messages = {{"user", text}};
             input.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});

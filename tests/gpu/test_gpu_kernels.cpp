@@ -22,6 +22,7 @@
 #include "cpu_kernels/kernels.h"
 #include "cpu_kernels/quant.h"
 #include "gpu_kernels/gpu_kernels.h"
+#include "gpu_kernels/gpu_math.h"
 #include "gpu_kernels/gpu_runtime.h"
 #include "gpu_support.h"
 
@@ -379,5 +380,27 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
                        {sb.as<bf16>(), dpiece.as<bf16>(), size_t(100) * hidden});
         stream.synchronize();
         require_close(download<float>(dy, want.size()), want, m <= GPU_QUANT_GEMV_MAX_M ? REL_GEMM * 10 : REL_FFN);
+    }
+}
+
+TEST_CASE("bias rows and the shared expert's sigmoid scaling match the CPU backend's arithmetic", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    for (auto [rows, width] : {std::pair{1, 72}, std::pair{5, 1000}, std::pair{17, 4096}}) {
+        INFO(rows << " rows of " << width);
+        std::vector<float> x = random_floats(size_t(rows) * width, 3.0f), bias = random_floats(width);
+        std::vector<float> want = x;
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < width; j++) want[size_t(r) * width + j] += bias[j];
+        GpuBuffer dx = upload(x), dbias = upload(bias);
+        gpu_add_bias(dx.as<float>(), dbias.as<float>(), rows, width, nullptr);
+        REQUIRE(download<float>(dx, x.size()) == want);  // one fp32 add per element: exact
+
+        std::vector<float> gate = random_floats(size_t(rows), 8.0f);
+        std::vector<float> scaled = x;
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < width; j++) scaled[size_t(r) * width + j] *= gm_sigmoid(gate[r]);
+        GpuBuffer dy = upload(x), dgate = upload(gate);
+        gpu_sigmoid_scale(dy.as<float>(), dgate.as<float>(), rows, width, nullptr);
+        require_close(download<float>(dy, x.size()), scaled, REL_FP32);
     }
 }

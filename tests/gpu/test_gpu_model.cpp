@@ -1,5 +1,7 @@
 // The whole model on a CUDA device against the CPU (label gpu): logits of
-// prefill, decode and forked beams on tiny, small and mixtral-mini, under
+// prefill, decode and forked beams on tiny, small and mixtral-mini (and the
+// Qwen3-MoE, OLMoE and Qwen2-MoE presets: q/k norms, biases, the shared
+// expert on the device's dense path), under
 // three placements (nothing resident with every expert copied; half
 // resident with the rest on the CPU; the planner's own plan), and the
 // reference Q8_0 and Q4_K_M GGUFs (quantized weights on the device), decoding
@@ -142,7 +144,7 @@ Trace run(Stack& s, const std::vector<int>& prompt, int n_decode, const std::vec
 
 TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
     GPU_TEST_OR_SKIP();
-    for (const char* preset : {"tiny", "small", "mixtral-mini"}) {
+    for (const char* preset : {"tiny", "small", "mixtral-mini", "qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"}) {
         std::filesystem::path dir = test_model_dir(preset);
         Stack cpu(dir, nullptr, {});
         const ModelConfig& c = cpu.config;

@@ -7,8 +7,8 @@
 // tokenizer as a gpt2 vocabulary) gives bitwise the folder's logits and
 // tokens; a tensor missing or mis-shaped is named. The comparisons against the independent reference
 // model are in test_reference_model.cpp.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "engine/devices/expert_executor.h"
+#include "engine/model/cost.h"
 #include "engine/model/gguf_model.h"
-#include "engine/text/gguf_tokenizer.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"
@@ -88,7 +89,8 @@ TEST_CASE("arch presets: each folder loads back as its preset's config and in-me
             CHECK(c.eos_token_ids == want.eos_token_ids);
 
             const ModelWeights folder = weights_load(c, dir);
-            const ModelWeights memory = model_source_weights(model_source_parse(std::string("synth:") + preset + ":3"), c, 2);
+            const ModelWeights memory =
+                model_source_weights(model_source_parse(std::string("synth:") + preset + ":3"), c, 2);
             check_same_weights(c, memory, folder);
             CHECK(differing_tensors(c, memory, folder) == 0);
         }
@@ -135,7 +137,8 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
             REQUIRE(ra.tokens.size() == 8);
             CHECK(rb.tokens == ra.tokens);
             REQUIRE(ea.size() == eb.size());
-            for (size_t i = 0; i < ea.size(); i++) CHECK(std::memcmp(&ea[i].logprob, &eb[i].logprob, sizeof(float)) == 0);
+            for (size_t i = 0; i < ea.size(); i++)
+                CHECK(std::memcmp(&ea[i].logprob, &eb[i].logprob, sizeof(float)) == 0);
         }
     }
 }
@@ -231,4 +234,23 @@ TEST_CASE("arch presets: a bf16 GGUF of each gives the folder's config, logits a
             CHECK(file.metadata().get_string("tokenizer.chat_template") == synth_chat_template(c));
         }
     }
+}
+
+TEST_CASE("arch presets: the shared expert counts as dense bytes, read every step, never as a routed expert",
+          "[arch]") {
+    const ModelConfig c = synth_preset("qwen2-moe-mini");
+    ModelConfig without = c;
+    without.shared_hidden_dim = 0;
+    // Per layer: gate, up and down (shared x dim each) and the (1, dim) gate, bf16.
+    const double shared = double(c.n_layers) * (3.0 * c.shared_hidden_dim * c.dim + c.dim) * 2.0;
+    CHECK(cost_dense_bytes(c) - cost_dense_bytes(without) == shared);
+    CHECK(cost_decode_token(c).bytes - cost_decode_token(without).bytes == shared);
+    CHECK(cost_decode_step(c, 4, 10.0).bytes - cost_decode_step(without, 4, 10.0).bytes == shared);
+    CHECK(cost_prefill(c, 16).bytes - cost_prefill(without, 16).bytes == shared);
+    // A routed expert is the experts' width alone.
+    CHECK(cost_expert(c, 0).bytes == 3.0 * c.hidden_dim * c.dim * 2.0);
+    // The loaded weights' format sees the shared expert as a dense matrix.
+    const ModelWeights w = synth_weights(c, 1, 2);
+    CHECK(weight_format(w).dense == 2.0);
+    CHECK(weight_format(w).expert == 2.0);
 }

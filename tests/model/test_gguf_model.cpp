@@ -255,9 +255,13 @@ TEST_CASE("gguf model: a file that is not a model of this shape gives one line n
     auto no_tensors = [](std::vector<TensorView>&) {};
 
     fs::path arch = variant(
-        "arch", [](auto& m) { m[0].value = GgufValue("qwen3moe"); }, no_tensors);
+        "arch", [](auto& m) { m[0].value = GgufValue("deepseek2"); }, no_tensors);
     check_error_line(moe_error_of([&] { gguf_model_config(arch); }), arch,
-                     "general.architecture: 'qwen3moe' is not supported");
+                     "general.architecture: 'deepseek2' is not supported");
+    // A known architecture whose keys are under another prefix: the first missing key is named.
+    fs::path qwen = variant(
+        "qwen", [](auto& m) { m[0].value = GgufValue("qwen3moe"); }, no_tensors);
+    check_error_line(moe_error_of([&] { gguf_model_config(qwen); }), qwen, "qwen3moe.embedding_length: missing key");
 
     fs::path no_heads = variant(
         "heads",

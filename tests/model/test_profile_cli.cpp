@@ -380,3 +380,26 @@ TEST_CASE("profiles of models with dense layers among MoE layers", "[.profile_de
     for (size_t i = 3; i < configs.size(); i++)
         profile_arch_model(configs[i].first, test_checkpoint_dir("arch", configs[i].second));
 }
+
+TEST_CASE("profile of a Qwen2-MoE model: its chat template, 60 experts of top-4, the shared expert never counted",
+          "[profile_cli]") {
+    const fs::path model = test_model_dir("qwen2-moe-mini", 3);
+    const fs::path out = test_temp_dir("profile-cli-qwen2") / "qwen2.json";
+    CommandResult r = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "2",
+                           "--gen-tokens", "3", "--threads", "2", "--out", out.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const Profile p = profile_read(out);
+    const ModelConfig c = model_config_load(model);
+    REQUIRE(p.model == model_fingerprint(c));
+    CHECK(p.model.architecture == "Qwen2MoeForCausalLM");
+    CHECK(p.model.n_experts == 60);
+    CHECK(p.model.n_experts_active == 4);
+    // Each token counted at its 4 routed experts per layer: the shared expert is not a routed one.
+    require_phase_sums(p);
+    // Qwen2.5's template (ChatML with its default system turn), no BOS.
+    CHECK(p.workload.prefill_tokens > 2 * 20);
+    // Another architecture, another fingerprint.
+    CHECK_FALSE(p.model == model_fingerprint(synth_preset("qwen3-moe-mini")));
+    CHECK_FALSE(model_fingerprint(synth_preset("qwen3-moe-mini")) == model_fingerprint(synth_preset("olmoe-mini")));
+}

@@ -14,9 +14,9 @@ Flat flatten(const ModelConfig& c, const ModelWeights& w) {
         f.vectors.push_back({L.attn_norm, d});
         f.vectors.push_back({L.ffn_norm, d});
         // The optional vectors of Qwen and OLMoE layers, when present.
-        for (const auto& [v, n] : {std::pair{L.q_bias, q}, std::pair{L.k_bias, kv}, std::pair{L.v_bias, kv},
-                                   std::pair{L.q_norm, full ? q : size_t(c.head_dim)},
-                                   std::pair{L.k_norm, full ? kv : size_t(c.head_dim)}})
+        for (const auto& [v, n] :
+             {std::pair{L.q_bias, q}, std::pair{L.k_bias, kv}, std::pair{L.v_bias, kv},
+              std::pair{L.q_norm, full ? q : size_t(c.head_dim)}, std::pair{L.k_norm, full ? kv : size_t(c.head_dim)}})
             if (v) f.vectors.push_back({v, n});
         for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo}) f.matrices.push_back(*m);
         if (!L.router.empty()) f.matrices.push_back(L.router);

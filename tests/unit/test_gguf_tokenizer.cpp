@@ -357,3 +357,46 @@ TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key
         check_error_line(error_of(c.md), path, c.what);
     }
 }
+
+TEST_CASE("gguf tokenizer: a byte-level tokenizer.json as a gpt2 vocabulary gives the same tokenizer back",
+          "[gguf_tokenizer]") {
+    // GPT-2's (pre-tokenizer gpt-2: ByteLevel's own regex) and DeepSeek-LLM's
+    // (Split regexes) vocabularies through tokenizer.json and back, against
+    // llama.cpp's reference ids.
+    const fs::path dir = shared_data_dir() / "reference/llama-cpp-vocab";
+    for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf"}) {
+        INFO(name);
+        const GgufFile original(dir / name);
+        HfSpecialTokens specials;
+        const nlohmann::json doc = gguf_bpe_tokenizer_json(original.metadata(), name, &specials);
+        const Tokenizer want = tokenizer_from_gguf(original.metadata(), name);
+        std::vector<GgufKeyValue> md = gguf_bpe_tokenizer_metadata(doc, "tokenizer.json", want.bos_id(), want.eos_id());
+        CHECK(find_key(md, "tokenizer.ggml.pre")->value.as_string() ==
+              (std::string_view(name) == "ggml-vocab-gpt-2.gguf" ? "gpt-2" : "deepseek-llm"));
+        const Tokenizer got = tokenizer_written(md, test_temp_dir("gguf-bpe-back") / "vocab.gguf");
+        REQUIRE(got.vocab_size() == want.vocab_size());
+        CHECK(got.bos_id() == want.bos_id());
+        CHECK(got.eos_id() == want.eos_id());
+        const auto inputs = tokenizer_test::read_vocab_test_inputs(dir / (std::string(name) + ".inp"));
+        const auto expected = read_vocab_test_outputs(dir / (std::string(name) + ".out"));
+        REQUIRE(inputs.size() == expected.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            INFO("case " << i);
+            CHECK(got.encode(inputs[i], false) == expected[i]);
+        }
+    }
+    // A pre-tokenizer llama.cpp has no name for, and a hole in the ids, are named.
+    const GgufFile gpt2(dir / "ggml-vocab-gpt-2.gguf");
+    HfSpecialTokens specials;
+    nlohmann::json doc = gguf_bpe_tokenizer_json(gpt2.metadata(), "gpt2", &specials);
+    nlohmann::json odd = doc;
+    odd["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Isolated"}},
+                              {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+    CHECK_THROWS_WITH(gguf_bpe_tokenizer_metadata(odd, "t.json", 0, 0),
+                      "t.json: pre_tokenizer: its regexes are not those of a pre-tokenizer llama.cpp names");
+    nlohmann::json hole = doc;
+    hole["model"]["vocab"].erase("!");
+    CHECK_THROWS_WITH(gguf_bpe_tokenizer_metadata(hole, "t.json", 0, 0), "t.json: model.vocab: no token has id 0");
+}

@@ -296,8 +296,7 @@ json olmoe_json() {
 
 }  // namespace
 
-TEST_CASE("config: Qwen3-30B-A3B (per-head q/k norm, head_dim above dim / heads, moe_intermediate_size)",
-          "[config]") {
+TEST_CASE("config: Qwen3-30B-A3B (per-head q/k norm, head_dim above dim / heads, moe_intermediate_size)", "[config]") {
     const ModelConfig c = model_config_parse(qwen3_moe_json(), "qwen3.json");
     CHECK(c.architecture == "Qwen3MoeForCausalLM");
     CHECK(c.dim == 2048);
@@ -351,8 +350,11 @@ TEST_CASE("config: OLMoE-1B-7B (full-width q/k norm, null bos, norm_topk_prob fa
 }
 
 TEST_CASE("config: Hugging Face defaults of the Qwen and OLMoE config classes", "[config]") {
-    json q3 = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"hidden_size", 256}, {"num_hidden_layers", 2},
-               {"num_attention_heads", 4}, {"vocab_size", 151936}};
+    json q3 = {{"architectures", {"Qwen3MoeForCausalLM"}},
+               {"hidden_size", 256},
+               {"num_hidden_layers", 2},
+               {"num_attention_heads", 4},
+               {"vocab_size", 151936}};
     ModelConfig c = model_config_parse(q3, "q3.json");
     CHECK(c.hidden_dim == 768);
     CHECK(c.dense_hidden_dim == 6144);

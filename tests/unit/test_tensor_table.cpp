@@ -142,12 +142,11 @@ TEST_CASE("tensor table: Qwen3-MoE names, per-head q/k norms, mlp.experts, expli
     check_entry(m, "model.layers.3.self_attn.q_norm.weight", {c.head_dim}, TensorRole::Q_NORM, 3);
     check_entry(m, "model.layers.3.self_attn.k_norm.weight", {c.head_dim}, TensorRole::K_NORM, 3);
     check_entry(m, "model.layers.3.mlp.gate.weight", {c.n_experts, c.dim}, TensorRole::ROUTER, 3);
-    check_entry(m, "model.layers.3.mlp.experts.127.gate_proj.weight", {c.hidden_dim, c.dim}, TensorRole::EXPERT_W1,
-                3, 127);
+    check_entry(m, "model.layers.3.mlp.experts.127.gate_proj.weight", {c.hidden_dim, c.dim}, TensorRole::EXPERT_W1, 3,
+                127);
     check_entry(m, "model.layers.3.mlp.experts.127.up_proj.weight", {c.hidden_dim, c.dim}, TensorRole::EXPERT_W3, 3,
                 127);
-    check_entry(m, "model.layers.3.mlp.experts.0.down_proj.weight", {c.dim, c.hidden_dim}, TensorRole::EXPERT_W2, 3,
-                0);
+    check_entry(m, "model.layers.3.mlp.experts.0.down_proj.weight", {c.dim, c.hidden_dim}, TensorRole::EXPERT_W2, 3, 0);
     check_entry(m, "model.layers.0.self_attn.k_proj.weight", {kv, c.dim}, TensorRole::WK, 0);
     CHECK(m.count("model.layers.0.self_attn.q_proj.bias") == 0);
     CHECK(m.count("model.layers.0.mlp.shared_expert_gate.weight") == 0);
