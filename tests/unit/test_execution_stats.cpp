@@ -20,8 +20,8 @@ using S = ExecutionStats;
 // The members, named here rather than taken from the table, so that a
 // figure the table misses shows.
 constexpr uint64_t S::*COUNTS[] = {&S::copy_bytes, &S::layers};
-constexpr double S::*TIMES[] = {&S::predicted_cpu_ms, &S::predicted_device_ms, &S::predicted_ms,
-                                &S::measured_cpu_ms,  &S::measured_device_ms,  &S::measured_ms};
+constexpr double S::*TIMES[] = {&S::predicted_cpu_ms,   &S::predicted_device_ms, &S::predicted_ms, &S::measured_cpu_ms,
+                                &S::measured_device_ms, &S::measured_ms,         &S::planner_ms};
 constexpr std::vector<double> S::*LAYER_TIMES[] = {&S::layer_predicted_cpu_ms, &S::layer_predicted_device_ms,
                                                    &S::layer_measured_cpu_ms, &S::layer_measured_device_ms};
 
@@ -55,7 +55,7 @@ ExecutionStats filled(uint64_t seed) {
 TEST_CASE("execution statistics: merge, subtract and clear reach every figure", "[execution_stats]") {
     const ExecutionStats a = filled(1), b = filled(1000);
     const std::vector<double> fa = figures(a), fb = figures(b);
-    REQUIRE(fa.size() == size_t(EXPERT_SITE_COUNT * (LAYERS * EXPERTS + 1) + 2 + 6 + 4 * LAYERS));
+    REQUIRE(fa.size() == size_t(EXPERT_SITE_COUNT * (LAYERS * EXPERTS + 1) + 2 + 7 + 4 * LAYERS));
     ExecutionStats sum = a;
     sum.merge(b);
     const std::vector<double> fs = figures(sum);
@@ -117,7 +117,7 @@ TEST_CASE("execution statistics: each figure has its own names", "[execution_sta
     }
     REQUIRE(per_site == 2);   // runs and tokens
     REQUIRE(per_layer == 4);  // each side's prediction and measurement
-    REQUIRE(keys.size() == 10);
+    REQUIRE(keys.size() == 11);
 }
 
 TEST_CASE("routing statistics count the expert runs they were added in", "[execution_stats]") {
