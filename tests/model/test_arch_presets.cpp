@@ -254,3 +254,46 @@ TEST_CASE("arch presets: the shared expert counts as dense bytes, read every ste
     CHECK(weight_format(w).dense == 2.0);
     CHECK(weight_format(w).expert == 2.0);
 }
+
+TEST_CASE("arch presets: dense layers among MoE layers run their MLP on the backend and route nothing", "[arch]") {
+    ModelConfig c = synth_preset("qwen3-moe-mini");
+    c.n_layers = 3;
+    c.dense_layers = {0, 2};  // as mlp_only_layers [0, 2]
+    c.dense_hidden_dim = 384;
+    const ModelWeights w = synth_weights(c, 9, 2);
+    REQUIRE(w.layers[0].experts.empty());
+    REQUIRE(w.layers[0].router.empty());
+    REQUIRE(w.layers[0].mlp.w1.rows == 384);
+    REQUIRE(w.layers[0].shared_gate.empty());
+    REQUIRE(w.layers[1].experts.size() == 128);
+    REQUIRE(w.layers[1].mlp.empty());
+
+    ThreadPool pool(2);
+    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor executor(c, w, pool, 64);
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * c.n_experts_active);
+    ForwardPass forward(c, *backend, cache, executor, 64, 64);
+    Batch batch;
+    const std::vector<int> prompt = {50256, 15496, 11, 703, 389};
+    for (int i = 0; i < int(prompt.size()); i++) batch.add(prompt[i], i, 0, true);
+    RoutingStats stats(c.n_layers, c.n_experts);
+    const float* logits = forward.run(batch, &stats);
+    for (size_t i = 0; i < prompt.size() * size_t(c.vocab_size); i++) REQUIRE(std::isfinite(logits[i]));
+    // Only the MoE layer routes: tokens x top-k there, nothing in the dense layers.
+    uint64_t per_layer[3] = {0, 0, 0};
+    for (int l = 0; l < c.n_layers; l++)
+        for (int e = 0; e < c.n_experts; e++) per_layer[l] += stats.get(l, e);
+    CHECK(per_layer[0] == 0);
+    CHECK(per_layer[1] == prompt.size() * size_t(c.n_experts_active));
+    CHECK(per_layer[2] == 0);
+    // The dense layers' MLP matters: without it the logits change.
+    ModelWeights no_mlp = synth_weights(c, 9, 2);
+    no_mlp.layers[2].mlp.w2 = no_mlp.layers[0].mlp.w2;  // another down projection in layer 2
+    std::unique_ptr<Backend> backend2 = make_cpu_backend(c, no_mlp, pool, 64, 64 * c.n_experts_active);
+    KvCache cache2(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor executor2(c, no_mlp, pool, 64);
+    ForwardPass forward2(c, *backend2, cache2, executor2, 64, 64);
+    const std::vector<float> first(logits, logits + c.vocab_size);
+    const float* other = forward2.run(batch);
+    CHECK(std::memcmp(first.data(), other, first.size() * sizeof(float)) != 0);
+}
