@@ -231,11 +231,11 @@ double CudaExpertDevice::measure_copies(CopySource source, const std::vector<Exp
 }
 
 void CudaExpertDevice::choose_copy_source(CopyMode mode) {
-    // The experts a copy may ever move: every non-resident one.
+    // The experts a copy may ever move: every non-resident one (dense layers have none).
     std::vector<ExpertPipeline::Expert> copied;
     for (int l = 0; l < config_.n_layers; l++)
         for (int e = 0; e < config_.n_experts; e++)
-            if (pipeline_.resident_slot(l, e) < 0) copied.push_back({l, e});
+            if (config_.layer_is_moe(l) && pipeline_.resident_slot(l, e) < 0) copied.push_back({l, e});
 
     choice_ = CopySourceChoice{};
     if (copied.empty()) {

@@ -111,7 +111,7 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
         // A share of experts: the budget is what they need, with the margin
         // of a budget of that size (a tenth, at most 1 GiB).
         const double experts =
-            (std::round(o.gpu_expert_share * c.n_layers * c.n_experts) + staging) * info.expert_bytes;
+            (std::round(o.gpu_expert_share * c.n_moe_layers() * c.n_experts) + staging) * info.expert_bytes;
         const double need = info.dense_bytes + info.kv_bytes + info.activation_bytes + experts;
         info.budget_bytes = std::min(need / 0.9, need + GIB);
         if (info.budget_bytes > free_bytes) {
@@ -134,23 +134,38 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
     }
     DeviceBudget b{info.budget_bytes, info.dense_bytes + info.activation_bytes, info.kv_bytes, info.margin_bytes,
                    info.expert_bytes, staging};
-    info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
+    info.capacity = expert_capacity(b, c.n_moe_layers(), c.n_experts);
     return "";
 }
 
+// The static plans see the MoE layers only (a dense layer of a Qwen model
+// has no experts): planned over those rows, then spread back to all layers.
 Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
-    Residency residency;
+    std::vector<int> moe;
+    for (int l = 0; l < c.n_layers; l++)
+        if (c.layer_is_moe(l)) moe.push_back(l);
+    const int n_moe = int(moe.size());
+    Residency planned;
+    std::vector<uint64_t> counts;  // the profile's, (n_layers, n_experts)
     if (!o.profile.empty()) {
         Profile profile = profile_read(o.profile);
         profile_check(profile, model_fingerprint(c), o.profile.string());
-        residency = static_plan_popularity(profile.counts, c.n_layers, c.n_experts, capacity);
+        counts = profile.counts;
+        std::vector<uint64_t> moe_counts;
+        for (int l : moe)
+            moe_counts.insert(moe_counts.end(), counts.begin() + ptrdiff_t(l) * c.n_experts,
+                              counts.begin() + ptrdiff_t(l + 1) * c.n_experts);
+        planned = static_plan_popularity(moe_counts, n_moe, c.n_experts, capacity);
         info.plan = PlanKind::POPULARITY;
         info.profile = o.profile.string();
-        info.expected_hit_rate = hit_rate(residency, profile.counts);
     } else {
-        residency = static_plan_even(c.n_layers, c.n_experts, capacity);
+        planned = static_plan_even(n_moe, c.n_experts, capacity);
         info.plan = PlanKind::EVEN;
     }
+    Residency residency(c.n_layers, c.n_experts);
+    for (int i = 0; i < n_moe; i++)
+        for (int e = 0; e < c.n_experts; e++) residency.set(moe[size_t(i)], e, planned.resident(i, e));
+    if (!counts.empty()) info.expected_hit_rate = hit_rate(residency, counts);
     for (int l = 0; l < c.n_layers; l++)
         for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
     return residency;
@@ -173,23 +188,16 @@ LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const
 
 namespace {
 
-// Placement tables are (layer, expert) over every layer; a MoE model with
-// dense layers (no experts there) is not placed yet.
-const char* const DENSE_LAYERS_UNPLACED =
-    "the model has dense layers among its MoE layers (mlp_only_layers / decoder_sparse_step), which expert "
-    "placement does not cover yet";
-
 // The dry run: an emulated device (a test double that computes on the
 // CPU) with a budget in GiB or a share of all experts.
 void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                     ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration) {
     PlacementInfo& info = s.info;
     if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
-    if (!c.dense_layers.empty()) throw MoeError(std::string("--emulate-gpu: ") + DENSE_LAYERS_UNPLACED);
     if (o.device.emulate_gpu_bytes > 0 && o.device.emulate_gpu_expert_share > 0)
         throw MoeError("--emulate-gpu: give a size in GiB or a share of experts, not both");
 
-    const int total = c.n_layers * c.n_experts;
+    const int total = c.n_moe_layers() * c.n_experts;
     const int staging = EMULATED_STAGING_SLOTS;
     info.device = DeviceKind::EMULATED;
     info.staging_slots = staging;
@@ -200,7 +208,7 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
         info.budget_bytes = o.device.emulate_gpu_bytes;
         info.margin_bytes = margin_for(o.device.emulate_gpu_bytes);
         DeviceBudget b{info.budget_bytes, info.dense_bytes, info.kv_bytes, info.margin_bytes, info.expert_bytes, staging};
-        info.capacity = expert_capacity(b, c.n_layers, c.n_experts);
+        info.capacity = expert_capacity(b, c.n_moe_layers(), c.n_experts);
         device_expert_bytes = info.budget_bytes - info.dense_bytes - info.kv_bytes - info.margin_bytes;
         if (device_expert_bytes < staging * info.expert_bytes) {
             char msg[320];
@@ -266,8 +274,6 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
         why_cpu = "--gpu-device none";
     } else if (!c.is_moe()) {
         why_cpu = "dense model (the GPU path places experts)";
-    } else if (!c.dense_layers.empty()) {
-        why_cpu = DENSE_LAYERS_UNPLACED;
     } else {
 #ifdef MOE_HAVE_CUDA
         try {

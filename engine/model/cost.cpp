@@ -14,16 +14,9 @@ StageCost matmul_cost(double rows, double cols, int n_tokens, double bytes_per_w
 StageCost operator+(StageCost a, StageCost b) { return {a.bytes + b.bytes, a.flops + b.flops}; }
 StageCost operator*(double k, StageCost a) { return {k * a.bytes, k * a.flops}; }
 
-// Layers that route to experts (all of them for Mixtral; 0 for a dense model).
-int moe_layers(const ModelConfig& c) {
-    int n = 0;
-    for (int l = 0; l < c.n_layers; l++) n += c.layer_is_moe(l) ? 1 : 0;
-    return n;
-}
-
 // Experts each token visits over the whole model (the dense Mistral MLP is expert 0 of every layer).
 double routed_per_token(const ModelConfig& c) {
-    return c.is_moe() ? double(moe_layers(c)) * c.n_experts_active : double(c.n_layers);
+    return c.is_moe() ? double(c.n_moe_layers()) * c.n_experts_active : double(c.n_layers);
 }
 
 double per_weight(const WeightView& w) {
@@ -85,27 +78,28 @@ StageCost cost_lm_head(const ModelConfig& c, int n_tokens, const WeightFormat& f
 }
 
 StageCost cost_decode_token(const ModelConfig& c, const WeightFormat& f) {
-    StageCost layers = double(c.n_layers) * cost_attention_proj(c, 1, f) + double(moe_layers(c)) * cost_router(c, 1, f);
+    StageCost layers =
+        double(c.n_layers) * cost_attention_proj(c, 1, f) + double(c.n_moe_layers()) * cost_router(c, 1, f);
     return layers + routed_per_token(c) * cost_expert(c, 1, f) + cost_always_mlp(c, 1, f) + cost_lm_head(c, 1, f);
 }
 
 StageCost cost_decode_step(const ModelConfig& c, int n_tokens, double routed_experts, const WeightFormat& f) {
-    StageCost layers =
-        double(c.n_layers) * cost_attention_proj(c, n_tokens, f) + double(moe_layers(c)) * cost_router(c, n_tokens, f);
+    StageCost layers = double(c.n_layers) * cost_attention_proj(c, n_tokens, f) +
+                       double(c.n_moe_layers()) * cost_router(c, n_tokens, f);
     StageCost experts{routed_experts * cost_expert(c, 0, f).bytes,
                       routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
     return layers + experts + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, n_tokens, f);
 }
 
 StageCost cost_prefill(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
-    const double expert_layers = c.is_moe() ? moe_layers(c) : c.n_layers;
+    const double expert_layers = c.is_moe() ? c.n_moe_layers() : c.n_layers;
     const int experts = c.is_moe() ? c.n_experts : 1;
     // Every expert's weights are read once (when any token routes to it);
     // the FLOPs follow the tokens.
     StageCost moe{expert_layers * experts * cost_expert(c, 0, f).bytes,
                   routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
-    StageCost layers =
-        double(c.n_layers) * cost_attention_proj(c, n_tokens, f) + double(moe_layers(c)) * cost_router(c, n_tokens, f);
+    StageCost layers = double(c.n_layers) * cost_attention_proj(c, n_tokens, f) +
+                       double(c.n_moe_layers()) * cost_router(c, n_tokens, f);
     return layers + moe + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, 1, f);
 }
 
@@ -117,7 +111,7 @@ double cost_dense_bytes(const ModelConfig& c, const WeightFormat& f) {
     if (c.qk_norm == QkNorm::FULL) vectors += double(c.n_layers) * (q_dim + kv_dim);
     if (c.qkv_bias) vectors += double(c.n_layers) * (q_dim + 2 * kv_dim);
     const double layers = double(c.n_layers) * cost_attention_proj(c, 0, f).bytes +
-                          double(moe_layers(c)) * cost_router(c, 0, f).bytes + cost_always_mlp(c, 0, f).bytes;
+                          double(c.n_moe_layers()) * cost_router(c, 0, f).bytes + cost_always_mlp(c, 0, f).bytes;
     double embeddings = double(c.vocab_size) * c.dim * (f.embed + (c.tie_embeddings ? 0.0 : f.lm_head));
     return layers + embeddings + vectors * 2.0;
 }

@@ -49,6 +49,8 @@ struct ModelConfig {
     bool is_moe() const { return n_experts > 0; }
     // Layer l routes tokens to experts (a MoE model's layer not in dense_layers).
     bool layer_is_moe(int l) const;
+    // Layers that route to experts: n_layers - dense_layers for a MoE model, 0 for a dense one.
+    int n_moe_layers() const { return is_moe() ? n_layers - int(dense_layers.size()) : 0; }
     // Inner width of the MLP every token of layer l runs (the dense MLP of a
     // dense layer, or the shared expert); 0 when there is none. Mistral's
     // dense MLP is its expert 0 instead (it runs as a routed expert).

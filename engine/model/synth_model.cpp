@@ -417,7 +417,7 @@ constexpr int STANDIN_ENDOFTEXT = 50256, STANDIN_IM_START = 50257, STANDIN_IM_EN
 constexpr int STANDIN_VOCAB = 50304;
 
 // A plain ChatML template for olmoe-mini (the stand-in tokenizer has no
-// OLMoE chat markers): a system turn when given, each message between
+// OLMoE chat markers): every message, a system one included, between
 // <|im_start|>ROLE and <|im_end|>, the assistant's turn opened on request.
 const char* const OLMOE_STANDIN_CHAT_TEMPLATE =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
+#include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_source.h"
@@ -27,6 +29,7 @@
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/text/gguf_tokenizer.h"
+#include "placement/residency.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"
@@ -253,4 +256,95 @@ TEST_CASE("arch presets: the shared expert counts as dense bytes, read every ste
     const ModelWeights w = synth_weights(c, 1, 2);
     CHECK(weight_format(w).dense == 2.0);
     CHECK(weight_format(w).expert == 2.0);
+}
+
+TEST_CASE("arch presets: dense layers among MoE layers run their MLP on the backend and route nothing", "[arch]") {
+    ModelConfig c = synth_preset("qwen3-moe-mini");
+    c.n_layers = 3;
+    c.dense_layers = {0, 2};  // as mlp_only_layers [0, 2]
+    c.dense_hidden_dim = 384;
+    const ModelWeights w = synth_weights(c, 9, 2);
+    REQUIRE(w.layers[0].experts.empty());
+    REQUIRE(w.layers[0].router.empty());
+    REQUIRE(w.layers[0].mlp.w1.rows == 384);
+    REQUIRE(w.layers[0].shared_gate.empty());
+    REQUIRE(w.layers[1].experts.size() == 128);
+    REQUIRE(w.layers[1].mlp.empty());
+
+    ThreadPool pool(2);
+    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor executor(c, w, pool, 64);
+    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * c.n_experts_active);
+    ForwardPass forward(c, *backend, cache, executor, 64, 64);
+    Batch batch;
+    const std::vector<int> prompt = {50256, 15496, 11, 703, 389};
+    for (int i = 0; i < int(prompt.size()); i++) batch.add(prompt[i], i, 0, true);
+    RoutingStats stats(c.n_layers, c.n_experts);
+    const float* logits = forward.run(batch, &stats);
+    for (size_t i = 0; i < prompt.size() * size_t(c.vocab_size); i++) REQUIRE(std::isfinite(logits[i]));
+    // Only the MoE layer routes: tokens x top-k there, nothing in the dense layers.
+    uint64_t per_layer[3] = {0, 0, 0};
+    for (int l = 0; l < c.n_layers; l++)
+        for (int e = 0; e < c.n_experts; e++) per_layer[l] += stats.get(l, e);
+    CHECK(per_layer[0] == 0);
+    CHECK(per_layer[1] == prompt.size() * size_t(c.n_experts_active));
+    CHECK(per_layer[2] == 0);
+    // The dense layers' MLP matters: without it the logits change.
+    ModelWeights no_mlp = synth_weights(c, 9, 2);
+    no_mlp.layers[2].mlp.w2 = no_mlp.layers[0].mlp.w2;  // another down projection in layer 2
+    std::unique_ptr<Backend> backend2 = make_cpu_backend(c, no_mlp, pool, 64, 64 * c.n_experts_active);
+    KvCache cache2(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    CpuExpertExecutor executor2(c, no_mlp, pool, 64);
+    ForwardPass forward2(c, *backend2, cache2, executor2, 64, 64);
+    const std::vector<float> first(logits, logits + c.vocab_size);
+    const float* other = forward2.run(batch);
+    CHECK(std::memcmp(first.data(), other, first.size() * sizeof(float)) != 0);
+}
+
+TEST_CASE(
+    "arch presets: with dense layers, an emulated device holding and copying experts gives bitwise the CPU's "
+    "logits",
+    "[arch]") {
+    ModelConfig c = synth_preset("qwen3-moe-mini");
+    c.n_layers = 4;
+    c.dense_layers = {0, 3};
+    c.dense_hidden_dim = 384;
+    const ModelWeights w = synth_weights(c, 4, 2);
+    const int max_batch = 32;
+    const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30, 50257};
+    auto run = [&](const Residency* residency) {
+        ThreadPool pool(2);
+        KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+        CpuExpertExecutor cpu(c, w, pool, max_batch);
+        std::unique_ptr<EmulatedDevice> device;
+        const double expert_bytes = cost_expert(c, 0).bytes;
+        if (residency)
+            device = std::make_unique<EmulatedDevice>(
+                c, w, *residency, double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * expert_bytes, max_batch,
+                pool.size());
+        // Copying is free and the CPU slow: every non-resident expert is copied.
+        LatencyModel model;
+        model.cpu = {0, 1000, 1000};
+        model.device = {0, 0.001, 0.0001};
+        model.copy = {0.001, 1e12};
+        model.has_device = true;
+        std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
+        HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{}, expert_bytes);
+        ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);
+        Batch batch;
+        for (int i = 0; i < int(prompt.size()); i++) batch.add(prompt[i], i, 0, true);
+        const float* l = forward.run(batch);
+        std::vector<float> out(l, l + prompt.size() * size_t(c.vocab_size));
+        const uint64_t copied = device ? device->copied_bytes() : 0;
+        return std::pair{out, copied};
+    };
+    // The static plan of the device setup: experts of MoE layers only.
+    Residency residency(c.n_layers, c.n_experts);
+    for (int e = 0; e < c.n_experts; e += 3) residency.set(1, e, true);
+    for (int e = 0; e < c.n_experts; e += 5) residency.set(2, e, true);
+    const auto [want, none] = run(nullptr);
+    const auto [got, copied] = run(&residency);
+    CHECK(copied > 0);
+    REQUIRE(got.size() == want.size());
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 }
