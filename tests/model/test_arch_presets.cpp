@@ -16,6 +16,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "engine/devices/emulated_device.h"
@@ -52,6 +54,16 @@ std::vector<float> prefill_logits(const ModelConfig& c, const ModelWeights& w, c
     return std::vector<float>(l, l + tokens.size() * size_t(c.vocab_size));
 }
 
+// Removes a file when it goes out of scope.
+struct RemovedAtEnd {
+    explicit RemovedAtEnd(fs::path p) : path(std::move(p)) {}
+    ~RemovedAtEnd() {
+        std::error_code ec;
+        fs::remove(path, ec);
+    }
+    fs::path path;
+};
+
 std::string load_error(const ModelConfig& c, const fs::path& dir) {
     try {
         weights_load(c, dir);
@@ -66,7 +78,8 @@ std::string load_error(const ModelConfig& c, const fs::path& dir) {
 TEST_CASE("arch presets: each folder loads back as its preset's config and in-memory weights", "[arch]") {
     for (const char* preset : PRESETS) {
         SECTION(preset) {
-            const fs::path dir = test_model_dir(preset, 3);
+            const ScratchModel model(preset, 3);
+            const fs::path& dir = model.dir();
             const nlohmann::json config_json = nlohmann::json::parse(read_file(dir / "config.json"));
             const ModelConfig want = synth_preset(preset);
             const ModelConfig c = model_config_load(dir);
@@ -149,8 +162,9 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
 TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the presets", "[arch]") {
     for (const char* preset : PRESETS) {
         SECTION(preset) {
+            const ScratchModel model(preset, 3);
             EngineOptions o;
-            o.model_dir = test_model_dir(preset, 3);
+            o.model_dir = model.dir();
             o.threads = 2;
             o.ctx = 128;
             Engine e(o);
@@ -176,7 +190,8 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
 }
 
 TEST_CASE("arch presets: a missing or mis-shaped tensor of the new roles is named", "[arch]") {
-    const fs::path src = test_model_dir("qwen2-moe-mini", 3);
+    const ScratchModel model("qwen2-moe-mini", 3);
+    const fs::path& src = model.dir();
     const ModelConfig c = model_config_load(src);
     // The same folder read with a config that expects other shapes.
     ModelConfig wider = c;
@@ -190,14 +205,16 @@ TEST_CASE("arch presets: a missing or mis-shaped tensor of the new roles is name
     CHECK(message.find("model.layers.0.self_attn.q_norm.weight: tensor missing") != std::string::npos);
 }
 
-TEST_CASE("arch presets: a bf16 GGUF of each gives the folder's config, logits and tokenizer", "[arch]") {
+// The source is the preset's in-memory weights (the first test case shows
+// they are its folder's, byte for byte), so that only the GGUF is on disk.
+TEST_CASE("arch presets: a bf16 GGUF of each gives the preset's config, logits and tokenizer", "[arch]") {
     for (const char* preset : PRESETS) {
         SECTION(preset) {
-            const fs::path dir = test_model_dir(preset, 3);
-            const ModelSource source = model_source_parse(dir.string());
+            const ModelSource source = model_source_parse(std::string("synth:") + preset + ":3");
             const ModelConfig c = model_source_config(source);
             const ModelWeights w = model_source_weights(source, c, 2);
             const fs::path out = test_temp_dir(std::string("arch-gguf-") + preset) / "model.gguf";
+            const RemovedAtEnd remove_out(out);  // one preset's GGUF on disk at a time
             GgufWriteOptions o;
             o.name = preset;
             o.extra_metadata = model_source_text_metadata(source, c);
@@ -228,12 +245,12 @@ TEST_CASE("arch presets: a bf16 GGUF of each gives the folder's config, logits a
             REQUIRE(got.size() == want.size());
             CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 
-            const Tokenizer folder_tokenizer = model_source_tokenizer(source, c);
+            const Tokenizer preset_tokenizer = model_source_tokenizer(source, c);
             const Tokenizer gguf_tokenizer = tokenizer_from_gguf(file.metadata(), out.string());
-            REQUIRE(gguf_tokenizer.vocab_size() == folder_tokenizer.vocab_size());
+            REQUIRE(gguf_tokenizer.vocab_size() == preset_tokenizer.vocab_size());
             const std::string text = "Hello world, <|im_start|>it's 2026!\n  tabs\tand ünïcödé";
             CHECK(gguf_tokenizer.encode(text, false, SpecialTokens::PARSE) ==
-                  folder_tokenizer.encode(text, false, SpecialTokens::PARSE));
+                  preset_tokenizer.encode(text, false, SpecialTokens::PARSE));
             CHECK(file.metadata().get_string("tokenizer.chat_template") == synth_chat_template(c));
         }
     }

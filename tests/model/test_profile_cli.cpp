@@ -384,7 +384,8 @@ TEST_CASE("profiles of models with dense layers among MoE layers", "[.profile_de
 
 TEST_CASE("profile of a Qwen2-MoE model: its chat template, 60 experts of top-4, the shared expert never counted",
           "[profile_cli]") {
-    const fs::path model = test_model_dir("qwen2-moe-mini", 3);
+    const ScratchModel scratch("qwen2-moe-mini", 3);
+    const fs::path& model = scratch.dir();
     const fs::path out = test_temp_dir("profile-cli-qwen2") / "qwen2.json";
     CommandResult r = moe({"profile", "--model", model.string(), "--prompts", sharegpt_file().string(), "--limit", "2",
                            "--gen-tokens", "3", "--threads", "2", "--out", out.string()});

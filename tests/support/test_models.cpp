@@ -2,6 +2,7 @@
 // tests that need no model do not link the synth-model writer).
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,21 @@ fs::path test_model_dir(const std::string& preset, unsigned seed) {
     fs::rename(tmp, dir, ec);  // another process may have won the race
     fs::remove_all(tmp);
     return dir;
+}
+
+ScratchModel::ScratchModel(const std::string& preset, unsigned seed)
+    : dir_(test_temp_dir("scratch-" + preset) / "model") {
+    SynthOptions options;
+    options.preset = preset;
+    options.out = dir_;
+    options.seed = seed;
+    synth_model_write(options);
+}
+
+ScratchModel::~ScratchModel() {
+    if (std::getenv("MOE_KEEP_TEST_TMP")) return;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -21,12 +22,40 @@ fs::path shared_data_dir() {
     return MOE_SHARED_DATA_DIR;
 }
 
+namespace {
+
+// The folders test_temp_dir made, removed when the test process exits (a
+// run leaves no temporary files behind: the disk of a CI machine is not
+// large). Not by a forked child, whose exit is not the test's end. Kept
+// when MOE_KEEP_TEST_TMP is set, to look at after a failure.
+class TempDirs {
+public:
+    void add(const fs::path& dir) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        dirs_.push_back(dir);
+    }
+    ~TempDirs() {
+        if (getpid() != owner_ || std::getenv("MOE_KEEP_TEST_TMP")) return;
+        std::error_code ec;
+        for (const fs::path& d : dirs_) fs::remove_all(d, ec);
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<fs::path> dirs_;
+    pid_t owner_ = getpid();
+};
+
+}  // namespace
+
 fs::path test_temp_dir(const std::string& tag) {
     static std::atomic<int> counter{0};
+    static TempDirs made;
     fs::path dir = fs::path(MOE_TEST_BUILD_DIR) / "test-tmp" /
                    (tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(dir);
     fs::create_directories(dir);
+    made.add(dir);
     return dir;
 }
 

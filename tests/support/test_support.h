@@ -14,6 +14,22 @@ std::filesystem::path shared_data_dir();
 // test processes ask at once (written to a temporary name, then renamed).
 std::filesystem::path test_model_dir(const std::string& preset, unsigned seed = 1);
 
+// A preset's model folder written into a fresh test_temp_dir and removed
+// when this object goes: for presets of hundreds of MB, so that a test run
+// holds at most one of them on disk at a time (test_model_dir keeps its
+// folders for every later test).
+class ScratchModel {
+public:
+    ScratchModel(const std::string& preset, unsigned seed);
+    ~ScratchModel();
+    ScratchModel(const ScratchModel&) = delete;
+    ScratchModel& operator=(const ScratchModel&) = delete;
+    const std::filesystem::path& dir() const { return dir_; }
+
+private:
+    std::filesystem::path dir_;
+};
+
 // A model folder whose tokenizer is only tokenizer.json, in a fresh
 // test_temp_dir(tag): the tiny model's weights and config.json (vocab_size
 // 32000, so padded far above the tokenizer), a hand-made byte-level BPE of
@@ -26,7 +42,8 @@ std::filesystem::path tokenizer_json_model_dir(const std::string& tag, const std
 // That byte-level BPE tokenizer.json, as text.
 std::string byte_level_tokenizer_json_text();
 
-// A fresh empty folder under <build>/test-tmp/, named after `tag`.
+// A fresh empty folder under <build>/test-tmp/, named after `tag`, removed
+// when the test process exits (kept when MOE_KEEP_TEST_TMP is set).
 std::filesystem::path test_temp_dir(const std::string& tag);
 
 // The built moe-server executable.
