@@ -12,6 +12,7 @@
 
 #include "cpu_kernels/quant.h"
 #include "cpu_kernels/thread_pool.h"
+#include "engine/text/gguf_tokenizer.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
@@ -216,9 +217,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     j["rms_norm_eps"] = m.get_float(p + "attention.layer_norm_rms_epsilon");
     if (std::optional<int> ctx = find(p + "context_length")) j["max_position_embeddings"] = *ctx;
     j["tie_word_embeddings"] = f.find("output.weight") == nullptr;
-    j["eos_token_id"] = m.find_int<int>("tokenizer.ggml.eos_token_id").value_or(2);
-    j["bos_token_id"] =
-        m.find_int<int>("tokenizer.ggml.bos_token_id").value_or(arch == "llama" ? 1 : j["eos_token_id"].get<int>());
+    const std::vector<int> eos = gguf_end_of_generation_ids(m);
+    j["eos_token_id"] = eos.empty() ? nlohmann::json(2) : nlohmann::json(eos);
+    j["bos_token_id"] = m.find_int<int>("tokenizer.ggml.bos_token_id")
+                            .value_or(arch == "llama" ? 1
+                                      : eos.empty()   ? 2
+                                                      : eos[0]);
     return model_config_parse(j, file + " (its GGUF metadata as config.json)");
 }
 

@@ -602,7 +602,8 @@ ModelConfig synth_preset(const std::string& name) {
         c.rms_norm_eps = 1e-5f;
         c.max_position_embeddings = 4096;
         c.bos_token_id = STANDIN_ENDOFTEXT;
-        c.eos_token_ids = {STANDIN_ENDOFTEXT};
+        // Its template is ChatML, so a turn ends at <|im_end|> as well.
+        c.eos_token_ids = {STANDIN_IM_END, STANDIN_ENDOFTEXT};
         return c;
     }
     // Qwen1.5-MoE-A2.7B scaled down: 60 experts of top-4 and a shared expert

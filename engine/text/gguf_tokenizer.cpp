@@ -11,6 +11,7 @@
 // GGUF key, so a bad file never surfaces as a SentencePiece status text.
 #include "engine/text/gguf_tokenizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -225,6 +226,28 @@ Tokenizer gguf_bpe_tokenizer(const GgufMetadata& md, std::string_view source) {
 }
 
 }  // namespace
+
+std::vector<int> gguf_end_of_generation_ids(const GgufMetadata& md) {
+    std::vector<int> ids;
+    const auto add = [&](std::optional<int> id) {
+        if (id && *id >= 0 && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+    };
+    add(md.find_int<int>(KEY_EOS));
+    if (ids.empty()) return ids;
+    add(md.find_int<int>("tokenizer.ggml.eot_token_id"));
+    add(md.find_int<int>("tokenizer.ggml.eom_token_id"));
+    const std::optional<std::vector<std::string_view>> tokens = md.find_strings(KEY_TOKENS);
+    const std::optional<std::vector<int32_t>> types = md.find_ints<int32_t>(KEY_TYPES);
+    if (!tokens || !types || types->size() != tokens->size()) return ids;
+    static constexpr std::string_view END_OF_TURN[] = {
+        "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
+        "<|end|>",    "<end_of_turn>", "<EOT>",      "<｜end▁of▁sentence｜>"};
+    for (size_t i = 0; i < tokens->size(); i++)
+        if ((*types)[i] == CONTROL &&
+            std::find(std::begin(END_OF_TURN), std::end(END_OF_TURN), (*tokens)[i]) != std::end(END_OF_TURN))
+            add(int(i));
+    return ids;
+}
 
 std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view source) {
     const std::optional<std::string_view> kind = md.find_string(KEY_MODEL);

@@ -56,6 +56,15 @@ nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& metadata, std::string
 // reader; any other: Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source).
 Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view source);
 
+// The ids that end generation, as llama.cpp reads a GGUF: EOS, then
+// tokenizer.ggml.eot_token_id and eom_token_id when present, then every
+// CONTROL token spelled as a known end of turn (<|im_end|>, <|endoftext|>,
+// <|eot_id|>, <|eom_id|>, <|end|>, <end_of_turn>, <EOT>,
+// <｜end▁of▁sentence｜>), each once. A GGUF carries one EOS id where a
+// Hugging Face generation_config.json lists several (Qwen's <|im_end|> and
+// <|endoftext|>). Empty when the file names no EOS.
+std::vector<int> gguf_end_of_generation_ids(const GgufMetadata& metadata);
+
 // ChatTemplate::from_jinja of tokenizer.chat_template (absent: MISTRAL with a
 // warning naming the key).
 ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning);

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_forward.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
@@ -42,16 +43,27 @@ namespace {
 
 const char* const PRESETS[] = {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"};
 
-std::vector<float> prefill_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens) {
-    ThreadPool pool(2);
-    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
-    CpuExpertExecutor executor(c, w, pool, 64);
-    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * std::max(1, c.n_experts_active));
-    ForwardPass forward(c, *backend, cache, executor, 64, 64);
-    Batch batch;
-    for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
-    const float* l = forward.run(batch);
-    return std::vector<float>(l, l + tokens.size() * size_t(c.vocab_size));
+// Catch2 checks that every field the new architectures add or read agrees.
+void check_same_config(const ModelConfig& got, const ModelConfig& want) {
+    CHECK(got.architecture == want.architecture);
+    CHECK(got.dim == want.dim);
+    CHECK(got.hidden_dim == want.hidden_dim);
+    CHECK(got.dense_hidden_dim == want.dense_hidden_dim);
+    CHECK(got.head_dim == want.head_dim);
+    CHECK(got.n_heads == want.n_heads);
+    CHECK(got.n_kv_heads == want.n_kv_heads);
+    CHECK(got.n_experts == want.n_experts);
+    CHECK(got.n_experts_active == want.n_experts_active);
+    CHECK(got.norm_topk_prob == want.norm_topk_prob);
+    CHECK(got.qk_norm == want.qk_norm);
+    CHECK(got.qkv_bias == want.qkv_bias);
+    CHECK(got.shared_hidden_dim == want.shared_hidden_dim);
+    CHECK(got.dense_layers == want.dense_layers);
+    CHECK(got.rope_theta == want.rope_theta);
+    CHECK(got.rms_norm_eps == want.rms_norm_eps);
+    CHECK(got.vocab_size == want.vocab_size);
+    CHECK(got.bos_token_id == want.bos_token_id);
+    CHECK(got.eos_token_ids == want.eos_token_ids);
 }
 
 // Removes a file when it goes out of scope.
@@ -84,25 +96,7 @@ TEST_CASE("arch presets: each folder loads back as its preset's config and in-me
             const ModelConfig want = synth_preset(preset);
             const ModelConfig c = model_config_load(dir);
             CHECK(config_json["architectures"][0] == want.architecture);
-            CHECK(c.architecture == want.architecture);
-            CHECK(c.dim == want.dim);
-            CHECK(c.hidden_dim == want.hidden_dim);
-            CHECK(c.dense_hidden_dim == want.dense_hidden_dim);
-            CHECK(c.head_dim == want.head_dim);
-            CHECK(c.n_heads == want.n_heads);
-            CHECK(c.n_kv_heads == want.n_kv_heads);
-            CHECK(c.n_experts == want.n_experts);
-            CHECK(c.n_experts_active == want.n_experts_active);
-            CHECK(c.norm_topk_prob == want.norm_topk_prob);
-            CHECK(c.qk_norm == want.qk_norm);
-            CHECK(c.qkv_bias == want.qkv_bias);
-            CHECK(c.shared_hidden_dim == want.shared_hidden_dim);
-            CHECK(c.dense_layers == want.dense_layers);
-            CHECK(c.rope_theta == want.rope_theta);
-            CHECK(c.rms_norm_eps == want.rms_norm_eps);
-            CHECK(c.vocab_size == want.vocab_size);
-            CHECK(c.bos_token_id == want.bos_token_id);
-            CHECK(c.eos_token_ids == want.eos_token_ids);
+            check_same_config(c, want);
 
             const ModelWeights folder = weights_load(c, dir);
             const ModelWeights memory =
@@ -120,7 +114,7 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
             const ModelConfig c = synth_preset(preset);
             const ModelWeights w = synth_weights(c, 5, 2);
             const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30, 50257, 198};
-            const std::vector<float> logits = prefill_logits(c, w, prompt);
+            const std::vector<float> logits = cpu_prefill_logits(c, w, prompt);
             size_t finite = 0;
             for (float x : logits) finite += std::isfinite(x) ? 1 : 0;
             CHECK(finite == logits.size());
@@ -227,21 +221,13 @@ TEST_CASE("arch presets: a bf16 GGUF of each gives the preset's config, logits a
                            : c.architecture == "Qwen2MoeForCausalLM" ? "qwen2moe"
                                                                      : "olmoe"));
             const ModelConfig g = gguf_model_config(file);
-            CHECK(g.architecture == c.architecture);
-            CHECK(g.hidden_dim == c.hidden_dim);
-            CHECK(g.head_dim == c.head_dim);
-            CHECK(g.qk_norm == c.qk_norm);
-            CHECK(g.qkv_bias == c.qkv_bias);
-            CHECK(g.shared_hidden_dim == c.shared_hidden_dim);
-            CHECK(g.norm_topk_prob == c.norm_topk_prob);
-            CHECK(g.n_experts == c.n_experts);
-            CHECK(g.vocab_size == c.vocab_size);
+            check_same_config(g, c);
             const ModelWeights gw = gguf_model_weights(g, out);
             check_same_weights(c, gw, w);
 
             const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30};
-            const std::vector<float> want = prefill_logits(c, w, prompt);
-            const std::vector<float> got = prefill_logits(g, gw, prompt);
+            const std::vector<float> want = cpu_prefill_logits(c, w, prompt);
+            const std::vector<float> got = cpu_prefill_logits(g, gw, prompt);
             REQUIRE(got.size() == want.size());
             CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_forward.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
@@ -126,20 +127,6 @@ void write_llama_gguf(const fs::path& out, const ModelConfig& c, const ModelWeig
     gguf_write(out, meta, tensors);
 }
 
-// The logits of a forward pass over `tokens` (one sequence, every position).
-std::vector<float> forward_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens) {
-    ThreadPool pool(2);
-    const int n = int(tokens.size());
-    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, n * c.n_experts_active);
-    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
-    CpuExpertExecutor executor(c, w, pool, n);
-    ForwardPass forward(c, *backend, cache, executor, n, n);
-    Batch batch;
-    for (int i = 0; i < n; i++) batch.add(tokens[size_t(i)], i, 0, true);
-    const float* logits = forward.run(batch, nullptr);
-    return std::vector<float>(logits, logits + size_t(n) * c.vocab_size);
-}
-
 // The reference folder loaded, and its bf16 GGUF in llama.cpp's layout
 // written as tag/model-bf16.gguf.
 struct FolderAndGguf {
@@ -179,7 +166,7 @@ TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and
     CHECK(gw.layers[1].experts[2].w1.data == static_cast<const char*>(gate->data) + 2 * gate->nbytes / 4);
 
     const std::vector<int> tokens = {1, 415, 5565, 302, 4843, 349, 264, 2475, 28723, 13};
-    CHECK(forward_logits(g, gw, tokens) == forward_logits(c, w, tokens));
+    CHECK(cpu_prefill_logits(g, gw, tokens) == cpu_prefill_logits(c, w, tokens));
 }
 
 TEST_CASE("gguf model: a lone GGUF file serves like its folder", "[gguf_model]") {

@@ -570,31 +570,33 @@ TEST_CASE("reference: greedy continues with the argmax of the last position", "[
     }
 }
 
+// The error ReferenceModel::load gives for a folder; "" when it loads.
+std::string load_message(const fs::path& dir) {
+    try {
+        ReferenceModel::load(dir);
+    } catch (const std::runtime_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 TEST_CASE("reference: bad checkpoints are refused with a message", "[reference]") {
     Spec s;
     s.layers = 1;
     json config = config_of(s);
     TensorMap w = random_weights(s, 71);
-    auto message = [](const fs::path& dir) -> std::string {
-        try {
-            ReferenceModel::load(dir);
-        } catch (const std::runtime_error& e) {
-            return e.what();
-        }
-        return "";
-    };
 
     TensorMap missing = w;
     missing.erase("model.layers.0.self_attn.k_proj.weight");
-    REQUIRE_THAT(message(write_model("ref-missing", config, missing)), Catch::Contains("self_attn.k_proj.weight"));
+    REQUIRE_THAT(load_message(write_model("ref-missing", config, missing)), Catch::Contains("self_attn.k_proj.weight"));
 
     TensorMap wrong = w;
     wrong["model.norm.weight"] = zeros({s.dim + 1});
-    REQUIRE_THAT(message(write_model("ref-shape", config, wrong)), Catch::Contains("model.norm.weight"));
+    REQUIRE_THAT(load_message(write_model("ref-shape", config, wrong)), Catch::Contains("model.norm.weight"));
 
     fs::path truncated = write_model("ref-trunc", config, w);
     fs::resize_file(truncated / "model.safetensors", fs::file_size(truncated / "model.safetensors") - 10);
-    REQUIRE_THAT(message(truncated), Catch::Contains("past end"));
+    REQUIRE_THAT(load_message(truncated), Catch::Contains("past end"));
 
     fs::path bad_header = write_model("ref-header", config, w);
     {
@@ -603,11 +605,11 @@ TEST_CASE("reference: bad checkpoints are refused with a message", "[reference]"
         f.seekp(6);
         f.put(char(0x7F));
     }
-    REQUIRE_THAT(message(bad_header), Catch::Contains("past end of file"));
+    REQUIRE_THAT(load_message(bad_header), Catch::Contains("past end of file"));
 
     json no_dim = config;
     no_dim.erase("hidden_size");
-    REQUIRE_THAT(message(write_model("ref-config", no_dim, w)), Catch::Contains("hidden_size"));
+    REQUIRE_THAT(load_message(write_model("ref-config", no_dim, w)), Catch::Contains("hidden_size"));
 
     ReferenceModel model = ReferenceModel::load(write_model("ref-ok", config, w));
     REQUIRE_THROWS_AS(model.forward({1, s.vocab}), std::runtime_error);
@@ -1048,27 +1050,19 @@ TEST_CASE("reference: each architecture's defaults and its tensors' names", "[re
     REQUIRE(c.rms_norm_eps == 1e-5);
     REQUIRE(c.norm_topk_prob);
 
-    auto message = [](const fs::path& dir) -> std::string {
-        try {
-            ReferenceModel::load(dir);
-        } catch (const std::runtime_error& e) {
-            return e.what();
-        }
-        return "";
-    };
     TensorMap w = random_weights(q3, 5);
     w.erase("model.layers.1.self_attn.k_norm.weight");
-    REQUIRE_THAT(message(write_model("ref-no-knorm", config_of(q3), w)),
+    REQUIRE_THAT(load_message(write_model("ref-no-knorm", config_of(q3), w)),
                  Catch::Contains("model.layers.1.self_attn.k_norm.weight"));
     TensorMap wb = random_weights(q2, 6);
     wb.erase("model.layers.0.mlp.shared_expert_gate.weight");
-    REQUIRE_THAT(message(write_model("ref-no-sgate", config_of(q2), wb)), Catch::Contains("shared_expert_gate"));
+    REQUIRE_THAT(load_message(write_model("ref-no-sgate", config_of(q2), wb)), Catch::Contains("shared_expert_gate"));
     json other = config_of(q3);
     other["architectures"] = {"DeepseekV3ForCausalLM"};
-    REQUIRE_THAT(message(write_model("ref-arch", other, random_weights(q3, 7))),
+    REQUIRE_THAT(load_message(write_model("ref-arch", other, random_weights(q3, 7))),
                  Catch::Contains("unsupported architecture DeepseekV3ForCausalLM"));
     json no_moe = config_of(q3);
     no_moe.erase("moe_intermediate_size");
-    REQUIRE_THAT(message(write_model("ref-no-moe-size", no_moe, random_weights(q3, 8))),
+    REQUIRE_THAT(load_message(write_model("ref-no-moe-size", no_moe, random_weights(q3, 8))),
                  Catch::Contains("moe_intermediate_size"));
 }

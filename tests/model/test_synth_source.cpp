@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_forward.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
@@ -22,19 +23,6 @@
 #include "weights_compare.h"
 
 namespace {
-
-// The full-vocabulary logits of every position of `tokens`, one prefill batch.
-std::vector<float> logits_of(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens) {
-    ThreadPool pool(2);
-    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
-    CpuExpertExecutor executor(c, w, pool, 64);
-    std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * std::max(1, c.n_experts_active));
-    ForwardPass forward(c, *backend, cache, executor, 64, 64);
-    Batch batch;
-    for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
-    const float* l = forward.run(batch);
-    return std::vector<float>(l, l + tokens.size() * size_t(c.vocab_size));
-}
 
 std::string parse_error(const std::string& text) {
     try {
@@ -98,8 +86,8 @@ TEST_CASE("synth: synth:tiny:7 gives bitwise the logits and greedy tokens of the
     const ModelConfig c = model_config_load(dir);
     const std::vector<int> prompt = {1, 1014, 2016, 3100, 17, 5432, 29915, 900};
     const ModelSource source = model_source_parse("synth:tiny:7");
-    const std::vector<float> want = logits_of(c, weights_load(c, dir), prompt);
-    const std::vector<float> got = logits_of(c, model_source_weights(source, c, 2), prompt);
+    const std::vector<float> want = cpu_prefill_logits(c, weights_load(c, dir), prompt);
+    const std::vector<float> got = cpu_prefill_logits(c, model_source_weights(source, c, 2), prompt);
     REQUIRE(got.size() == want.size());
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 

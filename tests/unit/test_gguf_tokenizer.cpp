@@ -400,3 +400,27 @@ TEST_CASE("gguf tokenizer: a byte-level tokenizer.json as a gpt2 vocabulary give
     hole["model"]["vocab"].erase("!");
     CHECK_THROWS_WITH(gguf_bpe_tokenizer_metadata(hole, "t.json", 0, 0), "t.json: model.vocab: no token has id 0");
 }
+
+TEST_CASE("gguf tokenizer: the ids that end generation, as llama.cpp reads them", "[gguf_tokenizer]") {
+    const fs::path dir = test_temp_dir("gguf-eog");
+    const auto ids_of = [&](const std::vector<GgufKeyValue>& md) {
+        gguf_write(dir / "eog.gguf", md, {});
+        const GgufFile gguf(dir / "eog.gguf");
+        return gguf_end_of_generation_ids(gguf.metadata());
+    };
+    // Mixtral's: EOS alone ("</s>" is no end of turn).
+    CHECK(ids_of(small_vocab()) == std::vector<int>{2});
+    // EOS first, then EOT, then CONTROL tokens spelled as an end of turn in id
+    // order, each once; a NORMAL "<|endoftext|>" is text.
+    std::vector<GgufKeyValue> md = small_vocab();
+    md = with(md, "tokenizer.ggml.tokens",
+              std::vector<std::string>{"<unk>", "<s>", "</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "b",
+                                       "<end_of_turn>", "<|im_start|>"});
+    md = with(md, "tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 3, 3, 1, 3, 3});
+    md = with(md, "tokenizer.ggml.eos_token_id", uint32_t(4));
+    CHECK(ids_of(md) == std::vector<int>{4, 5, 7});
+    md = with(md, "tokenizer.ggml.eot_token_id", uint32_t(7));
+    CHECK(ids_of(md) == std::vector<int>{4, 7, 5});
+    // No EOS: nothing, whatever the tokens.
+    CHECK(ids_of(without(md, "tokenizer.ggml.eos_token_id")).empty());
+}

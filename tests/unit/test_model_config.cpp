@@ -409,43 +409,30 @@ TEST_CASE("config: bad Qwen and OLMoE fields are refused naming the field", "[co
         CHECK(message.find(field) != std::string::npos);
         CHECK(message.find(what) != std::string::npos);
     };
-    json j = qwen3_moe_json();
-    j["mlp_only_layers"] = {48};
-    refused(j, "mlp_only_layers", "outside the layers");
-    j = qwen3_moe_json();
-    j["mlp_only_layers"] = "0";
-    refused(j, "mlp_only_layers", "list");
-    j = qwen3_moe_json();
-    j["decoder_sparse_step"] = 0;
-    refused(j, "decoder_sparse_step", "positive");
-    j = qwen3_moe_json();
-    j["moe_intermediate_size"] = 0;
-    refused(j, "moe_intermediate_size", "positive");
-    j = qwen3_moe_json();
-    j["num_experts_per_tok"] = 129;
-    refused(j, "num_experts_per_tok", "exceeds");
-    j = qwen3_moe_json();
-    j["attention_bias"] = true;
-    refused(j, "attention_bias", "not supported");
-    j = qwen3_moe_json();
-    j["use_sliding_window"] = true;
-    refused(j, "use_sliding_window", "not supported");
-    j = qwen3_moe_json();
-    j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
-    refused(j, "rope_scaling", "only plain RoPE");
-    j = qwen3_moe_json();
-    j["norm_topk_prob"] = "yes";
-    refused(j, "norm_topk_prob", "true or false");
-    j = qwen2_moe_json();
-    j["shared_expert_intermediate_size"] = 0;
-    refused(j, "shared_expert_intermediate_size", "positive");
-    j = olmoe_json();
-    j["clip_qkv"] = 8.0;
-    refused(j, "clip_qkv", "not supported");
-    j = olmoe_json();
-    j["num_experts"] = -1;
-    refused(j, "num_experts", "positive");
-    j = olmoe_json();
-    j["eos_token_id"] = 50304;
-    refused(j, "eos_token_id", "outside the vocabulary");
+    struct Case {
+        json (*base)();
+        const char* field;
+        json value;
+        const char* what;
+    };
+    const Case cases[] = {
+        {qwen3_moe_json, "mlp_only_layers", {48}, "outside the layers"},
+        {qwen3_moe_json, "mlp_only_layers", "0", "list"},
+        {qwen3_moe_json, "decoder_sparse_step", 0, "positive"},
+        {qwen3_moe_json, "moe_intermediate_size", 0, "positive"},
+        {qwen3_moe_json, "num_experts_per_tok", 129, "exceeds"},
+        {qwen3_moe_json, "attention_bias", true, "not supported"},
+        {qwen3_moe_json, "use_sliding_window", true, "not supported"},
+        {qwen3_moe_json, "rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}, "only plain RoPE"},
+        {qwen3_moe_json, "norm_topk_prob", "yes", "true or false"},
+        {qwen2_moe_json, "shared_expert_intermediate_size", 0, "positive"},
+        {olmoe_json, "clip_qkv", 8.0, "not supported"},
+        {olmoe_json, "num_experts", -1, "positive"},
+        {olmoe_json, "eos_token_id", 50304, "outside the vocabulary"},
+    };
+    for (const Case& k : cases) {
+        json j = k.base();
+        j[k.field] = k.value;
+        refused(j, k.field, k.what);
+    }
 }
