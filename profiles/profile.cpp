@@ -140,8 +140,8 @@ void check_layer_sums(const FieldReader& r, const std::vector<uint64_t>& t, cons
         for (int e = 0; e < m.n_experts; e++) sum += t[size_t(l) * m.n_experts + e];
         if (!m.layer_is_moe(l)) {
             if (sum != 0)
-                r.fail(field + "[" + std::to_string(l) + "]", "sums to " + std::to_string(sum) + ", expected 0: layer " +
-                                                                  std::to_string(l) +
+                r.fail(field + "[" + std::to_string(l) + "]", "sums to " + std::to_string(sum) +
+                                                                  ", expected 0: layer " + std::to_string(l) +
                                                                   " is dense (model.dense_layers), it routes nothing");
             continue;
         }

@@ -327,9 +327,7 @@ int bench_placement(Args& args) {
     // The plans and rates over the MoE layers only: a dense layer has no experts to place.
     const std::vector<int> moe = fp.moe_layers();
     const int n_layers = int(moe.size()), n_experts = config.n_experts;
-    const auto rows = [&](const std::vector<uint64_t>& t) {
-        return t.empty() ? t : table_rows(t, n_experts, moe);
-    };
+    const auto rows = [&](const std::vector<uint64_t>& t) { return t.empty() ? t : table_rows(t, n_experts, moe); };
     const std::vector<uint64_t> a_counts = rows(a.counts), a_decode = rows(a.decode);
     const std::vector<uint64_t> b_counts = rows(b.counts), b_decode = rows(b.decode);
     std::printf("%s\n", json{{"bench", "placement_workloads"},

@@ -21,14 +21,14 @@
 #include <functional>
 #include <map>
 
+#include "checkpoint_writer.h"
+#include "cpu_kernels/isa.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
-#include "checkpoint_writer.h"
-#include "cpu_kernels/isa.h"
 #include "profiles/errors.h"
 #include "reference_model.h"
 #include "test_support.h"

@@ -1,17 +1,16 @@
 // The moe-server executable as a user runs it: synth-model, generate,
 // tokenize, perplexity, and the one-line errors with exit code 2 for bad
 // model folders and bad flags.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <deque>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/model/safetensors.h"
 #include "reference_model.h"
@@ -217,6 +216,25 @@ TEST_CASE("plain-text prompts start with BOS only when the tokenizer adds one", 
         REQUIRE(p.exit_code == 0);
         CHECK(json::parse(p.out)["tokens"] == 2);
     }
+}
+
+TEST_CASE("bench server renders its in-process prompt as the server renders the chat", "[cli]") {
+    // Qwen2.5's template (ChatML with a default system turn, no BOS): the
+    // engine's prompt and the HTTP request's first turn are the same tokens.
+    const std::string model = tokenizer_json_model_dir("bench-server", read_file(shared_data_dir() / "chat_templates" /
+                                                                                 "Qwen-Qwen2.5-7B-Instruct.jinja"))
+                                  .string();
+    CommandResult r = moe({"bench", "server", "--model", model, "--tokens", "4", "--conversations", "1", "--repeats",
+                           "1", "--reply-tokens", "2"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<json> lines;
+    std::istringstream out(r.out);
+    for (std::string line; std::getline(out, line);) lines.push_back(json::parse(line));
+    REQUIRE(lines.size() == 2);
+    REQUIRE(lines[0]["bench"] == "server_decode");
+    REQUIRE(lines[1]["bench"] == "server_ttft");
+    CHECK(lines[0]["prompt_tokens"] == lines[1]["per_conversation"][0]["turn1_prompt_tokens"]);
 }
 
 TEST_CASE("bad model folders give one clear line and exit code 2", "[cli]") {

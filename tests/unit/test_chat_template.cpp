@@ -374,7 +374,7 @@ TEST_CASE("ChatML starts with BOS only when the tokenizer adds one", "[chat_temp
     const auto first_id = [&](const HfSpecialTokens& specials) {
         return chatml.encode(hf_tokenizer_parse(byte_level_tokenizer_json_text(), "bpe", specials), chat).front();
     };
-    CHECK(first_id({"", "<|im_end|>", std::nullopt}) == 260);     // no BOS at all (Qwen's tokenizer_config.json)
+    CHECK(first_id({"", "<|im_end|>", std::nullopt}) == 260);        // no BOS at all (Qwen's tokenizer_config.json)
     CHECK(first_id({"<|endoftext|>", "<|im_end|>", false}) == 260);  // a BOS the tokenizer does not add
     CHECK(first_id({"<|endoftext|>", "<|im_end|>", true}) == 259);
     // Mistral's format is defined with its BOS: a tokenizer without one is refused.

@@ -8,8 +8,8 @@
 // byte-level tokens that split characters; and malformed documents refused in
 // one line naming the key.
 #include <algorithm>
-#include <fstream>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/model/gguf.h"
@@ -418,6 +418,7 @@ TEST_CASE("hf tokenizer: a plain-text prompt starts with BOS only when the token
     CHECK(off.encode_prompt("ab") == std::vector<int>{6});
     // No bos_token (Qwen's own tokenizer_config.json): none, whatever add_bos_token says.
     CHECK(with_config({{"bos_token", nullptr}, {"add_bos_token", true}}).encode_prompt("ab") == std::vector<int>{6});
-    CHECK(message_of([&] { with_config({{"bos_token", "<|end|>"}, {"add_bos_token", "yes"}}); })
-              .find("tokenizer_config.json: add_bos_token: not true or false") != std::string::npos);
+    CHECK(message_of([&] {
+              with_config({{"bos_token", "<|end|>"}, {"add_bos_token", "yes"}});
+          }).find("tokenizer_config.json: add_bos_token: not true or false") != std::string::npos);
 }

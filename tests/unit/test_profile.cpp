@@ -207,7 +207,9 @@ TEST_CASE("profile of a model with dense layers: their rows sum to 0, MoE rows t
     has(with([](json& j) { j["model"]["dense_layers"] = 1; }),
         "model.dense_layers: must be an array of layer indices, found an integer");
     has(with([](json& j) { j["model"]["dense_layers"] = {3}; }), "model.dense_layers[0]: 3 is not below n_layers 3");
-    has(with([](json& j) { j["model"]["dense_layers"] = {1, 1}; }),
+    has(with([](json& j) {
+            j["model"]["dense_layers"] = {1, 1};
+        }),
         "model.dense_layers[1]: 1 does not ascend (after 1)");
     has(with([](json& j) { j["model"]["dense_layers"] = {-1}; }), "model.dense_layers[0]: -1 is negative");
     // The fingerprint check tells a model with dense layers from one without.
