@@ -4,6 +4,7 @@
 // what was expected; nothing here knows how a model runs.
 #include "profiles/profile.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
@@ -129,14 +130,21 @@ json table_json(const std::vector<uint64_t>& t, int n_layers, int n_experts) {
     return rows;
 }
 
-// Every layer of a phase table must sum to tokens x top-k: each token is
-// routed to exactly top-k experts in every layer.
+// Every MoE layer of a phase table must sum to tokens x top-k: each token is
+// routed to exactly top-k experts in every such layer; a dense layer to 0.
 void check_layer_sums(const FieldReader& r, const std::vector<uint64_t>& t, const ModelFingerprint& m,
                       const std::string& field, const char* tokens_field, uint64_t tokens) {
     const uint64_t want = tokens * uint64_t(m.n_experts_active);
     for (int l = 0; l < m.n_layers; l++) {
         uint64_t sum = 0;
         for (int e = 0; e < m.n_experts; e++) sum += t[size_t(l) * m.n_experts + e];
+        if (!m.layer_is_moe(l)) {
+            if (sum != 0)
+                r.fail(field + "[" + std::to_string(l) + "]", "sums to " + std::to_string(sum) +
+                                                                  ", expected 0: layer " + std::to_string(l) +
+                                                                  " is dense (model.dense_layers), it routes nothing");
+            continue;
+        }
         if (sum != want)
             r.fail(field + "[" + std::to_string(l) + "]", "sums to " + std::to_string(sum) + ", expected workload." +
                                                               tokens_field + " x top-k = " + std::to_string(tokens) +
@@ -177,6 +185,22 @@ Profile parse_ours(const FieldReader& r, const json& j) {
         r.fail("model.n_experts_active",
                std::to_string(p.model.n_experts_active) + " exceeds n_experts " + std::to_string(p.model.n_experts));
     p.model.hash = parse_hash(r, r.string(m, "model", "hash"));
+    // Optional (absent: every layer routes), so profiles of Mixtral written
+    // before it read unchanged.
+    if (const auto dense = m.find("dense_layers"); dense != m.end()) {
+        if (!dense->is_array())
+            r.fail("model.dense_layers", std::string("must be an array of layer indices, found ") + json_kind(*dense));
+        for (size_t i = 0; i < dense->size(); i++) {
+            const std::string field = "model.dense_layers[" + std::to_string(i) + "]";
+            const uint64_t l = r.count((*dense)[i], field);
+            if (l >= uint64_t(p.model.n_layers))
+                r.fail(field, std::to_string(l) + " is not below n_layers " + std::to_string(p.model.n_layers));
+            if (!p.model.dense_layers.empty() && int(l) <= p.model.dense_layers.back())
+                r.fail(field, std::to_string(l) + " does not ascend (after " +
+                                  std::to_string(p.model.dense_layers.back()) + ")");
+            p.model.dense_layers.push_back(int(l));
+        }
+    }
 
     const json& w = r.object(j, "", "workload");
     ProfileWorkload& wl = p.workload;
@@ -230,10 +254,36 @@ std::string fingerprint_hash_hex(uint64_t hash) {
     return buf;
 }
 
+bool ModelFingerprint::layer_is_moe(int l) const {
+    return std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
+}
+
+std::vector<int> ModelFingerprint::moe_layers() const {
+    std::vector<int> out;
+    for (int l = 0; l < n_layers; l++)
+        if (layer_is_moe(l)) out.push_back(l);
+    return out;
+}
+
 std::string fingerprint_describe(const ModelFingerprint& f) {
-    return (f.architecture.empty() ? std::string("?") : f.architecture) + ", " + std::to_string(f.n_layers) +
-           " layers x " + std::to_string(f.n_experts) + " experts, top-" + std::to_string(f.n_experts_active) +
-           ", hash " + fingerprint_hash_hex(f.hash);
+    std::string s = f.architecture.empty() ? std::string("?") : f.architecture;
+    s += ", " + std::to_string(f.n_layers) + " layers x " + std::to_string(f.n_experts) + " experts, top-" +
+         std::to_string(f.n_experts_active);
+    for (size_t i = 0; i < f.dense_layers.size(); i++) {
+        s += i ? ", " : ", dense layers ";
+        s += std::to_string(f.dense_layers[i]);
+    }
+    s += ", hash ";
+    s += fingerprint_hash_hex(f.hash);
+    return s;
+}
+
+std::vector<uint64_t> table_rows(const std::vector<uint64_t>& table, int n_experts, const std::vector<int>& layers) {
+    std::vector<uint64_t> out;
+    out.reserve(layers.size() * size_t(n_experts));
+    for (int l : layers)
+        out.insert(out.end(), table.begin() + ptrdiff_t(l) * n_experts, table.begin() + ptrdiff_t(l + 1) * n_experts);
+    return out;
 }
 
 Profile profile_parse(const json& j, const std::string& source) {
@@ -266,15 +316,16 @@ json profile_to_json(const Profile& p) {
         throw MoeError("profile tables do not match the fingerprint's " + std::to_string(m.n_layers) + " x " +
                        std::to_string(m.n_experts));
     const ProfileWorkload& w = p.workload;
+    json model = {{"architecture", m.architecture},
+                  {"n_layers", m.n_layers},
+                  {"n_experts", m.n_experts},
+                  {"n_experts_active", m.n_experts_active},
+                  {"hash", fingerprint_hash_hex(m.hash)}};
+    if (!m.dense_layers.empty()) model["dense_layers"] = m.dense_layers;
     return json{
         {"format", PROFILE_FORMAT},
         {"version", PROFILE_VERSION},
-        {"model",
-         {{"architecture", m.architecture},
-          {"n_layers", m.n_layers},
-          {"n_experts", m.n_experts},
-          {"n_experts_active", m.n_experts_active},
-          {"hash", fingerprint_hash_hex(m.hash)}}},
+        {"model", std::move(model)},
         {"workload",
          {{"source", w.source},
           {"prompt_format", w.prompt_format},

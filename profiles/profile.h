@@ -25,11 +25,20 @@ struct ModelFingerprint {
     int n_experts = 0;
     int n_experts_active = 0;  // top-k
     uint64_t hash = 0;         // FNV-1a 64 of the canonical config + tensor-shape text
+    // Layers that route nothing (a dense MLP among MoE layers: Qwen's
+    // mlp_only_layers / decoder_sparse_step), ascending; their table rows
+    // are all zero. In the file as model.dense_layers, absent when empty.
+    std::vector<int> dense_layers = {};
 
     bool operator==(const ModelFingerprint&) const = default;
+    // Layer l routes tokens to experts.
+    bool layer_is_moe(int l) const;
+    // The layers that route, ascending.
+    std::vector<int> moe_layers() const;
 };
 
-// "MixtralForCausalLM, 8 layers x 8 experts, top-2, hash 0123456789abcdef".
+// "MixtralForCausalLM, 8 layers x 8 experts, top-2, hash 0123456789abcdef"
+// (", dense layers 0, 2" before the hash when there are dense layers).
 std::string fingerprint_describe(const ModelFingerprint& fingerprint);
 // The hash as 16 lower-case hex digits (its form in the file).
 std::string fingerprint_hash_hex(uint64_t hash);
@@ -64,8 +73,8 @@ struct Profile {
 };
 
 // Reads and validates a profile file: ours (any mismatch between the table
-// dimensions and the fingerprint, a bad count, a per-layer sum that is not
-// tokens x top-k is refused) or a Fiddler popularity file
+// dimensions and the fingerprint, a bad count, a MoE layer's sum that is not
+// tokens x top-k, a dense layer's that is not 0, is refused) or a Fiddler popularity file
 // ({"total_input_tokens": N, "expert_popularity": [[...], ...]}), whose
 // counts become `counts` with no phase split.
 Profile profile_read(const std::filesystem::path& path);
@@ -91,3 +100,7 @@ void profile_check(const Profile& profile, const ModelFingerprint& expected, con
 Profile profile_empty(const ModelFingerprint& model);
 // prefill + decode into counts, after the phase tables changed.
 void profile_sum_phases(Profile& profile);
+
+// The rows `layers` of a (n_layers, n_experts) table, in that order: a
+// table over the MoE layers only, for the planners.
+std::vector<uint64_t> table_rows(const std::vector<uint64_t>& table, int n_experts, const std::vector<int>& layers);

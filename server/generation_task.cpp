@@ -87,12 +87,8 @@ std::string chat_text_of(const Engine& e, const ChatInput& chat) {
 }
 
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos) {
-    std::vector<int> ids;
-    // A vocabulary without BOS (Qwen's tokenizer.json) starts with the text.
-    if (add_bos && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-    std::vector<int> encoded = tokenizer.encode(text);
-    ids.insert(ids.end(), encoded.begin(), encoded.end());
-    return ids;
+    // A tokenizer that adds no BOS (Qwen's) starts with the text either way.
+    return add_bos ? tokenizer.encode_prompt(text) : tokenizer.encode(text);
 }
 
 GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}

@@ -42,7 +42,8 @@ ApiError invalid_messages(const MoeError& error);
 ChatPrompt chat_prompt_of(const Engine& engine, const ChatInput& chat);
 std::string chat_text_of(const Engine& engine, const ChatInput& chat);
 
-// BOS (when add_bos) and the encoding of text.
+// Tokenizer::encode_prompt (BOS first when the tokenizer adds one) with
+// add_bos, else the plain encoding of text.
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos);
 
 class GenerationTasks {

@@ -258,6 +258,7 @@ struct HttpServer::Impl {
                         {"layers", rc.n_layers},
                         {"experts", rc.n_experts},
                         {"top_k", e.config().n_experts_active},
+                        {"dense_layers", e.config().dense_layers},
                         {"counts_total", matrix(rc.total)},
                         {"counts_last", matrix(rc.last)},
                         {"resident", resident},

@@ -151,11 +151,7 @@ Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capac
         Profile profile = profile_read(o.profile);
         profile_check(profile, model_fingerprint(c), o.profile.string());
         counts = profile.counts;
-        std::vector<uint64_t> moe_counts;
-        for (int l : moe)
-            moe_counts.insert(moe_counts.end(), counts.begin() + ptrdiff_t(l) * c.n_experts,
-                              counts.begin() + ptrdiff_t(l + 1) * c.n_experts);
-        planned = static_plan_popularity(moe_counts, n_moe, c.n_experts, capacity);
+        planned = static_plan_popularity(table_rows(counts, c.n_experts, moe), n_moe, c.n_experts, capacity);
         info.plan = PlanKind::POPULARITY;
         info.profile = o.profile.string();
     } else {

@@ -61,5 +61,10 @@ ModelFingerprint model_fingerprint(const ModelConfig& c) {
     f.n_experts = c.n_experts;
     f.n_experts_active = c.n_experts_active;
     f.hash = fnv1a64(model_fingerprint_text(c));
+    // Not in the hashed text (their tensors are, so the hash tells them apart
+    // already): a model without dense layers keeps the hash its profiles carry.
+    if (c.is_moe())
+        for (int l = 0; l < c.n_layers; l++)
+            if (!c.layer_is_moe(l)) f.dense_layers.push_back(l);
     return f;
 }

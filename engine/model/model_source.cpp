@@ -118,8 +118,9 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
     const bool hf_json =
         !s.synthetic && !s.gguf && !file_exists(s.dir / "tokenizer.model") && file_exists(s.dir / "tokenizer.json");
     if (s.synthetic && synth_uses_standin_tokenizer(config)) {
-        const HfSpecialTokens specials{"<|endoftext|>",
-                                       config.architecture == "OlmoeForCausalLM" ? "<|endoftext|>" : "<|im_end|>"};
+        // As the written folder's tokenizer_config.json: add_bos_token false.
+        const HfSpecialTokens specials{
+            "<|endoftext|>", config.architecture == "OlmoeForCausalLM" ? "<|endoftext|>" : "<|im_end|>", false};
         return hf_tokenizer_parse(synth_standin_tokenizer_json(), "synth-model's stand-in tokenizer.json", specials);
     }
     const std::string where = s.synthetic ? EMBEDDED_TOKENIZER

@@ -423,7 +423,7 @@ Engine::Score Engine::score(const std::vector<int>& tokens, int window, bool chu
     for (size_t start = 0; chunks ? start + window <= tokens.size() : start + 1 < tokens.size(); start += step) {
         size_t end = std::min(tokens.size(), start + window);
         std::vector<int> win(tokens.begin() + start, tokens.begin() + end);
-        if (chunks) win[0] = m.config.bos_token_id;
+        if (chunks && m.tokenizer.prompt_bos() >= 0) win[0] = m.tokenizer.prompt_bos();
         m.prefill(win, 0, true, [&](int b, int e, const float* logits) {
             for (int i = std::max(b, first); i < e && i + 1 < int(win.size()); i++) {
                 const float* l = logits + size_t(i - b) * vocab;

@@ -247,8 +247,9 @@ public:
     // tokens that overlap by one (every token after the first scored once).
     // With chunks, llama.cpp's protocol instead: the tokens cut into whole
     // chunks of `window` (the remainder dropped), each chunk's first token
-    // replaced by BOS, and only the predictions of its second half scored
-    // (tokens window/2 + 1 .. window - 1 of each chunk).
+    // replaced by BOS when the tokenizer adds one (Tokenizer::prompt_bos),
+    // and only the predictions of its second half scored (tokens window/2 + 1
+    // .. window - 1 of each chunk).
     struct Score {
         double nll_sum = 0;
         long n_scored = 0;

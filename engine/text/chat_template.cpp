@@ -22,8 +22,10 @@
 // markers must exist in the vocabulary as pieces; the text between markers is
 // encoded without the dummy prefix (these formats come from tokenizers that
 // have none, so "<|im_start|>user" is not "<|im_start|> user"). They start with
-// BOS (LLAMA3: <|begin_of_text|>). PHI3 is the Phi-3.5 form; without the
-// generation prompt it ends after the last message's "<|end|>\n".
+// BOS (LLAMA3: <|begin_of_text|>) when the tokenizer adds one
+// (Tokenizer::prompt_bos; Qwen's adds none; render_text always shows "<s>").
+// PHI3 is the Phi-3.5 form; without the generation prompt it ends after the
+// last message's "<|end|>\n".
 // Their replies are encoded together with the text before them (role,
 // newlines), so they have no reply spans.
 #include "engine/text/chat_template.h"
@@ -214,6 +216,13 @@ std::string chat_template_from_config(const nlohmann::json& config, const std::s
     return {};
 }
 
+ChatInput ChatInput::of(std::vector<ChatMessage> messages) {
+    ChatInput in;
+    for (const ChatMessage& m : messages) in.messages_json.push_back({{"role", m.role}, {"content", m.content}});
+    in.messages = std::move(messages);
+    return in;
+}
+
 const char* chat_family_name(ChatFamily family) {
     switch (family) {
     case ChatFamily::MISTRAL:
@@ -302,7 +311,11 @@ ChatPrompt ChatTemplate::render(const Tokenizer& tokenizer, std::span<const Chat
         case PartKind::BOS:
         case PartKind::EOS: {
             const bool bos = part.kind == PartKind::BOS;
-            const int id = bos ? tokenizer.bos_id() : tokenizer.eos_id();
+            // BOS as the tokenizer puts it before a prompt: none for one that
+            // adds none (Qwen's ChatML starts with <|im_start|>); Mistral's
+            // format is defined with it.
+            const int id = bos ? tokenizer.prompt_bos() : tokenizer.eos_id();
+            if (id < 0 && bos && family_ != ChatFamily::MISTRAL) break;
             if (id < 0)
                 throw MoeError(std::string("chat template ") + chat_family_name(family_) + " needs " +
                                (bos ? "a BOS" : "an EOS") + " token, which the tokenizer lacks");

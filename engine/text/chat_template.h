@@ -36,6 +36,10 @@ struct ChatInput {
     nlohmann::ordered_json tools;  // null or an array
     nlohmann::ordered_json extras = nlohmann::ordered_json::object();
     bool add_generation_prompt = true;  // false: the last (assistant) message is continued
+
+    // Plain role/content messages (a CLI's --user, a benchmark's turns), the
+    // JSON a client would send for them alongside.
+    static ChatInput of(std::vector<ChatMessage> messages);
 };
 
 // A model's Jinja template failed on a request (raise_exception, an unknown

@@ -33,6 +33,7 @@ constexpr std::string_view KEY_TOKENS = "tokenizer.ggml.tokens";
 constexpr std::string_view KEY_SCORES = "tokenizer.ggml.scores";
 constexpr std::string_view KEY_TYPES = "tokenizer.ggml.token_type";
 constexpr std::string_view KEY_BOS = "tokenizer.ggml.bos_token_id";
+constexpr std::string_view KEY_ADD_BOS = "tokenizer.ggml.add_bos_token";
 constexpr std::string_view KEY_EOS = "tokenizer.ggml.eos_token_id";
 constexpr std::string_view KEY_UNK = "tokenizer.ggml.unknown_token_id";
 constexpr std::string_view KEY_PAD = "tokenizer.ggml.padding_token_id";
@@ -214,6 +215,7 @@ nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& md, std::string_view 
     *specials = {};
     if (bos) specials->bos = (*tokens)[*bos];
     if (eos) specials->eos = (*tokens)[*eos];
+    specials->add_bos = md.find_bool(KEY_ADD_BOS);
     return doc;
 }
 
@@ -372,7 +374,9 @@ std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view so
 Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view source) {
     if (metadata.find_string(KEY_MODEL) == std::optional<std::string_view>("gpt2"))
         return gguf_bpe_tokenizer(metadata, source);
-    return Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source);
+    Tokenizer t = Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source);
+    if (const std::optional<bool> add_bos = metadata.find_bool(KEY_ADD_BOS)) t.set_add_bos(*add_bos);
+    return t;
 }
 
 ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning) {
@@ -429,7 +433,7 @@ std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view model, std::s
     };
     if (unk >= 0) kv.push_back({std::string(KEY_UNK), uint32_t(unk)});
     if (pad >= 0) kv.push_back({std::string(KEY_PAD), uint32_t(pad)});
-    kv.push_back({"tokenizer.ggml.add_bos_token", true});
+    kv.push_back({std::string(KEY_ADD_BOS), true});
     kv.push_back({"tokenizer.ggml.add_eos_token", false});
     kv.push_back({std::string(KEY_SPACE_PREFIX), dummy_prefix});
     kv.push_back({std::string(KEY_EXTRA_SPACES), extra_whitespaces});
@@ -505,7 +509,7 @@ std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc,
         {std::string(KEY_MODEL), "gpt2"},        {std::string(KEY_PRE), pre_name},
         {std::string(KEY_TOKENS), tokens},       {std::string(KEY_TYPES), types},
         {std::string(KEY_MERGES), merges},       {std::string(KEY_BOS), uint32_t(bos)},
-        {std::string(KEY_EOS), uint32_t(eos)},   {"tokenizer.ggml.add_bos_token", false},
+        {std::string(KEY_EOS), uint32_t(eos)},   {std::string(KEY_ADD_BOS), false},
         {"tokenizer.ggml.add_eos_token", false},
     };
     return kv;

@@ -780,6 +780,7 @@ Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, con
     };
     v.bos = special_id(specials.bos, "bos_token");
     v.eos = special_id(specials.eos, "eos_token");
+    v.add_bos = specials.add_bos.value_or(true);
     return Tokenizer::from_parts(source, std::move(v), std::move(model));
 }
 
@@ -809,6 +810,10 @@ Tokenizer hf_tokenizer_load_dir(const std::filesystem::path& dir) {
         };
         specials.bos = piece("bos_token");
         specials.eos = piece("eos_token");
+        if (const auto it = config.find("add_bos_token"); it != config.end() && !it->is_null()) {
+            if (!it->is_boolean()) fail(config_path.string(), "add_bos_token", "not true or false");
+            specials.add_bos = it->get<bool>();
+        }
     }
     return hf_tokenizer_parse(file_read_text(path), path.string(), specials);
 }

@@ -30,16 +30,19 @@
 #pragma once
 #include <filesystem>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "engine/text/tokenizer.h"
 
 // The pieces that are the BOS and EOS tokens (tokenizer_config.json's
-// bos_token / eos_token); empty: none.
+// bos_token / eos_token); empty: none. add_bos: its add_bos_token (absent:
+// BOS is added when there is one, as Hugging Face's Llama tokenizers do).
 struct HfSpecialTokens {
     std::string bos;
     std::string eos;
+    std::optional<bool> add_bos = std::nullopt;
 };
 
 // A parsed tokenizer.json document. `source` names it in errors.
@@ -51,7 +54,7 @@ Tokenizer hf_tokenizer_parse(std::string_view text, const std::string& source, c
 
 // A model folder's tokenizer.json, with the BOS and EOS pieces of its
 // tokenizer_config.json (bos_token / eos_token: a string or
-// {"content": ...}) when that file exists.
+// {"content": ...}) and its add_bos_token when that file exists.
 Tokenizer hf_tokenizer_load_dir(const std::filesystem::path& dir);
 
 // The GPT-2 byte-level alphabet: the character (UTF-8) that byte b is

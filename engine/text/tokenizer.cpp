@@ -399,6 +399,16 @@ int Tokenizer::bos_id() const {
 int Tokenizer::eos_id() const {
     return vocab_.eos;
 }
+int Tokenizer::prompt_bos() const {
+    return vocab_.add_bos ? vocab_.bos : -1;
+}
+
+std::vector<int> Tokenizer::encode_prompt(std::string_view text) const {
+    std::vector<int> ids;
+    if (prompt_bos() >= 0) ids.push_back(prompt_bos());
+    encode_parts(text, true, false, &ids);
+    return ids;
+}
 
 int Tokenizer::piece_to_id(std::string_view piece) const {
     const auto it = index_->piece_ids.find(piece);

@@ -48,6 +48,10 @@ struct TokenizerVocab {
     // (GPT-2 byte-level BPE: a character may span several tokens).
     bool byte_level = false;
     int bos = -1, eos = -1;  // -1: the vocabulary has none
+    // The tokenizer puts BOS before a plain-text prompt (SentencePiece's and
+    // tokenizer_config.json's add_bos_token, GGUF's tokenizer.ggml.add_bos_token;
+    // Qwen's are false). Only meaningful when bos >= 0.
+    bool add_bos = true;
     std::vector<AddedToken> added;
 };
 
@@ -103,6 +107,13 @@ public:
 
     int vocab_size() const;
     int bos_id() const;  // -1 when the vocabulary has none
+    // The id a plain-text prompt starts with: BOS when the tokenizer adds one
+    // (SentencePiece, Mistral's), -1 when it adds none (Qwen's byte-level BPE).
+    int prompt_bos() const;
+    // Plain text as a prompt: prompt_bos() (when there is one), then encode(text).
+    // The one place every plain-text prompt (CLI, server, benchmarks) is made.
+    std::vector<int> encode_prompt(std::string_view text) const;
+    void set_add_bos(bool add_bos) { vocab_.add_bos = add_bos; }
     int eos_id() const;  // -1 when the vocabulary has none
     // Id of an exact piece ("<s>", "[INST]", "<|im_start|>"), -1 if absent.
     int piece_to_id(std::string_view piece) const;

@@ -161,9 +161,9 @@ void run_benchmarks(HttpServer& server, int port, const std::vector<Conversation
     int threads = 0, n_prompt = 0;
     for (int r = 0; r < repeats; r++) {
         server.with_engine([&](Engine& engine) {
-            std::vector<ChatMessage> messages = {{"user", convs[0].turn1}};
+            // The model's own template, as the server renders the HTTP request.
             GenerateRequest g;
-            g.prompt = engine.chat_template().encode(engine.tokenizer(), messages);
+            g.prompt = engine.chat_prompt(ChatInput::of({{"user", convs[0].turn1}})).ids;
             g.sampling.temperature = 0;
             g.max_tokens = tokens;
             g.ignore_eos = true;

@@ -293,14 +293,10 @@ int cli_generate(const std::vector<std::string>& words) {
     if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     if (prompt) {
-        request.prompt = engine.tokenizer().encode(*prompt);
-        request.prompt.insert(request.prompt.begin(), engine.config().bos_token_id);
+        request.prompt = engine.tokenizer().encode_prompt(*prompt);
         request.continues_prompt = true;
     } else {
-        if (user) {
-            messages.messages = {{"user", *user}};
-            messages.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", *user}}});
-        }
+        if (user) messages = ChatInput::of({{"user", *user}});
         request.prompt = engine.chat_prompt(messages).ids;
     }
     if (beam.width > 0) {
@@ -337,17 +333,16 @@ int cli_tokenize(const std::vector<std::string>& words) {
     ModelConfig config = model_source_config(source);
     Tokenizer tokenizer = model_source_tokenizer(source, config);
     std::vector<int> tokens;
-    // The tokenizer's BOS: a vocabulary without one (Qwen's) starts with the text.
-    const int bos = tokenizer.bos_id();
+    // The tokenizer's BOS: one that adds none (Qwen's) starts with the text.
+    const int bos = tokenizer.prompt_bos();
     if (text) {
-        tokens = tokenizer.encode(*text);
-        if (!no_bos && bos >= 0) tokens.insert(tokens.begin(), bos);
+        tokens = no_bos ? tokenizer.encode(*text) : tokenizer.encode_prompt(*text);
     } else {
         std::string warning;
         const ModelChat model_chat(source, tokenizer, &warning);
         if (!warning.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", warning.c_str());
         tokens = model_chat.prompt(tokenizer, messages).ids;
-        if (no_bos && !tokens.empty() && tokens[0] == bos) tokens.erase(tokens.begin());
+        if (no_bos && bos >= 0 && !tokens.empty() && tokens[0] == bos) tokens.erase(tokens.begin());
     }
     std::printf("%s\n", json{{"tokens", tokens}}.dump().c_str());
     return 0;
@@ -370,9 +365,8 @@ int cli_perplexity(const std::vector<std::string>& words) {
     std::string text = file_read_text(text_path);
     ModelConfig config = model_source_config(source);
     Tokenizer tokenizer = model_source_tokenizer(source, config);
-    std::vector<int> tokens = tokenizer.encode(text);
-    tokens.insert(tokens.begin(), config.bos_token_id);
-    if (tokens.size() < 2) throw MoeError(text_path + ": too short to score (needs at least one token)");
+    std::vector<int> tokens = tokenizer.encode_prompt(text);
+    if (tokens.size() < 2) throw MoeError(text_path + ": too short to score (needs at least 2 tokens, BOS included)");
     // Default window: the whole file when it fits in the model's positions.
     long max_pos = config.max_position_embeddings > 0 ? config.max_position_embeddings : long(tokens.size());
     int window = int(ctx > 0 ? ctx : std::min<long>(long(tokens.size()), max_pos));

@@ -42,12 +42,12 @@ int bench_threads_flag(Args& args) {
 
 namespace {
 
-// A prompt of n ordinary-text token ids (BOS first), the same every run.
+// A prompt of n ordinary-text token ids (BOS first when the tokenizer adds
+// one), the same every run.
 std::vector<int> bench_prompt(const Engine& engine, int n) {
-    std::string text;
-    std::vector<int> ids{engine.config().bos_token_id};
+    const std::string text = "The quick brown fox jumps over the lazy dog while the band plays on. ";
+    std::vector<int> ids = engine.tokenizer().encode_prompt(text);
     while (int(ids.size()) < n) {
-        text = "The quick brown fox jumps over the lazy dog while the band plays on. ";
         std::vector<int> more = engine.tokenizer().encode(text);
         ids.insert(ids.end(), more.begin(), more.end());
     }
@@ -222,8 +222,7 @@ int bench_beam(Args& args) {
     const ModelConfig& c = engine.config();
     BeamRequest req;
     if (prompt_text) {
-        req.prompt = engine.tokenizer().encode(*prompt_text);
-        req.prompt.insert(req.prompt.begin(), c.bos_token_id);
+        req.prompt = engine.tokenizer().encode_prompt(*prompt_text);
     } else {
         req.prompt = bench_prompt(engine, 16);
     }
@@ -325,7 +324,12 @@ int bench_placement(Args& args) {
     profile_check(b, fp, b_path);
     if (!b.has_phases())
         throw MoeError(b_path + ": --eval needs a profile written by `moe-server profile` (prefill and decode counts)");
-    const int n_layers = config.n_layers, n_experts = config.n_experts;
+    // The plans and rates over the MoE layers only: a dense layer has no experts to place.
+    const std::vector<int> moe = fp.moe_layers();
+    const int n_layers = int(moe.size()), n_experts = config.n_experts;
+    const auto rows = [&](const std::vector<uint64_t>& t) { return t.empty() ? t : table_rows(t, n_experts, moe); };
+    const std::vector<uint64_t> a_counts = rows(a.counts), a_decode = rows(a.decode);
+    const std::vector<uint64_t> b_counts = rows(b.counts), b_decode = rows(b.decode);
     std::printf("%s\n", json{{"bench", "placement_workloads"},
                              {"model", model},
                              {"fingerprint", fingerprint_describe(fp)},
@@ -339,11 +343,11 @@ int bench_placement(Args& args) {
         const std::vector<uint64_t>& in_sample;  // A's counts of this phase (empty for a Fiddler import's decode)
         const std::vector<uint64_t>& eval;       // B's counts of this phase
     };
-    const Phase phases[] = {{"all", a.counts, b.counts}, {"decode", a.decode, b.decode}};
+    const Phase phases[] = {{"all", a_counts, b_counts}, {"decode", a_decode, b_decode}};
     for (double frac : {0.10, 0.25, 0.50}) {
         const int capacity = int(std::lround(frac * n_layers * n_experts));
         // Serving ranks by all of A's tokens, so one plan is scored on both phases.
-        const Residency popularity = static_plan_popularity(a.counts, n_layers, n_experts, capacity);
+        const Residency popularity = static_plan_popularity(a_counts, n_layers, n_experts, capacity);
         const Residency even = static_plan_even(n_layers, n_experts, capacity);
         for (const Phase& ph : phases) {
             std::vector<double> random_rates(static_cast<size_t>(n_seeds));

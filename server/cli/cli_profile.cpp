@@ -189,13 +189,9 @@ int cli_profile(const std::vector<std::string>& words) {
         if (chat) {
             // The model's own template, as generate and the server render it
             // (Qwen's ChatML has no BOS; the built-in renderer wants one).
-            ChatInput input;
-            input.messages = {{"user", text}};
-            input.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
-            request.prompt = engine.chat_prompt(input).ids;
+            request.prompt = engine.chat_prompt(ChatInput::of({{"user", text}})).ids;
         } else {
-            request.prompt = engine.tokenizer().encode(text);
-            request.prompt.insert(request.prompt.begin(), config.bos_token_id);
+            request.prompt = engine.tokenizer().encode_prompt(text);
         }
         if (int(request.prompt.size()) + gen_tokens > engine.ctx()) {
             w.prompts_skipped++;

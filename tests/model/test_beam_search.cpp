@@ -4,7 +4,11 @@
 // EOS, several length penalties) and narrower beams never score below
 // greedy; runs are deterministic; KV memory stays within the live beams'
 // blocks; forked beams give the same logits as separate sequences; bad
-// parameters are refused by name.
+// parameters are refused by name. On the small Qwen3-MoE, OLMoE and
+// Qwen2-MoE checkpoints (dense layers among MoE layers too), width 1 is
+// greedy decoding and the hypotheses' scores are the double-precision
+// reference model's log-probabilities of their tokens, the best one the best
+// a brute force over the reference finds.
 //
 // The brute force scores sequences with its own forward passes (one fresh
 // prefill of prompt + prefix per prefix) and its own log-softmax in double,
@@ -17,6 +21,8 @@
 #include <functional>
 #include <map>
 
+#include "checkpoint_writer.h"
+#include "cpu_kernels/isa.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
@@ -24,6 +30,7 @@
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
 #include "profiles/errors.h"
+#include "reference_model.h"
 #include "test_support.h"
 
 namespace {
@@ -527,4 +534,91 @@ TEST_CASE("bad beam parameters are refused by name", "[beam]") {
     refused(r, "prompt");
     // The engine still works afterwards.
     REQUIRE(beam(engine, ok).hypotheses.size() == 1);
+}
+
+namespace {
+
+// log p(seq[i] | seq[..i]) summed over i >= from, under the reference.
+double reference_logprob(const ReferenceModel& ref, const std::vector<int>& seq, size_t from) {
+    const std::vector<std::vector<double>> logits = ref.forward(seq);
+    double sum = 0;
+    for (size_t i = from; i < seq.size(); i++) {
+        const std::vector<double>& l = logits[i - 1];
+        const double mx = *std::max_element(l.begin(), l.end());
+        double z = 0;
+        for (double x : l) z += std::exp(x - mx);
+        sum += l[size_t(seq[i])] - mx - std::log(z);
+    }
+    return sum;
+}
+
+}  // namespace
+
+TEST_CASE("beam search on the Qwen3-MoE OLMoE and Qwen2-MoE architectures matches the reference", "[beam]") {
+    for (const auto& [name, config] : small_arch_configs()) {
+        SECTION(name) {
+            EngineOptions o;
+            o.model_dir = test_checkpoint_dir("arch", config);
+            o.threads = 2;
+            o.ctx = 256;
+            Engine engine(o);
+            const ReferenceModel ref = ReferenceModel::load(o.model_dir);
+            std::vector<int> prompt = prompt_tokens(6, 7);
+            for (int& t : prompt) t %= 256;  // the byte tokens of the 264-id vocabulary
+            // A float forward pass against the reference's doubles: per token
+            // log-probabilities agree to a few 1e-4, to a few 1e-3 with bf16
+            // activations (the AVX512-BF16 path), as the logits do.
+            const double per_token = isa_active() == Isa::AVX512BF16 ? 1e-2 : 2e-3;
+            const auto tol = [&](size_t n) { return per_token * double(n); };
+
+            // Width 1 is greedy decoding (which test_forward checks against the reference's).
+            GenerateRequest g;
+            g.prompt = prompt;
+            g.sampling.temperature = 0;
+            g.max_tokens = 10;
+            g.ignore_eos = true;
+            const GenerateResult want = engine.generate(g, [](const TokenEvent&) { return true; });
+            const BeamResult one = beam(engine, beam_request(prompt, 1, 10));
+            REQUIRE(one.hypotheses.size() == 1);
+            REQUIRE(one.hypotheses[0].tokens == want.tokens);
+            REQUIRE(one.n_steps == want.n_generated - 1);
+
+            // Width 4: each hypothesis' log-probability is the reference's of its
+            // tokens, its score that over its length, in order, none below greedy.
+            const int len = 6;
+            const BeamResult four = beam(engine, beam_request(prompt, 4, len, 3, 1.0f));
+            REQUIRE(four.hypotheses.size() == 3);
+            std::vector<int> greedy_seq = prompt;
+            greedy_seq.insert(greedy_seq.end(), want.tokens.begin(), want.tokens.begin() + len);
+            const double greedy_lp = reference_logprob(ref, greedy_seq, prompt.size());
+            for (size_t i = 0; i < four.hypotheses.size(); i++) {
+                const BeamHypothesis& h = four.hypotheses[i];
+                INFO("hypothesis " << i);
+                REQUIRE(h.length == len);
+                std::vector<int> seq = prompt;
+                seq.insert(seq.end(), h.tokens.begin(), h.tokens.end());
+                REQUIRE(h.logprob == Approx(reference_logprob(ref, seq, prompt.size())).epsilon(0).margin(tol(len)));
+                REQUIRE(h.score == Approx(h.logprob / len).epsilon(0).margin(1e-9));
+                if (i > 0) REQUIRE(h.score <= four.hypotheses[i - 1].score);
+            }
+            REQUIRE(four.hypotheses[0].logprob >= greedy_lp - tol(len));
+
+            // Restricted to four tokens, a beam of 16 keeps every prefix of two:
+            // its best is the best of all 64 sequences under the reference.
+            const std::vector<int> allowed = {want.tokens[0], 40, 101, 200};
+            const BeamResult all = beam(engine, beam_request(prompt, 16, 3, 1, 0.0f, allowed));
+            std::vector<std::pair<double, std::vector<int>>> scored;
+            for (int a : allowed)
+                for (int b : allowed)
+                    for (int c : allowed) {
+                        std::vector<int> seq = prompt;
+                        seq.insert(seq.end(), {a, b, c});
+                        scored.push_back({reference_logprob(ref, seq, prompt.size()), {a, b, c}});
+                    }
+            std::sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+            const BeamHypothesis& best = all.hypotheses.at(0);
+            REQUIRE(best.score == Approx(scored[0].first).epsilon(0).margin(tol(3)));
+            if (scored[0].first - scored[1].first > 2 * tol(3)) REQUIRE(best.tokens == scored[0].second);
+        }
+    }
 }

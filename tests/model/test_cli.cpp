@@ -1,17 +1,16 @@
 // The moe-server executable as a user runs it: synth-model, generate,
 // tokenize, perplexity, and the one-line errors with exit code 2 for bad
 // model folders and bad flags.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <deque>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/model/safetensors.h"
 #include "reference_model.h"
@@ -163,6 +162,79 @@ TEST_CASE("perplexity --json agrees with the reference model", "[cli]") {
     REQUIRE(j["tokens"] == tokens.size() - 1);
     REQUIRE(j["mean_nll"].get<double>() == Approx(mean).epsilon(1e-4));
     REQUIRE(j["ppl"].get<double>() == Approx(std::exp(mean)).epsilon(1e-3));
+}
+
+TEST_CASE("plain-text prompts start with BOS only when the tokenizer adds one", "[cli]") {
+    const auto prompt_tokens = [](const CommandResult& r) {
+        const size_t at = r.err.find("prompt ");
+        REQUIRE(at != std::string::npos);
+        return std::stoi(r.err.substr(at + 7));
+    };
+    const fs::path text = test_temp_dir("prompt-bos") / "text.txt";
+    SECTION("Qwen-style tokenizer.json: no bos_token, add_bos_token false") {
+        const fs::path dir = tokenizer_json_model_dir(
+            "prompt-bos-json", read_file(shared_data_dir() / "chat_templates" / "Qwen-Qwen3-0.6B.jinja"));
+        std::ofstream(text) << "the the";
+        CommandResult t = moe({"tokenize", "--model", dir.string(), "--text", "the the"});
+        INFO(t.err);
+        REQUIRE(json::parse(t.out)["tokens"] == json::array({116, 257, 258}));
+        CommandResult g = moe({"generate", "--model", dir.string(), "--prompt", "the the", "--max-tokens", "1",
+                               "--greedy", "--threads", "2"});
+        INFO(g.err);
+        REQUIRE(g.exit_code == 0);
+        CHECK(prompt_tokens(g) == 3);
+        CommandResult b = moe({"generate", "--model", dir.string(), "--prompt", "the the", "--max-tokens", "1",
+                               "--beam-width", "2", "--threads", "2"});
+        INFO(b.err);
+        CHECK(prompt_tokens(b) == 3);
+        CommandResult p = moe({"perplexity", "--model", dir.string(), "--text", text.string(), "--json"});
+        INFO(p.err);
+        REQUIRE(p.exit_code == 0);
+        CHECK(json::parse(p.out)["tokens"] == 2);  // 257 after 116, 258 after both
+        // The BOS would be <|endoftext|> (259, config.json's bos_token_id): never the first id.
+    }
+    SECTION("synth: Qwen preset: a BOS piece and add_bos_token false") {
+        CommandResult t = moe({"tokenize", "--model", "synth:qwen3-moe-mini", "--text", "Hello world"});
+        INFO(t.err);
+        REQUIRE(t.exit_code == 0);
+        const std::vector<int> ids = json::parse(t.out)["tokens"];
+        REQUIRE(!ids.empty());
+        CHECK(ids[0] != 50256);  // the stand-in's <|endoftext|>, its config's bos_token_id
+        CommandResult n = moe({"tokenize", "--model", "synth:qwen3-moe-mini", "--text", "Hello world", "--no-bos"});
+        CHECK(json::parse(n.out)["tokens"] == json::parse(t.out)["tokens"]);
+    }
+    SECTION("Mixtral's SentencePiece tokenizer: BOS first") {
+        const fs::path dir = test_model_dir("tiny");
+        std::ofstream(text) << "Hello world";
+        CommandResult g = moe({"generate", "--model", dir.string(), "--prompt", "Hello world", "--max-tokens", "1",
+                               "--greedy", "--threads", "2"});
+        INFO(g.err);
+        REQUIRE(g.exit_code == 0);
+        CHECK(prompt_tokens(g) == 3);  // 1, 22557, 1526
+        CommandResult p = moe({"perplexity", "--model", dir.string(), "--text", text.string(), "--json"});
+        INFO(p.err);
+        REQUIRE(p.exit_code == 0);
+        CHECK(json::parse(p.out)["tokens"] == 2);
+    }
+}
+
+TEST_CASE("bench server renders its in-process prompt as the server renders the chat", "[cli]") {
+    // Qwen2.5's template (ChatML with a default system turn, no BOS): the
+    // engine's prompt and the HTTP request's first turn are the same tokens.
+    const std::string model = tokenizer_json_model_dir("bench-server", read_file(shared_data_dir() / "chat_templates" /
+                                                                                 "Qwen-Qwen2.5-7B-Instruct.jinja"))
+                                  .string();
+    CommandResult r = moe({"bench", "server", "--model", model, "--tokens", "4", "--conversations", "1", "--repeats",
+                           "1", "--reply-tokens", "2"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<json> lines;
+    std::istringstream out(r.out);
+    for (std::string line; std::getline(out, line);) lines.push_back(json::parse(line));
+    REQUIRE(lines.size() == 2);
+    REQUIRE(lines[0]["bench"] == "server_decode");
+    REQUIRE(lines[1]["bench"] == "server_ttft");
+    CHECK(lines[0]["prompt_tokens"] == lines[1]["per_conversation"][0]["turn1_prompt_tokens"]);
 }
 
 TEST_CASE("bad model folders give one clear line and exit code 2", "[cli]") {

@@ -372,14 +372,32 @@ TEST_CASE("profiles of the new architectures: counts, fingerprints, placement", 
     REQUIRE(d.err.find("experts resident") != std::string::npos);
 }
 
-// Not run by default (hidden tag): `moe-server profile` refuses its own
-// output for a model with dense layers among the MoE layers (the profile
-// validator expects tokens x top-k in every layer). Run with
-// "[.profile_dense]" once profiles cover dense layers.
-TEST_CASE("profiles of models with dense layers among MoE layers", "[.profile_dense]") {
+TEST_CASE("profiles of models with dense layers among MoE layers", "[profile_cli][profile_dense]") {
+    // Dense layers route nothing: their rows are 0, the file names them, and
+    // the profile places the MoE layers' experts of its own model.
     const auto configs = small_arch_configs();
-    for (size_t i = 3; i < configs.size(); i++)
-        profile_arch_model(configs[i].first, test_checkpoint_dir("arch", configs[i].second));
+    const std::string bin = moe_server_binary().string();
+    for (size_t i = 3; i < configs.size(); i++) {
+        INFO(configs[i].first);
+        const fs::path model = test_checkpoint_dir("arch", configs[i].second);
+        const fs::path out = profile_arch_model(configs[i].first, model);
+        const ModelConfig c = model_config_load(model);
+        REQUIRE_FALSE(c.dense_layers.empty());
+        REQUIRE(profile_read(out).model.dense_layers == c.dense_layers);
+        REQUIRE(json::parse(read_file(out))["model"]["dense_layers"] == json(c.dense_layers));
+        CommandResult g = run_command({bin, "generate", "--model", model.string(), "--prompt", "Hello", "--max-tokens",
+                                       "2", "--greedy", "--emulate-gpu", "25%", "--profile", out.string()});
+        INFO(g.err);
+        REQUIRE(g.exit_code == 0);
+        REQUIRE(g.err.find("plan: popularity") != std::string::npos);
+        // bench placement plans over the MoE layers only: 25 % of their experts.
+        CommandResult b = run_command({bin, "bench", "placement", "--model", model.string(), "--profile", out.string(),
+                                       "--eval", out.string(), "--seeds", "2"});
+        INFO(b.err);
+        REQUIRE(b.exit_code == 0);
+        const int moe_experts = c.n_moe_layers() * c.n_experts;
+        REQUIRE(b.out.find("\"experts\":" + std::to_string(moe_experts) + ",") != std::string::npos);
+    }
 }
 
 TEST_CASE("profile of a Qwen2-MoE model: its chat template, 60 experts of top-4, the shared expert never counted",

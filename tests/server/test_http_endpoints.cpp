@@ -395,6 +395,7 @@ TEST_CASE("experts endpoint reports routing counts in the agreed shape", "[serve
     CHECK(layers == 2);
     CHECK(experts == 4);
     CHECK(top_k == 2);
+    CHECK(j["dense_layers"] == json::array());  // every layer of a Mixtral model routes
     CHECK(j["device"] == "none");
     CHECK(j["work_share"]["cpu"] == 1.0);
     CHECK(j["work_share"]["gpu"] == 0.0);

@@ -11,6 +11,7 @@
 #include "engine/model/gguf.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/gguf_tokenizer.h"
+#include "engine/text/hf_tokenizer.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 
@@ -364,6 +365,21 @@ TEST_CASE("ChatML, Llama-3 and Phi-3 render like their Hugging Face templates", 
     // An empty system message is skipped by the Phi-3 template.
     const std::vector<ChatMessage> empty_system = {{"system", ""}, {"user", "Hi"}};
     CHECK(ChatTemplate(ChatFamily::PHI3).render_text(empty_system) == "<s><|user|>\nHi<|end|>\n<|assistant|>\n");
+}
+
+TEST_CASE("ChatML starts with BOS only when the tokenizer adds one", "[chat_template]") {
+    // The byte-level BPE of tests/support: 259 <|endoftext|>, 260 <|im_start|>, 261 <|im_end|>.
+    const std::vector<ChatMessage> chat = {{"user", "Hi"}};
+    const ChatTemplate chatml(ChatFamily::CHATML);
+    const auto first_id = [&](const HfSpecialTokens& specials) {
+        return chatml.encode(hf_tokenizer_parse(byte_level_tokenizer_json_text(), "bpe", specials), chat).front();
+    };
+    CHECK(first_id({"", "<|im_end|>", std::nullopt}) == 260);        // no BOS at all (Qwen's tokenizer_config.json)
+    CHECK(first_id({"<|endoftext|>", "<|im_end|>", false}) == 260);  // a BOS the tokenizer does not add
+    CHECK(first_id({"<|endoftext|>", "<|im_end|>", true}) == 259);
+    // Mistral's format is defined with its BOS: a tokenizer without one is refused.
+    const Tokenizer none = hf_tokenizer_parse(byte_level_tokenizer_json_text(), "bpe", {"", "<|im_end|>", false});
+    CHECK_THROWS_WITH(ChatTemplate(ChatFamily::MISTRAL).encode(none, chat), Catch::Contains("needs a BOS"));
 }
 
 TEST_CASE("Phi-3 template on the real Phi-3 vocabulary", "[chat_template]") {

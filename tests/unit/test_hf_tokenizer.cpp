@@ -9,6 +9,7 @@
 // one line naming the key.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/model/gguf.h"
@@ -392,4 +393,32 @@ TEST_CASE("hf tokenizer: a model folder with only tokenizer.json loads it", "[hf
     CHECK(message_of([&] {
               model_source_tokenizer(model_source_parse(dir.string()), config);
           }).find("exceeds the model's vocab_size 32000") != std::string::npos);
+}
+
+TEST_CASE("hf tokenizer: a plain-text prompt starts with BOS only when the tokenizer adds one", "[hf_tokenizer]") {
+    // Mistral's tokenizer_config.json: bos_token <s>, add_bos_token true.
+    CHECK(mistral_v3_json().prompt_bos() == 1);
+    CHECK(mistral_v3_json().encode_prompt("Hello world").front() == 1);
+    CHECK(mistral_v3_json().encode_prompt("Hello world").size() == mistral_v3_json().encode("Hello world").size() + 1);
+
+    const fs::path dir = test_temp_dir("hf_tokenizer_add_bos");
+    std::ofstream(dir / "tokenizer.json") << small_doc().dump();
+    const auto with_config = [&](const json& config) {
+        std::ofstream(dir / "tokenizer_config.json") << config.dump();
+        return hf_tokenizer_load_dir(dir);
+    };
+    // A BOS without add_bos_token: added, as Hugging Face's Llama tokenizers do.
+    const Tokenizer added = with_config({{"bos_token", "<|end|>"}});
+    CHECK(added.prompt_bos() == 9);
+    CHECK(added.encode_prompt("ab") == std::vector<int>{9, 6});
+    // add_bos_token false (Qwen's, with a bos_token set by a converter): none.
+    const Tokenizer off = with_config({{"bos_token", "<|end|>"}, {"add_bos_token", false}});
+    CHECK(off.bos_id() == 9);
+    CHECK(off.prompt_bos() == -1);
+    CHECK(off.encode_prompt("ab") == std::vector<int>{6});
+    // No bos_token (Qwen's own tokenizer_config.json): none, whatever add_bos_token says.
+    CHECK(with_config({{"bos_token", nullptr}, {"add_bos_token", true}}).encode_prompt("ab") == std::vector<int>{6});
+    CHECK(message_of([&] {
+              with_config({{"bos_token", "<|end|>"}, {"add_bos_token", "yes"}});
+          }).find("tokenizer_config.json: add_bos_token: not true or false") != std::string::npos);
 }

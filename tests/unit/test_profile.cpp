@@ -167,6 +167,63 @@ TEST_CASE("profile validator refuses each kind of bad file with a message that s
     REQUIRE_THROWS_WITH(profile_read(missing), missing.string() + ": cannot open file (No such file or directory)");
 }
 
+TEST_CASE("profile of a model with dense layers: their rows sum to 0, MoE rows to tokens x top-k", "[profile]") {
+    // Layer 1 of the 3 x 4 grid is dense: it routes nothing.
+    Profile p = small_profile();
+    p.model.dense_layers = {1};
+    for (int e = 0; e < 4; e++) p.prefill[size_t(4 + e)] = p.decode[size_t(4 + e)] = 0;
+    profile_sum_phases(p);
+    const fs::path path = test_temp_dir("profile-dense") / "p.json";
+    profile_write(p, path);
+    const Profile q = profile_read(path);
+    REQUIRE(q.model == p.model);
+    REQUIRE(q.model.dense_layers == std::vector<int>{1});
+    REQUIRE(q.model.moe_layers() == std::vector<int>{0, 2});
+    REQUIRE(json::parse(read_file(path))["model"]["dense_layers"] == json::array({1}));
+    // Without dense layers the field is not written (profiles read as before).
+    REQUIRE_FALSE(profile_to_json(small_profile())["model"].contains("dense_layers"));
+    REQUIRE(fingerprint_describe(p.model) ==
+            "MixtralForCausalLM, 3 layers x 4 experts, top-2, dense layers 1, hash 0123456789abcdef");
+
+    const json good = profile_to_json(p);
+    auto with = [&](auto&& change) {
+        json j = good;
+        change(j);
+        return read_error(j.dump());
+    };
+    auto has = [](const std::string& msg, const std::string& part) {
+        INFO(msg);
+        REQUIRE(msg.find(part) != std::string::npos);
+    };
+    // A dense layer with counts is refused, naming the layer.
+    has(with([](json& j) { j["counts"]["decode"][1][3] = 2; }),
+        "counts.decode[1]: sums to 2, expected 0: layer 1 is dense (model.dense_layers), it routes nothing");
+    // The MoE layers still sum to tokens x top-k.
+    has(with([](json& j) { j["counts"]["prefill"][2][0] = 8; }),
+        "counts.prefill[2]: sums to 21, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
+    // Without the field the dense row is an ordinary one: refused by its sum.
+    has(with([](json& j) { j["model"].erase("dense_layers"); }),
+        "counts.prefill[1]: sums to 0, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
+    has(with([](json& j) { j["model"]["dense_layers"] = 1; }),
+        "model.dense_layers: must be an array of layer indices, found an integer");
+    has(with([](json& j) { j["model"]["dense_layers"] = {3}; }), "model.dense_layers[0]: 3 is not below n_layers 3");
+    has(with([](json& j) {
+            j["model"]["dense_layers"] = {1, 1};
+        }),
+        "model.dense_layers[1]: 1 does not ascend (after 1)");
+    has(with([](json& j) { j["model"]["dense_layers"] = {-1}; }), "model.dense_layers[0]: -1 is negative");
+    // The fingerprint check tells a model with dense layers from one without.
+    Profile all_moe = small_profile();
+    REQUIRE(check_error(all_moe, p.model).find("profile is for another model") != std::string::npos);
+
+    // The fingerprint of a model with dense layers carries them; the hashed text is unchanged by the field.
+    ModelConfig c = synth_preset("qwen3-moe-mini");
+    REQUIRE(model_fingerprint(c).dense_layers.empty());
+    c.dense_layers = {0, 2};
+    REQUIRE(model_fingerprint(c).dense_layers == std::vector<int>{0, 2});
+    REQUIRE(model_fingerprint(synth_preset("tiny")).dense_layers.empty());
+}
+
 TEST_CASE("profile of another model is refused naming both fingerprints", "[profile]") {
     const Profile p = small_profile();
     REQUIRE(check_error(p, small_fingerprint()) == "");

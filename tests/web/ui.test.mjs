@@ -604,6 +604,30 @@ group('experts-cpu', () => {
     assert_clean(problems);
     await page.close();
   });
+
+  // Qwen's dense layers among MoE layers (mlp_only_layers): rows without
+  // experts, hatched, and left out of the resident-of-total count.
+  test('dense layers show as rows without experts', async () => {
+    const L = 4, E = 8;
+    const counts = Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => (l % 2 === 0 ? 0 : e + 1)));
+    const resident = Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => l % 2 === 1 && e < 2));
+    const body = {
+      layers: L, experts: E, top_k: 2, dense_layers: [0, 2], device: 'emulated', counts_total: counts,
+      counts_last: counts, resident, work_share: { gpu: 0.25, cpu: 0.75 }, hit_rate: 0.25,
+    };
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await page.route('**/v1/experts', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) }));
+    await page.getByRole('button', { name: 'Experts', exact: true }).click();
+    const panel = page.getByRole('complementary', { name: 'Experts' });
+    await panel.locator('.heatmap .cell').first().waitFor();
+    assert.equal(await panel.locator('.heatmap .cell.no-experts').count(), 2 * E);
+    assert.equal(await panel.locator('.heatmap .cell[data-count]').count(), 2 * E);
+    assert.match(await panel.locator('.heatmap .cell.no-experts').first().getAttribute('title'), /^layer 0: a dense layer, no experts$/);
+    assert.match(await panel.locator('#share-text').textContent(), /4 of 16 experts resident/);
+    assert.match(await panel.locator('#experts-summary').textContent(), /4 layers \(2 dense, without experts\)/);
+    assert_clean(problems);
+    await page.close();
+  });
 });
 
 group('errors', () => {

@@ -27,6 +27,11 @@ function cell_alpha(count, max) {
 // Experts per layer above which the heat map switches to its dense form.
 const DENSE_FROM = 32;
 
+// The layers that route nothing (a dense MLP among MoE layers), as a Set.
+function dense_set(list, layers) {
+  return new Set(Array.isArray(list) ? list.filter((l) => Number.isInteger(l) && l >= 0 && l < layers) : []);
+}
+
 function valid_matrix(m, layers, experts) {
   return Array.isArray(m) && m.length === layers && m.every((row) => Array.isArray(row) && row.length === experts);
 }
@@ -74,13 +79,16 @@ export class ExpertsPanel {
     const max = matrix_max(counts);
     const routed = matrix_sum(counts);
     const n_resident = resident ? resident.reduce((n, row) => n + row.filter(Boolean).length, 0) : 0;
+    const dense_rows = dense_set(d.dense_layers, layers);
 
     const scope = this.view === 'last' ? 'in the last reply' : 'since the server started';
     const top_k = Number.isInteger(d.top_k) ? `, top-${d.top_k}` : '';
-    this.els.summary.textContent = `${layers} layers × ${experts} experts${top_k}. ${routed.toLocaleString()} expert assignments ${scope}.`;
+    const dense_text = dense_rows.size ? ` (${dense_rows.size} dense, without experts)` : '';
+    this.els.summary.textContent = `${layers} layers${dense_text} × ${experts} experts${top_k}. ${routed.toLocaleString()} expert assignments ${scope}.`;
 
-    this.render_share(d, on_gpu, n_resident, layers * experts);
-    this.render_grid(counts, resident, max, layers, experts);
+    // Dense layers hold no experts: they count neither as resident nor in the total.
+    this.render_share(d, on_gpu, n_resident, (layers - dense_rows.size) * experts);
+    this.render_grid(counts, resident, max, layers, experts, dense_rows);
     this.render_layer_times(this.view === 'last' ? d.execution_last : d.execution_total, layers, on_gpu);
 
     this.els.legend.hidden = false;
@@ -153,7 +161,8 @@ export class ExpertsPanel {
   // experts, top-8): the panel widens, cells become narrow bars that fill
   // its width without borders, a resident expert is a green stripe on top,
   // and axis labels thin out (experts every 16, layers every 4 past 24).
-  render_grid(counts, resident, max, layers, experts) {
+  // A dense layer's row is greyed out, its cells saying it has no experts.
+  render_grid(counts, resident, max, layers, experts, dense_rows = new Set()) {
     const grid = this.els.heatmap;
     const dense = experts > DENSE_FROM;
     grid.classList.toggle('dense', dense);
@@ -179,7 +188,16 @@ export class ExpertsPanel {
       label.className = 'axis row';
       label.textContent = l % row_label_every === 0 || l === layers - 1 ? `L${l}` : '';
       frag.append(label);
+      if (dense_rows.has(l)) label.title = `layer ${l}: dense, no experts`;
       for (let e = 0; e < experts; e++) {
+        if (dense_rows.has(l)) {
+          const cell = document.createElement('span');
+          cell.className = 'cell no-experts';
+          cell.dataset.layer = l;
+          cell.title = `layer ${l}: a dense layer, no experts`;
+          frag.append(cell);
+          continue;
+        }
         const count = counts[l][e];
         const on_gpu = resident ? Boolean(resident[l][e]) : false;
         const cell = document.createElement('span');
