@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -68,6 +69,18 @@ std::string read_error(const std::string& text) {
     return "";
 }
 
+// The read_error of `good` after `change`.
+std::string read_error_after(const json& good, const std::function<void(json&)>& change) {
+    json j = good;
+    change(j);
+    return read_error(j.dump());
+}
+
+void require_has(const std::string& msg, const std::string& part) {
+    INFO(msg);
+    REQUIRE(msg.find(part) != std::string::npos);
+}
+
 std::string check_error(const Profile& p, const ModelFingerprint& f) {
     try {
         profile_check(p, f, "p.json");
@@ -126,42 +139,37 @@ TEST_CASE("profile validator refuses each kind of bad file with a message that s
     const json good = profile_to_json(small_profile());
     REQUIRE(read_error(good.dump()) == "");
 
-    auto with = [&](auto&& change) {
-        json j = good;
-        change(j);
-        return read_error(j.dump());
-    };
-    auto has = [](const std::string& msg, const std::string& part) {
-        INFO(msg);
-        REQUIRE(msg.find(part) != std::string::npos);
-    };
-    has(read_error("{\"format\": "), "not JSON");
-    has(read_error("[1, 2]"), "the top level must be a JSON object");
-    has(read_error("{\"counts\": 1}"), "neither a moe-server profile (no \"format\") nor a Fiddler popularity file");
-    has(with([](json& j) { j["format"] = "other"; }), "format: 'other', expected 'moe-server-expert-popularity'");
-    has(with([](json& j) { j["version"] = 2; }), "version: 2 is not supported (this build reads version 1)");
-    has(with([](json& j) { j["workload"].erase("prefill_tokens"); }), "workload.prefill_tokens: missing");
-    has(with([](json& j) { j["model"].erase("hash"); }), "model.hash: missing");
-    has(with([](json& j) { j["model"]["hash"] = "xyz"; }), "model.hash: 'xyz' is not 16 lower-case hex digits");
-    has(with([](json& j) { j["model"]["n_layers"] = "3"; }),
-        "model.n_layers: must be a non-negative integer, found a string");
-    has(with([](json& j) { j["counts"]["prefill"].erase(2); }),
-        "counts.prefill: has 2 layers, expected 3 (model.n_layers x model.n_experts)");
-    has(with([](json& j) { j["counts"]["decode"][1].push_back(0); }),
-        "counts.decode[1]: has 5 experts, expected 4 (model.n_layers x model.n_experts)");
-    has(with([](json& j) { j["model"]["n_experts"] = 5; }), "counts.prefill[0]: has 4 experts, expected 5");
-    has(with([](json& j) { j["counts"]["prefill"][1][2] = -3; }), "counts.prefill[1][2]: -3 is negative");
-    has(with([](json& j) { j["counts"]["decode"][0][0] = 1.5; }), "counts.decode[0][0]: 1.5 is not an integer");
-    has(with([](json& j) { j["counts"]["decode"][2][3] = "2"; }),
-        "counts.decode[2][3]: must be a non-negative integer, found a string");
-    has(with([](json& j) { j["counts"]["prefill"][2][0] = 8; }),
-        "counts.prefill[2]: sums to 21, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
-    has(with([](json& j) { j["workload"]["decode_tokens"] = 3; }),
-        "workload.decode_tokens: 3, expected generated_tokens - prompts = 5 - 3");
-    has(with([](json& j) { j["workload"]["prompts"] = 4; }), "workload.prompts: 4 differs from the 3 entries");
-    has(with([](json& j) { j["workload"]["prompt_indices"][1] = 7; }),
-        "workload.prompt_indices[1]: 7 is not below prompts_available 7");
-    has(with([](json& j) { j["model"]["n_experts_active"] = 9; }), "model.n_experts_active: 9 exceeds n_experts 4");
+    const auto with = [&](const std::function<void(json&)>& change) { return read_error_after(good, change); };
+    require_has(read_error("{\"format\": "), "not JSON");
+    require_has(read_error("[1, 2]"), "the top level must be a JSON object");
+    require_has(read_error("{\"counts\": 1}"),
+                "neither a moe-server profile (no \"format\") nor a Fiddler popularity file");
+    require_has(with([](json& j) { j["format"] = "other"; }),
+                "format: 'other', expected 'moe-server-expert-popularity'");
+    require_has(with([](json& j) { j["version"] = 2; }), "version: 2 is not supported (this build reads version 1)");
+    require_has(with([](json& j) { j["workload"].erase("prefill_tokens"); }), "workload.prefill_tokens: missing");
+    require_has(with([](json& j) { j["model"].erase("hash"); }), "model.hash: missing");
+    require_has(with([](json& j) { j["model"]["hash"] = "xyz"; }), "model.hash: 'xyz' is not 16 lower-case hex digits");
+    require_has(with([](json& j) { j["model"]["n_layers"] = "3"; }),
+                "model.n_layers: must be a non-negative integer, found a string");
+    require_has(with([](json& j) { j["counts"]["prefill"].erase(2); }),
+                "counts.prefill: has 2 layers, expected 3 (model.n_layers x model.n_experts)");
+    require_has(with([](json& j) { j["counts"]["decode"][1].push_back(0); }),
+                "counts.decode[1]: has 5 experts, expected 4 (model.n_layers x model.n_experts)");
+    require_has(with([](json& j) { j["model"]["n_experts"] = 5; }), "counts.prefill[0]: has 4 experts, expected 5");
+    require_has(with([](json& j) { j["counts"]["prefill"][1][2] = -3; }), "counts.prefill[1][2]: -3 is negative");
+    require_has(with([](json& j) { j["counts"]["decode"][0][0] = 1.5; }), "counts.decode[0][0]: 1.5 is not an integer");
+    require_has(with([](json& j) { j["counts"]["decode"][2][3] = "2"; }),
+                "counts.decode[2][3]: must be a non-negative integer, found a string");
+    require_has(with([](json& j) { j["counts"]["prefill"][2][0] = 8; }),
+                "counts.prefill[2]: sums to 21, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
+    require_has(with([](json& j) { j["workload"]["decode_tokens"] = 3; }),
+                "workload.decode_tokens: 3, expected generated_tokens - prompts = 5 - 3");
+    require_has(with([](json& j) { j["workload"]["prompts"] = 4; }), "workload.prompts: 4 differs from the 3 entries");
+    require_has(with([](json& j) { j["workload"]["prompt_indices"][1] = 7; }),
+                "workload.prompt_indices[1]: 7 is not below prompts_available 7");
+    require_has(with([](json& j) { j["model"]["n_experts_active"] = 9; }),
+                "model.n_experts_active: 9 exceeds n_experts 4");
 
     fs::path missing = test_temp_dir("profile-missing") / "none.json";
     REQUIRE_THROWS_WITH(profile_read(missing), missing.string() + ": cannot open file (No such file or directory)");
@@ -186,32 +194,25 @@ TEST_CASE("profile of a model with dense layers: their rows sum to 0, MoE rows t
             "MixtralForCausalLM, 3 layers x 4 experts, top-2, dense layers 1, hash 0123456789abcdef");
 
     const json good = profile_to_json(p);
-    auto with = [&](auto&& change) {
-        json j = good;
-        change(j);
-        return read_error(j.dump());
-    };
-    auto has = [](const std::string& msg, const std::string& part) {
-        INFO(msg);
-        REQUIRE(msg.find(part) != std::string::npos);
-    };
+    const auto with = [&](const std::function<void(json&)>& change) { return read_error_after(good, change); };
     // A dense layer with counts is refused, naming the layer.
-    has(with([](json& j) { j["counts"]["decode"][1][3] = 2; }),
-        "counts.decode[1]: sums to 2, expected 0: layer 1 is dense (model.dense_layers), it routes nothing");
+    require_has(with([](json& j) { j["counts"]["decode"][1][3] = 2; }),
+                "counts.decode[1]: sums to 2, expected 0: layer 1 is dense (model.dense_layers), it routes nothing");
     // The MoE layers still sum to tokens x top-k.
-    has(with([](json& j) { j["counts"]["prefill"][2][0] = 8; }),
-        "counts.prefill[2]: sums to 21, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
+    require_has(with([](json& j) { j["counts"]["prefill"][2][0] = 8; }),
+                "counts.prefill[2]: sums to 21, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
     // Without the field the dense row is an ordinary one: refused by its sum.
-    has(with([](json& j) { j["model"].erase("dense_layers"); }),
-        "counts.prefill[1]: sums to 0, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
-    has(with([](json& j) { j["model"]["dense_layers"] = 1; }),
-        "model.dense_layers: must be an array of layer indices, found an integer");
-    has(with([](json& j) { j["model"]["dense_layers"] = {3}; }), "model.dense_layers[0]: 3 is not below n_layers 3");
-    has(with([](json& j) {
-            j["model"]["dense_layers"] = {1, 1};
-        }),
-        "model.dense_layers[1]: 1 does not ascend (after 1)");
-    has(with([](json& j) { j["model"]["dense_layers"] = {-1}; }), "model.dense_layers[0]: -1 is negative");
+    require_has(with([](json& j) { j["model"].erase("dense_layers"); }),
+                "counts.prefill[1]: sums to 0, expected workload.prefill_tokens x top-k = 10 x 2 = 20");
+    require_has(with([](json& j) { j["model"]["dense_layers"] = 1; }),
+                "model.dense_layers: must be an array of layer indices, found an integer");
+    require_has(with([](json& j) { j["model"]["dense_layers"] = {3}; }),
+                "model.dense_layers[0]: 3 is not below n_layers 3");
+    require_has(with([](json& j) {
+                    j["model"]["dense_layers"] = {1, 1};
+                }),
+                "model.dense_layers[1]: 1 does not ascend (after 1)");
+    require_has(with([](json& j) { j["model"]["dense_layers"] = {-1}; }), "model.dense_layers[0]: -1 is negative");
     // The fingerprint check tells a model with dense layers from one without.
     Profile all_moe = small_profile();
     REQUIRE(check_error(all_moe, p.model).find("profile is for another model") != std::string::npos);
