@@ -71,15 +71,21 @@ int expert_capacity(const DeviceBudget& b, int n_layers, int n_experts) {
     return int(std::clamp(slots, 0.0, total));
 }
 
-Residency static_plan_popularity(std::span<const uint64_t> counts, int n_layers, int n_experts, int capacity) {
-    Residency r(n_layers, n_experts);
-    check_counts(counts, n_layers, n_experts, "static_plan_popularity");
-    capacity = checked_capacity(n_layers, n_experts, capacity);
+std::vector<int> popularity_order(std::span<const uint64_t> counts, int n_layers, int n_experts) {
+    check_counts(counts, n_layers, n_experts, "popularity_order");
     std::vector<int> order(counts.size());
     std::iota(order.begin(), order.end(), 0);
     // Row-major index order is (layer, expert) order: the tie-break.
     std::sort(order.begin(), order.end(),
               [&](int a, int b) { return counts[a] != counts[b] ? counts[a] > counts[b] : a < b; });
+    return order;
+}
+
+Residency static_plan_popularity(std::span<const uint64_t> counts, int n_layers, int n_experts, int capacity) {
+    Residency r(n_layers, n_experts);
+    check_counts(counts, n_layers, n_experts, "static_plan_popularity");
+    capacity = checked_capacity(n_layers, n_experts, capacity);
+    const std::vector<int> order = popularity_order(counts, n_layers, n_experts);
     for (int i = 0; i < capacity; i++) r.set(order[i] / n_experts, order[i] % n_experts, true);
     return r;
 }

@@ -44,6 +44,10 @@ int expert_capacity(const DeviceBudget& budget, int n_layers, int n_experts);
 
 // counts: (n_layers, n_experts) tokens routed, row-major. Most popular first;
 // ties broken by (layer, expert) so a plan never depends on sort stability.
+// The (layer, expert) keys (layer * n_experts + expert) of all experts, most
+// popular first, ties by key: the order static_plan_popularity fills, and
+// the dynamic cache's warm start continues (placement/expert_cache.h).
+std::vector<int> popularity_order(std::span<const uint64_t> counts, int n_layers, int n_experts);
 Residency static_plan_popularity(std::span<const uint64_t> counts, int n_layers, int n_experts, int capacity);
 // capacity / n_layers experts per layer (the first capacity % n_layers layers
 // get one more), experts 0, 1, ... of each layer.

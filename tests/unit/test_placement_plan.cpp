@@ -6,7 +6,6 @@
 // Fiddler's per-expert rule as the floor it must never lose to.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -19,44 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "alloc_count.h"
 #include "placement/layer_plan.h"
-
-// Every global allocation of this test binary is counted, so a test can
-// check that a hot path allocates nothing (replaceable global operator new;
-// the array and sized forms route here by default).
-namespace {
-std::atomic<long> global_allocations{0};
-}
-
-void* operator new(size_t bytes) {
-    global_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(bytes ? bytes : 1)) return p;
-    throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-    std::free(p);
-}
-void operator delete(void* p, size_t) noexcept {
-    std::free(p);
-}
-// Every other form that pairs with these, so no allocation of another
-// allocator (e.g. a sanitizer's nothrow or array new) reaches std::free.
-void* operator new[](size_t bytes) {
-    return operator new(bytes);
-}
-void* operator new(size_t bytes, const std::nothrow_t&) noexcept {
-    global_allocations.fetch_add(1, std::memory_order_relaxed);
-    return std::malloc(bytes ? bytes : 1);
-}
-void* operator new[](size_t bytes, const std::nothrow_t& tag) noexcept {
-    return operator new(bytes, tag);
-}
-void operator delete[](void* p) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p, size_t) noexcept {
-    std::free(p);
-}
 
 namespace {
 
@@ -442,14 +405,14 @@ TEST_CASE("plan allocates nothing once constructed", "[placement]") {
         std::vector<PlanInput> in(64);
         std::vector<ExpertSite> sites(64);
         for (int i = 0; i < 64; i++) in[i] = {int(rng() % 512), i % 3 == 0};
-        long before = global_allocations.load();
+        long before = global_allocation_count();
         std::vector<int>(10).swap(*std::make_unique<std::vector<int>>());  // the counter does count
-        REQUIRE(global_allocations.load() > before);
-        before = global_allocations.load();
+        REQUIRE(global_allocation_count() > before);
+        before = global_allocation_count();
         for (int t = 0; t < 100; t++) {
             in[t % 64].n_tokens = int(rng() % 512);
             planner.plan(in, sites);
         }
-        REQUIRE(global_allocations.load() == before);
+        REQUIRE(global_allocation_count() == before);
     }
 }
