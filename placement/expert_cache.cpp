@@ -86,6 +86,12 @@ private:
 
 }  // namespace
 
+uint64_t cache_future(uint64_t next_use, uint64_t use_after) {
+    constexpr uint64_t LOW = 0xffffffffu;
+    if (next_use >= LOW) return CACHE_NEVER;
+    return (next_use << 32) | std::min(use_after, LOW);
+}
+
 bool EvictionPolicy::admit_over(int, int, uint64_t) const {
     return true;
 }

@@ -44,14 +44,22 @@ struct CacheOptions {
 
 constexpr uint64_t CACHE_NEVER = std::numeric_limits<uint64_t>::max();  // "no next use" for Belady
 
+// Belady's view of a key's future as one number: its next use, ties broken
+// by the use after it (steps below 2^32; CACHE_NEVER when there is no next
+// use). Two experts of one future layer step tie on the next use, but only
+// one of them can hit there if one slot is left; the one used again sooner
+// after it is the better keep.
+uint64_t cache_future(uint64_t next_use, uint64_t use_after);
+
 // What the cache keeps. keep_value: the cached key with the smallest value
 // is the victim. Per-key state is sized in the constructor.
 class EvictionPolicy {
 public:
     virtual ~EvictionPolicy() = default;
     virtual CachePolicy kind() const = 0;
-    // An access of `key` (hit or miss) at layer step `now`; next_use: the
-    // step of its next access (Belady reads it; CACHE_NEVER when none).
+    // An access of `key` (hit or miss) at layer step `now`; next_use: its
+    // future as cache_future gives it (Belady reads it; CACHE_NEVER when
+    // none).
     virtual void on_access(int key, uint64_t now, uint64_t next_use) = 0;
     virtual double keep_value(int key, uint64_t now) const = 0;
     // Whether a missed key is worth admitting when `victim` must go for it.

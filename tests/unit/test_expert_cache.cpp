@@ -202,20 +202,23 @@ uint64_t replay_hits(const RandomTrace& t, const Residency& pinned, int slots, c
                      bool admit) {
     const int L = t.n_layers, E = t.n_experts;
     // Step of each access (step * L + layer) and its next use, per key.
-    std::vector<uint64_t> next_seen(size_t(L) * E, CACHE_NEVER);
+    std::vector<uint64_t> next_seen(size_t(L) * E, CACHE_NEVER), after_seen(size_t(L) * E, CACHE_NEVER);
     std::vector<std::vector<std::vector<uint64_t>>> next(t.steps.size());
     for (size_t s = t.steps.size(); s-- > 0;) {
         next[s].resize(size_t(L));
         for (int l = L; l-- > 0;) {
             for (int e : t.steps[s][size_t(l)]) {
-                next[s][size_t(l)].push_back(next_seen[size_t(l) * E + e]);
+                const size_t k = size_t(l) * E + e;
+                next[s][size_t(l)].push_back(cache_future(next_seen[k], after_seen[k]));
+                after_seen[k] = next_seen[k];
+                next_seen[k] = s * L + l;
             }
-            for (int e : t.steps[s][size_t(l)]) next_seen[size_t(l) * E + e] = s * L + l;
         }
     }
     ExpertCache cache(pinned, slots, eviction_policy_make(kind, L, E, popularity, o), o);
     cache.warm(warm);
-    for (int k = 0; k < L * E; k++) cache.first_use(k / E, k % E, next_seen[size_t(k)]);
+    for (int k = 0; k < L * E; k++)
+        cache.first_use(k / E, k % E, cache_future(next_seen[size_t(k)], after_seen[size_t(k)]));
     std::vector<int> missed;
     for (size_t s = 0; s < t.steps.size(); s++)
         for (int l = 0; l < L; l++) {
@@ -232,18 +235,22 @@ uint64_t replay_hits(const RandomTrace& t, const Residency& pinned, int slots, c
 
 }  // namespace
 
-// One expert per layer step: Belady with bypass is then the optimum (the
-// classic MIN argument; the protected set is the expert itself). With
-// several experts per step the protected set can make its greedy choice
-// lose (placement/README.md gives a measured case), so it is checked on
-// single-expert steps, the decode of a top-1 router, in every scope and
-// with pinned and warm experts.
+// Belady, every other policy and never admitting (the static plan) on 20 000
+// random traces (both scopes, pinned and warm experts). With one expert per
+// layer step (top-1 decode) Belady with bypass is optimal (the classic MIN
+// argument; the protected set is the expert itself) and is never beaten.
+// With several experts per step the protected set constrains every policy
+// and Belady's greedy choice is no longer provably optimal (two experts of
+// one future step tie, and only one may hit there): the test bounds how
+// often and by how much it loses (placement/README.md gives the figures).
 TEST_CASE("Belady is never beaten by any policy on random traces", "[placement][cache]") {
     std::mt19937_64 rng(18);
-    int belady_strictly_best = 0;
-    for (int trial = 0; trial < 1000; trial++) {
+    int strictly_best = 0, grouped = 0, grouped_lost = 0;
+    double worst_loss = 0;
+    for (int trial = 0; trial < 20000; trial++) {
         const int L = 1 + int(rng() % 3), E = 3 + int(rng() % 6);
-        RandomTrace t = random_trace(rng, L, E, 1, 10 + int(rng() % 60));
+        const int top = trial % 2 ? 1 : std::min(E, 2 + int(rng() % 2));
+        RandomTrace t = random_trace(rng, L, E, top, 10 + int(rng() % 60));
         std::vector<uint64_t> popularity(size_t(L) * E);
         for (uint64_t& c : popularity) c = rng() % 100;
         const int n_pinned = int(rng() % uint64_t(L * E / 2 + 1));
@@ -255,16 +262,27 @@ TEST_CASE("Belady is never beaten by any policy on random traces", "[placement][
         o.score_half_life_tokens = 0.5 + double(rng() % 8);
         std::vector<int> warm;
         if (rng() % 2) warm = popularity_order(popularity, L, E);
-        INFO("trial " << trial << " layers " << L << " experts " << E << " slots " << slots << " scope "
-                      << cache_scope_name(o.scope));
+        INFO("trial " << trial << " layers " << L << " experts " << E << " top " << top << " slots " << slots
+                      << " scope " << cache_scope_name(o.scope));
         const uint64_t belady = replay_hits(t, pinned, slots, o, warm, popularity, CachePolicy::BELADY, true);
         uint64_t best_other = replay_hits(t, pinned, slots, o, warm, popularity, CachePolicy::LRU, false);
         for (CachePolicy kind : {CachePolicy::LRU, CachePolicy::LFU, CachePolicy::SCORE})
             best_other = std::max(best_other, replay_hits(t, pinned, slots, o, warm, popularity, kind, true));
-        REQUIRE(belady >= best_other);
-        belady_strictly_best += belady > best_other;
+        strictly_best += belady > best_other;
+        if (top == 1) {
+            REQUIRE(belady >= best_other);
+        } else {
+            grouped++;
+            grouped_lost += belady < best_other;
+            if (belady < best_other)
+                worst_loss = std::max(worst_loss, double(best_other - belady) / double(best_other));
+        }
     }
-    CHECK(belady_strictly_best > 100);  // the comparison has teeth
+    CHECK(strictly_best > 2000);  // the comparison has teeth
+    WARN("Belady lost " << grouped_lost << " of " << grouped << " traces with several experts per step, worst by "
+                        << 100 * worst_loss << " % of the hits");
+    CHECK(grouped_lost * 200 < grouped);  // measured: 17 of 10 000
+    CHECK(worst_loss < 0.15);             // measured: 2 hits of 21
 }
 
 TEST_CASE("lookup and admit allocate nothing once constructed", "[placement][cache]") {
