@@ -167,6 +167,36 @@ Profile parse_fiddler(const FieldReader& r, const json& j) {
     return p;
 }
 
+// The "model" object: the fingerprint, each field checked.
+ModelFingerprint parse_fingerprint(const FieldReader& r, const json& m) {
+    ModelFingerprint f;
+    f.architecture = r.string(m, "model", "architecture");
+    f.n_layers = r.small_int(m, "model", "n_layers", 1);
+    f.n_experts = r.small_int(m, "model", "n_experts", 1);
+    f.n_experts_active = r.small_int(m, "model", "n_experts_active", 1);
+    if (f.n_experts_active > f.n_experts)
+        r.fail("model.n_experts_active",
+               std::to_string(f.n_experts_active) + " exceeds n_experts " + std::to_string(f.n_experts));
+    f.hash = parse_hash(r, r.string(m, "model", "hash"));
+    // Optional (absent: every layer routes), so profiles of Mixtral written
+    // before it read unchanged.
+    if (const auto dense = m.find("dense_layers"); dense != m.end()) {
+        if (!dense->is_array())
+            r.fail("model.dense_layers", std::string("must be an array of layer indices, found ") + json_kind(*dense));
+        for (size_t i = 0; i < dense->size(); i++) {
+            const std::string field = "model.dense_layers[" + std::to_string(i) + "]";
+            const uint64_t l = r.count((*dense)[i], field);
+            if (l >= uint64_t(f.n_layers))
+                r.fail(field, std::to_string(l) + " is not below n_layers " + std::to_string(f.n_layers));
+            if (!f.dense_layers.empty() && int(l) <= f.dense_layers.back())
+                r.fail(field,
+                       std::to_string(l) + " does not ascend (after " + std::to_string(f.dense_layers.back()) + ")");
+            f.dense_layers.push_back(int(l));
+        }
+    }
+    return f;
+}
+
 Profile parse_ours(const FieldReader& r, const json& j) {
     Profile p;
     std::string format = r.string(j, "", "format");
@@ -176,31 +206,7 @@ Profile parse_ours(const FieldReader& r, const json& j) {
         r.fail("version",
                version.dump() + " is not supported (this build reads version " + std::to_string(PROFILE_VERSION) + ")");
 
-    const json& m = r.object(j, "", "model");
-    p.model.architecture = r.string(m, "model", "architecture");
-    p.model.n_layers = r.small_int(m, "model", "n_layers", 1);
-    p.model.n_experts = r.small_int(m, "model", "n_experts", 1);
-    p.model.n_experts_active = r.small_int(m, "model", "n_experts_active", 1);
-    if (p.model.n_experts_active > p.model.n_experts)
-        r.fail("model.n_experts_active",
-               std::to_string(p.model.n_experts_active) + " exceeds n_experts " + std::to_string(p.model.n_experts));
-    p.model.hash = parse_hash(r, r.string(m, "model", "hash"));
-    // Optional (absent: every layer routes), so profiles of Mixtral written
-    // before it read unchanged.
-    if (const auto dense = m.find("dense_layers"); dense != m.end()) {
-        if (!dense->is_array())
-            r.fail("model.dense_layers", std::string("must be an array of layer indices, found ") + json_kind(*dense));
-        for (size_t i = 0; i < dense->size(); i++) {
-            const std::string field = "model.dense_layers[" + std::to_string(i) + "]";
-            const uint64_t l = r.count((*dense)[i], field);
-            if (l >= uint64_t(p.model.n_layers))
-                r.fail(field, std::to_string(l) + " is not below n_layers " + std::to_string(p.model.n_layers));
-            if (!p.model.dense_layers.empty() && int(l) <= p.model.dense_layers.back())
-                r.fail(field, std::to_string(l) + " does not ascend (after " +
-                                  std::to_string(p.model.dense_layers.back()) + ")");
-            p.model.dense_layers.push_back(int(l));
-        }
-    }
+    p.model = parse_fingerprint(r, r.object(j, "", "model"));
 
     const json& w = r.object(j, "", "workload");
     ProfileWorkload& wl = p.workload;
@@ -307,6 +313,22 @@ Profile profile_read(const fs::path& path) {
     return profile_parse(j, path.string());
 }
 
+json fingerprint_to_json(const ModelFingerprint& m) {
+    json model = {{"architecture", m.architecture},
+                  {"n_layers", m.n_layers},
+                  {"n_experts", m.n_experts},
+                  {"n_experts_active", m.n_experts_active},
+                  {"hash", fingerprint_hash_hex(m.hash)}};
+    if (!m.dense_layers.empty()) model["dense_layers"] = m.dense_layers;
+    return model;
+}
+
+ModelFingerprint fingerprint_from_json(const json& model, const std::string& source) {
+    const FieldReader r(source);
+    if (!model.is_object()) r.fail("model", std::string("must be an object, found ") + json_kind(model));
+    return parse_fingerprint(r, model);
+}
+
 json profile_to_json(const Profile& p) {
     const ModelFingerprint& m = p.model;
     const size_t cells = size_t(m.n_layers) * size_t(m.n_experts);
@@ -316,16 +338,10 @@ json profile_to_json(const Profile& p) {
         throw MoeError("profile tables do not match the fingerprint's " + std::to_string(m.n_layers) + " x " +
                        std::to_string(m.n_experts));
     const ProfileWorkload& w = p.workload;
-    json model = {{"architecture", m.architecture},
-                  {"n_layers", m.n_layers},
-                  {"n_experts", m.n_experts},
-                  {"n_experts_active", m.n_experts_active},
-                  {"hash", fingerprint_hash_hex(m.hash)}};
-    if (!m.dense_layers.empty()) model["dense_layers"] = m.dense_layers;
     return json{
         {"format", PROFILE_FORMAT},
         {"version", PROFILE_VERSION},
-        {"model", std::move(model)},
+        {"model", fingerprint_to_json(m)},
         {"workload",
          {{"source", w.source},
           {"prompt_format", w.prompt_format},

@@ -43,6 +43,12 @@ std::string fingerprint_describe(const ModelFingerprint& fingerprint);
 // The hash as 16 lower-case hex digits (its form in the file).
 std::string fingerprint_hash_hex(uint64_t hash);
 
+// The fingerprint as the files' "model" object, and back (checked: every
+// refusal a MoeError "<source>: model.<field>: <what>"). Profiles and
+// routing traces (profiles/routing_trace.h) carry it alike.
+nlohmann::json fingerprint_to_json(const ModelFingerprint& fingerprint);
+ModelFingerprint fingerprint_from_json(const nlohmann::json& model, const std::string& source);
+
 // How the counts were gathered.
 struct ProfileWorkload {
     std::string source;         // the prompt file as given on the command line

@@ -250,6 +250,10 @@ void Engine::remember_reply(const std::string& text, const std::vector<int>& tok
     impl_->replies.remember(text, tokens);
 }
 
+void Engine::set_routing_observer(RoutingObserver* observer) {
+    impl_->forward.set_routing_observer(observer);
+}
+
 RoutingCounts Engine::routing_counts() const {
     std::lock_guard lock(impl_->stats_mutex);
     RoutingCounts r;

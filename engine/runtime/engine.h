@@ -161,6 +161,8 @@ struct BeamRequest;
 struct BeamResult;
 struct BeamStep;
 
+class RoutingObserver;  // profiles/routing_trace.h
+
 // Counts of tokens routed to each (layer, expert), since start and for the last request.
 struct RoutingCounts {
     int n_layers = 0, n_experts = 0;
@@ -257,6 +259,10 @@ public:
     Score score(const std::vector<int>& tokens, int window, bool chunks = false);
 
     RoutingCounts routing_counts() const;
+    // Every forward pass from now on reports its routing to observer (null:
+    // none). Set it between requests, on the thread that runs them; it must
+    // outlive its use (`profile --trace`'s recorder).
+    void set_routing_observer(RoutingObserver* observer);
 
     const PlacementInfo& placement() const;
     // Where experts ran: since start, and for the last request. Without a

@@ -84,6 +84,7 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
         cache_.prepare_write(batch.seq_ids[i], batch.positions[i]);
     }
     b.begin(batch, cache_);
+    if (observer_) observer_->on_pass(std::span<const int>(batch.positions.data(), size_t(n)));
 
     b.embed(x_);  // x (n, dim) = embed[token]
     for (int l = 0; l < c.n_layers; l++) {
@@ -163,6 +164,7 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
     if (c.is_moe()) {
         b.matmul(router_, xb_, lw.router, n);
         b.route(route_expert_.data(), route_weight_.data(), router_, n, n_experts, n_route_, c.norm_topk_prob);
+        if (observer_) observer_->on_route(layer, n, n_route_, route_expert_.data(), route_weight_.data());
     } else {
         for (int i = 0; i < n; i++) {
             route_expert_[i] = 0;

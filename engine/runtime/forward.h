@@ -12,10 +12,11 @@
 
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
-#include "engine/runtime/kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/kv_cache.h"
 #include "profiles/routing_stats.h"
+#include "profiles/routing_trace.h"
 
 // A batch is a list of entries; capacity is reserved once and reused.
 struct Batch {
@@ -50,6 +51,9 @@ public:
     const float* run(const Batch& batch, RoutingStats* stats = nullptr);
 
     int max_batch() const { return max_batch_; }
+    // Reports every pass's positions and each MoE layer's routing to
+    // observer (null: none, the default), e.g. `profile --trace`'s recorder.
+    void set_routing_observer(RoutingObserver* observer) { observer_ = observer; }
 
 private:
     void moe(int layer, int n, RoutingStats* stats);
@@ -86,4 +90,5 @@ private:
     std::vector<int> expert_count_;    // (n_experts)
     std::vector<int> expert_start_;    // (n_experts)
     std::vector<ExpertTask> tasks_;
+    RoutingObserver* observer_ = nullptr;
 };

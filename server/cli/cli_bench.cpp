@@ -1,4 +1,4 @@
-// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency|placement`:
+// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency|placement|cache`:
 // benchmarks print JSON lines holding each figure beside the machine's
 // ceiling measured in the same run, so the ratios hold on a noisy shared
 // machine (for placement the ceiling is the best static plan for the
@@ -14,15 +14,19 @@
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
+#include "engine/devices/calibration_key.h"
 #include "engine/model/cost.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
+#include "placement/cache_replay.h"
 #include "placement/residency.h"
+#include "profiles/calibration.h"
 #include "profiles/errors.h"
 #include "profiles/profile.h"
+#include "profiles/routing_trace.h"
 #include "server/cli/cli.h"
 #include "server/cli/cli_calibrate.h"
 #include "server/cli/serve.h"
@@ -385,6 +389,172 @@ int bench_placement(Args& args) {
     return 0;
 }
 
+// "10,25,50%" -> {0.10, 0.25, 0.50}: shares of all experts (the % optional).
+std::vector<double> parse_budgets(const std::string& text) {
+    std::string list = text;
+    if (!list.empty() && list.back() == '%') list.pop_back();
+    std::vector<double> out;
+    size_t pos = 0;
+    while (pos <= list.size()) {
+        size_t end = list.find(',', pos);
+        if (end == std::string::npos) end = list.size();
+        const std::string item = list.substr(pos, end - pos);
+        char* stop = nullptr;
+        const double v = std::strtod(item.c_str(), &stop);
+        if (item.empty() || stop != item.c_str() + item.size() || !(v > 0) || v > 100)
+            throw MoeError("--budgets: '" + item + "' is not a percentage in (0, 100] (give a list like 10,25,50%)");
+        out.push_back(v / 100);
+        pos = end + 1;
+    }
+    return out;
+}
+
+json trace_json(const RoutingTrace& t, const std::string& path) {
+    uint64_t requests = 0, decode = 0;
+    for (size_t i = 0; i < t.n_tokens(); i++) {
+        requests += i == 0 || t.request[i] != t.request[i - 1];
+        decode += t.phase[i] == TracePhase::DECODE;
+    }
+    return {{"file", path}, {"requests", requests}, {"tokens", t.n_tokens()}, {"decode_tokens", decode}};
+}
+
+// The latency model the replays price with, and a line saying where it came
+// from: `calibrate`'s cached file for this machine and expert shape (bf16
+// experts) when there is one (with its device curves when it measured a
+// device), else the CPU roofline of this machine's ceiling measured now;
+// the device is the nominal GPU unless the file measured one.
+LatencyModel replay_latency_model(const ModelConfig& c, int threads, std::string& source) {
+    const double bytes = cost_expert(c, 0).bytes, flops = cost_expert(c, 1).flops;
+    const std::string key = engine_calibration_key(c, "bf16", threads, GPU_DEVICE_DEFAULT);
+    std::optional<Calibration> cal;
+    try {
+        cal = calibration_find_cached(key);
+    } catch (const MoeError& e) {
+        std::fprintf(stderr, "moe-server: warning: ignoring the cached calibration: %s\n", e.what());
+    }
+    const std::string file = calibration_cache_path(key).string();
+    if (cal && cal->has_device) {
+        source = "calibrated (" + file + "): CPU and device measured";
+        return latency_model_from_calibration(*cal);
+    }
+    LatencyCurve cpu;
+    if (cal) {
+        cpu = latency_model_from_calibration(*cal).cpu;
+        source = "CPU calibrated (" + file + "); device: nominal GPU (placement/README.md)";
+    } else {
+        ThreadPool pool(threads);
+        const Ceiling ceiling = bench_ceiling(pool, false);
+        cpu = latency_curve_roofline(bytes, flops, ceiling.read_gbs, ceiling.fma_gflops);
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      "default: CPU roofline of this machine's ceiling measured now (%.1f GB/s, %.0f GFLOP/s, %d "
+                      "threads; no calibration file %s); device: nominal GPU (placement/README.md)",
+                      ceiling.read_gbs, ceiling.fma_gflops, threads, file.c_str());
+        source = buf;
+    }
+    return latency_model_nominal_gpu(cpu, bytes, flops);
+}
+
+// `bench cache`: the eval trace replayed against static popularity and each
+// cache policy, for each budget (a share of all experts on the device),
+// popularity from --profile or else from --trace. One JSON line per budget
+// and policy (placement/README.md "Replaying a trace"). From the model's
+// shape alone: its config.json or a synth: preset; weights are never read.
+int bench_cache(Args& args) {
+    const ModelSource source = parse_model_flag(args);
+    const std::string trace_path = args.required("--trace");
+    const std::string eval_path = args.required("--eval-trace");
+    const std::optional<std::string> profile_path = args.get("--profile");
+    const std::vector<double> budgets = parse_budgets(args.get("--budgets", "10,25,50%"));
+    const double share = args.get_double("--cache-share", 0.5, 0, 1);
+    const std::string scope_name = args.get("--scope", "global");
+    const int threads = bench_threads_flag(args);
+    args.finish();
+    CacheOptions options;
+    if (scope_name == "layer") {
+        options.scope = CacheScope::PER_LAYER;
+    } else if (scope_name != "global") {
+        throw MoeError("--scope: expected global or layer, got '" + scope_name + "'");
+    }
+    const ModelConfig config = model_source_config(source);
+    if (!config.is_moe()) throw MoeError(source.text + ": a dense model (no experts): nothing to cache");
+    const ModelFingerprint fp = model_fingerprint(config);
+    const RoutingTrace trace = routing_trace_read(trace_path);
+    const RoutingTrace eval = routing_trace_read(eval_path);
+    for (const auto& [t, path] : {std::pair{&trace, &trace_path}, std::pair{&eval, &eval_path}})
+        if (!(t->model == fp))
+            throw MoeError(*path + ": a routing trace of another model (" + fingerprint_describe(t->model) +
+                           "; --model is " + fingerprint_describe(fp) + ")");
+    const std::vector<int> moe = fp.moe_layers();
+    const int n_layers = int(moe.size()), n_experts = config.n_experts;
+    std::vector<uint64_t> popularity;
+    if (profile_path) {
+        Profile p = profile_read(*profile_path);
+        profile_check(p, fp, *profile_path);
+        popularity = table_rows(p.counts, n_experts, moe);
+    } else {
+        popularity = table_rows(routing_trace_profile(trace).counts, n_experts, moe);
+    }
+    std::string latency_source;
+    const LatencyModel model = replay_latency_model(config, threads, latency_source);
+    const double expert_bytes = cost_expert(config, 0).bytes;
+    const double dense_bytes = cost_dense_bytes(config);
+    // Dense weights on the device, read at the device's streaming rate (its
+    // curve's stream_ms for one expert's bytes; the whole one-token time when
+    // the fit left stream_ms at 0). Attention over the KV cache is not counted.
+    const double device_stream_ms = model.device.stream_ms > 0 ? model.device.stream_ms : model.device_ms(1);
+    const double dense_ms = dense_bytes * device_stream_ms / expert_bytes;
+    const char* caveat =
+        "routing from a synthetic model's random router is a poor stand-in for a trained router: its experts "
+        "repeat across tokens far less, so cache hit rates here say little about a real model's";
+    const bool synthetic = source.synthetic;
+    json setup{{"bench", "cache_setup"},
+               {"model", source.text},
+               {"fingerprint", fingerprint_describe(fp)},
+               {"trace", trace_json(trace, trace_path)},
+               {"eval", trace_json(eval, eval_path)},
+               {"popularity_from", profile_path ? "profile " + *profile_path : "trace " + trace_path},
+               {"latency_model", latency_source},
+               {"expert_bytes", expert_bytes},
+               {"dense_bytes", dense_bytes},
+               {"dense_ms_per_token", dense_ms},
+               {"cache_share", share},
+               {"scope", cache_scope_name(options.scope)},
+               {"note", caveat}};
+    std::printf("%s\n", setup.dump().c_str());
+    for (double frac : budgets) {
+        const int capacity = int(std::lround(frac * n_layers * n_experts));
+        const int slots = int(std::lround(share * capacity));
+        std::vector<std::optional<CachePolicy>> policies = {std::nullopt};
+        for (int p = 0; p < CACHE_POLICY_COUNT; p++) policies.push_back(CachePolicy(p));
+        for (const std::optional<CachePolicy>& policy : policies) {
+            CacheReplayConfig rc{policy, capacity, policy ? slots : 0, options};
+            const CacheReplayResult r = cache_replay(eval, popularity, rc, model, expert_bytes);
+            const double per_token = r.decode_expert_ms_per_token();
+            json line{{"bench", "cache"},
+                      {"budget_frac", frac},
+                      {"capacity", capacity},
+                      {"experts", n_layers * n_experts},
+                      {"policy", policy ? cache_policy_name(*policy) : "static"},
+                      {"pinned", capacity - rc.cache_slots},
+                      {"cache_slots", rc.cache_slots},
+                      {"hit_rate", r.hit_rate()},
+                      {"decode_hit_rate", r.decode_hit_rate()},
+                      {"token_hit_rate", r.token_hit_rate()},
+                      {"evictions", r.cache.evictions},
+                      {"copies", r.copies},
+                      {"bytes_copied", r.bytes_copied},
+                      {"expert_ms_per_decode_token", per_token},
+                      {"decode_tok_s", r.decode_steps ? 1e3 / (dense_ms + per_token) : 0.0},
+                      {"expert_ms_total", r.expert_ms},
+                      {"decode_tokens", r.decode_steps}};
+            if (synthetic) line["note"] = "synthetic router: a poor stand-in for a trained one";
+            std::printf("%s\n", line.dump().c_str());
+        }
+    }
+    return 0;
+}
+
 // bench gpu: the CUDA device's raw rates (copies, memory, GEMM) and the
 // expert FFN at n = 1..256 with its weights resident, beside the roofline
 // from those rates; the expert shape of --model (default Mixtral-8x7B's).
@@ -493,7 +663,8 @@ std::vector<BenchExpertShape> bench_expert_shapes(Args& args) {
 
 int cli_bench(const std::vector<std::string>& words) {
     if (words.empty())
-        throw MoeError("bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement, gpu");
+        throw MoeError(
+            "bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement, cache, gpu");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
@@ -503,6 +674,7 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what == "latency") return bench_latency(args);
     if (what == "beam") return bench_beam(args);
     if (what == "placement") return bench_placement(args);
+    if (what == "cache") return bench_cache(args);
     if (what == "gpu") return bench_gpu(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);

@@ -6,7 +6,10 @@
 // the profile's two tables. Progress with an ETA goes to stderr; a first
 // Ctrl-C stops after the current token and writes the prompts completed so
 // far, a second one kills. The file is replaced atomically and always passes
-// the profile validator. Runs the engine; owns no model math.
+// the profile validator. With --trace FILE the per-token routing of the
+// same completed prompts (profiles/routing_trace.h) is written beside it,
+// its sums equal to the profile's tables. Runs the engine; owns no model
+// math.
 #include "server/cli/cli_profile.h"
 
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "engine/model/fingerprint.h"
 #include "engine/runtime/engine.h"
@@ -25,6 +29,7 @@
 #include "profiles/files.h"
 #include "profiles/profile.h"
 #include "profiles/prompts.h"
+#include "profiles/routing_trace.h"
 #include "server/cli/args.h"
 #include "server/cli/cli.h"
 
@@ -143,12 +148,17 @@ int cli_profile(const std::vector<std::string>& words) {
     const bool chat = parse_on_off("--chat-template", args.get("--chat-template", "on"));
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
+    const std::optional<std::string> trace_path = args.get("--trace");
     args.finish();
 
-    // Refuse an unwritable --out now, not after the whole workload has run.
-    const std::filesystem::path out_dir = std::filesystem::absolute(file_write_target(out_path)).parent_path();
-    if (file_type_at(out_dir) != std::filesystem::file_type::directory || access(out_dir.c_str(), W_OK) != 0)
-        throw MoeError("--out: cannot write into " + out_dir.string());
+    // Refuse an unwritable --out or --trace now, not after the whole workload has run.
+    const auto check_writable = [](const char* flag, const std::string& path) {
+        const std::filesystem::path dir = std::filesystem::absolute(file_write_target(path)).parent_path();
+        if (file_type_at(dir) != std::filesystem::file_type::directory || access(dir.c_str(), W_OK) != 0)
+            throw MoeError(std::string(flag) + ": cannot write into " + dir.string());
+    };
+    check_writable("--out", out_path);
+    if (trace_path) check_writable("--trace", *trace_path);
 
     PromptSet set = prompts_read(prompts_path, *format);
     std::vector<int> selected = select_prompts(int(set.prompts.size()), limit, spread);
@@ -161,6 +171,11 @@ int cli_profile(const std::vector<std::string>& words) {
         throw MoeError(options.model_dir.string() + ": a dense model (no experts): there is nothing to profile");
 
     Profile profile = profile_empty(model_fingerprint(config));
+    std::optional<RoutingTraceRecorder> recorder;
+    if (trace_path) {
+        recorder.emplace(profile.model);
+        engine.set_routing_observer(&*recorder);
+    }
     ProfileWorkload& w = profile.workload;
     w.source = prompts_path;
     w.prompt_format = prompt_format_name(set.format);
@@ -197,12 +212,18 @@ int cli_profile(const std::vector<std::string>& words) {
             w.prompts_skipped++;
         } else {
             bool first = true;
+            const int request_index = int(w.prompt_indices.size());  // the trace's request: completed prompts so far
+            if (recorder) recorder->set(request_index, TracePhase::PREFILL);
             GenerateResult r = engine.generate(request, [&](const TokenEvent&) {
                 if (first) at_first_token = engine.routing_counts().last;  // the prefill's counts only
+                if (first && recorder) recorder->set(request_index, TracePhase::DECODE);
                 first = false;
                 return g_profile_stop == 0;
             });
-            if (r.finish_reason == FinishReason::CANCELLED) break;  // an unfinished prompt is not counted
+            if (r.finish_reason == FinishReason::CANCELLED) {  // an unfinished prompt is not counted
+                if (recorder) recorder->drop_request();
+                break;
+            }
             std::vector<uint64_t> all = engine.routing_counts().last;
             for (size_t i = 0; i < cells; i++) {
                 profile.prefill[i] += at_first_token[i];
@@ -223,6 +244,16 @@ int cli_profile(const std::vector<std::string>& words) {
     // Never write a file the reader would refuse.
     profile_parse(profile_to_json(profile), out_path);
     profile_write(profile, out_path);
+    if (recorder) {
+        engine.set_routing_observer(nullptr);
+        // The trace sums to the profile's tables, or something is wrong here.
+        const Profile summed = routing_trace_profile(recorder->trace());
+        if (summed.prefill != profile.prefill || summed.decode != profile.decode)
+            throw MoeError(*trace_path + ": the routing trace does not sum to the profile (a bug; not written)");
+        routing_trace_write(recorder->trace(), *trace_path);
+        std::fprintf(stderr, "profile: routing trace of %zu tokens -> %s\n", recorder->trace().n_tokens(),
+                     trace_path->c_str());
+    }
 
     std::fprintf(stderr,
                  "profile: %zu prompts (%d skipped: prompt + %d tokens longer than the context of %d), %llu prefill + "
