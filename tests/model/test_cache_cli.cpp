@@ -1,0 +1,104 @@
+// `moe-server profile --trace` and `bench cache` on the tiny synthetic
+// model as a user runs them: the trace validates, carries the model's
+// fingerprint, and sums to the profile written in the same run, phase by
+// phase; the replay prints its setup (which latency model, the synthetic-
+// router caveat) and one line per budget and policy, Belady's hit rate at
+// least every other policy's; a trace of another model is refused.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/model/fingerprint.h"
+#include "engine/model/model_config.h"
+#include "profiles/profile.h"
+#include "profiles/routing_trace.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// profile --trace of `limit` prompts of a shared prompt file; returns the trace path.
+fs::path profile_with_trace(const fs::path& model, const std::string& prompts, const std::string& tag, Profile* out) {
+    const fs::path dir = test_temp_dir(tag);
+    const fs::path profile = dir / "p.json", trace = dir / "t.jsonl";
+    CommandResult r = moe({"profile", "--model", model.string(), "--prompts",
+                           (shared_data_dir() / "prompts" / prompts).string(), "--limit", "3", "--gen-tokens", "6",
+                           "--threads", "2", "--out", profile.string(), "--trace", trace.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.err.find("routing trace of ") != std::string::npos);
+    *out = profile_read(profile);
+    return trace;
+}
+
+}  // namespace
+
+TEST_CASE("profile --trace writes a trace that sums to the profile of the same run", "[profile_cli][cache_cli]") {
+    const fs::path model = test_model_dir("tiny", 1);
+    Profile p;
+    const fs::path path = profile_with_trace(model, "sharegpt_v3_filtered_1000.json", "trace-cli", &p);
+    const RoutingTrace t = routing_trace_read(path);  // validates
+    REQUIRE(t.model == model_fingerprint(model_config_load(model)));
+    REQUIRE(t.n_tokens() == p.workload.prefill_tokens + p.workload.decode_tokens);
+    const Profile summed = routing_trace_profile(t);
+    CHECK(summed.prefill == p.prefill);
+    CHECK(summed.decode == p.decode);
+    CHECK(summed.workload.prefill_tokens == p.workload.prefill_tokens);
+    CHECK(summed.workload.decode_tokens == p.workload.decode_tokens);
+    CHECK(summed.workload.generated_tokens == p.workload.generated_tokens);
+    // Three requests, each its prefill positions 0.. and then its decode positions on from there.
+    CHECK(t.request.front() == 0);
+    CHECK(t.request.back() == 2);
+    for (size_t i = 1; i < t.n_tokens(); i++)
+        if (t.request[i] == t.request[i - 1]) CHECK(t.position[i] == t.position[i - 1] + 1);
+}
+
+TEST_CASE("bench cache prints one line per budget and policy, Belady's hit rate the highest", "[cache_cli]") {
+    const fs::path model = test_model_dir("tiny", 1);
+    Profile a, b;
+    const fs::path ta = profile_with_trace(model, "sharegpt_v3_filtered_1000.json", "cache-cli-a", &a);
+    const fs::path tb = profile_with_trace(model, "mt_bench_question.jsonl", "cache-cli-b", &b);
+    CommandResult r = moe({"bench", "cache", "--model", model.string(), "--trace", ta.string(), "--eval-trace",
+                           tb.string(), "--budgets", "10,25,50%", "--threads", "2"});
+    INFO(r.err << r.out);
+    REQUIRE(r.exit_code == 0);
+    std::istringstream lines(r.out);
+    std::string line;
+    std::vector<json> rows;
+    json setup;
+    while (std::getline(lines, line)) {
+        json j = json::parse(line);
+        if (j["bench"] == "cache_setup") setup = j;
+        if (j["bench"] == "cache") rows.push_back(j);
+    }
+    REQUIRE(setup.is_object());
+    CHECK(setup["note"].get<std::string>().find("poor stand-in for a trained router") != std::string::npos);
+    const std::string latency = setup["latency_model"];
+    CHECK((latency.rfind("calibrated", 0) == 0 || latency.rfind("CPU calibrated", 0) == 0 ||
+           latency.rfind("default: CPU roofline", 0) == 0));
+    REQUIRE(rows.size() == 3 * 5);
+    std::map<double, std::map<std::string, double>> hit;
+    for (const json& j : rows) {
+        hit[j["budget_frac"].get<double>()][j["policy"].get<std::string>()] = j["hit_rate"].get<double>();
+        CHECK(j["decode_tok_s"].get<double>() > 0);
+        CHECK(j["bytes_copied"].get<double>() >= 0);
+        CHECK(j["pinned"].get<int>() + j["cache_slots"].get<int>() == j["capacity"].get<int>());
+    }
+    REQUIRE(hit.size() == 3);
+    for (auto& [frac, by_policy] : hit) {
+        INFO("budget " << frac);
+        REQUIRE(by_policy.size() == 5);
+        for (const char* other : {"static", "lru", "lfu", "score"}) CHECK(by_policy["belady"] >= by_policy[other]);
+    }
+    // A trace of another model is refused in one line.
+    CommandResult bad =
+        moe({"bench", "cache", "--model", "synth:small", "--trace", ta.string(), "--eval-trace", tb.string()});
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find("a routing trace of another model") != std::string::npos);
+}
