@@ -77,6 +77,9 @@ public:
     CachePolicy kind() const override { return CachePolicy::BELADY; }
     void on_access(int key, uint64_t, uint64_t next_use) override { next_[size_t(key)] = next_use; }
     void first_use(int key, uint64_t step) override { next_[size_t(key)] = step; }
+    // Exact while next uses stay below 2^21 layer steps (the tie-break by
+    // the use after then rounds; the next use itself orders exactly up to
+    // 2^53). admit_over compares the integers exactly.
     double keep_value(int key, uint64_t) const override { return -double(next_[size_t(key)]); }
     bool admit_over(int key, int victim, uint64_t) const override { return next_[size_t(key)] < next_[size_t(victim)]; }
 

@@ -5,8 +5,8 @@
 // is an EvictionPolicy: LRU, LFU with exponential decay, a score combining
 // profile popularity with recency, and Belady's optimal (offline: it is told
 // each access's next use from a recorded trace) as the ceiling. Slots are
-// one pool (CacheScope::GLOBAL, the default) or a fixed share per layer
-// (CacheScope::PER_LAYER). Pure bookkeeping over plain numbers: keys are
+// one pool (CacheScope::GLOBAL) or a fixed share per layer
+// (CacheScope::PER_LAYER, the default). Pure bookkeeping over plain numbers: keys are
 // (layer, expert) over the caller's layers (the MoE layers, compacted, as the
 // planner sees them); it never touches device memory. Everything is sized in
 // the constructor: lookup, admit and admit_misses never allocate.
@@ -27,8 +27,8 @@ const char* cache_policy_name(CachePolicy policy);  // "lru", "lfu", "score", "b
 bool cache_policy_parse(const std::string& name, CachePolicy& out);
 
 enum class CacheScope : uint8_t {
-    GLOBAL,     // one pool of slots shared by all layers (default)
-    PER_LAYER,  // slots / n_layers per layer (the first slots % n_layers layers one more)
+    GLOBAL,     // one pool of slots shared by all layers
+    PER_LAYER,  // slots / n_layers per layer (the first slots % n_layers layers one more; default)
 };
 const char* cache_scope_name(CacheScope scope);  // "global", "layer"
 
@@ -36,7 +36,9 @@ const char* cache_scope_name(CacheScope scope);  // "global", "layer"
 // (forward pass, MoE layer) it runs. A half-life in tokens is converted with
 // the layer count (one decode token = n_layers steps).
 struct CacheOptions {
-    CacheScope scope = CacheScope::GLOBAL;
+    // PER_LAYER: in the replays the online policies hit more with it (a
+    // prefill's burst cannot flush other layers' experts); placement/README.md.
+    CacheScope scope = CacheScope::PER_LAYER;
     double lfu_half_life_tokens = 64;    // LFU: an access's weight halves every this many tokens
     double score_half_life_tokens = 4;   // SCORE: the recency term halves every this many tokens
     double score_popularity_weight = 1;  // SCORE: weight of the popularity term (recency weighs 1)

@@ -52,7 +52,7 @@ const char* USAGE =
     "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N] |\n"
     "               placement --model DIR --profile A.json --eval B.json [--seeds N] |\n"
     "               cache --model DIR --trace A.jsonl --eval-trace B.jsonl [--profile P.json]\n"
-    "                 [--budgets 10,25,50%] [--cache-share F] [--scope global|layer] [--threads N] |\n"
+    "                 [--budgets 10,25,50%] [--cache-share F] [--scope layer|global] [--threads N] |\n"
     "               gpu [--model DIR] [--gpu-device N] [--reps N]   (JSON lines)\n"
     "\n"
     "  --model DIR can also be synth:PRESET[:SEED] (PRESET one of synth-model's, SEED 0 by\n"

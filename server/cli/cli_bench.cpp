@@ -466,14 +466,16 @@ int bench_cache(Args& args) {
     const std::string eval_path = args.required("--eval-trace");
     const std::optional<std::string> profile_path = args.get("--profile");
     const std::vector<double> budgets = parse_budgets(args.get("--budgets", "10,25,50%"));
-    const double share = args.get_double("--cache-share", 0.5, 0, 1);
-    const std::string scope_name = args.get("--scope", "global");
+    const double share = args.get_double("--cache-share", 0.25, 0, 1);
+    const std::string scope_name = args.get("--scope", "layer");
     const int threads = bench_threads_flag(args);
     args.finish();
     CacheOptions options;
-    if (scope_name == "layer") {
+    if (scope_name == "global") {
+        options.scope = CacheScope::GLOBAL;
+    } else if (scope_name == "layer") {
         options.scope = CacheScope::PER_LAYER;
-    } else if (scope_name != "global") {
+    } else {
         throw MoeError("--scope: expected global or layer, got '" + scope_name + "'");
     }
     const ModelConfig config = model_source_config(source);

@@ -109,7 +109,9 @@ TEST_CASE("a copy never evicts an expert its own layer's plan uses", "[placement
     for (CachePolicy kind : {CachePolicy::LRU, CachePolicy::LFU, CachePolicy::SCORE, CachePolicy::BELADY}) {
         INFO(cache_policy_name(kind));
         // Two layers of 3 experts, one pool of 2 slots holding (0, 0) and (1, 0).
-        ExpertCache cache(Residency(2, 3), 2, eviction_policy_make(kind, 2, 3, {}, {}));
+        CacheOptions global;
+        global.scope = CacheScope::GLOBAL;
+        ExpertCache cache(Residency(2, 3), 2, eviction_policy_make(kind, 2, 3, {}, global), global);
         REQUIRE(cache.admit(0, 0, {}, 0).admitted);
         REQUIRE(cache.admit(1, 0, {}, 1).admitted);
         // Layer 0 routes {0, 2}: 0 is protected, so only layer 1's expert 0 may go,
@@ -156,7 +158,9 @@ TEST_CASE("warm start fills free slots in the given order, skipping pinned exper
     const std::vector<uint64_t> counts = {5, 9, 7, 0, 8, 1, 6, 2};  // order: (0,1) (1,0) (0,2) (1,2) (0,0) ...
     const std::vector<int> order = popularity_order(counts, 2, 4);
     CHECK(order == std::vector<int>{1, 4, 2, 6, 0, 7, 5, 3});
-    ExpertCache cache(pinned, 2, eviction_policy_make(CachePolicy::LRU, 2, 4, {}, {}));
+    CacheOptions global;
+    global.scope = CacheScope::GLOBAL;
+    ExpertCache cache(pinned, 2, eviction_policy_make(CachePolicy::LRU, 2, 4, {}, global), global);
     cache.warm(order);
     CHECK(cache.cached(1, 0));
     CHECK(cache.cached(0, 2));
