@@ -127,7 +127,9 @@ public:
     // evicting the policy's victim when the pool is full. A victim is never
     // one of `protected_experts` of the same layer (the experts the layer's
     // plan uses: they may be computing from their slots). Not admitted when
-    // every candidate is protected or the policy declines.
+    // every candidate is protected or the policy declines (a bypass: the
+    // copy ran from a staging slot), nor when it is already resident
+    // (nothing happens, no statistic moves).
     AdmitResult admit(int layer, int expert, std::span<const int> protected_experts, uint64_t now);
 
     // Admits every missed expert of one layer step, the most valuable to

@@ -2,8 +2,8 @@
 // on a trace whose hits and evictions were worked out by hand, the protected
 // set (a copy never evicts an expert its own layer's plan uses), the per-layer
 // pools, the warm start, Belady never beaten by any policy (nor by never
-// admitting, the static plan) on many random traces, and no allocation per
-// access.
+// admitting, the static plan) on random traces of one expert per layer step
+// and its rare losses bounded with several, and no allocation per access.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
