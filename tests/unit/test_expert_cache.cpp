@@ -247,7 +247,7 @@ uint64_t replay_hits(const RandomTrace& t, const Residency& pinned, int slots, c
 // and Belady's greedy choice is no longer provably optimal (two experts of
 // one future step tie, and only one may hit there): the test bounds how
 // often and by how much it loses (placement/README.md gives the figures).
-TEST_CASE("Belady is never beaten by any policy on random traces", "[placement][cache]") {
+TEST_CASE("Belady is never beaten on random traces of one expert per step, rarely with several", "[placement][cache]") {
     std::mt19937_64 rng(18);
     int strictly_best = 0, grouped = 0, grouped_lost = 0;
     double worst_loss = 0;
