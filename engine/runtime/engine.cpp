@@ -125,6 +125,7 @@ struct Engine::Impl {
           exec_total(config.n_layers, std::max(1, config.n_experts)),
           exec_last(config.n_layers, std::max(1, config.n_experts)) {
         batch.reserve(o.max_batch);
+        forward.set_predict_next_layer(o.predict_next_layer);
         if (!device.info.warning.empty())
             template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
     }
@@ -261,6 +262,10 @@ RoutingCounts Engine::routing_counts() const {
     r.n_experts = impl_->stats_total.n_experts();
     r.total = impl_->stats_total.counts();
     r.last = impl_->stats_last.counts();
+    r.predicted_total = impl_->stats_total.predicted();
+    r.predicted_right_total = impl_->stats_total.predicted_right();
+    r.predicted_last = impl_->stats_last.predicted();
+    r.predicted_right_last = impl_->stats_last.predicted_right();
     return r;
 }
 

@@ -65,6 +65,10 @@ struct EngineOptions {
     int ctx = 4096;    // KV-cache positions per sequence (capped by max_position_embeddings)
     int max_batch = 512;  // prefill chunk size (tokens per forward pass)
     DeviceOptions device;
+    // Predict each MoE layer's experts one layer ahead and count how often
+    // the prediction is right (ForwardPass::set_predict_next_layer; the
+    // figures are in routing_counts()). Changes no result.
+    bool predict_next_layer = false;
 };
 
 // The device experts may run on. NONE: every expert on the CPU, with no
@@ -168,6 +172,10 @@ struct RoutingCounts {
     int n_layers = 0, n_experts = 0;
     std::vector<uint64_t> total;        // (n_layers, n_experts)
     std::vector<uint64_t> last;         // (n_layers, n_experts)
+    // With EngineOptions::predict_next_layer, per layer: expert choices
+    // predicted one layer ahead, and those the layer then routed to.
+    std::vector<uint64_t> predicted_total, predicted_right_total;  // (n_layers)
+    std::vector<uint64_t> predicted_last, predicted_right_last;    // (n_layers)
 };
 
 class Engine {

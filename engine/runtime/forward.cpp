@@ -63,6 +63,8 @@ ForwardPass::ForwardPass(const ModelConfig& config, Backend& backend, KvCache& c
     route_weight_.resize(mb * n_route_);
     route_slot_.resize(mb * n_route_);
     slot_src_.resize(mb * n_route_);
+    predicted_expert_.resize(mb * n_route_);
+    predicted_weight_.resize(mb * n_route_);
     logit_src_.resize(max_logits);
     expert_count_.resize(n_experts);
     expert_start_.resize(n_experts);
@@ -85,6 +87,7 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     }
     b.begin(batch, cache_);
     if (observer_) observer_->on_pass(std::span<const int>(batch.positions.data(), size_t(n)));
+    predicted_layer_ = -1;
 
     b.embed(x_);  // x (n, dim) = embed[token]
     for (int l = 0; l < c.n_layers; l++) {
@@ -119,6 +122,9 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
         if (c.layer_is_moe(l) || !c.is_moe()) moe(l, n, stats);  // out = the routed experts' sum
         always_mlp(l, n);                                        // out (+)= the MLP every token runs
         b.add(x_, out_, size_t(n) * dim);
+        predicted_layer_ = -1;
+        if (predict_next_layer_ && stats && c.is_moe() && l + 1 < c.n_layers && c.layer_is_moe(l + 1))
+            predict(l + 1, n);
     }
 
     // Final norm and lm_head only for the entries that want logits.
@@ -133,6 +139,20 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     b.rmsnorm(logit_rows_, logit_rows_, weights_.final_norm, n_logits, dim, c.rms_norm_eps);
     b.matmul(logits_, logit_rows_, weights_.lm_head, n_logits);
     return b.to_host(logits_, size_t(n_logits) * c.vocab_size);
+}
+
+// Layer `layer`'s router applied to the residual stream as the previous
+// layer left it (normed with this layer's FFN norm): the experts each token
+// would pick if this layer's attention changed nothing. xb and the router
+// logits are scratch here; the layer recomputes both.
+void ForwardPass::predict(int layer, int n) {
+    const ModelConfig& c = config_;
+    const LayerWeights& lw = weights_.layers[layer];
+    Backend& b = backend_;
+    b.rmsnorm(xb_, x_, lw.ffn_norm, n, c.dim, c.rms_norm_eps);
+    b.matmul(router_, xb_, lw.router, n);
+    b.route(predicted_expert_.data(), predicted_weight_.data(), router_, n, c.n_experts, n_route_, c.norm_topk_prob);
+    predicted_layer_ = layer;
 }
 
 // The MLP every token of the layer runs, on the backend with the dense
@@ -165,6 +185,16 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
         b.matmul(router_, xb_, lw.router, n);
         b.route(route_expert_.data(), route_weight_.data(), router_, n, n_experts, n_route_, c.norm_topk_prob);
         if (observer_) observer_->on_route(layer, n, n_route_, route_expert_.data(), route_weight_.data());
+        if (stats && predicted_layer_ == layer) {
+            uint64_t right = 0;
+            for (int i = 0; i < n; i++) {
+                const int* chosen = route_expert_.data() + size_t(i) * n_route_;
+                const int* guess = predicted_expert_.data() + size_t(i) * n_route_;
+                for (int j = 0; j < n_route_; j++)
+                    right += std::find(chosen, chosen + n_route_, guess[j]) != chosen + n_route_;
+            }
+            stats->add_prediction(layer, uint64_t(n) * n_route_, right);
+        }
     } else {
         for (int i = 0; i < n; i++) {
             route_expert_[i] = 0;

@@ -12,9 +12,9 @@
 
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
+#include "engine/runtime/kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/kv_cache.h"
 #include "profiles/routing_stats.h"
 #include "profiles/routing_trace.h"
 
@@ -55,9 +55,18 @@ public:
     // observer (null: none, the default), e.g. `profile --trace`'s recorder.
     void set_routing_observer(RoutingObserver* observer) { observer_ = observer; }
 
+    // With stats given to run(): before each MoE layer after the first,
+    // predict its experts from the previous layer's output (its router on
+    // that hidden state, before its attention adds to it) and count in
+    // stats how many predicted choices it then routed to -- what a
+    // next-layer prefetch would have got right. Off by default; it changes
+    // no result (one more norm and router product per layer).
+    void set_predict_next_layer(bool on) { predict_next_layer_ = on; }
+
 private:
     void moe(int layer, int n, RoutingStats* stats);
     void always_mlp(int layer, int n);
+    void predict(int layer, int n);
 
     const ModelConfig& config_;
     Backend& backend_;
@@ -86,6 +95,10 @@ private:
     std::vector<float> route_weight_;  // (max_batch, n_route) their weights
     std::vector<int> route_slot_;      // (max_batch, n_route) row in the expert rows
     std::vector<int> slot_src_;        // (max_batch * n_route) batch entry of each expert row
+    std::vector<int> predicted_expert_;    // (max_batch, n_route) next-layer prediction
+    std::vector<float> predicted_weight_;  // (max_batch, n_route) its weights (unused)
+    bool predict_next_layer_ = false;
+    int predicted_layer_ = -1;         // the layer predicted_expert_ is for; -1 none
     std::vector<int> logit_src_;       // (max_logits) batch entry of each logits row
     std::vector<int> expert_count_;    // (n_experts)
     std::vector<int> expert_start_;    // (n_experts)

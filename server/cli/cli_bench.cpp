@@ -117,6 +117,26 @@ void add_placement_fields(json& line, const Engine& engine) {
     line.update(execution_fields(s));
 }
 
+// --predict-next-layer: how often each MoE layer's experts, predicted from
+// the previous layer's output, were the ones it routed to, over the last
+// request (prefill and decode). A random router of a synthetic model is a
+// poor stand-in for a trained one here.
+void add_prediction_fields(json& line, const Engine& engine) {
+    const RoutingCounts r = engine.routing_counts();
+    uint64_t predicted = 0, right = 0;
+    json per_layer = json::array();
+    for (size_t l = 0; l < r.predicted_last.size(); l++) {
+        predicted += r.predicted_last[l];
+        right += r.predicted_right_last[l];
+        per_layer.push_back(r.predicted_last[l] ? json(double(r.predicted_right_last[l]) / r.predicted_last[l])
+                                                : json(nullptr));
+    }
+    line["next_layer_prediction"] = {{"predicted", predicted},
+                                     {"right", right},
+                                     {"accuracy", predicted ? json(double(right) / predicted) : json(nullptr)},
+                                     {"per_layer_accuracy", per_layer}};
+}
+
 int bench_decode(Args& args, bool prefill) {
     EngineOptions o;
     o.model_dir = parse_model_flag(args).text;
@@ -124,6 +144,7 @@ int bench_decode(Args& args, bool prefill) {
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
     o.device = parse_device_flags(args);
+    o.predict_next_layer = args.flag("--predict-next-layer");
     apply_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
@@ -159,6 +180,7 @@ int bench_decode(Args& args, bool prefill) {
                   {"fma_peak_gflops", ceiling.fma_gflops},
                   {"ratio_to_peak", gflops / ceiling.fma_gflops}};
         add_placement_fields(line, engine);
+        if (o.predict_next_layer) add_prediction_fields(line, engine);
         std::printf("%s\n", line.dump().c_str());
     } else {
         req.prompt = bench_prompt(engine, 16);
@@ -174,6 +196,7 @@ int bench_decode(Args& args, bool prefill) {
                   {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
                   {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
         add_placement_fields(line, engine);
+        if (o.predict_next_layer) add_prediction_fields(line, engine);
         std::printf("%s\n", line.dump().c_str());
     }
     return 0;
