@@ -557,10 +557,7 @@ double reference_logprob(const ReferenceModel& ref, const std::vector<int>& seq,
 TEST_CASE("beam search on the Qwen3-MoE OLMoE and Qwen2-MoE architectures matches the reference", "[beam]") {
     for (const auto& [name, config] : small_arch_configs()) {
         SECTION(name) {
-            EngineOptions o;
-            o.model_dir = test_checkpoint_dir("arch", config);
-            o.threads = 2;
-            o.ctx = 256;
+            const EngineOptions o = arch_engine_options(config);
             Engine engine(o);
             const ReferenceModel ref = ReferenceModel::load(o.model_dir);
             std::vector<int> prompt = prompt_tokens(6, 7);

@@ -442,10 +442,7 @@ TEST_CASE("new architectures: logits match the reference on every ISA path", "[f
 TEST_CASE("new architectures: greedy generation equals the reference's for 16 tokens", "[forward][forward_arch]") {
     for (const auto& [name, config] : small_arch_configs()) {
         SECTION(name) {
-            EngineOptions o;
-            o.model_dir = test_checkpoint_dir("arch", config);
-            o.threads = 2;
-            o.ctx = 256;
+            const EngineOptions o = arch_engine_options(config);
             Engine engine(o);
             ReferenceModel ref = ReferenceModel::load(o.model_dir);
             GenerateRequest req = greedy_request(arch_prompt(6, 9), 16);

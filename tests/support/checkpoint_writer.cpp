@@ -203,3 +203,11 @@ std::vector<std::pair<std::string, json>> small_arch_configs() {
     out.emplace_back("qwen2-moe-mini, layers 0 and 2 dense", q2);
     return out;
 }
+
+EngineOptions arch_engine_options(const nlohmann::json& config) {
+    EngineOptions o;
+    o.model_dir = test_checkpoint_dir("arch", config);
+    o.threads = 2;
+    o.ctx = 256;
+    return o;
+}

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/engine.h"
+
 struct TestTensor {
     std::vector<int64_t> shape;
     std::vector<float> data;  // row-major
@@ -46,3 +48,7 @@ nlohmann::json small_arch_config(const std::string& preset);
 // with mlp_only_layers [0] of 3 layers; Qwen2 with decoder_sparse_step 2 of
 // 3 layers: only layer 1 sparse).
 std::vector<std::pair<std::string, nlohmann::json>> small_arch_configs();
+
+// Engine options for the test_checkpoint_dir("arch", config) checkpoint of
+// one of those configs: 2 threads, ctx 256, the CPU.
+EngineOptions arch_engine_options(const nlohmann::json& config);
