@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "placement/cached_placement.h"
 #include "placement/layer_plan.h"
 
 namespace {
@@ -75,22 +76,18 @@ CacheReplayResult cache_replay(const RoutingTrace& trace, std::span<const uint64
             next_seen[k] = g;
         }
 
-    std::optional<ExpertCache> cache;
-    if (config.policy) {
-        cache.emplace(pinned, slots, eviction_policy_make(*config.policy, L, E, popularity, config.options),
-                      config.options);
-        cache->warm(popularity_order(popularity, L, E));
+    CachedPlacementConfig pc;
+    pc.policy = config.policy;
+    pc.cache_slots = slots;
+    pc.options = config.options;
+    CachedPlacement placement(model, expert_bytes, pinned, popularity, pc);
+    if (ExpertCache* cache = placement.cache())
         for (int k = 0; k < L * E; k++)
             cache->first_use(k / E, k % E, cache_future(next_seen[size_t(k)], after_seen[size_t(k)]));
-    }
 
     CacheReplayResult r;
-    LayerPlanner planner(model, expert_bytes, std::max(E, 1));
-    std::vector<PlanInput> inputs(size_t(std::max(E, 1)));
-    std::vector<ExpertSite> sites(inputs.size());
-    std::vector<int> routed, missed;
-    routed.reserve(inputs.size());
-    missed.reserve(inputs.size());
+    std::vector<StepExpert> experts(size_t(std::max(E, 1)));
+    std::vector<StepSite> sites(experts.size());
     const double copy_ms = model.copy_ms(expert_bytes);
     for (size_t s = 0; s < steps.size(); s++) {
         const bool decode = steps[s].decode;
@@ -98,44 +95,31 @@ CacheReplayResult cache_replay(const RoutingTrace& trace, std::span<const uint64
         for (int l = 0; l < L; l++) {
             const size_t g = s * size_t(L) + size_t(l);
             const size_t b = group_begin[g], m = group_begin[g + 1] - b;
-            routed.clear();
-            missed.clear();
+            for (size_t j = 0; j < m; j++) experts[j] = {acc_expert[b + j], acc_tokens[b + j]};
+            const uint64_t hits_before = placement.stats().cache.pinned_hits + placement.stats().cache.cache_hits;
+            const PlanCost cost = placement.plan(l, std::span(experts.data(), m), g, std::span(sites.data(), m),
+                                                 std::span(future.data() + b, m));
+            layers_ms += cost.makespan_ms();
+            if (decode) {
+                r.decode_lookups += m;
+                r.decode_hits += placement.stats().cache.pinned_hits + placement.stats().cache.cache_hits - hits_before;
+            }
             for (size_t j = 0; j < m; j++) {
-                const int e = acc_expert[b + j], n = acc_tokens[b + j];
-                bool hit;
-                if (cache) {
-                    hit = cache->lookup(l, e, g, future[b + j]) != CacheHit::MISS;
-                } else {
-                    hit = pinned.resident(l, e);
-                    (hit ? r.cache.pinned_hits : r.cache.misses)++;
-                }
-                inputs[j] = {n, hit};
-                routed.push_back(e);
-                if (!hit) missed.push_back(e);
-                r.routed += uint64_t(n);
-                r.routed_hits += hit ? uint64_t(n) : 0;
-                if (decode) {
-                    r.decode_lookups++;
-                    r.decode_hits += hit;
+                r.routed += uint64_t(experts[j].n_tokens);
+                // Resident before the plan: it runs on the device without a copy.
+                if (sites[j].site == ExpertSite::DEVICE) r.routed_hits += uint64_t(experts[j].n_tokens);
+                if (sites[j].site == ExpertSite::COPY) {
+                    r.copies++;
+                    r.bytes_copied += expert_bytes;
+                    stream_ms += copy_ms;
                 }
             }
-            const PlanCost cost = planner.plan(std::span(inputs.data(), m), std::span(sites.data(), m));
-            layers_ms += cost.makespan_ms();
-            for (size_t j = 0; j < m; j++)
-                if (sites[j] == ExpertSite::COPY) {
-                    r.copies++;
-                    r.bytes_copied += expert_bytes;
-                    stream_ms += copy_ms;
-                }
-            if (!cache || missed.empty()) continue;
-            cache->admit_misses(l, missed, routed, g);
-            // A miss the planner ran on the CPU that now holds a slot was copied beside it.
-            for (size_t j = 0; j < m; j++)
-                if (!inputs[j].resident && sites[j] != ExpertSite::COPY && cache->cached(l, routed[j])) {
-                    r.copies++;
-                    r.bytes_copied += expert_bytes;
-                    stream_ms += copy_ms;
-                }
+            // Fills of the layer's CPU-run misses in its idle copy time (no
+            // prediction in a trace: no prefetch).
+            const size_t fills = placement.extra_copies(-1, {}, g).size();
+            r.copies += fills;
+            r.bytes_copied += double(fills) * expert_bytes;
+            stream_ms += double(fills) * copy_ms;
         }
         const double step_ms = std::max(layers_ms, stream_ms);
         r.expert_ms += step_ms;
@@ -145,6 +129,6 @@ CacheReplayResult cache_replay(const RoutingTrace& trace, std::span<const uint64
             r.decode_steps++;
         }
     }
-    if (cache) r.cache = cache->stats();
+    r.cache = placement.stats().cache;
     return r;
 }

@@ -267,18 +267,28 @@ AdmitResult ExpertCache::admit(int layer, int expert, std::span<const int> prote
     return r;
 }
 
+void ExpertCache::order_by_value(int layer, std::span<int> experts, uint64_t now) const {
+    check(layer, 0);
+    const int base = layer * n_experts();
+    // Most valuable first; ties by expert so the order never depends on the caller's.
+    std::sort(experts.begin(), experts.end(), [&](int a, int b) {
+        const double va = policy_->keep_value(base + a, now), vb = policy_->keep_value(base + b, now);
+        return va != vb ? va > vb : a < b;
+    });
+}
+
+void ExpertCache::touch(int layer, int expert, uint64_t now) {
+    check(layer, expert);
+    policy_->on_access(key(layer, expert), now, CACHE_NEVER);
+}
+
 int ExpertCache::admit_misses(int layer, std::span<const int> missed, std::span<const int> protected_experts,
                               uint64_t now) {
     check(layer, 0);
     if (missed.size() > order_.size()) throw std::invalid_argument("ExpertCache::admit_misses: more than n_experts");
     const size_t m = missed.size();
     std::copy(missed.begin(), missed.end(), order_.begin());
-    const int base = layer * n_experts();
-    // Most valuable first; ties by expert so the order never depends on the caller's.
-    std::sort(order_.begin(), order_.begin() + long(m), [&](int a, int b) {
-        const double va = policy_->keep_value(base + a, now), vb = policy_->keep_value(base + b, now);
-        return va != vb ? va > vb : a < b;
-    });
+    order_by_value(layer, std::span(order_.data(), m), now);
     int admitted = 0;
     for (size_t i = 0; i < m; i++) admitted += admit(layer, order_[i], protected_experts, now).admitted;
     return admitted;

@@ -137,6 +137,13 @@ public:
     // protecting `protected_experts` (the layer's routed experts). Returns
     // how many were admitted. Scratch is preallocated (n_experts).
     int admit_misses(int layer, std::span<const int> missed, std::span<const int> protected_experts, uint64_t now);
+    // Sorts experts of one layer most valuable to the policy first (ties by
+    // expert), the order admit_misses admits in. Never allocates.
+    void order_by_value(int layer, std::span<int> experts, uint64_t now) const;
+    // Records an access of the expert with the policy only (no statistic
+    // moves): a prefetched expert counts as used at the step it came in, so
+    // the layer's next admission does not take it straight back out.
+    void touch(int layer, int expert, uint64_t now);
 
     bool pinned(int layer, int expert) const { return pinned_.resident(layer, expert); }
     bool cached(int layer, int expert) const { return key_slot_[size_t(key(layer, expert))] >= 0; }
@@ -144,6 +151,8 @@ public:
     // The cache slot holding the expert (the executor's device buffer
     // index), -1 when it is not cached.
     int slot_of(int layer, int expert) const { return key_slot_[size_t(key(layer, expert))]; }
+    // The key (layer * n_experts + expert) cache slot `slot` holds, -1 when free.
+    int key_in(int slot) const { return slot_key_[size_t(slot)]; }
 
     int n_layers() const { return pinned_.n_layers(); }
     int n_experts() const { return pinned_.n_experts(); }

@@ -9,7 +9,8 @@ CpuExpertExecutor::CpuExpertExecutor(const ModelConfig& config, const ModelWeigh
     : config_(config), weights_(weights), pool_(pool), max_tokens_(max_tokens),
       scratch_(size_t(2) * max_tokens * config.hidden_dim) {}
 
-void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) {
+void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                                  const NextLayerGuess&) {
     const LayerWeights& lw = weights_.layers[layer];
     const size_t dim = size_t(config_.dim);
     for (const ExpertTask& t : tasks) {

@@ -66,9 +66,18 @@ std::string CopySourceChoice::describe() const {
 CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
                                    double budget_bytes, int max_tokens, GpuStream compute, GpuBlas& blas,
                                    int staging_slots, CopyMode mode)
+    : CudaExpertDevice(config, weights, ExpertPipeline::slots_of(residency), residency.n_resident(), budget_bytes,
+                       max_tokens, compute, blas, staging_slots, mode) {
+    if (residency.n_layers() != config.n_layers || residency.n_experts() != config.n_experts)
+        throw std::invalid_argument("CUDA expert device: the residency's shape is not the model's");
+}
+
+CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights& weights,
+                                   std::span<const SlotExpert> slots, int pinned_slots, double budget_bytes,
+                                   int max_tokens, GpuStream compute, GpuBlas& blas, int staging_slots, CopyMode mode)
     : config_(config),
       weights_(weights),
-      pipeline_(residency, staging_slots),
+      pipeline_(config.n_layers, std::max(1, config.n_experts), slots, staging_slots),
       expert_bytes_(expert_slot_bytes(weights)),
       budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
@@ -76,13 +85,13 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
       blas_(blas) {
     if (blas.stream() != compute)
         throw std::invalid_argument("CUDA expert device: the cuBLAS handle must be bound to the compute stream");
-    if (residency.n_layers() != config.n_layers || residency.n_experts() != config.n_experts)
-        throw std::invalid_argument("CUDA expert device: the residency's shape is not the model's");
+    if (pinned_slots < 0 || pinned_slots > pipeline_.n_resident())
+        throw std::invalid_argument("CUDA expert device: more pinned slots than resident slots");
 
     const int n_slots = pipeline_.n_resident() + staging_slots;
     const double need = double(n_slots) * double(expert_bytes_);
     if (need > budget_bytes)
-        throw MoeError("CUDA device: " + std::to_string(pipeline_.n_resident()) + " resident experts plus " +
+        throw MoeError("CUDA device: " + std::to_string(pipeline_.n_resident()) + " resident slots plus " +
                        std::to_string(staging_slots) + " staging slots need " + bytes_text(need) +
                        ", more than the experts' budget of " + bytes_text(budget_bytes));
     const size_t scratch_f32 = size_t(2) * max_tokens * config.hidden_dim * sizeof(float);
@@ -109,18 +118,19 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
         staged_.push_back(std::make_unique<GpuEvent>());
         dma_done_.push_back(std::make_unique<GpuEvent>());
     }
-    // One layer's copies, twice over: more in flight makes enqueue_copy wait.
-    jobs_.resize(size_t(2) * std::max(1, config.n_experts));
+    // One layer's copies and extra copies, twice over: more in flight makes enqueue_copy wait.
+    jobs_.resize(size_t(4) * std::max(1, config.n_experts));
 
     // The residents go up through pinned staging: they are not registered,
     // whichever source the copies use later.
     choice_.source = CopySource::STAGED;
     for (int r = 0; r < pipeline_.n_resident(); r++) {
-        const ExpertPipeline::Expert& e = pipeline_.residents()[size_t(r)];
-        enqueue_copy(weights.layers[size_t(e.layer)].experts[size_t(e.expert)], slot_memory({false, r}));
+        const SlotExpert& e = pipeline_.residents()[size_t(r)];
+        if (e.layer >= 0)
+            enqueue_copy(weights.layers[size_t(e.layer)].experts[size_t(e.expert)], slot_memory({false, r}));
     }
     sync_copies();
-    choose_copy_source(mode);
+    choose_copy_source(mode, pinned_slots);
 }
 
 CudaExpertDevice::~CudaExpertDevice() {
@@ -187,13 +197,14 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, unsigned char* dst) 
 void CudaExpertDevice::sync_copies() {
     copy_.synchronize();
     n_jobs_ = 0;
+    extra_in_flight_ = false;
 }
 
-void CudaExpertDevice::register_experts(const std::vector<ExpertPipeline::Expert>& experts) {
+void CudaExpertDevice::register_experts(const std::vector<SlotExpert>& experts) {
     const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
     // Whole pages: two registrations must not share one.
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-    for (const ExpertPipeline::Expert& e : experts) {
+    for (const SlotExpert& e : experts) {
         const ExpertWeights& w = weights_.layers[size_t(e.layer)].experts[size_t(e.expert)];
         for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
             const uintptr_t begin = reinterpret_cast<uintptr_t>(m->data);
@@ -212,10 +223,10 @@ void CudaExpertDevice::register_experts(const std::vector<ExpertPipeline::Expert
         registrations_.emplace_back(reinterpret_cast<const void*>(begin), size_t(end - begin), true);
 }
 
-double CudaExpertDevice::measure_copies(CopySource source, const std::vector<ExpertPipeline::Expert>& experts) {
+double CudaExpertDevice::measure_copies(CopySource source, const std::vector<SlotExpert>& experts) {
     choice_.source = source;
     double best_s = 0, bytes = 0;
-    for (const ExpertPipeline::Expert& e : experts)
+    for (const SlotExpert& e : experts)
         bytes += double(weights_.layers[size_t(e.layer)].experts[size_t(e.expert)].bytes());
     for (int round = 0; round <= PROBE_ROUNDS; round++) {
         auto t0 = std::chrono::steady_clock::now();
@@ -230,24 +241,25 @@ double CudaExpertDevice::measure_copies(CopySource source, const std::vector<Exp
     return bytes / best_s / 1e9;
 }
 
-void CudaExpertDevice::choose_copy_source(CopyMode mode) {
-    // The experts a copy may ever move: every non-resident one (dense layers have none).
-    std::vector<ExpertPipeline::Expert> copied;
+void CudaExpertDevice::choose_copy_source(CopyMode mode, int pinned_slots) {
+    // The experts a copy may ever move: every one not pinned (dense layers have none).
+    std::vector<SlotExpert> copied;
     for (int l = 0; l < config_.n_layers; l++)
-        for (int e = 0; e < config_.n_experts; e++)
-            if (config_.layer_is_moe(l) && pipeline_.resident_slot(l, e) < 0) copied.push_back({l, e});
+        for (int e = 0; e < config_.n_experts; e++) {
+            const int slot = pipeline_.resident_slot(l, e);
+            if (config_.layer_is_moe(l) && (slot < 0 || slot >= pinned_slots)) copied.push_back({l, e});
+        }
 
     choice_ = CopySourceChoice{};
     if (copied.empty()) {
-        choice_.note = "every expert is resident, nothing to copy";
+        choice_.note = "every expert is pinned, nothing to copy";
     } else if (mode == CopyMode::STAGED) {
         choice_.note = "chosen by the caller";
     } else if (mode == CopyMode::REGISTERED) {
         choice_.source = CopySource::REGISTERED;
         choice_.note = "chosen by the caller";
     } else {
-        std::vector<ExpertPipeline::Expert> probe(copied.begin(),
-                                                  copied.begin() + std::min<size_t>(copied.size(), PROBE_EXPERTS));
+        std::vector<SlotExpert> probe(copied.begin(), copied.begin() + std::min<size_t>(copied.size(), PROBE_EXPERTS));
         choice_.staged_gb_s = measure_copies(CopySource::STAGED, probe);
         try {
             register_experts(probe);
@@ -273,15 +285,16 @@ void CudaExpertDevice::choose_copy_source(CopyMode mode) {
     if (choice_.source == CopySource::REGISTERED || copied.empty()) pinned_.clear();
 }
 
-void CudaExpertDevice::start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
-                             std::span<const uint8_t> copy) {
-    for (const ExpertTask& t : tasks)
-        if (t.n_tokens > max_tokens_)
-            throw std::out_of_range("CUDA expert device: " + std::to_string(t.n_tokens) + " tokens for expert " +
-                                    std::to_string(t.expert) + " of layer " + std::to_string(layer) +
+void CudaExpertDevice::start(int layer, const ExpertRows& rows, std::span<const DeviceTask> tasks,
+                             std::span<const SlotCopy> extra) {
+    for (const DeviceTask& t : tasks)
+        if (t.task.n_tokens > max_tokens_)
+            throw std::out_of_range("CUDA expert device: " + std::to_string(t.task.n_tokens) + " tokens for expert " +
+                                    std::to_string(t.task.expert) + " of layer " + std::to_string(layer) +
                                     ", more than its scratch holds (" + std::to_string(max_tokens_) + ")");
-    pipeline_.start(queue_, layer, rows, tasks, copy);
+    pipeline_.start(queue_, layer, rows, tasks, extra);
     started_ = true;
+    extra_in_flight_ = extra_in_flight_ || !extra.empty();
 }
 
 void CudaExpertDevice::wait() {
@@ -289,8 +302,9 @@ void CudaExpertDevice::wait() {
     pipeline_.wait(queue_);
     started_ = false;
     // Every copy of the layer came before a compute it waited for: all
-    // staging jobs have run.
-    n_jobs_ = 0;
+    // staging jobs have run, unless extra copies (which no compute waits
+    // for) were enqueued since the copy stream was last idle.
+    if (!extra_in_flight_) n_jobs_ = 0;
     const GpuEvent& done = *events_[ExpertPipeline::EVENT_LAYER_DONE];
     double ms = done.ms_since(*events_[ExpertPipeline::EVENT_LAYER_START]);
     if (pipeline_.last_copies() > 0)
@@ -298,9 +312,9 @@ void CudaExpertDevice::wait() {
     last_busy_ms_ = ms;
 }
 
-void CudaExpertDevice::Queue::copy(int layer, int expert, int slot) {
+void CudaExpertDevice::Queue::copy(int layer, int expert, WeightSlot to) {
     const ExpertWeights& w = d_.weights_.layers[size_t(layer)].experts[size_t(expert)];
-    d_.enqueue_copy(w, d_.slot_memory({true, slot}));
+    d_.enqueue_copy(w, d_.slot_memory(to));
     d_.copied_bytes_ += w.bytes();
 }
 

@@ -1,8 +1,10 @@
 // CudaExpertDevice: the device side of hybrid expert execution on a CUDA
 // GPU (built only with CUDA: include it only under MOE_HAVE_CUDA). It holds
-// the resident experts in device memory (uploaded at construction, within
-// a byte budget), copies a non-resident expert's weights through S staging
-// slots on its own copy stream, and computes each expert with
+// resident slots in device memory (the pinned experts, then the cache
+// slots; uploaded at construction, within a byte budget), copies an
+// expert's weights into a cache slot or one of S staging slots on its own
+// copy stream (and the extra copies, prefetches and fills, after the
+// layer's own), and computes each expert with
 // gpu_expert_ffn on the backend's compute stream (bf16 or block-quantized
 // weights, in the model's own types: a slot holds an expert's w1 | w3 | w2
 // bytes packed, as large as the largest layer's), in the order of
@@ -60,13 +62,19 @@ struct CopySourceChoice {
 
 class CudaExpertDevice final : public ExpertDevice {
 public:
-    // Uploads every resident expert of `residency` into device memory and
-    // chooses the copy source (mode). budget_bytes must hold the residents
-    // plus staging_slots (>= 1) staging slots, and the device must have that
-    // plus the scratch free; throws MoeError naming the bytes otherwise.
-    // max_tokens: the most tokens one task may carry. compute: the
-    // backend's stream, which blas must be bound to. Call with the device
-    // current (gpu_set_device) on the engine thread.
+    // Uploads what each resident slot holds at start-up (`slots`, model
+    // layers; layer -1: an empty cache slot; the first `pinned_slots` never
+    // change) into device memory and chooses the copy source (mode) for the
+    // experts a copy may move (all but the pinned). budget_bytes must hold
+    // the resident slots plus staging_slots (>= 1) staging slots, and the
+    // device must have that plus the scratch free; throws MoeError naming
+    // the bytes otherwise. max_tokens: the most tokens one task may carry.
+    // compute: the backend's stream, which blas must be bound to. Call with
+    // the device current (gpu_set_device) on the engine thread.
+    CudaExpertDevice(const ModelConfig& config, const ModelWeights& weights, std::span<const SlotExpert> slots,
+                     int pinned_slots, double budget_bytes, int max_tokens, GpuStream compute, GpuBlas& blas,
+                     int staging_slots = DEFAULT_STAGING_SLOTS, CopyMode mode = CopyMode::MEASURE);
+    // The resident experts of `residency` pinned in (layer, expert) order, no cache slots.
     CudaExpertDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
                      double budget_bytes, int max_tokens, GpuStream compute, GpuBlas& blas,
                      int staging_slots = DEFAULT_STAGING_SLOTS, CopyMode mode = CopyMode::MEASURE);
@@ -75,10 +83,9 @@ public:
     CudaExpertDevice& operator=(const CudaExpertDevice&) = delete;
 
     const char* name() const override { return "cuda"; }
-    bool resident(int layer, int expert) const override { return pipeline_.resident_slot(layer, expert) >= 0; }
     // rows in device memory (the backend's expert_rows()).
-    void start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
-               std::span<const uint8_t> copy) override;
+    void start(int layer, const ExpertRows& rows, std::span<const DeviceTask> tasks,
+               std::span<const SlotCopy> extra) override;
     // Blocks until every compute of the last start() has finished.
     void wait() override;
     // From the layer's first op (first compute or first copy) to its last
@@ -88,6 +95,8 @@ public:
     double budget_bytes() const override { return budget_bytes_; }
     double resident_bytes() const override { return double(pipeline_.n_resident()) * double(expert_bytes_); }
     uint64_t copied_bytes() const override { return copied_bytes_; }
+    int resident_slots() const override { return pipeline_.n_resident(); }
+    std::span<const SlotExpert> slots() const override { return pipeline_.residents(); }
 
     const CopySourceChoice& copy_source() const { return choice_; }
 
@@ -96,7 +105,7 @@ private:
     class Queue final : public DeviceQueue {
     public:
         explicit Queue(CudaExpertDevice& device) : d_(device) {}
-        void copy(int layer, int expert, int slot) override;
+        void copy(int layer, int expert, WeightSlot to) override;
         void compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) override;
         void record(int event, QueueStream stream) override;
         void wait(QueueStream stream, int event) override;
@@ -127,11 +136,11 @@ private:
     // Waits for every copy enqueued so far (and so every staging memcpy).
     void sync_copies();
     // Page-locks the given experts' weights in place (merged page ranges).
-    void register_experts(const std::vector<ExpertPipeline::Expert>& experts);
+    void register_experts(const std::vector<SlotExpert>& experts);
     // Copies `experts` into the staging slots by `source` and returns GB/s
     // (best of a few rounds after a warm-up).
-    double measure_copies(CopySource source, const std::vector<ExpertPipeline::Expert>& experts);
-    void choose_copy_source(CopyMode mode);
+    double measure_copies(CopySource source, const std::vector<SlotExpert>& experts);
+    void choose_copy_source(CopyMode mode, int pinned_slots);
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
@@ -155,8 +164,9 @@ private:
     std::vector<std::unique_ptr<GpuEvent>> staged_, dma_done_;  // per pinned buffer: memcpy into it, DMA out of it done
     bool pinned_used_[PINNED_BUFFERS] = {false, false};         // dma_done_ recorded
     int next_pinned_ = 0;
-    std::vector<StageJob> jobs_;  // since the last sync_copies() or wait()
+    std::vector<StageJob> jobs_;  // since the last sync_copies(), or wait() when no extra copy is in flight
     size_t n_jobs_ = 0;
+    bool extra_in_flight_ = false;  // a start() enqueued extra copies since the last sync_copies()
 
     CopySourceChoice choice_;
     uint64_t copied_bytes_ = 0;

@@ -9,6 +9,7 @@
 
 #include "engine/devices/cuda_backend.h"
 #include "engine/devices/cuda_expert_device.h"
+#include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
 #include "gpu_kernels/device.h"
 #include "profiles/errors.h"
@@ -36,8 +37,6 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
                            info.device_name, staging, info);
     if (!why_not->empty()) return false;
     const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
-    Residency residency = plan_residency(o.device, c, info.capacity, info);
-
     LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
     // The device side: the calibration's device curves when `calibrate` has
     // measured this device, else the nominal GPU (placement/README.md).
@@ -50,10 +49,12 @@ bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, co
         info.latency_source += "; device: nominal GPU until 'moe-server calibrate' measures this one";
     }
     s.latency.staging_slots = staging;
+    setup_placement(s, o.device, c);
 
     auto backend = std::make_unique<CudaBackend>(c, weights, index, ctx, o.max_batch, max_rows);
-    auto device = std::make_unique<CudaExpertDevice>(c, weights, residency, info.budget_bytes - fixed, o.max_batch,
-                                                     backend->stream(), backend->blas(), staging);
+    auto device = std::make_unique<CudaExpertDevice>(c, weights, device_slots(c, *s.placement), s.placement->n_pinned(),
+                                                     info.budget_bytes - fixed, o.max_batch, backend->stream(),
+                                                     backend->blas(), staging);
     info.copy_source = device->copy_source().describe();
     s.backend = std::move(backend);
     s.device = std::move(device);

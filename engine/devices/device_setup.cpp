@@ -9,8 +9,9 @@
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/calibration_key.h"
-#include "engine/model/cost.h"
 #include "engine/devices/emulated_device.h"
+#include "engine/devices/hybrid_executor.h"
+#include "engine/model/cost.h"
 #ifdef MOE_HAVE_CUDA
 #include "engine/devices/cuda_setup.h"
 #include "gpu_kernels/gpu_runtime.h"
@@ -140,13 +141,15 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
 
 // The static plans see the MoE layers only (a dense layer of a Qwen model
 // has no experts): planned over those rows, then spread back to all layers.
-Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info) {
+Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info,
+                         std::vector<uint64_t>* counts_out) {
     std::vector<int> moe;
     for (int l = 0; l < c.n_layers; l++)
         if (c.layer_is_moe(l)) moe.push_back(l);
     const int n_moe = int(moe.size());
     Residency planned;
-    std::vector<uint64_t> counts;  // the profile's, (n_layers, n_experts)
+    std::vector<uint64_t>& counts = *counts_out;  // the profile's, (n_layers, n_experts)
+    counts.clear();
     if (!o.profile.empty()) {
         Profile profile = profile_read(o.profile);
         profile_check(profile, model_fingerprint(c), o.profile.string());
@@ -165,6 +168,26 @@ Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capac
     for (int l = 0; l < c.n_layers; l++)
         for (int e = 0; e < c.n_experts; e++) info.resident[size_t(l) * c.n_experts + e] = residency.resident(l, e);
     return residency;
+}
+
+void setup_placement(DeviceSetup& s, const DeviceOptions& o, const ModelConfig& c) {
+    PlacementInfo& info = s.info;
+    if (o.prefetch && !o.cache_policy)
+        throw MoeError("--prefetch on: needs a cache to prefetch into (--cache-policy lru, lfu or score)");
+    if (o.cache_policy == CachePolicy::BELADY)
+        throw MoeError("--cache-policy belady: offline only (it needs the future); bench cache replays it");
+    info.cache_slots = o.cache_policy ? int(std::lround(o.cache_share * info.capacity)) : 0;
+    info.cache_policy = o.cache_policy ? cache_policy_name(*o.cache_policy) : "static";
+    info.prefetch = o.prefetch;
+    std::vector<uint64_t> counts;
+    const Residency pinned = plan_residency(o, c, info.capacity - info.cache_slots, info, &counts);
+    CachedPlacementConfig config;
+    config.policy = o.cache_policy;
+    config.cache_slots = info.cache_slots;
+    config.prefetch = o.prefetch;
+    s.placement = make_cached_placement(c, s.latency, info.expert_bytes, pinned, counts, config);
+    // The cache never holds more than the experts left unpinned.
+    info.cache_slots = s.placement->cache_slots();
 }
 
 double kv_cache_bytes(const ModelConfig& c, int ctx) {
@@ -221,9 +244,13 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
         device_expert_bytes = double(info.capacity + staging) * info.expert_bytes;
         info.budget_bytes = device_expert_bytes;
     }
-    Residency residency = plan_residency(o.device, c, info.capacity, info);
+    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
+    info.latency_source += "; device: nominal GPU (placement/README.md)";
+    s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
+    s.latency.staging_slots = staging;
+    setup_placement(s, o.device, c);
 
-    double host_bytes = double(residency.n_resident() + staging) * info.expert_bytes;
+    double host_bytes = double(s.placement->n_slots() + staging) * info.expert_bytes;
     double available = double(host_memory_available());
     if (available > 0 && host_bytes > 0.8 * available) {
         char msg[256];
@@ -233,13 +260,9 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
                       host_bytes / GIB, available / GIB);
         throw MoeError(msg);
     }
-    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
-    info.latency_source += "; device: nominal GPU (placement/README.md)";
-    s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
-    s.latency.staging_slots = staging;
     s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * c.n_experts_active);
-    s.device = std::make_unique<EmulatedDevice>(c, weights, residency, device_expert_bytes, o.max_batch, pool.size(),
-                                                staging);
+    s.device = std::make_unique<EmulatedDevice>(c, weights, device_slots(c, *s.placement), device_expert_bytes,
+                                                o.max_batch, pool.size(), staging);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "engine/model/cost.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
+#include "placement/cached_placement.h"
 #include "placement/latency_model.h"
 #include "placement/residency.h"
 
@@ -21,6 +22,9 @@ struct DeviceSetup {
     LatencyModel latency;
     std::unique_ptr<Backend> backend;      // where the dense ops run
     std::unique_ptr<ExpertDevice> device;  // null: every expert on the CPU
+    // With a device: what is pinned and cached where (the hybrid executor's
+    // placement; the device's slots were uploaded from it).
+    std::unique_ptr<CachedPlacement> placement;
 };
 
 // Shared by the emulated and the CUDA setups:
@@ -29,8 +33,16 @@ double device_margin_bytes(double budget_bytes);
 // the fp32 KV cache of one sequence of ctx positions;
 double kv_cache_bytes(const ModelConfig& c, int ctx);
 // the static plan of `capacity` resident experts (profile or even spread),
-// recorded in info (plan, profile, hit rate, resident flags);
-Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info);
+// recorded in info (plan, profile, hit rate, resident flags); *counts gets
+// the profile's (n_layers, n_experts) counts (empty without one);
+Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capacity, PlacementInfo& info,
+                         std::vector<uint64_t>* counts);
+// The device's experts split into pinned and cache slots (o.cache_policy,
+// o.cache_share of info.capacity), the pinned planned by plan_residency,
+// and the placement over them with the latency model s.latency (set it
+// first); fills s.placement and info's cache fields. MoeError for prefetch
+// without a cache policy.
+void setup_placement(DeviceSetup& s, const DeviceOptions& o, const ModelConfig& c);
 // the CPU expert curve: the cached calibration, or a quick probe; *source says which.
 LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
                                 const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,

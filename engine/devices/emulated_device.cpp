@@ -3,6 +3,7 @@
 // the device's own thread.
 #include "engine/devices/emulated_device.h"
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cstdint>
@@ -23,27 +24,33 @@ double gib(double bytes) {
 
 EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
                                double budget_bytes, int max_tokens, int threads, int staging_slots)
+    : EmulatedDevice(config, weights, ExpertPipeline::slots_of(residency), budget_bytes, max_tokens, threads,
+                     staging_slots) {}
+
+EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights,
+                               std::span<const SlotExpert> slots, double budget_bytes, int max_tokens, int threads,
+                               int staging_slots)
     : config_(config),
       weights_(weights),
-      pipeline_(residency, staging_slots),
+      pipeline_(config.n_layers, std::max(1, config.n_experts), slots, staging_slots),
       slot_bytes_(size_t(cost_expert(config, 0, weight_format(weights)).bytes)),
       budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
       scratch_(size_t(2) * max_tokens * config.hidden_dim),
       pool_(threads) {
-    assert(residency.n_layers() == config.n_layers && residency.n_experts() == config.n_experts);
     const int n_slots = pipeline_.n_resident() + staging_slots;
     const double need = double(n_slots) * double(slot_bytes_);
     if (need > budget_bytes)
-        throw MoeError("emulated device: " + std::to_string(pipeline_.n_resident()) + " resident experts plus " +
+        throw MoeError("emulated device: " + std::to_string(pipeline_.n_resident()) + " resident slots plus " +
                        std::to_string(staging_slots) + " staging slots need " + std::to_string(gib(need)) +
                        " GiB, more than its budget of " + std::to_string(gib(budget_bytes)) + " GiB");
     memory_.reset(new std::byte[size_t(n_slots) * slot_bytes_]);
     for (int r = 0; r < pipeline_.n_resident(); r++) {
-        const ExpertPipeline::Expert& e = pipeline_.residents()[size_t(r)];
-        copy_expert(slot_memory({false, r}), e.layer, e.expert);
+        const SlotExpert& e = pipeline_.residents()[size_t(r)];
+        if (e.layer >= 0) copy_expert(slot_memory({false, r}), e.layer, e.expert);
     }
-    const size_t max_ops = size_t(2) * config.n_experts;  // a copy and a compute per expert
+    // A copy and a compute per expert, and the extra copies (at most two layers' experts).
+    const size_t max_ops = size_t(4) * std::max(1, config.n_experts);
     enqueued_.reserve(max_ops);
     ops_.reserve(max_ops);
     running_.reserve(max_ops);
@@ -76,12 +83,12 @@ void EmulatedDevice::copy_expert(std::byte* dst, int layer, int expert) const {
     }
 }
 
-void EmulatedDevice::OpQueue::copy(int layer, int expert, int slot) {
+void EmulatedDevice::OpQueue::copy(int layer, int expert, WeightSlot to) {
     Op op;
     op.copy = true;
     op.layer = layer;
     op.task.expert = expert;
-    op.weights = {true, slot};
+    op.weights = to;
     device_.enqueued_.push_back(op);
     device_.copied_bytes_ += device_.weights_.layers[size_t(layer)].experts[size_t(expert)].bytes();
 }
@@ -91,10 +98,10 @@ void EmulatedDevice::OpQueue::compute(int layer, const ExpertRows& rows, const E
     device_.enqueued_.push_back({false, layer, task, weights, rows});
 }
 
-void EmulatedDevice::start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
-                           std::span<const uint8_t> copy) {
+void EmulatedDevice::start(int layer, const ExpertRows& rows, std::span<const DeviceTask> tasks,
+                           std::span<const SlotCopy> extra) {
     enqueued_.clear();
-    pipeline_.start(queue_, layer, rows, tasks, copy);
+    pipeline_.start(queue_, layer, rows, tasks, extra);
     {
         std::lock_guard lock(mutex_);
         ops_.insert(ops_.end(), enqueued_.begin(), enqueued_.end());

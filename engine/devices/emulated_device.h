@@ -1,9 +1,10 @@
 // EmulatedDevice: a TEST DOUBLE standing in for a GPU. It owns its own
-// memory, sized by a byte budget: resident experts are copied into it at
-// start-up, and a non-resident expert is copied into one of its S staging
-// slots when the layer's plan says "copy" (bytes counted). It follows the
+// memory, sized by a byte budget: resident slots (pinned experts, then
+// cache slots) filled at start-up, and S staging slots; a copy the
+// layer's plan asks for lands in a cache slot or a staging slot, and extra
+// copies (prefetches, fills) in cache slots (bytes counted). It follows the
 // ExpertPipeline contract of a real device (expert_pipeline.h: residents
-// first, copy j through staging slot j mod S), running the pipeline's op
+// first, then the copies, then the extra copies), running the pipeline's op
 // list in order on a thread of its own, copies as memcpy, computes with the
 // CPU kernels (with a pool of as many threads as the CPU side, so every
 // kernel splits its work the same way and gives bitwise the CPU's results).
@@ -29,31 +30,36 @@
 
 class EmulatedDevice final : public ExpertDevice {
 public:
-    // Copies every resident expert of `residency` into device memory.
+    // slots: what each resident slot holds at start-up (model layers; layer
+    // -1: an empty cache slot), copied into device memory.
     // budget_bytes must hold them plus staging_slots (>= 1) staging slots;
     // throws MoeError otherwise. max_tokens: the most tokens one task may
     // carry; threads: the CPU side's thread count.
+    EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, std::span<const SlotExpert> slots,
+                   double budget_bytes, int max_tokens, int threads, int staging_slots = DEFAULT_STAGING_SLOTS);
+    // The resident experts of `residency` in (layer, expert) order, no cache slots.
     EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
                    double budget_bytes, int max_tokens, int threads, int staging_slots = DEFAULT_STAGING_SLOTS);
     ~EmulatedDevice() override;
 
     const char* name() const override { return "emulated"; }
-    bool resident(int layer, int expert) const override { return pipeline_.resident_slot(layer, expert) >= 0; }
     // rows in host memory.
-    void start(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
-               std::span<const uint8_t> copy) override;
+    void start(int layer, const ExpertRows& rows, std::span<const DeviceTask> tasks,
+               std::span<const SlotCopy> extra) override;
     void wait() override;
     double last_busy_ms() const override { return last_busy_ms_; }
     int staging_slots() const override { return pipeline_.staging_slots(); }
     double budget_bytes() const override { return budget_bytes_; }
     double resident_bytes() const override { return double(pipeline_.n_resident()) * double(slot_bytes_); }
     uint64_t copied_bytes() const override { return copied_bytes_; }
+    int resident_slots() const override { return pipeline_.n_resident(); }
+    std::span<const SlotExpert> slots() const override { return pipeline_.residents(); }
 
 private:
     // One op of the pipeline's list; events need nothing, since the ops run
     // in the order they were enqueued.
     struct Op {
-        bool copy = false;  // copy (layer, task.expert) into staging slot `weights.index`; else compute
+        bool copy = false;  // copy (layer, task.expert) into slot `weights`; else compute
         int layer = 0;
         ExpertTask task;
         WeightSlot weights;
@@ -63,7 +69,7 @@ private:
     class OpQueue final : public DeviceQueue {
     public:
         explicit OpQueue(EmulatedDevice& device) : device_(device) {}
-        void copy(int layer, int expert, int slot) override;
+        void copy(int layer, int expert, WeightSlot to) override;
         void compute(int layer, const ExpertRows& rows, const ExpertTask& task, WeightSlot weights) override;
         void record(int, QueueStream) override {}
         void wait(QueueStream, int) override {}

@@ -20,8 +20,14 @@ struct ExecutionStats {
     // (n_layers, n_experts) tokens computed per site, indexed by ExpertSite.
     std::vector<uint64_t> tokens[EXPERT_SITE_COUNT];
     uint64_t runs[EXPERT_SITE_COUNT] = {};  // expert executions per site
-    uint64_t copy_bytes = 0;                // weights copied to the device
+    uint64_t copy_bytes = 0;                // weights copied to the device (the layers' copies and the extra ones)
     uint64_t layers = 0;                    // MoE layers executed
+    // The dynamic cache (placement/cached_placement.h): runs from a cache
+    // slot (part of runs[DEVICE]), cached experts evicted, extra copies of
+    // CPU-run misses (fills) and of predicted experts (prefetches), and the
+    // prefetched experts the next layer then routed to.
+    uint64_t cache_hits = 0, cache_evictions = 0, cache_fills = 0;
+    uint64_t prefetch_copies = 0, prefetch_useful = 0;
     // Sums over layers, in ms: the plan's prediction of each side and of the
     // makespan, and the measured wall time of each side and of the phase.
     // Without a device: all 0.

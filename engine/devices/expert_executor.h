@@ -28,13 +28,27 @@ struct ExpertRows {
     float* y = nullptr;
 };
 
+// The experts the forward pass predicts the next MoE layer will route to
+// (ForwardPass::predict): each task's expert and token count (row unused,
+// 0). layer -1: no prediction.
+struct NextLayerGuess {
+    int layer = -1;
+    std::span<const ExpertTask> experts;
+};
+
 class ExpertExecutor {
 public:
     virtual ~ExpertExecutor() = default;
     // Computes every task of one layer from rows; returns when all outputs
-    // are written.
-    virtual void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) = 0;
+    // are written. next: the next MoE layer's predicted experts (when
+    // wants_next_layer(), or when the forward pass measures its predictions;
+    // else layer -1), e.g. for a device to prefetch.
+    virtual void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                           const NextLayerGuess& next) = 0;
     virtual const char* name() const = 0;
+    // Whether run_layer uses the next layer's prediction: the forward pass
+    // then predicts every MoE layer's experts one layer ahead.
+    virtual bool wants_next_layer() const { return false; }
 };
 
 // Runs every expert on the CPU, one after another, each spread over the pool
@@ -44,7 +58,8 @@ public:
     // max_tokens: the most tokens one expert may receive in one call.
     CpuExpertExecutor(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int max_tokens);
     // rows in host memory.
-    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override;
+    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                   const NextLayerGuess& next) override;
     const char* name() const override { return "cpu"; }
 
 private:

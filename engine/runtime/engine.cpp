@@ -113,10 +113,10 @@ struct Engine::Impl {
           device(device_setup(o, config, weights, ctx, pool)),
           cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
           cpu_executor(config, weights, pool, o.max_batch),
-          hybrid(device.device ? std::make_unique<HybridExpertExecutor>(config, *device.backend, cpu_executor,
-                                                                        device.device.get(), device.latency,
-                                                                        device.info.expert_bytes)
-                               : nullptr),
+          hybrid(device.device
+                     ? std::make_unique<HybridExpertExecutor>(config, *device.backend, cpu_executor,
+                                                              device.device.get(), std::move(device.placement))
+                     : nullptr),
           forward(config, *device.backend, cache, hybrid ? static_cast<ExpertExecutor&>(*hybrid) : cpu_executor,
                   o.max_batch, o.max_batch),
           stats_total(config.n_layers, std::max(1, config.n_experts)),

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -32,6 +33,7 @@
 #include "engine/runtime/sampler.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
+#include "placement/expert_cache.h"
 #include "profiles/errors.h"
 
 // Where the model runs: a CUDA device when there is one (dense weights, KV
@@ -57,6 +59,14 @@ struct DeviceOptions {
     // Popularity profile for the static plan (profiles/README.md); empty =
     // spread the device's experts evenly over layers.
     std::filesystem::path profile;
+    // The dynamic cache (placement/cached_placement.h): no policy = the
+    // static plan (every device expert pinned); with one, cache_share of the
+    // device's experts are cache slots (the rest pinned) managed by it.
+    // prefetch: copy the next layer's predicted experts into cache slots in
+    // the copy stream's idle time (needs a policy).
+    std::optional<CachePolicy> cache_policy;
+    double cache_share = 0.25;
+    bool prefetch = false;
 };
 
 struct EngineOptions {
@@ -93,14 +103,17 @@ struct PlacementInfo {
     double activation_bytes = 0;      // activations, expert rows, batch metadata (CUDA)
     double margin_bytes = 0;          // workspace and fragmentation (emulated: activations too)
     double expert_bytes = 0;          // one expert
-    int capacity = 0;                 // resident experts
+    int capacity = 0;                 // resident experts: pinned plus cache slots
+    int cache_slots = 0;              // of those, cache slots (0: the static plan)
+    std::string cache_policy;         // "static", "lru", "lfu", "score"
+    bool prefetch = false;            // next-layer prefetch into cache slots
     PlanKind plan = PlanKind::NONE;
     std::string profile;              // the profile the plan came from
     double expected_hit_rate = -1;    // on the profile's workload; -1 without a profile
     std::string latency_source;       // where the latency model came from
     std::string warning;              // non-fatal (an unusable cached calibration); empty when none
     int n_layers = 0, n_experts = 0;
-    std::vector<uint8_t> resident;    // (n_layers, n_experts)
+    std::vector<uint8_t> resident;  // (n_layers, n_experts) pinned at load (cache slots change: Engine::expert_slots)
 };
 
 struct GenerateRequest {

@@ -69,6 +69,7 @@ ForwardPass::ForwardPass(const ModelConfig& config, Backend& backend, KvCache& c
     expert_count_.resize(n_experts);
     expert_start_.resize(n_experts);
     tasks_.reserve(n_experts);
+    predicted_tasks_.reserve(n_experts);
 }
 
 const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
@@ -122,9 +123,6 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
         if (c.layer_is_moe(l) || !c.is_moe()) moe(l, n, stats);  // out = the routed experts' sum
         always_mlp(l, n);                                        // out (+)= the MLP every token runs
         b.add(x_, out_, size_t(n) * dim);
-        predicted_layer_ = -1;
-        if (predict_next_layer_ && stats && c.is_moe() && l + 1 < c.n_layers && c.layer_is_moe(l + 1))
-            predict(l + 1, n);
     }
 
     // Final norm and lm_head only for the entries that want logits.
@@ -142,17 +140,26 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
 }
 
 // Layer `layer`'s router applied to the residual stream as the previous
-// layer left it (normed with this layer's FFN norm): the experts each token
-// would pick if this layer's attention changed nothing. xb and the router
-// logits are scratch here; the layer recomputes both.
+// MoE layer receives it (after that layer's attention, before its experts;
+// normed with this layer's FFN norm): the experts each token would pick if
+// neither the previous layer's experts nor this layer's attention changed
+// the stream. Known before the previous layer's experts run, so a device
+// can copy them while those run. The predicted experts with their token
+// counts go to predicted_tasks_. out and the router logits are scratch here
+// (the previous layer's routing is done; its experts' sum is written later).
 void ForwardPass::predict(int layer, int n) {
     const ModelConfig& c = config_;
     const LayerWeights& lw = weights_.layers[layer];
     Backend& b = backend_;
-    b.rmsnorm(xb_, x_, lw.ffn_norm, n, c.dim, c.rms_norm_eps);
-    b.matmul(router_, xb_, lw.router, n);
+    b.rmsnorm(out_, x_, lw.ffn_norm, n, c.dim, c.rms_norm_eps);
+    b.matmul(router_, out_, lw.router, n);
     b.route(predicted_expert_.data(), predicted_weight_.data(), router_, n, c.n_experts, n_route_, c.norm_topk_prob);
     predicted_layer_ = layer;
+    std::fill(expert_count_.begin(), expert_count_.end(), 0);
+    for (int j = 0; j < n * n_route_; j++) expert_count_[predicted_expert_[j]]++;
+    predicted_tasks_.clear();
+    for (int e = 0; e < int(expert_count_.size()); e++)
+        if (expert_count_[e] > 0) predicted_tasks_.push_back({e, expert_count_[e], 0});
 }
 
 // The MLP every token of the layer runs, on the backend with the dense
@@ -179,6 +186,7 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
     const int n_experts = int(expert_count_.size());
     Backend& b = backend_;
 
+    next_ = {};
     // Routing: softmax over all experts, keep top-k, renormalise the k
     // weights; the choices come to the host for the placement planner.
     if (c.is_moe()) {
@@ -194,6 +202,13 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
                     right += std::find(chosen, chosen + n_route_, guess[j]) != chosen + n_route_;
             }
             stats->add_prediction(layer, uint64_t(n) * n_route_, right);
+        }
+        predicted_layer_ = -1;
+        // The next layer's experts, predicted while this layer's run.
+        if (((predict_next_layer_ && stats) || executor_.wants_next_layer()) && layer + 1 < c.n_layers &&
+            c.layer_is_moe(layer + 1)) {
+            predict(layer + 1, n);
+            next_ = {layer + 1, predicted_tasks_};
         }
     } else {
         for (int i = 0; i < n; i++) {
@@ -226,7 +241,7 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
         tasks_.push_back({e, expert_count_[e], expert_start_[e]});
         if (stats) stats->add(layer, e, uint64_t(expert_count_[e]));
     }
-    executor_.run_layer(layer, rows, tasks_);
+    executor_.run_layer(layer, rows, tasks_, next_);
 
     // Weighted sum in a fixed order (the token's routing order), so results
     // never depend on where or when an expert ran.

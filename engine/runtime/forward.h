@@ -55,12 +55,15 @@ public:
     // observer (null: none, the default), e.g. `profile --trace`'s recorder.
     void set_routing_observer(RoutingObserver* observer) { observer_ = observer; }
 
-    // With stats given to run(): before each MoE layer after the first,
-    // predict its experts from the previous layer's output (its router on
-    // that hidden state, before its attention adds to it) and count in
-    // stats how many predicted choices it then routed to -- what a
-    // next-layer prefetch would have got right. Off by default; it changes
-    // no result (one more norm and router product per layer).
+    // With stats given to run(): predict each MoE layer's experts one layer
+    // ahead, when the previous MoE layer routes (this layer's router on the
+    // residual stream as the previous layer's experts receive it: before
+    // they and this layer's attention add to it), and count in stats how
+    // many predicted choices it then routed to -- what a next-layer
+    // prefetch gets right. An executor that wants_next_layer() gets the
+    // prediction whether or not this is on (the counting needs it on and
+    // stats). Off by default; it changes no result (one more norm and
+    // router product per layer).
     void set_predict_next_layer(bool on) { predict_next_layer_ = on; }
 
 private:
@@ -99,6 +102,8 @@ private:
     std::vector<float> predicted_weight_;  // (max_batch, n_route) its weights (unused)
     bool predict_next_layer_ = false;
     int predicted_layer_ = -1;         // the layer predicted_expert_ is for; -1 none
+    std::vector<ExpertTask> predicted_tasks_;  // its distinct experts and token counts
+    NextLayerGuess next_;                      // what run_layer gets for the next layer
     std::vector<int> logit_src_;       // (max_logits) batch entry of each logits row
     std::vector<int> expert_count_;    // (n_experts)
     std::vector<int> expert_start_;    // (n_experts)

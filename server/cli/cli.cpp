@@ -160,6 +160,20 @@ DeviceOptions parse_device_flags(Args& args) {
         throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
                        "--gpu-device");
     d.profile = args.get("--profile", "");
+    // The dynamic cache: the policy, its share of the device's experts, prefetch.
+    const std::string policy = args.get("--cache-policy", DEFAULT_CACHE_POLICY);
+    if (policy != "static") {
+        CachePolicy p;
+        if (!cache_policy_parse(policy, p) || p == CachePolicy::BELADY)
+            throw MoeError("--cache-policy: expected static, lru, lfu or score, got '" + policy + "'");
+        d.cache_policy = p;
+    }
+    d.cache_share = args.get_double("--cache-share", d.cache_share, 0, 1);
+    const std::string prefetch = args.get("--prefetch", DEFAULT_PREFETCH);
+    if (prefetch != "on" && prefetch != "off") throw MoeError("--prefetch: expected on or off, got '" + prefetch + "'");
+    d.prefetch = prefetch == "on";
+    if (d.prefetch && !d.cache_policy)
+        throw MoeError("--prefetch on: needs a cache to prefetch into (--cache-policy lru, lfu or score)");
     return d;
 }
 

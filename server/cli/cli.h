@@ -31,9 +31,14 @@ std::optional<ModelSource> parse_optional_model_flag(Args& args);
 void apply_isa_flag(Args& args);
 // Sampling flags shared by the subcommands that generate.
 SamplingParams parse_sampling_flags(Args& args);
-// --emulate-gpu GiB|N% and --profile FILE, shared by serve, generate,
-// perplexity and bench.
+// --emulate-gpu GiB|N%, --gpu-device, --gpu-memory, --profile FILE and the
+// cache flags (--cache-policy static|lru|lfu|score, --cache-share F,
+// --prefetch on|off), shared by serve, generate, perplexity and bench.
 DeviceOptions parse_device_flags(Args& args);
+// The cache flags' defaults: the best measured (placement/README.md "The
+// cache in the executor").
+inline constexpr const char* DEFAULT_CACHE_POLICY = "static";
+inline constexpr const char* DEFAULT_PREFETCH = "off";
 // --gpu-device N|none (none = -1); GPU_DEVICE_DEFAULT when absent, else
 // *given (when not null) is set.
 int parse_gpu_device_flag(Args& args, bool* given = nullptr);

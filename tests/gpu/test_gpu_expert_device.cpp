@@ -1,5 +1,6 @@
-// CudaExpertDevice on a real device (label gpu): a layer's experts, resident
-// or copied through S = 1, 2, 3 staging slots by either copy source, give
+// CudaExpertDevice on a real device (label gpu): a layer's experts, pinned,
+// cached, or copied into a cache slot (evicting) or through S = 1, 2, 3
+// staging slots by either copy source, with prefetches beside them, give
 // the CPU expert FFN's outputs; copied bytes are counted; the device's busy
 // time is measured. Skipped where no CUDA device exists.
 //
@@ -62,22 +63,47 @@ TEST_CASE("the CUDA expert device computes resident and copied experts like the 
     CudaBackend backend(c, w, 0, 64, max_tokens, max_tokens * c.n_experts_active);
     GpuBuffer dx(x.size() * sizeof(float)), dy(x.size() * sizeof(float));
     gpu_copy_h2d(dx.data(), x.data(), x.size() * sizeof(float), backend.stream());
-    // Half the layer's experts resident (the even ones), the rest copied.
+    // Half the layer's experts pinned (the even ones), then two cache
+    // slots, empty at the start; the rest copied.
     Residency residency(c.n_layers, c.n_experts);
     for (int e = 0; e < c.n_experts; e += 2) residency.set(layer, e, true);
-    std::vector<uint8_t> copy(tasks.size());
-    for (size_t i = 0; i < tasks.size(); i++) copy[i] = residency.resident(layer, tasks[i].expert) ? 0 : 1;
-    const size_t n_copied = size_t(std::count(copy.begin(), copy.end(), 1));
+    std::vector<SlotExpert> slots = ExpertPipeline::slots_of(residency);
+    const int n_pinned = int(slots.size());
+    slots.resize(slots.size() + 2);
 
     for (CopyMode mode : {CopyMode::STAGED, CopyMode::REGISTERED})
-        for (int slots : {1, 2, 3}) {
-            INFO("copy mode " << int(mode) << ", " << slots << " staging slots");
-            const double budget = double(residency.n_resident() + slots) * cost_expert(c, 0).bytes;
-            CudaExpertDevice device(c, w, residency, budget, max_tokens, backend.stream(), backend.blas(), slots, mode);
+        for (int staging : {1, 2, 3}) {
+            INFO("copy mode " << int(mode) << ", " << staging << " staging slots");
+            const double budget = double(n_pinned + 2 + staging) * cost_expert(c, 0).bytes;
+            CudaExpertDevice device(c, w, slots, n_pinned, budget, max_tokens, backend.stream(), backend.blas(),
+                                    staging, mode);
             INFO(device.copy_source().describe());
-            for (int round = 0; round < 2; round++) {  // the second reuses slots the first filled
+            size_t n_copied = 0;
+            for (int round = 0; round < 3; round++) {
+                // Round 0: the first odd expert copied into cache slot 0, the
+                // others through staging slots, and the next layer's expert 1
+                // prefetched into cache slot 1. Round 1: the cached expert
+                // from its slot; the next odd one copied into cache slot 0,
+                // evicting it while it is read. Each round prefetches another
+                // expert into cache slot 1 over the last one.
+                std::vector<DeviceTask> device_tasks;
+                int to_cache = round == 2 ? -1 : 1 + 2 * round;
+                for (const ExpertTask& t : tasks) {
+                    int slot = -1;
+                    for (int s = 0; s < device.resident_slots(); s++)
+                        if (device.slots()[size_t(s)].layer == layer && device.slots()[size_t(s)].expert == t.expert)
+                            slot = s;
+                    if (slot >= 0) {
+                        device_tasks.push_back({t, slot, false});
+                    } else {
+                        device_tasks.push_back({t, t.expert == to_cache ? n_pinned : -1, true});
+                        n_copied++;
+                    }
+                }
+                std::vector<SlotCopy> extra{{(layer + 1) % c.n_layers, 1 + 2 * round, n_pinned + 1}};
+                n_copied += extra.size();
                 gpu_memset(dy.data(), 0, x.size() * sizeof(float), backend.stream());
-                device.start(layer, {dx.as<float>(), dy.as<float>()}, tasks, copy);
+                device.start(layer, {dx.as<float>(), dy.as<float>()}, device_tasks, extra);
                 device.wait();
                 std::vector<float> got(x.size());
                 gpu_copy_d2h(got.data(), dy.data(), got.size() * sizeof(float), backend.stream());
@@ -88,6 +114,8 @@ TEST_CASE("the CUDA expert device computes resident and copied experts like the 
                 REQUIRE(worst <= FFN_TOL * (1 + scale));
                 REQUIRE(device.last_busy_ms() > 0);
             }
-            REQUIRE(device.copied_bytes() == 2 * n_copied * cost_expert(c, 0).bytes);
+            REQUIRE(device.copied_bytes() == n_copied * cost_expert(c, 0).bytes);
+            REQUIRE(device.slots()[size_t(n_pinned)].expert == 3);  // evicted 1, then held 3
+            REQUIRE(device.slots()[size_t(n_pinned + 1)].expert == 5);
         }
 }

@@ -81,18 +81,25 @@ struct Stack {
     std::unique_ptr<ForwardPass> forward;
 
     // model: a folder or a GGUF file (model_source.h).
+    // residency: the pinned experts (null: no device); cache: the cache
+    // slots beyond them, their policy and prefetch.
     Stack(const std::filesystem::path& model, const Residency* residency, const LatencyModel& model_latency,
-          int n_seqs = 1)
+          int n_seqs = 1, const CachedPlacementConfig& cache_config = {})
         : config(model_source_config(model_source_parse(model.string()))),
           weights(model_source_weights(model_source_parse(model.string()), config, 2)) {
         const int max_rows = MAX_BATCH * config.n_experts_active;
         const double expert_bytes = cost_expert(config, 0, weight_format(weights)).bytes;
+        const Residency no_pinned(config.n_layers, std::max(1, config.n_experts));
+        std::unique_ptr<CachedPlacement> placement =
+            make_cached_placement(config, residency ? model_latency : LatencyModel{}, expert_bytes,
+                                  residency ? *residency : no_pinned, {}, cache_config);
         if (residency) {
             auto cuda = std::make_unique<CudaBackend>(config, weights, 0, CTX, MAX_BATCH, max_rows);
             size_t slot = 0;  // the device's slot: the largest layer's expert
             for (const LayerWeights& L : weights.layers) slot = std::max(slot, L.experts[0].bytes());
-            const double budget = double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * double(slot);
-            device = std::make_unique<CudaExpertDevice>(config, weights, *residency, budget, MAX_BATCH, cuda->stream(),
+            const double budget = double(placement->n_slots() + DEFAULT_STAGING_SLOTS) * double(slot);
+            device = std::make_unique<CudaExpertDevice>(config, weights, device_slots(config, *placement),
+                                                        placement->n_pinned(), budget, MAX_BATCH, cuda->stream(),
                                                         cuda->blas(), DEFAULT_STAGING_SLOTS);
             backend = std::move(cuda);
         } else {
@@ -101,8 +108,7 @@ struct Stack {
         cache = std::make_unique<KvCache>(config.n_layers, n_seqs, CTX, config.n_kv_heads * config.head_dim, -1,
                                           backend->kv_memory());
         cpu = std::make_unique<CpuExpertExecutor>(config, weights, pool, MAX_BATCH);
-        hybrid = std::make_unique<HybridExpertExecutor>(config, *backend, *cpu, device.get(),
-                                                        residency ? model_latency : LatencyModel{}, expert_bytes);
+        hybrid = std::make_unique<HybridExpertExecutor>(config, *backend, *cpu, device.get(), std::move(placement));
         forward = std::make_unique<ForwardPass>(config, *backend, *cache, *hybrid, MAX_BATCH, MAX_BATCH);
     }
 };
@@ -173,6 +179,37 @@ TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
             if (p.residency == &half) REQUIRE(st.runs[int(ExpertSite::CPU)] > 0);
             REQUIRE(st.runs[int(ExpertSite::DEVICE)] + st.runs[int(ExpertSite::COPY)] > 0);
         }
+    }
+}
+
+TEST_CASE("the device with the expert cache and prefetch gives the CPU's logits", "[gpu]") {
+    // A quarter of the experts pinned and an eighth as cache slots, every
+    // policy with prefetch: copies land in cache slots and evict, prefetches
+    // and fills run on the copy stream beside the layers.
+    GPU_TEST_OR_SKIP();
+    for (const char* preset : {"small", "mixtral-mini"}) {
+        std::filesystem::path dir = test_model_dir(preset);
+        Stack cpu(dir, nullptr, {});
+        const ModelConfig& c = cpu.config;
+        const std::vector<int> prompt = prompt_tokens(60, c.vocab_size);
+        const int n_decode = 24;
+        Trace want = run(cpu, prompt, n_decode, nullptr);
+        const int total = c.n_layers * c.n_experts;
+        Residency quarter = static_plan_even(c.n_layers, c.n_experts, total / 4);
+        for (CachePolicy policy : {CachePolicy::LRU, CachePolicy::LFU, CachePolicy::SCORE})
+            for (const LatencyModel& model : {model_copy_all(), model_planner(c)}) {
+                INFO(preset << ": " << cache_policy_name(policy) << ", cpu stream " << model.cpu.stream_ms);
+                CachedPlacementConfig cache;
+                cache.policy = policy;
+                cache.cache_slots = std::max(1, total / 8);
+                cache.prefetch = true;
+                Stack gpu(dir, &quarter, model, 1, cache);
+                Trace got = run(gpu, prompt, n_decode, &want.tokens);
+                require_logits_close(got.logits, want.logits, c.vocab_size);
+                const ExecutionStats& st = gpu.hybrid->step();
+                REQUIRE(st.copy_bytes == gpu.device->copied_bytes());
+                REQUIRE(st.cache_hits + st.prefetch_copies + st.cache_fills > 0);
+            }
     }
 }
 

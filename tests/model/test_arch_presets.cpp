@@ -321,18 +321,21 @@ TEST_CASE(
         CpuExpertExecutor cpu(c, w, pool, max_batch);
         std::unique_ptr<EmulatedDevice> device;
         const double expert_bytes = cost_expert(c, 0).bytes;
-        if (residency)
-            device = std::make_unique<EmulatedDevice>(
-                c, w, *residency, double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * expert_bytes, max_batch,
-                pool.size());
         // Copying is free and the CPU slow: every non-resident expert is copied.
         LatencyModel model;
         model.cpu = {0, 1000, 1000};
         model.device = {0, 0.001, 0.0001};
         model.copy = {0.001, 1e12};
         model.has_device = true;
+        const Residency none(c.n_layers, c.n_experts);
+        std::unique_ptr<CachedPlacement> placement = make_cached_placement(
+            c, residency ? model : LatencyModel{}, expert_bytes, residency ? *residency : none, {}, {});
+        if (residency)
+            device = std::make_unique<EmulatedDevice>(
+                c, w, device_slots(c, *placement), double(placement->n_slots() + DEFAULT_STAGING_SLOTS) * expert_bytes,
+                max_batch, pool.size());
         std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
-        HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{}, expert_bytes);
+        HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), std::move(placement));
         ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);
         Batch batch;
         for (int i = 0; i < int(prompt.size()); i++) batch.add(prompt[i], i, 0, true);

@@ -131,7 +131,8 @@ public:
     RoundingExperts(const ModelConfig& c, const ModelWeights& w, ThreadPool& pool, bool stale_slot)
         : c_(c), w_(w), pool_(pool), stale_(stale_slot) {}
     const char* name() const override { return "bf16-rounding experts"; }
-    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks) override {
+    void run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                   const NextLayerGuess&) override {
         const int dim = c_.dim, hidden = c_.hidden_dim;
         for (size_t t = 0; t < tasks.size(); t++) {
             const ExpertTask& task = tasks[t];

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "checkpoint_writer.h"
 #include "cpu_kernels/kernels.h"
@@ -17,12 +18,15 @@
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
+#include "engine/model/fingerprint.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/kv_cache.h"
+#include "placement/cache_replay.h"
 #include "placement/residency.h"
 #include "profiles/errors.h"
+#include "profiles/routing_trace.h"
 #include "server/placement_text.h"
 #include "test_support.h"
 
@@ -56,42 +60,67 @@ LatencyModel model_mixed(double expert_bytes) {  // copying pays off only for bu
     return m;
 }
 
+LatencyModel model_fill() {  // a lone miss stays on the CPU (2 ms < 1.6 + 0.5) and a copy fits beside it
+    LatencyModel m;
+    m.cpu = {0, 2.0, 0};
+    m.device = {0, 0.5, 0};
+    m.copy = {1.6, 1e12};
+    m.has_device = true;
+    return m;
+}
+
 struct Run {
     std::vector<float> logits;  // every position of the prefill, then each decode step
     ExecutionStats exec;
     RoutingStats routing{0, 0};
     uint64_t device_copied = 0;
+    CachedPlacementStats placement;
+};
+
+// The device's placement beyond the pinned experts: a cache policy with
+// its slots, prefetch, the popularity the pinned were chosen by (model
+// layers; warm-starts the cache), and a recorder of the routing.
+struct CacheSetup {
+    CachedPlacementConfig cache;
+    std::vector<uint64_t> popularity;
+    RoutingTraceRecorder* recorder = nullptr;
 };
 
 // Prefill of n_prompt tokens in one batch (all logits), then n_decode
-// greedy steps; residency null = no device.
+// greedy steps; residency null = no device, else its experts pinned.
 Run run_model(const std::filesystem::path& dir, const Residency* residency, const LatencyModel& model, int n_prompt,
-              int n_decode) {
+              int n_decode, const CacheSetup& setup = {}) {
     ModelConfig c = model_config_load(dir);
     ModelWeights w = weights_load(c, dir);
     ThreadPool pool(2);
     const int max_batch = 512;
+    const double eb = cost_expert(c, 0).bytes;
     KvCache cache(c.n_layers, 1, n_prompt + n_decode + 1, c.n_kv_heads * c.head_dim);
     CpuExpertExecutor cpu(c, w, pool, max_batch);
+    const Residency none(c.n_layers, c.n_experts);
+    std::unique_ptr<CachedPlacement> placement = make_cached_placement(
+        c, residency ? model : LatencyModel{}, eb, residency ? *residency : none, setup.popularity, setup.cache);
     std::unique_ptr<EmulatedDevice> device;
     if (residency)
-        device = std::make_unique<EmulatedDevice>(
-            c, w, *residency, double(residency->n_resident() + DEFAULT_STAGING_SLOTS) * cost_expert(c, 0).bytes,
-            max_batch, pool.size());
+        device = std::make_unique<EmulatedDevice>(c, w, device_slots(c, *placement),
+                                                  double(placement->n_slots() + DEFAULT_STAGING_SLOTS) * eb, max_batch,
+                                                  pool.size());
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
-    HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), residency ? model : LatencyModel{},
-                                cost_expert(c, 0).bytes);
+    HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), std::move(placement));
     ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);
+    forward.set_routing_observer(setup.recorder);
 
     Run r;
     r.routing = RoutingStats(c.n_layers, c.n_experts);
     Batch batch;
     batch.reserve(max_batch);
     for (int i = 0; i < n_prompt; i++) batch.add(1 + (i * 7919 + 13) % (c.vocab_size - 1), i, 0, true);
+    if (setup.recorder) setup.recorder->set(0, TracePhase::PREFILL);
     const float* logits = forward.run(batch, &r.routing);
     r.logits.assign(logits, logits + size_t(n_prompt) * c.vocab_size);
     int token = int(std::max_element(logits + size_t(n_prompt - 1) * c.vocab_size, logits + size_t(n_prompt) * c.vocab_size) -
                     (logits + size_t(n_prompt - 1) * c.vocab_size));
+    if (setup.recorder) setup.recorder->set(0, TracePhase::DECODE);
     for (int s = 0; s < n_decode; s++) {
         batch.clear();
         batch.add(token, n_prompt + s, 0, true);
@@ -100,6 +129,7 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
         token = int(std::max_element(logits, logits + c.vocab_size) - logits);
     }
     r.exec = hybrid.step();
+    r.placement = hybrid.placement().stats();
     if (device) r.device_copied = device->copied_bytes();
     return r;
 }
@@ -321,4 +351,95 @@ TEST_CASE("profile flag places the most popular experts and reports the expected
     CommandResult n = run_command({bin, "generate", "--model", tiny, "--prompt", "Hello", "--profile", prof});
     REQUIRE(n.exit_code == 2);
     REQUIRE(n.err.find("--profile") != std::string::npos);
+}
+
+namespace {
+
+// The small model's own routing on the test's prompt: the popularity the
+// pinned experts and the warm cache come from.
+std::vector<uint64_t> own_popularity(const std::filesystem::path& dir, int n_prompt, int n_decode) {
+    return run_model(dir, nullptr, LatencyModel{}, n_prompt, n_decode).routing.counts();
+}
+
+}  // namespace
+
+TEST_CASE("with the cache and prefetch on, every policy gives the all-CPU logits bitwise, evictions included",
+          "[hybrid][cache]") {
+    const auto dir = test_model_dir("small", 3);
+    const ModelConfig c = model_config_load(dir);
+    const int n_prompt = 40, n_decode = 24;
+    const Run reference = run_model(dir, nullptr, LatencyModel{}, n_prompt, n_decode);
+    const std::vector<uint64_t> popularity = reference.routing.counts();
+    // A quarter of the experts on the device, half of them cache slots:
+    // few enough that the cache evicts.
+    const int capacity = c.n_layers * c.n_experts / 4, slots = capacity / 2;
+    const Residency pinned = static_plan_popularity(popularity, c.n_layers, c.n_experts, capacity - slots);
+    uint64_t prefetched = 0, useful = 0, fills = 0;
+    for (CachePolicy policy : {CachePolicy::LRU, CachePolicy::LFU, CachePolicy::SCORE})
+        for (bool prefetch : {false, true})
+            for (const LatencyModel& model : {model_cpu_slow(), model_mixed(cost_expert(c, 0).bytes), model_fill()}) {
+                INFO(cache_policy_name(policy) << ", prefetch " << prefetch << ", cpu stream " << model.cpu.stream_ms);
+                CacheSetup setup;
+                setup.cache.policy = policy;
+                setup.cache.cache_slots = slots;
+                setup.cache.prefetch = prefetch;
+                setup.popularity = popularity;
+                const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
+                REQUIRE(bitwise_equal(r.logits, reference.logits));
+                check_stats_add_up(r, c.n_layers, c.n_experts);
+                const ExecutionStats& s = r.exec;
+                REQUIRE(s.cache_hits == r.placement.cache.cache_hits);
+                REQUIRE(s.cache_hits > 0);
+                // Copying every miss into few slots: the cache evicts.
+                if (model.cpu.stream_ms == 1000) REQUIRE(s.cache_evictions > 0);
+                if (!prefetch) REQUIRE(s.prefetch_copies == 0);
+                REQUIRE(s.prefetch_useful <= s.prefetch_copies);
+                prefetched += s.prefetch_copies;
+                useful += s.prefetch_useful;
+                fills += s.cache_fills;
+            }
+    REQUIRE(prefetched > 0);
+    REQUIRE(useful > 0);
+    REQUIRE(fills > 0);
+}
+
+TEST_CASE("the device copies as many bytes as the replay simulator on the same trace", "[hybrid][cache]") {
+    // The run records its routing; cache_replay replays that trace with
+    // the same latency model, pinned experts and cache: the same plans, the
+    // same admissions and fills, so the same bytes and hits.
+    const auto dir = test_model_dir("small", 3);
+    const ModelConfig c = model_config_load(dir);
+    const int n_prompt = 40, n_decode = 24;
+    const std::vector<uint64_t> popularity = own_popularity(dir, n_prompt, n_decode);
+    const double eb = cost_expert(c, 0).bytes;
+    const int capacity = c.n_layers * c.n_experts / 4, slots = capacity / 2;
+    uint64_t fills = 0;
+    for (std::optional<CachePolicy> policy : {std::optional<CachePolicy>{}, std::optional(CachePolicy::LRU),
+                                              std::optional(CachePolicy::LFU), std::optional(CachePolicy::SCORE)})
+        for (const LatencyModel& model : {model_cpu_slow(), model_mixed(eb), model_fill()}) {
+            INFO((policy ? cache_policy_name(*policy) : "static") << ", cpu stream " << model.cpu.stream_ms);
+            const int n_cache = policy ? slots : 0;
+            const Residency pinned = static_plan_popularity(popularity, c.n_layers, c.n_experts, capacity - n_cache);
+            RoutingTraceRecorder recorder(model_fingerprint(c));
+            CacheSetup setup;
+            setup.cache.policy = policy;
+            setup.cache.cache_slots = n_cache;
+            setup.popularity = popularity;
+            setup.recorder = &recorder;
+            const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
+
+            CacheReplayConfig rc;
+            rc.policy = policy;
+            rc.capacity = capacity;
+            rc.cache_slots = n_cache;
+            const CacheReplayResult replay = cache_replay(recorder.trace(), popularity, rc, model, eb);
+            REQUIRE(r.device_copied > 0);
+            REQUIRE(double(r.device_copied) == replay.bytes_copied);
+            REQUIRE(r.exec.copy_bytes == r.device_copied);
+            REQUIRE(r.placement.cache.cache_hits == replay.cache.cache_hits);
+            REQUIRE(r.placement.cache.pinned_hits == replay.cache.pinned_hits);
+            REQUIRE(r.placement.cache.evictions == replay.cache.evictions);
+            fills += r.placement.fills;
+        }
+    REQUIRE(fills > 0);
 }

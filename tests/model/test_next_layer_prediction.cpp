@@ -1,8 +1,10 @@
 // Next-layer expert prediction (ForwardPass::set_predict_next_layer): each
-// MoE layer's experts predicted from the previous layer's output. It must
-// change no logits, count tokens x top-k predictions for every MoE layer
-// after the first, and be exactly right where the layer's attention adds
-// nothing to the residual stream.
+// MoE layer's experts predicted when the previous layer routes, from the
+// residual stream its experts receive. It must change no logits, count
+// tokens x top-k predictions for every MoE layer after the first, and be
+// exactly right where neither the previous layer's experts nor the layer's
+// attention add anything to the residual stream.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
@@ -67,13 +69,15 @@ TEST_CASE("next-layer prediction changes no logits and is counted for every MoE 
     }
 }
 
-TEST_CASE("next-layer prediction is exactly right for a layer whose attention adds nothing", "[predict]") {
+TEST_CASE("next-layer prediction is exactly right where the stream does not change in between", "[predict]") {
     const ModelConfig c = synth_preset("olmoe-mini");
     ModelWeights w = synth_weights(c, 4, 2);
-    // Layer 2's output projection all zeros: its router sees layer 1's output.
+    // Layer 1's experts' down projections and layer 2's output projection
+    // all zeros: layer 2's router sees what layer 1's router saw.
     const WeightView& wo = w.layers[2].wo;
-    std::vector<char> zeros(wo.bytes(), 0);
+    std::vector<char> zeros(std::max(wo.bytes(), w.layers[1].experts[0].w2.bytes()), 0);
     w.layers[2].wo = weight_view(wo.type, zeros.data(), wo.rows, wo.cols);
+    for (ExpertWeights& e : w.layers[1].experts) e.w2 = weight_view(e.w2.type, zeros.data(), e.w2.rows, e.w2.cols);
     std::vector<int> tokens;
     for (int i = 0; i < 16; i++) tokens.push_back(500 + (i * 104729) % 30000);
     const Run on = prefill(c, w, tokens, true);

@@ -1,8 +1,10 @@
 // The replay simulator (placement/cache_replay.h) on a trace small enough
 // to count by hand: which lookups hit, how many experts are copied and how
 // many bytes (a planner's copy that fills a cache slot is one copy, not
-// two), and the predicted expert time of each step, for static popularity
-// and LRU, with copies the planner never makes and with copies it makes.
+// two; a CPU-run miss is filled in only when a copy fits in the layer's
+// idle copy time), and the predicted expert time of each step, for static
+// popularity and LRU, with copies the planner never makes and with copies
+// it makes.
 #include <catch2/catch.hpp>
 #include <vector>
 
@@ -69,17 +71,28 @@ TEST_CASE("cache replay counts hits, copies and bytes as by hand: no planner cop
     CHECK(s.routed_hits == 8);
     CHECK(s.decode_expert_ms == Approx(6 * 0.1 + 2 * 1.0));
     CHECK(s.expert_ms == Approx(0.1 + 6 * 0.1 + 2 * 1.0));
-    // LRU, 2 slots warm with 0 and 1: hits 0 (prefill), 0 1 0; then 2 evicts 1,
-    // 1 evicts 0, 3 evicts 2, 0 evicts 1, 1 evicts 3: 5 misses, each run on
-    // the CPU (1 ms) and copied in beside it (2 ms on the copy stream: the step takes 2).
+    // LRU, 2 slots warm with 0 and 1: a CPU-run miss would be copied in
+    // beside it (a fill) only in the copy stream's idle time in that layer,
+    // 1 ms here, less than a copy: no fill, the cache keeps 0 and 1 and
+    // hits as the static plan does.
     CacheReplayResult l = run(CachePolicy::LRU, m);
-    CHECK(l.cache.cache_hits == 4);
-    CHECK(l.cache.misses == 5);
-    CHECK(l.cache.evictions == 5);
-    CHECK(l.copies == 5);
-    CHECK(l.bytes_copied == 5 * EXPERT_BYTES);
-    CHECK(l.decode_expert_ms == Approx(3 * 0.1 + 5 * 2.0));
-    CHECK(l.decode_expert_ms_per_token() == Approx((3 * 0.1 + 5 * 2.0) / 8));
+    CHECK(l.cache.cache_hits == 7);
+    CHECK(l.cache.misses == 2);
+    CHECK(l.cache.evictions == 0);
+    CHECK(l.copies == 0);
+    CHECK(l.decode_expert_ms == Approx(6 * 0.1 + 2 * 1.0));
+    // The CPU at 2.05 ms: still faster than a copy and the device (2.1),
+    // and now a fill (2 ms) fits beside it. Hits 0 (prefill), 0 1 0; then 2
+    // evicts 1, 1 evicts 0, 3 evicts 2, 0 evicts 1, 1 evicts 3: 5 misses, each
+    // run on the CPU and filled in; each such step takes max(2.05, 2).
+    CacheReplayResult f = run(CachePolicy::LRU, flat_model(2.05, 2.0));
+    CHECK(f.cache.cache_hits == 4);
+    CHECK(f.cache.misses == 5);
+    CHECK(f.cache.evictions == 5);
+    CHECK(f.copies == 5);
+    CHECK(f.bytes_copied == 5 * EXPERT_BYTES);
+    CHECK(f.decode_expert_ms == Approx(3 * 0.1 + 5 * 2.05));
+    CHECK(f.decode_expert_ms_per_token() == Approx((3 * 0.1 + 5 * 2.05) / 8));
 }
 
 TEST_CASE("cache replay counts a planner's copy into a cache slot once", "[placement][cache]") {

@@ -9,7 +9,8 @@
 // weights, slot rotation over S = 1, 2, 3, the simulated time equals the
 // pipeline formula (written here on its own), copies overlap computes,
 // residents overlap the first copy, and slots stay safe across layers with
-// and without a host wait in between.
+// and without a host wait in between -- also with copies into cache slots,
+// evictions and extra copies (prefetches, fills) that no compute waits for.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -49,21 +50,22 @@ public:
 
     // copy_ms / compute_ms: (n_layers, n_experts) durations.
     FakeQueue(int n_experts, int staging_slots, std::vector<double> copy_ms, std::vector<double> compute_ms,
-              std::span<const ExpertPipeline::Expert> residents)
+              std::span<const SlotExpert> residents)
         : n_experts_(n_experts),
           n_staging_(staging_slots),
           copy_ms_(std::move(copy_ms)),
           compute_ms_(std::move(compute_ms)),
           last_record_(size_t(ExpertPipeline::n_events(staging_slots)), -1) {
         // The upload at construction: resident slot r holds residents[r].
-        for (const ExpertPipeline::Expert& e : residents) resident_.push_back({e.layer, e.expert});
+        for (const SlotExpert& e : residents) resident_.push_back({e.layer, e.expert});
     }
 
-    void copy(int layer, int expert, int slot) override {
+    void copy(int layer, int expert, WeightSlot to) override {
         Op op = make(COPY, QueueStream::COPY);
-        if (slot < 0 || slot >= n_staging_) error("copy into staging slot " + std::to_string(slot));
+        if (to.index < 0 || to.index >= (to.staging ? n_staging_ : int(resident_.size())))
+            error("copy into slot " + std::to_string(to.index));
         op.weights = {layer, expert};
-        op.slot = {true, slot};
+        op.slot = to;
         op.duration = copy_ms_[size_t(layer) * n_experts_ + expert];
         ops_.push_back(op);
     }
@@ -128,14 +130,14 @@ public:
     }
 
     // What compute op c read: the weights of the last copy into its slot
-    // that ended by the compute's start, CORRUPT when a copy into the slot
-    // overlapped the compute. Call after run().
+    // that ended by the compute's start (a resident slot's upload before
+    // any), CORRUPT when a copy into the slot overlapped the compute. Call
+    // after run().
     Weights read_by(const Op& c) const {
-        if (!c.slot.staging) return resident_.at(size_t(c.slot.index));
-        Weights w;
+        Weights w = c.slot.staging ? Weights{} : resident_.at(size_t(c.slot.index));
         double last_end = -1;
         for (const Op& op : ops_) {
-            if (op.kind != COPY || op.slot.index != c.slot.index) continue;
+            if (op.kind != COPY || op.slot.staging != c.slot.staging || op.slot.index != c.slot.index) continue;
             if (op.start < c.end && op.end > c.start) return CORRUPT;
             if (op.end <= c.start && op.end > last_end) {
                 last_end = op.end;
@@ -164,7 +166,7 @@ private:
 
     int n_experts_;
     int n_staging_;  // staging slots; their contents are the history of the copies into them
-    std::vector<Weights> resident_;
+    std::vector<Weights> resident_;  // resident slots' uploads; then the history of the copies into them
     std::vector<double> copy_ms_, compute_ms_;
     std::vector<int> last_record_;  // per event: index of its last RECORD op, -1 before the first
     std::vector<Op> ops_;
@@ -173,12 +175,28 @@ private:
     std::vector<std::string> errors_;
 };
 
+const ExpertRows ROWS{};  // the fake reads no rows
+
 // One start() of the test: a layer's device tasks.
 struct LayerCall {
     int layer = 0;
     std::vector<ExpertTask> tasks;
     std::vector<uint8_t> copy;
 };
+
+// The call's tasks for the pipeline: residents from their slot, copies
+// through a staging slot.
+std::vector<DeviceTask> device_tasks(const LayerCall& call, const ExpertPipeline& p) {
+    std::vector<DeviceTask> tasks;
+    for (size_t i = 0; i < call.tasks.size(); i++)
+        tasks.push_back(
+            {call.tasks[i], call.copy[i] ? -1 : p.resident_slot(call.layer, call.tasks[i].expert), call.copy[i] != 0});
+    return tasks;
+}
+
+void start(ExpertPipeline& p, FakeQueue& q, const LayerCall& call) {
+    p.start(q, call.layer, ROWS, device_tasks(call, p));
+}
 
 // The pipeline formula, on its own: residents back to back from 0; copy j
 // starts when the copy stream is free and the compute that read slot
@@ -270,8 +288,6 @@ Residency random_residency(int n_layers, int n_experts, std::mt19937& rng) {
     return r;
 }
 
-const ExpertRows ROWS{};  // the fake reads no rows
-
 }  // namespace
 
 TEST_CASE("expert pipeline: random layers, each task once from its own weights, time as the formula", "[pipeline]") {
@@ -294,7 +310,7 @@ TEST_CASE("expert pipeline: random layers, each task once from its own weights, 
                     const LayerCall& call = calls.back();
                     q.tag = int(calls.size()) - 1;
                     double t0 = q.host_time;
-                    p.start(q, call.layer, ROWS, call.tasks, call.copy);
+                    start(p, q, call);
                     p.wait(q);
                     INFO("layer " << l);
                     REQUIRE(q.host_time - t0 == expected_makespan(call, n_experts, staging, copy_ms, compute_ms));
@@ -329,7 +345,7 @@ TEST_CASE("expert pipeline: with two slots the next copy overlaps the compute, w
         INFO("S = " << staging);
         ExpertPipeline p(residency, staging);
         FakeQueue q(n_experts, staging, copy_ms, compute_ms, p.residents());
-        p.start(q, 0, ROWS, call.tasks, call.copy);
+        start(p, q, call);
         p.wait(q);
         REQUIRE(q.errors().empty());
         check_computes(q, p, {call});
@@ -374,7 +390,7 @@ TEST_CASE("expert pipeline: back-to-back layers without a host wait keep slots s
             LayerCall call{l, {{l % n_experts, 3, 0}}, {1}};
             calls.push_back(call);
             q.tag = l;
-            p.start(q, l, ROWS, calls.back().tasks, calls.back().copy);
+            start(p, q, calls.back());
         }
         p.wait(q);
         REQUIRE(q.errors().empty());
@@ -388,7 +404,7 @@ TEST_CASE("expert pipeline: back-to-back layers without a host wait keep slots s
         FakeQueue q2(n_experts, staging, copy_ms, compute_ms, p2.residents());
         for (int l = 0; l < n_layers; l++) {
             q2.tag = l;
-            p2.start(q2, l, ROWS, calls[size_t(l)].tasks, calls[size_t(l)].copy);
+            start(p2, q2, calls[size_t(l)]);
             p2.wait(q2);
         }
         REQUIRE(q2.errors().empty());
@@ -415,7 +431,7 @@ TEST_CASE("expert pipeline: many copies per layer over many layers without host 
             for (int l = 0; l < n_layers; l++) {
                 calls.push_back(random_call(l, n_experts, p, rng));
                 q.tag = l;
-                p.start(q, l, ROWS, calls.back().tasks, calls.back().copy);
+                start(p, q, calls.back());
             }
             p.wait(q);
             REQUIRE(q.errors().empty());
@@ -437,16 +453,134 @@ TEST_CASE("expert pipeline: the resident table and bad input", "[pipeline]") {
     REQUIRE(p.residents().size() == 3);
     REQUIRE(p.residents()[2].layer == 1);
     REQUIRE(p.residents()[2].expert == 2);
-    REQUIRE(ExpertPipeline::n_events(2) == 7);
+    REQUIRE(ExpertPipeline::n_events(2) == 9);
     REQUIRE_THROWS_AS(ExpertPipeline(residency, 0), std::invalid_argument);
 
     FakeQueue q(4, 2, std::vector<double>(8, 1.0), std::vector<double>(8, 1.0), p.residents());
-    std::vector<ExpertTask> tasks{{3, 1, 0}};
-    std::vector<uint8_t> copy_resident{1}, keep_missing{0}, two{0, 0};
-    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, tasks, copy_resident), std::invalid_argument);
-    std::vector<ExpertTask> missing{{1, 1, 0}};
-    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, missing, keep_missing), std::invalid_argument);
-    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, tasks, two), std::invalid_argument);
-    REQUIRE_THROWS_AS(p.start(q, 2, ROWS, tasks, keep_missing), std::invalid_argument);
+    const ExpertTask t3{3, 1, 0}, t1{1, 1, 0};
+    const std::vector<DeviceTask> copy_resident{{t3, -1, true}}, wrong_slot{{t3, 1, false}}, missing{{t1, -1, false}},
+        bad_slot{{t1, 3, true}}, ok{{t3, 0, false}};
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, copy_resident), std::invalid_argument);
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, wrong_slot), std::invalid_argument);
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, missing), std::invalid_argument);
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, bad_slot), std::invalid_argument);
+    REQUIRE_THROWS_AS(p.start(q, 2, ROWS, ok), std::invalid_argument);
+    // Extra copies: of a resident expert, twice the same, into no slot.
+    const std::vector<SlotCopy> of_resident{{1, 0, 1}}, twice{{0, 1, 1}, {0, 1, 2}}, no_slot{{0, 1, 3}};
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, ok, of_resident), std::invalid_argument);
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, ok, twice), std::invalid_argument);
+    REQUIRE_THROWS_AS(p.start(q, 0, ROWS, ok, no_slot), std::invalid_argument);
+    const std::vector<SlotExpert> held_twice{{0, 1}, {0, 1}};
+    REQUIRE_THROWS_AS(ExpertPipeline(2, 4, held_twice, 2), std::invalid_argument);
     REQUIRE(q.ops().empty());  // nothing enqueued by a refused start
+}
+
+TEST_CASE("expert pipeline: cache slots, evictions and extra copies, each compute reads its own weights",
+          "[pipeline]") {
+    // Resident slots: a few pinned, then cache slots (some empty at the
+    // start). Each random layer computes its resident experts from their
+    // slots, copies the others into a random cache slot (evicting whatever
+    // is there, even an expert another task of the layer reads) or a
+    // staging slot, then extra copies of random other experts into random
+    // cache slots; host waits only now and then. Every compute must read its
+    // own expert's weights, never a slot a copy is writing.
+    const int n_layers = 4, n_experts = 6, pinned = 3, cache = 4;
+    for (int staging : {1, 2})
+        for (uint32_t seed = 1; seed <= 40; seed++) {
+            INFO("S = " << staging << ", seed " << seed);
+            std::mt19937 rng(700 + seed);
+            std::vector<SlotExpert> slots;
+            for (int k = 0; k < pinned + cache; k++) {
+                const int key = (k * 5 + int(seed)) % (n_layers * n_experts);  // distinct: 5 is coprime to 24
+                slots.push_back(k < pinned + cache - 1 ? SlotExpert{key / n_experts, key % n_experts} : SlotExpert{});
+            }
+            ExpertPipeline p(n_layers, n_experts, slots, staging);
+            REQUIRE(p.n_resident() == pinned + cache);
+            FakeQueue q(n_experts, staging, random_ms(n_layers * n_experts, rng), random_ms(n_layers * n_experts, rng),
+                        p.residents());
+            std::vector<size_t> tasks_per_call;
+            int extras = 0, cache_copies = 0;
+            for (int call = 0; call < 12; call++) {
+                const int layer = int(rng() % uint32_t(n_layers));
+                std::vector<DeviceTask> tasks;
+                int row = 0;
+                for (int e = 0; e < n_experts; e++) {
+                    if (rng() % 2) continue;
+                    const int n = 1 + int(rng() % 4);
+                    const int slot = p.resident_slot(layer, e);
+                    if (slot >= 0) {
+                        tasks.push_back({{e, n, row}, slot, false});
+                    } else {
+                        const bool to_cache = rng() % 3 != 0;
+                        tasks.push_back({{e, n, row}, to_cache ? pinned + int(rng() % uint32_t(cache)) : -1, true});
+                        cache_copies += to_cache;
+                    }
+                    row += n;
+                }
+                // Extra copies: experts resident nowhere and not copied here.
+                std::vector<SlotCopy> extra;
+                for (int k = 0; k < 2; k++) {
+                    const int l = int(rng() % uint32_t(n_layers)), e = int(rng() % uint32_t(n_experts));
+                    bool taken = p.resident_slot(l, e) >= 0;
+                    for (const DeviceTask& t : tasks) taken = taken || (l == layer && t.task.expert == e);
+                    for (const SlotCopy& c : extra) taken = taken || (c.layer == l && c.expert == e);
+                    if (!taken) extra.push_back({l, e, pinned + int(rng() % uint32_t(cache))});
+                }
+                extras += int(extra.size());
+                q.tag = call;
+                p.start(q, layer, ROWS, tasks, extra);
+                tasks_per_call.push_back(tasks.size());
+                if (rng() % 3 == 0) p.wait(q);
+                // The pinned slots never change.
+                for (int k = 0; k < pinned; k++) {
+                    REQUIRE(p.residents()[size_t(k)].layer == slots[size_t(k)].layer);
+                    REQUIRE(p.residents()[size_t(k)].expert == slots[size_t(k)].expert);
+                }
+            }
+            p.wait(q);
+            q.run();
+            REQUIRE(q.errors().empty());
+            std::vector<size_t> computed(tasks_per_call.size(), 0);
+            for (const FakeQueue::Op& op : q.ops()) {
+                if (op.kind != FakeQueue::COMPUTE) continue;
+                INFO("call " << op.tag << " layer " << op.weights.layer << " expert " << op.weights.expert);
+                REQUIRE(q.read_by(op) == op.weights);
+                computed[size_t(op.tag)]++;
+            }
+            REQUIRE(computed == tasks_per_call);
+            REQUIRE(cache_copies > 0);
+            REQUIRE(extras > 0);
+        }
+}
+
+TEST_CASE("expert pipeline: a compute from a prefetched slot waits for the prefetch, the layer does not",
+          "[pipeline]") {
+    // Layer 0 computes expert 0 (pinned, 2 ms) and prefetches layer 1's
+    // expert 2 into cache slot 1 (a 10 ms copy). The host's wait for layer 0
+    // returns at 2 ms, before the copy ends; layer 1's compute of expert 2
+    // from that slot starts only when the copy has ended.
+    const int n_layers = 2, n_experts = 4;
+    const std::vector<SlotExpert> slots{{0, 0}, {}};
+    std::vector<double> copy_ms(n_layers * n_experts, 10.0), compute_ms(n_layers * n_experts, 2.0);
+    ExpertPipeline p(n_layers, n_experts, slots, 2);
+    FakeQueue q(n_experts, 2, copy_ms, compute_ms, p.residents());
+    const std::vector<DeviceTask> layer0{{{0, 1, 0}, 0, false}};
+    const std::vector<SlotCopy> prefetch{{1, 2, 1}};
+    p.start(q, 0, ROWS, layer0, prefetch);
+    REQUIRE(p.last_extra() == 1);
+    REQUIRE(p.resident_slot(1, 2) == 1);
+    p.wait(q);
+    REQUIRE(q.host_time == 2.0);
+    const std::vector<DeviceTask> layer1{{{2, 1, 0}, 1, false}};
+    p.start(q, 1, ROWS, layer1);
+    p.wait(q);
+    REQUIRE(q.errors().empty());
+    const FakeQueue::Op& last = [&]() -> const FakeQueue::Op& {
+        const FakeQueue::Op* c = nullptr;
+        for (const FakeQueue::Op& op : q.ops())
+            if (op.kind == FakeQueue::COMPUTE) c = &op;
+        return *c;
+    }();
+    REQUIRE(last.start == 10.0);
+    REQUIRE(q.read_by(last) == Weights{1, 2});
 }
