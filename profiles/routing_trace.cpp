@@ -1,12 +1,14 @@
 // Routing traces: the in-memory trace, its JSON-lines file and validator,
-// its profile tables, and the recorder the forward pass reports to (see
-// routing_trace.h and profiles/README.md "Routing traces").
+// its profile tables, a trace drawn from a profile's counts, and the
+// recorder the forward pass reports to (see routing_trace.h and
+// profiles/README.md "Routing traces").
 #include "profiles/routing_trace.h"
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <random>
 
 #include "profiles/errors.h"
 #include "profiles/files.h"
@@ -90,6 +92,45 @@ void parse_rows(const std::filesystem::path& path, size_t line, const json& v, c
                 out.weights.push_back(float(w));
             }
         }
+    }
+}
+
+// A uniform double in [0, 1) from the generator's top 53 bits.
+double uniform01(std::mt19937_64& rng) {
+    return double(rng() >> 11) * 0x1p-53;
+}
+
+// One MoE layer's inclusion probabilities for top_k of its counts: pi_i =
+// k x c_i / sum, an expert whose pi would exceed 1 fixed at 1 and the others
+// rescaled to the remaining k - (fixed), repeated until none exceeds 1.
+// The caller has checked that at least k experts have counts.
+std::vector<double> inclusion_probabilities(std::span<const uint64_t> counts, int k) {
+    std::vector<double> pi(counts.size(), 0.0);
+    std::vector<bool> fixed(counts.size(), false);
+    for (;;) {
+        double rest = 0;
+        int need = k;
+        for (size_t i = 0; i < counts.size(); i++) {
+            if (fixed[i])
+                need--;
+            else
+                rest += double(counts[i]);
+        }
+        bool capped = false;
+        for (size_t i = 0; i < counts.size(); i++) {
+            if (fixed[i]) continue;
+            if (need == 0) {  // k experts already fixed at 1: the rest never chosen
+                pi[i] = 0;
+                continue;
+            }
+            pi[i] = double(need) * double(counts[i]) / rest;
+            if (pi[i] >= 1.0) {
+                pi[i] = 1.0;
+                fixed[i] = true;
+                capped = true;
+            }
+        }
+        if (!capped) return pi;
     }
 }
 
@@ -195,6 +236,76 @@ Profile routing_trace_profile(const RoutingTrace& t) {
     p.workload.generated_tokens = p.workload.decode_tokens + requests;
     profile_sum_phases(p);
     return p;
+}
+
+RoutingTrace routing_trace_draw(const Profile& profile, const ModelFingerprint& model, const TraceDrawShape& shape,
+                                uint64_t seed, const std::string& source) {
+    profile_check(profile, model, source);
+    if (shape.requests < 1 || shape.prefill < 1 || shape.decode < 0)
+        throw MoeError(source + ": a drawn trace needs requests >= 1, prefill >= 1 and decode >= 0 tokens (got " +
+                       std::to_string(shape.requests) + ", " + std::to_string(shape.prefill) + ", " +
+                       std::to_string(shape.decode) + ")");
+    const int64_t per_request = int64_t(shape.prefill) + shape.decode;
+    if (per_request * shape.requests > TRACE_DRAW_MAX_TOKENS)
+        throw MoeError(source + ": a drawn trace of " + std::to_string(shape.requests) + " x " +
+                       std::to_string(per_request) + " tokens is over the limit of " +
+                       std::to_string(TRACE_DRAW_MAX_TOKENS));
+    RoutingTrace t = routing_trace_empty(model);
+    const int E = model.n_experts, k = t.top_k;
+    if (k < 1 || k > E)
+        throw MoeError(source + ": the model's top-" + std::to_string(k) + " routing over " + std::to_string(E) +
+                       " experts cannot be drawn");
+    std::vector<std::vector<double>> pi;
+    for (int layer : t.layers) {
+        const std::span<const uint64_t> row(profile.counts.data() + size_t(layer) * size_t(E), size_t(E));
+        const int with_counts = int(std::count_if(row.begin(), row.end(), [](uint64_t c) { return c > 0; }));
+        if (with_counts < k)
+            throw MoeError(source + ": layer " + std::to_string(layer) + ": " + std::to_string(with_counts) +
+                           " experts have counts, a top-" + std::to_string(k) + " draw needs at least " +
+                           std::to_string(k));
+        pi.push_back(inclusion_probabilities(row, k));
+    }
+    const size_t n = size_t(per_request) * size_t(shape.requests);
+    t.request.reserve(n);
+    t.phase.reserve(n);
+    t.position.reserve(n);
+    t.experts.reserve(n * t.layers.size() * size_t(k));
+    t.weights.assign(n * t.layers.size() * size_t(k), 1.0f / float(k));
+    std::mt19937_64 rng(seed);
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int r = 0; r < shape.requests; r++)
+        for (int pos = 0; pos < per_request; pos++) {
+            t.request.push_back(r);
+            t.phase.push_back(pos < shape.prefill ? TracePhase::PREFILL : TracePhase::DECODE);
+            t.position.push_back(pos);
+            for (const std::vector<double>& p : pi) {
+                for (int i = 0; i < E; i++) {  // Fisher-Yates: a uniform random order
+                    const int j = std::min(i, int(uniform01(rng) * double(i + 1)));
+                    order[size_t(i)] = order[size_t(j)];
+                    order[size_t(j)] = i;
+                }
+                // Systematic: the experts whose interval [acc, acc + pi) holds the
+                // next of u, u + 1, ...; at most one point each (pi <= 1).
+                const size_t begin = t.experts.size();
+                double acc = 0, next = uniform01(rng);
+                for (int e : order) {
+                    acc += p[size_t(e)];
+                    if (p[size_t(e)] > 0 && next < acc && int(t.experts.size() - begin) < k) {
+                        t.experts.push_back(e);
+                        next += 1;
+                    }
+                }
+                // Rounding can leave the last point just past the sum (k): take
+                // the remaining experts with counts in the same order.
+                for (int e : order) {
+                    if (int(t.experts.size() - begin) == k) break;
+                    if (p[size_t(e)] > 0 &&
+                        std::find(t.experts.begin() + std::ptrdiff_t(begin), t.experts.end(), e) == t.experts.end())
+                        t.experts.push_back(e);
+                }
+            }
+        }
+    return t;
 }
 
 RoutingTraceRecorder::RoutingTraceRecorder(const ModelFingerprint& model)

@@ -4,8 +4,9 @@
 // cache's policies. Owns the in-memory trace, its versioned JSON-lines file
 // (documented in profiles/README.md; written atomically, read with a
 // validator whose every refusal names the file and line), the profile tables
-// a trace sums to, and the RoutingObserver the forward pass reports to.
-// Plain data and files only: never runs a model.
+// a trace sums to, a trace drawn at random from a profile's aggregate
+// counts, and the RoutingObserver the forward pass reports to. Plain data
+// and files only: never runs a model.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -55,6 +56,37 @@ RoutingTrace routing_trace_read(const std::filesystem::path& path);
 // stay 0): prefill, decode and counts, and the workload's token counts
 // (prefill_tokens, decode_tokens; generated_tokens = decode + requests).
 Profile routing_trace_profile(const RoutingTrace& trace);
+
+// The shape of a drawn trace: `requests` requests, each `prefill` prefill
+// tokens (positions 0..prefill-1) then `decode` decode tokens.
+struct TraceDrawShape {
+    int requests = 20;
+    int prefill = 64;
+    int decode = 64;
+};
+// The most tokens a drawn trace may hold (requests x (prefill + decode)).
+inline constexpr int64_t TRACE_DRAW_MAX_TOKENS = int64_t(1) << 20;
+
+// A trace for `model` drawn from `profile`'s counts (ours, or a Fiddler
+// import; profile_check'ed against `model`, `source` naming it in
+// messages): for each token and MoE layer independently, top_k distinct
+// experts with inclusion probabilities proportional to that layer's counts
+// (pi_i = top_k x count_i / layer sum; an expert whose pi would exceed 1 is
+// chosen every token and the others share the rest, proportional to their
+// counts), by randomised systematic sampling: the experts in a random order,
+// one uniform u, the experts whose cumulative pi interval holds u, u+1, ...,
+// u+top_k-1. So each expert's share of the drawn routing tends to its share
+// of the counts exactly (not just approximately, as successive draws
+// without replacement would give). Weights are equal (1 / top_k): the
+// counts carry none. The generator is std::mt19937_64 seeded with `seed`
+// (its output is fixed by the standard), uniforms from its top 53 bits: the
+// same seed gives the same trace everywhere. No per-token order or recency:
+// consecutive tokens are independent. MoeError for a profile of another
+// model, a MoE layer with fewer than top_k experts that have counts, or a
+// shape outside requests >= 1, prefill >= 1, decode >= 0, tokens <=
+// TRACE_DRAW_MAX_TOKENS.
+RoutingTrace routing_trace_draw(const Profile& profile, const ModelFingerprint& model, const TraceDrawShape& shape,
+                                uint64_t seed, const std::string& source);
 
 // What the forward pass reports while a RoutingObserver is set on it.
 class RoutingObserver {

@@ -480,19 +480,36 @@ LatencyModel replay_latency_model(const ModelConfig& c, int threads, std::string
 
 // `bench cache`: the eval trace replayed against static popularity and each
 // cache policy, for each budget (a share of all experts on the device),
-// popularity from --profile or else from --trace. One JSON line per budget
-// and policy (placement/README.md "Replaying a trace"). From the model's
-// shape alone: its config.json or a synth: preset; weights are never read.
+// popularity from --profile or else from --trace. The eval trace is
+// --eval-trace, or drawn from --eval-profile's counts (routing_trace_draw:
+// i.i.d. per token, so no temporal locality). One JSON line per budget and
+// policy (placement/README.md "Replaying a trace"). From the model's shape
+// alone: its config.json or a synth: preset; weights are never read.
 int bench_cache(Args& args) {
     const ModelSource source = parse_model_flag(args);
-    const std::string trace_path = args.required("--trace");
-    const std::string eval_path = args.required("--eval-trace");
+    const std::optional<std::string> trace_path = args.get("--trace");
+    const std::optional<std::string> eval_trace_path = args.get("--eval-trace");
+    const std::optional<std::string> eval_profile_path = args.get("--eval-profile");
     const std::optional<std::string> profile_path = args.get("--profile");
+    TraceDrawShape draw;
+    const char* draw_flags[] = {"--sample-requests", "--sample-prefill", "--sample-decode", "--seed"};
+    if (!eval_profile_path)
+        for (const char* flag : draw_flags)
+            if (args.get(flag)) throw MoeError(std::string(flag) + ": only with --eval-profile");
+    draw.requests = int(args.get_int("--sample-requests", draw.requests, 1, 100000));
+    draw.prefill = int(args.get_int("--sample-prefill", draw.prefill, 1, 100000));
+    draw.decode = int(args.get_int("--sample-decode", draw.decode, 0, 100000));
+    const uint64_t seed = uint64_t(args.get_int("--seed", 0, 0, INT64_MAX));
     const std::vector<double> budgets = parse_budgets(args.get("--budgets", "10,25,50%"));
     const double share = args.get_double("--cache-share", 0.25, 0, 1);
     const std::string scope_name = args.get("--scope", "layer");
     const int threads = bench_threads_flag(args);
     args.finish();
+    if (!trace_path && !profile_path)
+        throw MoeError("bench cache: give --profile P.json or --trace A.jsonl (the popularity that pins experts)");
+    if (bool(eval_trace_path) == bool(eval_profile_path))
+        throw MoeError(
+            "bench cache: give one of --eval-trace B.jsonl or --eval-profile B.json (the workload replayed)");
     CacheOptions options;
     if (scope_name == "global") {
         options.scope = CacheScope::GLOBAL;
@@ -504,10 +521,16 @@ int bench_cache(Args& args) {
     const ModelConfig config = model_source_config(source);
     if (!config.is_moe()) throw MoeError(source.text + ": a dense model (no experts): nothing to cache");
     const ModelFingerprint fp = model_fingerprint(config);
-    const RoutingTrace trace = routing_trace_read(trace_path);
-    const RoutingTrace eval = routing_trace_read(eval_path);
-    for (const auto& [t, path] : {std::pair{&trace, &trace_path}, std::pair{&eval, &eval_path}})
-        if (!(t->model == fp))
+    std::optional<RoutingTrace> trace;
+    if (trace_path) trace = routing_trace_read(*trace_path);
+    const RoutingTrace eval =
+        eval_trace_path ? routing_trace_read(*eval_trace_path)
+                        : routing_trace_draw(profile_read(*eval_profile_path), fp, draw, seed, *eval_profile_path);
+    const std::string eval_path = eval_trace_path ? *eval_trace_path : *eval_profile_path;
+    using Named = std::pair<const RoutingTrace*, const std::string*>;
+    for (const auto& [t, path] :
+         {Named{trace ? &*trace : nullptr, trace_path ? &*trace_path : nullptr}, Named{&eval, &eval_path}})
+        if (t && !(t->model == fp))
             throw MoeError(*path + ": a routing trace of another model (" + fingerprint_describe(t->model) +
                            "; --model is " + fingerprint_describe(fp) + ")");
     const std::vector<int> moe = fp.moe_layers();
@@ -518,7 +541,7 @@ int bench_cache(Args& args) {
         profile_check(p, fp, *profile_path);
         popularity = table_rows(p.counts, n_experts, moe);
     } else {
-        popularity = table_rows(routing_trace_profile(trace).counts, n_experts, moe);
+        popularity = table_rows(routing_trace_profile(*trace).counts, n_experts, moe);
     }
     std::string latency_source;
     const LatencyModel model = replay_latency_model(config, threads, latency_source);
@@ -532,20 +555,39 @@ int bench_cache(Args& args) {
     const char* caveat =
         "routing from a synthetic model's random router is a poor stand-in for a trained router: its experts "
         "repeat across tokens far less, so cache hit rates here say little about a real model's";
-    const bool synthetic = source.synthetic;
+    const char* iid_note =
+        "the eval trace is an i.i.d. draw from aggregate counts: each token's experts are drawn afresh, with no "
+        "temporal locality, so this compares static placement with a cache under realistic marginals and says "
+        "nothing about recency or prefetch on a real router";
+    // A recorded trace's routing is in the figures when the eval trace or the
+    // pinning popularity came from one (here: synthetic models' routers).
+    const bool from_trace = eval_trace_path || !profile_path;
+    std::string note = eval_profile_path ? iid_note : "";
+    if (from_trace) note += std::string(note.empty() ? "" : "; ") + caveat;
+    std::string row_note = eval_profile_path ? "i.i.d. draw from aggregate counts: no temporal locality" : "";
+    if (from_trace && source.synthetic)
+        row_note += std::string(row_note.empty() ? "" : "; ") + "synthetic router: a poor stand-in for a trained one";
     json setup{{"bench", "cache_setup"},
                {"model", source.text},
                {"fingerprint", fingerprint_describe(fp)},
-               {"trace", trace_json(trace, trace_path)},
+               {"trace", trace ? trace_json(*trace, *trace_path) : json(nullptr)},
                {"eval", trace_json(eval, eval_path)},
-               {"popularity_from", profile_path ? "profile " + *profile_path : "trace " + trace_path},
+               {"popularity_from", profile_path ? "profile " + *profile_path : "trace " + *trace_path},
                {"latency_model", latency_source},
                {"expert_bytes", expert_bytes},
                {"dense_bytes", dense_bytes},
                {"dense_ms_per_token", dense_ms},
                {"cache_share", share},
-               {"scope", cache_scope_name(options.scope)},
-               {"note", caveat}};
+               {"scope", cache_scope_name(options.scope)}};
+    if (eval_profile_path) {
+        setup["eval_from"] = "drawn from profile " + *eval_profile_path + ": " + std::to_string(draw.requests) +
+                             " requests x (" + std::to_string(draw.prefill) + " prefill + " +
+                             std::to_string(draw.decode) + " decode) tokens, seed " + std::to_string(seed) +
+                             ", experts i.i.d. per token and layer with the profile's per-layer shares";
+    } else {
+        setup["eval_from"] = "trace " + *eval_trace_path;
+    }
+    setup["note"] = note;
     std::printf("%s\n", setup.dump().c_str());
     for (double frac : budgets) {
         const int capacity = int(std::lround(frac * n_layers * n_experts));
@@ -573,7 +615,7 @@ int bench_cache(Args& args) {
                       {"decode_tok_s", r.decode_steps ? 1e3 / (dense_ms + per_token) : 0.0},
                       {"expert_ms_total", r.expert_ms},
                       {"decode_tokens", r.decode_steps}};
-            if (synthetic) line["note"] = "synthetic router: a poor stand-in for a trained one";
+            if (!row_note.empty()) line["note"] = row_note;
             std::printf("%s\n", line.dump().c_str());
         }
     }

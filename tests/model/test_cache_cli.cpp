@@ -3,7 +3,9 @@
 // fingerprint, and sums to the profile written in the same run, phase by
 // phase; the replay prints its setup (which latency model, the synthetic-
 // router caveat) and one line per budget and policy, Belady's hit rate at
-// least every other policy's; a trace of another model is refused.
+// least every other policy's; a trace of another model is refused. And
+// --eval-profile: a trace drawn from Fiddler's Mixtral counts replayed on
+// Mixtral-8x7B's shape, seeded, its flags refused in one line.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
@@ -101,4 +103,124 @@ TEST_CASE("bench cache prints one line per budget and policy, Belady's hit rate 
         moe({"bench", "cache", "--model", "synth:small", "--trace", ta.string(), "--eval-trace", tb.string()});
     CHECK(bad.exit_code == 2);
     CHECK(bad.err.find("a routing trace of another model") != std::string::npos);
+}
+
+TEST_CASE("bench cache --eval-profile replays a draw from Fiddler's Mixtral counts on Mixtral's shape", "[cache_cli]") {
+    const fs::path dir = shared_data_dir() / "profiles/fiddler-mixtral-8x7b-instruct";
+    const std::string cs = (dir / "expert_popularity_college_computer_science.json").string();
+    const std::string bio = (dir / "expert_popularity_high_school_biology.json").string();
+    CommandResult r = moe({"bench",
+                           "cache",
+                           "--model",
+                           "synth:mixtral-8x7b",
+                           "--profile",
+                           cs,
+                           "--eval-profile",
+                           bio,
+                           "--sample-requests",
+                           "3",
+                           "--sample-prefill",
+                           "8",
+                           "--sample-decode",
+                           "5",
+                           "--seed",
+                           "9",
+                           "--budgets",
+                           "25,50%",
+                           "--threads",
+                           "2"});
+    INFO(r.err << r.out);
+    REQUIRE(r.exit_code == 0);
+    std::istringstream lines(r.out);
+    std::string line;
+    std::vector<json> rows;
+    json setup;
+    while (std::getline(lines, line)) {
+        json j = json::parse(line);
+        if (j["bench"] == "cache_setup") setup = j;
+        if (j["bench"] == "cache") rows.push_back(j);
+    }
+    REQUIRE(setup.is_object());
+    CHECK(setup["trace"].is_null());
+    CHECK(setup["eval"]["requests"] == 3);
+    CHECK(setup["eval"]["tokens"] == 3 * 13);
+    CHECK(setup["eval"]["decode_tokens"] == 3 * 5);
+    CHECK(setup["eval_from"].get<std::string>().find("drawn from profile " + bio +
+                                                     ": 3 requests x (8 prefill + 5 "
+                                                     "decode) tokens, seed 9") == 0);
+    CHECK(setup["popularity_from"] == "profile " + cs);
+    CHECK(setup["expert_bytes"] == 352321536.0);  // 3 x 4096 x 14336 bf16
+    CHECK(setup["note"].get<std::string>().find("no temporal locality") != std::string::npos);
+    CHECK(setup["note"].get<std::string>().find("synthetic model's random router") == std::string::npos);
+    REQUIRE(rows.size() == 2 * 5);
+    for (const json& j : rows) {
+        CHECK(j["experts"] == 256);
+        CHECK(j["decode_tokens"] == 15);
+        CHECK(j["note"] == "i.i.d. draw from aggregate counts: no temporal locality");
+    }
+    // The same flags give the same hit rates (the draw is seeded; copies and
+    // times follow the CPU ceiling measured at start).
+    CommandResult again = moe({"bench",
+                               "cache",
+                               "--model",
+                               "synth:mixtral-8x7b",
+                               "--profile",
+                               cs,
+                               "--eval-profile",
+                               bio,
+                               "--sample-requests",
+                               "3",
+                               "--sample-prefill",
+                               "8",
+                               "--sample-decode",
+                               "5",
+                               "--seed",
+                               "9",
+                               "--budgets",
+                               "25,50%",
+                               "--threads",
+                               "2"});
+    REQUIRE(again.exit_code == 0);
+    std::istringstream lines2(again.out);
+    size_t i = 0;
+    while (std::getline(lines2, line)) {
+        json j = json::parse(line);
+        if (j["bench"] != "cache") continue;
+        REQUIRE(i < rows.size());
+        CHECK(j["hit_rate"] == rows[i]["hit_rate"]);
+        CHECK(j["decode_hit_rate"] == rows[i]["decode_hit_rate"]);
+        CHECK(j["token_hit_rate"] == rows[i]["token_hit_rate"]);
+        i++;
+    }
+    CHECK(i == rows.size());
+
+    // Bad flags: one line, exit code 2.
+    auto refused = [&](std::vector<std::string> args, const std::string& part) {
+        std::vector<std::string> words = {"bench", "cache", "--model", "synth:mixtral-8x7b"};
+        words.insert(words.end(), args.begin(), args.end());
+        CommandResult bad = moe(words);
+        INFO(bad.err);
+        CHECK(bad.exit_code == 2);
+        CHECK(bad.err.find(part) != std::string::npos);
+        // One error line (after the synthetic preset's notice).
+        size_t errors = 0;
+        for (size_t at = bad.err.find("moe-server: error: "); at != std::string::npos;
+             at = bad.err.find("moe-server: error: ", at + 1))
+            errors++;
+        CHECK(errors == 1);
+        CHECK(bad.err.find("internal error") == std::string::npos);
+    };
+    refused({"--eval-profile", bio}, "give --profile P.json or --trace A.jsonl");
+    refused({"--profile", cs}, "give one of --eval-trace B.jsonl or --eval-profile B.json");
+    refused({"--profile", cs, "--eval-profile", bio, "--eval-trace", "x.jsonl"}, "give one of --eval-trace");
+    refused({"--profile", cs, "--eval-trace", "x.jsonl", "--seed", "3"}, "--seed: only with --eval-profile");
+    refused({"--profile", cs, "--eval-profile", bio, "--sample-requests", "0"}, "--sample-requests");
+    refused({"--profile", cs, "--eval-profile", bio, "--sample-decode", "x"}, "--sample-decode");
+    refused({"--profile", cs, "--eval-profile", bio, "--seed", "-1"}, "--seed");
+    // A profile of another shape: Mixtral's counts against an 8-layer model.
+    CommandResult other =
+        moe({"bench", "cache", "--model", "synth:mixtral-mini", "--profile", cs, "--eval-profile", bio});
+    CHECK(other.exit_code == 2);
+    CHECK(other.err.find("Fiddler popularity table is 32 layers x 8 experts, the model has 8 x 8") !=
+          std::string::npos);
 }

@@ -1,9 +1,12 @@
 // Routing traces (profiles/routing_trace.h): the recorder fed as the forward
 // pass feeds it, the file's round trip (weights to TRACE_WEIGHT_DECIMALS),
 // the profile tables a trace sums to (dense layers left at 0), a dropped
-// request, and every kind of malformed file refused in one line naming the
-// file and line.
+// request, every kind of malformed file refused in one line naming the
+// file and line, and a trace drawn from a profile's counts (its shares
+// against Fiddler's Mixtral counts, capping, seeds, refusals).
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -177,4 +180,176 @@ TEST_CASE("routing trace validator refuses each kind of bad file naming the file
     CHECK(refusal(good + "{}\n") == name + ":11: text after the end line");
     CHECK(refusal(with(3, "{\"r\":0,")) == name + ":4: not a JSON object (a damaged or truncated line?)");
     CHECK(refusal(replaced(2, "\"pos\":1", "\"pos\":-1")) == name + ":3: pos: -1 is outside [0, 2147483647]");
+}
+
+namespace {
+
+// The error routing_trace_draw gives, or "" when it draws.
+std::string draw_refusal(const Profile& p, const ModelFingerprint& m, TraceDrawShape shape) {
+    try {
+        routing_trace_draw(p, m, shape, 1, "p.json");
+    } catch (const MoeError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// Per trace layer and expert, the tokens that chose it.
+std::vector<std::vector<uint64_t>> chosen_counts(const RoutingTrace& t) {
+    std::vector<std::vector<uint64_t>> c(t.layers.size(), std::vector<uint64_t>(size_t(t.model.n_experts), 0));
+    for (size_t i = 0; i < t.n_tokens(); i++)
+        for (size_t l = 0; l < t.layers.size(); l++)
+            for (int j = 0; j < t.top_k; j++) c[l][size_t(t.experts[t.row(i, l) + size_t(j)])]++;
+    return c;
+}
+
+// Each expert's count against its expected inclusion probability pi over n
+// tokens: the largest |z| and the mean z^2 (about 1 for a sampler with
+// these marginals; experts at pi 0 or 1 must match exactly).
+struct Deviation {
+    double max_z = 0, mean_z2 = 0;
+    bool exact_ends = true;
+};
+Deviation deviation(const std::vector<std::vector<uint64_t>>& chosen, const std::vector<std::vector<double>>& pi,
+                    size_t n) {
+    Deviation d;
+    int cells = 0;
+    for (size_t l = 0; l < pi.size(); l++)
+        for (size_t e = 0; e < pi[l].size(); e++) {
+            const double p = pi[l][e], x = double(chosen[l][e]);
+            if (p == 0 || p == 1) {
+                d.exact_ends &= x == p * double(n);
+                continue;
+            }
+            const double z = (x - double(n) * p) / std::sqrt(double(n) * p * (1 - p));
+            d.max_z = std::max(d.max_z, std::abs(z));
+            d.mean_z2 += z * z;
+            cells++;
+        }
+    d.mean_z2 /= std::max(cells, 1);
+    return d;
+}
+
+}  // namespace
+
+TEST_CASE("trace drawn from Fiddler's Mixtral counts has their per-layer shares, distinct experts",
+          "[profile][trace]") {
+    const fs::path path =
+        shared_data_dir() / "profiles/fiddler-mixtral-8x7b-instruct/expert_popularity_college_computer_science.json";
+    const Profile p = profile_read(path);
+    REQUIRE(p.from_fiddler);
+    const ModelFingerprint mixtral{"MixtralForCausalLM", 32, 8, 2, 0x1234ull};
+    const TraceDrawShape shape{50, 48, 32};  // 4000 tokens
+    const RoutingTrace t = routing_trace_draw(p, mixtral, shape, 7, path.string());
+    REQUIRE(t.model == mixtral);
+    REQUIRE(t.n_tokens() == 4000);
+    REQUIRE(t.layers.size() == 32);
+    for (size_t i = 0; i < t.n_tokens(); i++) {
+        INFO("token " << i);
+        REQUIRE(t.request[i] == int(i / 80));
+        REQUIRE(t.position[i] == int(i % 80));
+        REQUIRE(t.phase[i] == (i % 80 < 48 ? TracePhase::PREFILL : TracePhase::DECODE));
+        for (size_t l = 0; l < t.layers.size(); l++) {
+            const int a = t.experts[t.row(i, l)], b = t.experts[t.row(i, l) + 1];
+            REQUIRE(a != b);
+            REQUIRE((a >= 0 && a < 8 && b >= 0 && b < 8));
+            REQUIRE(t.weights[t.row(i, l)] == 0.5f);
+        }
+    }
+    // Expected: 2 x count / layer sum (no expert of these flat counts is over half its layer).
+    std::vector<std::vector<double>> pi(32, std::vector<double>(8));
+    for (size_t l = 0; l < 32; l++) {
+        double sum = 0;
+        for (size_t e = 0; e < 8; e++) sum += double(p.counts[l * 8 + e]);
+        for (size_t e = 0; e < 8; e++) pi[l][e] = 2 * double(p.counts[l * 8 + e]) / sum;
+    }
+    const Deviation d = deviation(chosen_counts(t), pi, t.n_tokens());
+    INFO("max |z| " << d.max_z << ", mean z^2 " << d.mean_z2);
+    CHECK(d.max_z < 4.5);
+    CHECK(d.mean_z2 < 1.5);
+    // Uniform choices would be far off these counts: the check can fail.
+    std::vector<std::vector<double>> uniform(32, std::vector<double>(8, 0.25));
+    CHECK(deviation(chosen_counts(t), uniform, t.n_tokens()).max_z > 10);
+    // The file it writes is a valid trace.
+    const fs::path out = test_temp_dir("trace-draw") / "drawn.jsonl";
+    routing_trace_write(t, out);
+    const RoutingTrace back = routing_trace_read(out);
+    CHECK(back.experts == t.experts);
+    CHECK(back.request == t.request);
+}
+
+TEST_CASE("drawn trace: an expert over 1/top_k of its layer is in every token, one without counts in none",
+          "[profile][trace]") {
+    // Layer 0: 60 20 10 10 -> expert 0 capped at 1, the others share the second
+    // pick 0.5, 0.25, 0.25 (successive draws without replacement would give
+    // expert 1 0.544). Layer 2: 0 30 10 20 -> 0, 1, 1/3, 2/3. Layer 1 is dense.
+    Profile p = profile_empty(trace_fingerprint());
+    p.counts = {60, 20, 10, 10, 0, 0, 0, 0, 0, 30, 10, 20};
+    const RoutingTrace t = routing_trace_draw(p, trace_fingerprint(), TraceDrawShape{100, 150, 50}, 3, "p.json");
+    REQUIRE(t.n_tokens() == 20000);
+    const std::vector<std::vector<double>> pi = {{1, 0.5, 0.25, 0.25}, {0, 1, 1.0 / 3, 2.0 / 3}};
+    const Deviation d = deviation(chosen_counts(t), pi, t.n_tokens());
+    INFO("max |z| " << d.max_z << ", mean z^2 " << d.mean_z2);
+    CHECK(d.exact_ends);
+    CHECK(d.max_z < 4.5);
+    CHECK(d.mean_z2 < 2.0);
+}
+
+TEST_CASE("drawn trace: the same seed gives the same trace, another seed another", "[profile][trace]") {
+    Profile p = profile_empty(trace_fingerprint());
+    p.counts = {5, 4, 3, 2, 0, 0, 0, 0, 1, 2, 3, 4};
+    const TraceDrawShape shape{3, 5, 4};
+    const RoutingTrace a = routing_trace_draw(p, trace_fingerprint(), shape, 42, "p.json");
+    const RoutingTrace b = routing_trace_draw(p, trace_fingerprint(), shape, 42, "p.json");
+    const RoutingTrace c = routing_trace_draw(p, trace_fingerprint(), shape, 43, "p.json");
+    CHECK(a.experts == b.experts);
+    CHECK(a.weights == b.weights);
+    CHECK(a.request == b.request);
+    CHECK(a.experts != c.experts);
+    CHECK(a.request == c.request);
+    // A decode of 0 tokens: prefill only.
+    const RoutingTrace d = routing_trace_draw(p, trace_fingerprint(), TraceDrawShape{2, 3, 0}, 1, "p.json");
+    CHECK(d.n_tokens() == 6);
+    CHECK(std::count(d.phase.begin(), d.phase.end(), TracePhase::DECODE) == 0);
+}
+
+TEST_CASE("drawn trace refuses another model's profile, a layer without enough counts, a bad shape",
+          "[profile][trace]") {
+    const ModelFingerprint m = trace_fingerprint();
+    Profile p = profile_empty(m);
+    p.counts = {5, 4, 3, 2, 0, 0, 0, 0, 1, 2, 3, 4};
+    CHECK(draw_refusal(p, m, {}) == "");
+    ModelFingerprint other = m;
+    other.hash ^= 1;
+    CHECK(draw_refusal(p, other, {}).find("p.json: profile is for another model") == 0);
+    Profile fiddler = p;
+    fiddler.from_fiddler = true;
+    fiddler.model = ModelFingerprint{"", 3, 4, 0, 0};
+    CHECK(draw_refusal(fiddler, m, {}) == "");
+    ModelFingerprint wider = m;
+    wider.n_experts = 8;
+    CHECK(draw_refusal(fiddler, wider, {}) ==
+          "p.json: Fiddler popularity table is 3 layers x 4 experts, the model has 3 x 8");
+
+    Profile one = p;
+    one.counts = {5, 4, 3, 2, 0, 0, 0, 0, 0, 0, 9, 0};
+    CHECK(draw_refusal(one, m, {}) == "p.json: layer 2: 1 experts have counts, a top-2 draw needs at least 2");
+    Profile none = p;
+    none.counts = {0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4};
+    CHECK(draw_refusal(none, m, {}) == "p.json: layer 0: 0 experts have counts, a top-2 draw needs at least 2");
+    // Exactly top_k experts with counts: both in every token.
+    Profile two = p;
+    two.counts = {0, 7, 0, 1, 0, 0, 0, 0, 1, 2, 3, 4};
+    const RoutingTrace t = routing_trace_draw(two, m, TraceDrawShape{2, 3, 2}, 5, "p.json");
+    for (size_t i = 0; i < t.n_tokens(); i++)
+        CHECK(std::min(t.experts[t.row(i, 0)], t.experts[t.row(i, 0) + 1]) * 10 +
+                  std::max(t.experts[t.row(i, 0)], t.experts[t.row(i, 0) + 1]) ==
+              13);
+
+    CHECK(draw_refusal(p, m, {0, 64, 64}).find("needs requests >= 1, prefill >= 1 and decode >= 0") !=
+          std::string::npos);
+    CHECK(draw_refusal(p, m, {1, 0, 64}).find("needs requests >= 1") != std::string::npos);
+    CHECK(draw_refusal(p, m, {1, 64, -1}).find("needs requests >= 1") != std::string::npos);
+    CHECK(draw_refusal(p, m, {1 << 12, 1 << 8, 1}).find("over the limit of 1048576") != std::string::npos);
+    CHECK(draw_refusal(p, m, {INT32_MAX, INT32_MAX, INT32_MAX}).find("over the limit") != std::string::npos);
 }
