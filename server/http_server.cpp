@@ -245,11 +245,19 @@ struct HttpServer::Impl {
         };
         const PlacementInfo& p = e.placement();
         Engine::Execution ex = e.execution_stats();
-        json resident = json::array();
+        // Where each expert is now: resident (pinned or cached) and, of
+        // those, in a cache slot.
+        const std::vector<uint8_t> slots = e.expert_slots();
+        json resident = json::array(), cached = json::array();
         for (int l = 0; l < rc.n_layers; l++) {
-            json row = json::array();
-            for (int x = 0; x < rc.n_experts; x++) row.push_back(p.resident.at(size_t(l) * p.n_experts + x) != 0);
+            json row = json::array(), cached_row = json::array();
+            for (int x = 0; x < rc.n_experts; x++) {
+                const uint8_t where = slots.at(size_t(l) * rc.n_experts + x);
+                row.push_back(where != Engine::EXPERT_CPU);
+                cached_row.push_back(where == Engine::EXPERT_CACHED);
+            }
             resident.push_back(row);
+            cached.push_back(cached_row);
         }
         bool device = p.device != DeviceKind::NONE;
         double gpu_share = ex.total.device_share();
@@ -262,6 +270,7 @@ struct HttpServer::Impl {
                         {"counts_total", matrix(rc.total)},
                         {"counts_last", matrix(rc.last)},
                         {"resident", resident},
+                        {"cached", cached},
                         {"device", device_kind_name(p.device)},
                         {"device_name", placement_device_name(p)},
                         {"work_share", {{"cpu", 1.0 - gpu_share}, {"gpu", gpu_share}}},
@@ -270,6 +279,9 @@ struct HttpServer::Impl {
                          {{"plan", plan_kind_name(p.plan)},
                           {"profile", p.profile},
                           {"capacity", p.capacity},
+                          {"cache_policy", p.cache_policy.empty() ? json(nullptr) : json(p.cache_policy)},
+                          {"cache_slots", p.cache_slots},
+                          {"prefetch", p.prefetch},
                           {"budget_bytes", p.budget_bytes},
                           {"expert_bytes", p.expert_bytes},
                           {"dense_bytes", p.dense_bytes},
@@ -306,7 +318,11 @@ struct HttpServer::Impl {
     ExpertMetrics expert_metrics() {
         const Engine& engine = worker.engine();
         const PlacementInfo& p = engine.placement();
-        return {device_kind_name(p.device), placement_device_name(p), p.capacity, p.n_layers * p.n_experts,
+        return {device_kind_name(p.device),
+                placement_device_name(p),
+                p.capacity,
+                p.n_layers * p.n_experts,
+                p.cache_slots,
                 engine.execution_stats().total};
     }
 

@@ -149,8 +149,10 @@ std::string Metrics::render_experts(const ExpertMetrics& e) {
         if (ch == '"' || ch == '\\' || ch == '\n') ch = ' ';
     header(out, "moe_device_name_info", "gauge", "The device's name (for none: why the CPU serves).");
     out += "moe_device_name_info{name=\"" + name + "\"} 1\n";
-    header(out, "moe_experts_resident", "gauge", "Experts resident on the device.");
+    header(out, "moe_experts_resident", "gauge", "Experts resident on the device (pinned and cache slots).");
     out += "moe_experts_resident " + std::to_string(e.resident) + "\n";
+    header(out, "moe_expert_cache_slots", "gauge", "Of the resident experts' slots, cache slots (the rest pinned).");
+    out += "moe_expert_cache_slots " + std::to_string(e.cache_slots) + "\n";
     header(out, "moe_experts", "gauge", "Experts of the model (all layers).");
     out += "moe_experts " + std::to_string(e.total) + "\n";
 

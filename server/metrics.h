@@ -21,7 +21,8 @@
 struct ExpertMetrics {
     std::string device = "none";  // "none", "emulated" or "cuda"
     std::string device_name;      // the GPU's name, or why the CPU serves
-    int resident = 0, total = 0;  // resident experts of all experts
+    int resident = 0, total = 0;  // resident experts (pinned and cache slots) of all experts
+    int cache_slots = 0;          // of the resident, cache slots
     ExecutionStats execution;     // one counter per field of execution_stats_fields()
 };
 

@@ -44,6 +44,11 @@ std::string placement_summary(const PlacementInfo& p) {
                           p.expert_bytes / (1 << 20), p.budget_bytes / GIB, p.staging_slots, plan);
     std::string s(line, size_t(std::max(0, std::min(n, int(sizeof line) - 1))));
     if (!p.profile.empty()) s += " from " + p.profile;
+    if (p.cache_slots > 0 || p.prefetch) {
+        std::snprintf(line, sizeof line, "; cache: %s, %d of the %d slots, prefetch %s", p.cache_policy.c_str(),
+                      p.cache_slots, p.capacity, p.prefetch ? "on" : "off");
+        s += line;
+    }
     if (!p.copy_source.empty()) s += "; copies: " + p.copy_source;
     if (p.expected_hit_rate >= 0) {
         std::snprintf(line, sizeof line, ", expected hit rate %.1f%%", 100.0 * p.expected_hit_rate);

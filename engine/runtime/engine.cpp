@@ -100,6 +100,7 @@ struct Engine::Impl {
     mutable std::mutex stats_mutex;
     RoutingStats stats_total, stats_last, stats_step;
     ExecutionStats exec_total, exec_last;        // with a device
+    std::vector<uint8_t> slots_now;              // Engine::expert_slots, after the last pass
     uint64_t passes_total = 0, passes_last = 0;  // without one: forward passes, for ExecutionStats::layers
 
     Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
@@ -126,6 +127,8 @@ struct Engine::Impl {
           exec_last(config.n_layers, std::max(1, config.n_experts)) {
         batch.reserve(o.max_batch);
         forward.set_predict_next_layer(o.predict_next_layer);
+        slots_now.assign(size_t(config.n_layers) * std::max(1, config.n_experts), Engine::EXPERT_CPU);
+        if (hybrid) copy_slots();
         if (!device.info.warning.empty())
             template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
     }
@@ -187,6 +190,17 @@ struct Engine::Impl {
         exec_total.merge(hybrid->step());
         exec_last.merge(hybrid->step());
         hybrid->clear_step();
+        copy_slots();
+    }
+
+    // The hybrid executor's pinned and cached experts into slots_now.
+    void copy_slots() {
+        const int E = std::max(1, config.n_experts);
+        for (int l = 0; l < config.n_layers; l++)
+            for (int e = 0; e < E; e++)
+                slots_now[size_t(l) * E + e] = hybrid->pinned(l, e)   ? Engine::EXPERT_PINNED
+                                               : hybrid->cached(l, e) ? Engine::EXPERT_CACHED
+                                                                      : Engine::EXPERT_CPU;
     }
 
     // Without a device every routed expert ran on the CPU, untimed: the
@@ -277,6 +291,11 @@ Engine::Execution Engine::execution_stats() const {
     if (!m.hybrid)
         return {m.cpu_only_stats(m.stats_total, m.passes_total), m.cpu_only_stats(m.stats_last, m.passes_last)};
     return {m.exec_total, m.exec_last};
+}
+
+std::vector<uint8_t> Engine::expert_slots() const {
+    std::lock_guard lock(impl_->stats_mutex);
+    return impl_->slots_now;
 }
 
 void Engine::check_prompt(const std::vector<int>& prompt) const {

@@ -292,6 +292,12 @@ public:
         ExecutionStats total, last;
     };
     Execution execution_stats() const;
+    // Where each expert's weights are now, (n_layers, n_experts): EXPERT_CPU
+    // (only in host memory), EXPERT_PINNED or EXPERT_CACHED on the device
+    // (a cache slot's expert changes as the cache evicts). As of the last
+    // forward pass; all EXPERT_CPU without a device.
+    static constexpr uint8_t EXPERT_CPU = 0, EXPERT_PINNED = 1, EXPERT_CACHED = 2;
+    std::vector<uint8_t> expert_slots() const;
 
 private:
     struct Impl;
