@@ -131,7 +131,10 @@ PlanCost CachedPlacement::plan(int layer, std::span<const StepExpert> experts, u
         }
     }
     stats_.copies += order_.size();
-    idle_ms_ = std::max(0.0, cost.makespan_ms() - double(order_.size()) * copy_ms_);
+    // The copy stream at the layer's predicted end: what spilled over from
+    // before plus the layer's copies, less the layer's time (negative: idle).
+    end_backlog_ms_ = spill_ms_ + double(order_.size()) * copy_ms_ - cost.makespan_ms();
+    spill_ms_ = std::max(0.0, end_backlog_ms_);
     last_layer_ = layer;
     if (cache_) stats_.cache = cache_->stats();
     return cost;
@@ -143,7 +146,10 @@ std::span<const ExtraCopy> CachedPlacement::extra_copies(int next_layer, std::sp
     const int layer = last_layer_;
     last_layer_ = -1;
     if (!cache_ || layer < 0) return {};
-    double budget = idle_ms_;
+    // An extra copy starts only while the copy stream is predicted idle at
+    // the layer's end: it delays nothing of this layer, and at most one
+    // copy's time spills into the next.
+    double backlog = end_backlog_ms_;
     if (config_.prefetch && next_layer >= 0 && next_layer < n_layers() && !predicted.empty()) {
         if (predicted.size() > size_t(n_experts()))
             throw std::invalid_argument("CachedPlacement::extra_copies: more predicted experts than the layer has");
@@ -162,7 +168,7 @@ std::span<const ExtraCopy> CachedPlacement::extra_copies(int next_layer, std::sp
             return pa.n_tokens != pb.n_tokens ? pa.n_tokens > pb.n_tokens : pa.expert < pb.expert;
         });
         for (int i : order_) {
-            if (budget < copy_ms_) break;
+            if (backlog > 0) break;
             const int e = predicted[size_t(i)].expert;
             int slot = -1;
             if (!admit_into(next_layer, e, protect_, now, slot)) continue;
@@ -171,22 +177,23 @@ std::span<const ExtraCopy> CachedPlacement::extra_copies(int next_layer, std::sp
             extra_.push_back({next_layer, e, slot, true});
             stats_.prefetches++;
             stats_.layer_prefetches[size_t(next_layer)]++;
-            budget -= copy_ms_;
+            backlog += copy_ms_;
         }
     }
-    if (!cpu_missed_.empty() && budget >= copy_ms_) {
+    if (!cpu_missed_.empty() && backlog <= 0) {
         cache_->order_by_value(layer, cpu_missed_, now);
         for (int e : cpu_missed_) {
-            if (budget < copy_ms_) break;
+            if (backlog > 0) break;
             int slot = -1;
             // The layer's routed experts are done computing, but a fill must
             // not evict one: the next step of this layer likely wants it.
             if (!admit_into(layer, e, routed_, now, slot)) continue;
             extra_.push_back({layer, e, slot, false});
             stats_.fills++;
-            budget -= copy_ms_;
+            backlog += copy_ms_;
         }
     }
+    spill_ms_ = std::max(0.0, backlog);
     stats_.cache = cache_->stats();
     return extra_;
 }

@@ -5,9 +5,9 @@
 // layer step it looks up the routed experts (pinned and cached ones are
 // resident for the planner), plans the rest with LayerPlanner (CPU or copy),
 // admits the copied ones into cache slots (never evicting an expert of the
-// same step), and then spends the copy stream's idle time in that layer
-// on extra copies: the next layer's predicted experts (prefetch) and this
-// layer's CPU-run misses (fills). Without a policy (the static plan) there
+// same step), and then, while the copy stream is predicted idle at that
+// layer's end, adds extra copies: the next layer's predicted experts
+// (prefetch) and this layer's CPU-run misses (fills). Without a policy (the static plan) there
 // are no cache slots and no extra copies. Device slots are numbered pinned
 // first ((layer, expert) order), then cache slots. Keys and layers are the
 // caller's (the MoE layers, compacted). Sized in the constructor: no call
@@ -98,13 +98,15 @@ public:
     PlanCost plan(int layer, std::span<const StepExpert> experts, uint64_t now, std::span<StepSite> sites,
                   std::span<const uint64_t> future = {});
 
-    // After plan(): the extra copies that fit in that layer's idle copy
-    // time (its predicted makespan minus its planned copies): first the
-    // predicted experts of next_layer (with prefetch; most tokens first;
-    // -1 or empty: none), then the layer's CPU-run misses (most valuable to
-    // the policy first), each admitted into a cache slot (an expert the
-    // layer or the prediction uses is never the victim). The span lives
-    // until the next call.
+    // After plan(): extra copies, each started while the copy stream is
+    // predicted idle at that layer's end (the copies spilled over from
+    // earlier layers plus this layer's, against its predicted makespan; so
+    // at most one copy's time runs past the layer): first the predicted
+    // experts of next_layer (with prefetch; most tokens first; -1 or empty:
+    // none), then the layer's CPU-run misses (most valuable to the policy
+    // first), each admitted into a cache slot (an expert the layer or the
+    // prediction uses is never the victim). The span lives until the next
+    // call.
     std::span<const ExtraCopy> extra_copies(int next_layer, std::span<const StepExpert> predicted, uint64_t now);
 
     const CachedPlacementStats& stats() const { return stats_; }
@@ -121,9 +123,11 @@ private:
     std::vector<int> pinned_slot_, pinned_slot_key_;  // key -> pinned slot (-1); slot -> key
     std::vector<uint8_t> prefetched_;                 // per cache slot: filled by a prefetch, not yet looked up
     CachedPlacementStats stats_;
-    // The last plan()'s layer, idle copy time, routed experts and CPU-run misses.
+    // The last plan()'s layer, the copy stream's predicted backlog at its end
+    // (negative: idle for that long), routed experts and CPU-run misses.
     int last_layer_ = -1;
-    double idle_ms_ = 0;
+    double end_backlog_ms_ = 0;
+    double spill_ms_ = 0;  // copy-stream work predicted to run on past the last layer's end
     std::vector<int> routed_, cpu_missed_;
     std::vector<int> order_, protect_;  // scratch: experts in the order handled; the prediction
     // Scratch, sized once.

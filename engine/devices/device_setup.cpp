@@ -184,6 +184,7 @@ void setup_placement(DeviceSetup& s, const DeviceOptions& o, const ModelConfig& 
     CachedPlacementConfig config;
     config.policy = o.cache_policy;
     config.cache_slots = info.cache_slots;
+    config.options.scope = o.cache_scope;
     config.prefetch = o.prefetch;
     s.placement = make_cached_placement(c, s.latency, info.expert_bytes, pinned, counts, config);
     // The cache never holds more than the experts left unpinned.

@@ -67,6 +67,8 @@ std::span<const ExecutionField> execution_stats_fields() {
 
 ExecutionStats::ExecutionStats(int n_layers_, int n_experts_) : n_layers(n_layers_), n_experts(n_experts_) {
     for (auto& t : tokens) t.assign(size_t(n_layers) * n_experts, 0);
+    layer_prefetch_copies.assign(size_t(n_layers), 0);
+    layer_prefetch_useful.assign(size_t(n_layers), 0);
     for (const ExecutionField& f : FIELDS)
         if (auto* layer = std::get_if<F::PerLayer>(&f.value)) (this->*layer->ms).assign(size_t(n_layers), 0.0);
 }
@@ -74,6 +76,8 @@ ExecutionStats::ExecutionStats(int n_layers_, int n_experts_) : n_layers(n_layer
 void ExecutionStats::clear() {
     for (auto& t : tokens) std::fill(t.begin(), t.end(), 0);
     std::fill(std::begin(runs), std::end(runs), 0);
+    std::fill(layer_prefetch_copies.begin(), layer_prefetch_copies.end(), 0);
+    std::fill(layer_prefetch_useful.begin(), layer_prefetch_useful.end(), 0);
     for (const ExecutionField& f : FIELDS) {
         if (auto* count = std::get_if<F::Count>(&f.value)) this->*count->member = 0;
         if (auto* ms = std::get_if<F::Ms>(&f.value)) this->*(*ms) = 0;
@@ -88,6 +92,10 @@ void ExecutionStats::combine(const ExecutionStats& o, Op op) {
     for (int s = 0; s < EXPERT_SITE_COUNT; s++) {
         for (size_t i = 0; i < tokens[s].size(); i++) tokens[s][i] = op(tokens[s][i], o.tokens[s][i]);
         runs[s] = op(runs[s], o.runs[s]);
+    }
+    for (size_t l = 0; l < layer_prefetch_copies.size(); l++) {
+        layer_prefetch_copies[l] = op(layer_prefetch_copies[l], o.layer_prefetch_copies[l]);
+        layer_prefetch_useful[l] = op(layer_prefetch_useful[l], o.layer_prefetch_useful[l]);
     }
     for (const ExecutionField& f : FIELDS) {
         if (auto* count = std::get_if<F::Count>(&f.value))

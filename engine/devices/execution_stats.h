@@ -28,6 +28,9 @@ struct ExecutionStats {
     // prefetched experts the next layer then routed to.
     uint64_t cache_hits = 0, cache_evictions = 0, cache_fills = 0;
     uint64_t prefetch_copies = 0, prefetch_useful = 0;
+    // The same two per layer (n_layers): prefetches made for the layer, and
+    // those it then routed to.
+    std::vector<uint64_t> layer_prefetch_copies, layer_prefetch_useful;
     // Sums over layers, in ms: the plan's prediction of each side and of the
     // makespan, and the measured wall time of each side and of the phase.
     // Without a device: all 0.

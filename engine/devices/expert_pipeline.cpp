@@ -85,11 +85,20 @@ void ExpertPipeline::start(DeviceQueue& queue, int layer, const ExpertRows& rows
         check_slot(c.slot, "an extra copy");
         if (c.layer < 0 || c.layer >= n_layers_ || c.expert < 0 || c.expert >= n_experts_)
             throw std::invalid_argument("expert pipeline: an extra copy of no expert of the model");
-        // One slot per expert: not one resident already, nor copied by this layer or an earlier extra copy.
-        bool twice = resident_slot(c.layer, c.expert) >= 0;
-        for (const DeviceTask& t : tasks)
+        // One slot per expert: not one resident already (unless this start
+        // overwrites its slot first), nor copied by this layer or an earlier
+        // extra copy.
+        const int held = resident_slot(c.layer, c.expert);
+        bool twice = false, overwritten = false;
+        for (const DeviceTask& t : tasks) {
             twice = twice || (t.copy && t.slot >= 0 && c.layer == layer && t.task.expert == c.expert);
-        for (size_t k = 0; k < i; k++) twice = twice || (extra[k].layer == c.layer && extra[k].expert == c.expert);
+            overwritten = overwritten || (t.copy && held >= 0 && t.slot == held);
+        }
+        for (size_t k = 0; k < i; k++) {
+            twice = twice || (extra[k].layer == c.layer && extra[k].expert == c.expert);
+            overwritten = overwritten || (held >= 0 && extra[k].slot == held);
+        }
+        twice = twice || (held >= 0 && !overwritten);
         if (twice)
             throw std::invalid_argument("expert pipeline: an extra copy of expert " + std::to_string(c.expert) +
                                         " of layer " + std::to_string(c.layer) + ", which will already be resident");

@@ -110,7 +110,10 @@ void HybridExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::spa
     assert(n <= experts_.size());
     for (size_t i = 0; i < n; i++) experts_[i] = {tasks[i].expert, tasks[i].n_tokens};
     auto t_plan = Clock::now();
+    const uint64_t useful_before = placement_->stats().layer_prefetches_useful[size_t(m)];
     const PlanCost predicted = placement_->plan(m, {experts_.data(), n}, now_, {sites_.data(), n});
+    step_.layer_prefetch_useful[size_t(layer)] +=
+        placement_->stats().layer_prefetches_useful[size_t(m)] - useful_before;
     // The next layer's guess, for a prefetch into the copy stream's idle time.
     size_t n_guess = 0;
     int next_m = -1;
@@ -140,8 +143,10 @@ void HybridExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::spa
         }
     }
     for (const ExtraCopy& c : extra) {
-        extra_.push_back({moe_layers_[size_t(c.layer)], c.expert, c.slot});
+        const int model_layer = moe_layers_[size_t(c.layer)];
+        extra_.push_back({model_layer, c.expert, c.slot});
         step_.copy_bytes += uint64_t(expert_bytes_);
+        if (c.prefetch) step_.layer_prefetch_copies[size_t(model_layer)]++;
     }
     const CachedPlacementStats& now = placement_->stats();
     step_.cache_hits += now.cache.cache_hits - seen_.cache.cache_hits;

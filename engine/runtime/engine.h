@@ -66,6 +66,7 @@ struct DeviceOptions {
     // the copy stream's idle time (needs a policy).
     std::optional<CachePolicy> cache_policy;
     double cache_share = 0.25;
+    CacheScope cache_scope = CacheScope::PER_LAYER;  // cache slots per layer, or one pool
     bool prefetch = false;
 };
 

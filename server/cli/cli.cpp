@@ -169,6 +169,11 @@ DeviceOptions parse_device_flags(Args& args) {
         d.cache_policy = p;
     }
     d.cache_share = args.get_double("--cache-share", d.cache_share, 0, 1);
+    const std::string scope = args.get("--cache-scope", DEFAULT_CACHE_SCOPE);
+    if (scope == "global")
+        d.cache_scope = CacheScope::GLOBAL;
+    else if (scope != "layer")
+        throw MoeError("--cache-scope: expected layer or global, got '" + scope + "'");
     const std::string prefetch = args.get("--prefetch", DEFAULT_PREFETCH);
     if (prefetch != "on" && prefetch != "off") throw MoeError("--prefetch: expected on or off, got '" + prefetch + "'");
     d.prefetch = prefetch == "on";

@@ -33,12 +33,14 @@ void apply_isa_flag(Args& args);
 SamplingParams parse_sampling_flags(Args& args);
 // --emulate-gpu GiB|N%, --gpu-device, --gpu-memory, --profile FILE and the
 // cache flags (--cache-policy static|lru|lfu|score, --cache-share F,
-// --prefetch on|off), shared by serve, generate, perplexity and bench.
+// --cache-scope layer|global, --prefetch on|off), shared by serve,
+// generate, perplexity and bench.
 DeviceOptions parse_device_flags(Args& args);
 // The cache flags' defaults: the best measured (placement/README.md "The
 // cache in the executor").
 inline constexpr const char* DEFAULT_CACHE_POLICY = "static";
 inline constexpr const char* DEFAULT_PREFETCH = "off";
+inline constexpr const char* DEFAULT_CACHE_SCOPE = "layer";
 // --gpu-device N|none (none = -1); GPU_DEVICE_DEFAULT when absent, else
 // *given (when not null) is set.
 int parse_gpu_device_flag(Args& args, bool* given = nullptr);

@@ -113,14 +113,29 @@ void add_placement_fields(json& line, const Engine& engine) {
     line["device"] = device_kind_name(p.device);
     line["resident_experts"] = p.capacity;
     line["plan"] = plan_kind_name(p.plan);
+    line["cache_policy"] = p.cache_policy;
+    line["cache_slots"] = p.cache_slots;
+    line["prefetch"] = p.prefetch;
     line["hit_rate"] = s.hit_rate();
     line.update(execution_fields(s));
+    if (p.prefetch) {
+        // Per layer: the share of the prefetches made for it that it then routed to.
+        json useful = json::array();
+        for (size_t l = 0; l < s.layer_prefetch_copies.size(); l++)
+            useful.push_back(s.layer_prefetch_copies[l]
+                                 ? json(double(s.layer_prefetch_useful[l]) / double(s.layer_prefetch_copies[l]))
+                                 : json(nullptr));
+        line["prefetch_useful_share"] =
+            s.prefetch_copies ? json(double(s.prefetch_useful) / double(s.prefetch_copies)) : json(nullptr);
+        line["per_layer_prefetch_useful_share"] = useful;
+    }
 }
 
-// --predict-next-layer: how often each MoE layer's experts, predicted from
-// the previous layer's output, were the ones it routed to, over the last
-// request (prefill and decode). A random router of a synthetic model is a
-// poor stand-in for a trained one here.
+// --predict-next-layer (or --prefetch on, which predicts too): how often
+// each MoE layer's experts, predicted when the previous layer routed, were
+// the ones it routed to, over the last request (prefill and decode). A
+// random router of a synthetic model is a poor stand-in for a trained one
+// here.
 void add_prediction_fields(json& line, const Engine& engine) {
     const RoutingCounts r = engine.routing_counts();
     uint64_t predicted = 0, right = 0;
@@ -180,7 +195,7 @@ int bench_decode(Args& args, bool prefill) {
                   {"fma_peak_gflops", ceiling.fma_gflops},
                   {"ratio_to_peak", gflops / ceiling.fma_gflops}};
         add_placement_fields(line, engine);
-        if (o.predict_next_layer) add_prediction_fields(line, engine);
+        if (o.predict_next_layer || o.device.prefetch) add_prediction_fields(line, engine);
         std::printf("%s\n", line.dump().c_str());
     } else {
         req.prompt = bench_prompt(engine, 16);
@@ -196,7 +211,7 @@ int bench_decode(Args& args, bool prefill) {
                   {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
                   {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
         add_placement_fields(line, engine);
-        if (o.predict_next_layer) add_prediction_fields(line, engine);
+        if (o.predict_next_layer || o.device.prefetch) add_prediction_fields(line, engine);
         std::printf("%s\n", line.dump().c_str());
     }
     return 0;

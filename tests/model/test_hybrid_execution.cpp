@@ -375,29 +375,33 @@ TEST_CASE("with the cache and prefetch on, every policy gives the all-CPU logits
     const int capacity = c.n_layers * c.n_experts / 4, slots = capacity / 2;
     const Residency pinned = static_plan_popularity(popularity, c.n_layers, c.n_experts, capacity - slots);
     uint64_t prefetched = 0, useful = 0, fills = 0;
-    for (CachePolicy policy : {CachePolicy::LRU, CachePolicy::LFU, CachePolicy::SCORE})
-        for (bool prefetch : {false, true})
-            for (const LatencyModel& model : {model_cpu_slow(), model_mixed(cost_expert(c, 0).bytes), model_fill()}) {
-                INFO(cache_policy_name(policy) << ", prefetch " << prefetch << ", cpu stream " << model.cpu.stream_ms);
-                CacheSetup setup;
-                setup.cache.policy = policy;
-                setup.cache.cache_slots = slots;
-                setup.cache.prefetch = prefetch;
-                setup.popularity = popularity;
-                const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
-                REQUIRE(bitwise_equal(r.logits, reference.logits));
-                check_stats_add_up(r, c.n_layers, c.n_experts);
-                const ExecutionStats& s = r.exec;
-                REQUIRE(s.cache_hits == r.placement.cache.cache_hits);
-                REQUIRE(s.cache_hits > 0);
-                // Copying every miss into few slots: the cache evicts.
-                if (model.cpu.stream_ms == 1000) REQUIRE(s.cache_evictions > 0);
-                if (!prefetch) REQUIRE(s.prefetch_copies == 0);
-                REQUIRE(s.prefetch_useful <= s.prefetch_copies);
-                prefetched += s.prefetch_copies;
-                useful += s.prefetch_useful;
-                fills += s.cache_fills;
-            }
+    for (CacheScope scope : {CacheScope::PER_LAYER, CacheScope::GLOBAL})
+        for (CachePolicy policy : {CachePolicy::LRU, CachePolicy::LFU, CachePolicy::SCORE})
+            for (bool prefetch : {false, true})
+                for (const LatencyModel& model :
+                     {model_cpu_slow(), model_mixed(cost_expert(c, 0).bytes), model_fill()}) {
+                    INFO(cache_scope_name(scope) << ", " << cache_policy_name(policy) << ", prefetch " << prefetch
+                                                 << ", cpu stream " << model.cpu.stream_ms);
+                    CacheSetup setup;
+                    setup.cache.policy = policy;
+                    setup.cache.cache_slots = slots;
+                    setup.cache.options.scope = scope;
+                    setup.cache.prefetch = prefetch;
+                    setup.popularity = popularity;
+                    const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
+                    REQUIRE(bitwise_equal(r.logits, reference.logits));
+                    check_stats_add_up(r, c.n_layers, c.n_experts);
+                    const ExecutionStats& s = r.exec;
+                    REQUIRE(s.cache_hits == r.placement.cache.cache_hits);
+                    REQUIRE(s.cache_hits > 0);
+                    // Copying every miss into few slots: the cache evicts.
+                    if (model.cpu.stream_ms == 1000) REQUIRE(s.cache_evictions > 0);
+                    if (!prefetch) REQUIRE(s.prefetch_copies == 0);
+                    REQUIRE(s.prefetch_useful <= s.prefetch_copies);
+                    prefetched += s.prefetch_copies;
+                    useful += s.prefetch_useful;
+                    fills += s.cache_fills;
+                }
     REQUIRE(prefetched > 0);
     REQUIRE(useful > 0);
     REQUIRE(fills > 0);
@@ -414,32 +418,37 @@ TEST_CASE("the device copies as many bytes as the replay simulator on the same t
     const double eb = cost_expert(c, 0).bytes;
     const int capacity = c.n_layers * c.n_experts / 4, slots = capacity / 2;
     uint64_t fills = 0;
-    for (std::optional<CachePolicy> policy : {std::optional<CachePolicy>{}, std::optional(CachePolicy::LRU),
-                                              std::optional(CachePolicy::LFU), std::optional(CachePolicy::SCORE)})
-        for (const LatencyModel& model : {model_cpu_slow(), model_mixed(eb), model_fill()}) {
-            INFO((policy ? cache_policy_name(*policy) : "static") << ", cpu stream " << model.cpu.stream_ms);
-            const int n_cache = policy ? slots : 0;
-            const Residency pinned = static_plan_popularity(popularity, c.n_layers, c.n_experts, capacity - n_cache);
-            RoutingTraceRecorder recorder(model_fingerprint(c));
-            CacheSetup setup;
-            setup.cache.policy = policy;
-            setup.cache.cache_slots = n_cache;
-            setup.popularity = popularity;
-            setup.recorder = &recorder;
-            const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
+    for (CacheScope scope : {CacheScope::PER_LAYER, CacheScope::GLOBAL})
+        for (std::optional<CachePolicy> policy : {std::optional<CachePolicy>{}, std::optional(CachePolicy::LRU),
+                                                  std::optional(CachePolicy::LFU), std::optional(CachePolicy::SCORE)})
+            for (const LatencyModel& model : {model_cpu_slow(), model_mixed(eb), model_fill()}) {
+                INFO(cache_scope_name(scope) << ", " << (policy ? cache_policy_name(*policy) : "static")
+                                             << ", cpu stream " << model.cpu.stream_ms);
+                const int n_cache = policy ? slots : 0;
+                const Residency pinned =
+                    static_plan_popularity(popularity, c.n_layers, c.n_experts, capacity - n_cache);
+                RoutingTraceRecorder recorder(model_fingerprint(c));
+                CacheSetup setup;
+                setup.cache.policy = policy;
+                setup.cache.cache_slots = n_cache;
+                setup.cache.options.scope = scope;
+                setup.popularity = popularity;
+                setup.recorder = &recorder;
+                const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
 
-            CacheReplayConfig rc;
-            rc.policy = policy;
-            rc.capacity = capacity;
-            rc.cache_slots = n_cache;
-            const CacheReplayResult replay = cache_replay(recorder.trace(), popularity, rc, model, eb);
-            REQUIRE(r.device_copied > 0);
-            REQUIRE(double(r.device_copied) == replay.bytes_copied);
-            REQUIRE(r.exec.copy_bytes == r.device_copied);
-            REQUIRE(r.placement.cache.cache_hits == replay.cache.cache_hits);
-            REQUIRE(r.placement.cache.pinned_hits == replay.cache.pinned_hits);
-            REQUIRE(r.placement.cache.evictions == replay.cache.evictions);
-            fills += r.placement.fills;
-        }
+                CacheReplayConfig rc;
+                rc.policy = policy;
+                rc.capacity = capacity;
+                rc.cache_slots = n_cache;
+                rc.options.scope = scope;
+                const CacheReplayResult replay = cache_replay(recorder.trace(), popularity, rc, model, eb);
+                REQUIRE(r.device_copied > 0);
+                REQUIRE(double(r.device_copied) == replay.bytes_copied);
+                REQUIRE(r.exec.copy_bytes == r.device_copied);
+                REQUIRE(r.placement.cache.cache_hits == replay.cache.cache_hits);
+                REQUIRE(r.placement.cache.pinned_hits == replay.cache.pinned_hits);
+                REQUIRE(r.placement.cache.evictions == replay.cache.evictions);
+                fills += r.placement.fills;
+            }
     REQUIRE(fills > 0);
 }

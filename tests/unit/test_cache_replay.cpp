@@ -1,8 +1,8 @@
 // The replay simulator (placement/cache_replay.h) on a trace small enough
 // to count by hand: which lookups hit, how many experts are copied and how
 // many bytes (a planner's copy that fills a cache slot is one copy, not
-// two; a CPU-run miss is filled in only when a copy fits in the layer's
-// idle copy time), and the predicted expert time of each step, for static
+// two; a CPU-run miss is filled in only while the copy stream is predicted
+// idle at its step's end), and the predicted expert time of each step, for static
 // popularity and LRU, with copies the planner never makes and with copies
 // it makes.
 #include <catch2/catch.hpp>
@@ -71,18 +71,23 @@ TEST_CASE("cache replay counts hits, copies and bytes as by hand: no planner cop
     CHECK(s.routed_hits == 8);
     CHECK(s.decode_expert_ms == Approx(6 * 0.1 + 2 * 1.0));
     CHECK(s.expert_ms == Approx(0.1 + 6 * 0.1 + 2 * 1.0));
-    // LRU, 2 slots warm with 0 and 1: a CPU-run miss would be copied in
-    // beside it (a fill) only in the copy stream's idle time in that layer,
-    // 1 ms here, less than a copy: no fill, the cache keeps 0 and 1 and
-    // hits as the static plan does.
+    // LRU, 2 slots warm with 0 and 1. A CPU-run miss is copied in beside
+    // it (a fill) while the copy stream is predicted idle at the step's end;
+    // a fill (2 ms) outlasts the step (1 ms) and the rest spills into the
+    // next. Hits 0 (prefill), 0 1 0. 2: idle, filled, evicts 1 (1 ms
+    // spills). 1: the spill ends with the step, filled, evicts 0 (2 ms
+    // spill). 3: still busy (1 ms left at its end), not filled. 0: the
+    // stream free at its end, filled, evicts 2. 1 hits. So 5 hits, 4 misses,
+    // 3 fills; a step takes max(its layer, its copies): 2 2 1 2 for the misses.
     CacheReplayResult l = run(CachePolicy::LRU, m);
-    CHECK(l.cache.cache_hits == 7);
-    CHECK(l.cache.misses == 2);
-    CHECK(l.cache.evictions == 0);
-    CHECK(l.copies == 0);
-    CHECK(l.decode_expert_ms == Approx(6 * 0.1 + 2 * 1.0));
+    CHECK(l.cache.cache_hits == 5);
+    CHECK(l.cache.misses == 4);
+    CHECK(l.cache.evictions == 3);
+    CHECK(l.copies == 3);
+    CHECK(l.bytes_copied == 3 * EXPERT_BYTES);
+    CHECK(l.decode_expert_ms == Approx(4 * 0.1 + 2 + 2 + 1 + 2));
     // The CPU at 2.05 ms: still faster than a copy and the device (2.1),
-    // and now a fill (2 ms) fits beside it. Hits 0 (prefill), 0 1 0; then 2
+    // and now a fill (2 ms) ends within its step, never spilling. Hits 0 (prefill), 0 1 0; then 2
     // evicts 1, 1 evicts 0, 3 evicts 2, 0 evicts 1, 1 evicts 3: 5 misses, each
     // run on the CPU and filled in; each such step takes max(2.05, 2).
     CacheReplayResult f = run(CachePolicy::LRU, flat_model(2.05, 2.0));

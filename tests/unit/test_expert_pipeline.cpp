@@ -584,3 +584,30 @@ TEST_CASE("expert pipeline: a compute from a prefetched slot waits for the prefe
     REQUIRE(last.start == 10.0);
     REQUIRE(q.read_by(last) == Weights{1, 2});
 }
+
+TEST_CASE("expert pipeline: an expert evicted by a copy may come back by an extra copy in the same layer",
+          "[pipeline]") {
+    // One pool of cache slots: layer 0's copy of expert 3 evicts layer 1's
+    // expert 1 from slot 0, and the prefetch of layer 1 brings expert 1
+    // back into slot 1, after the computes that read slot 0 and 1.
+    const std::vector<SlotExpert> slots{{1, 1}, {0, 2}};
+    std::vector<double> ms(2 * 4, 1.0);
+    ExpertPipeline p(2, 4, slots, 2);
+    FakeQueue q(4, 2, ms, ms, p.residents());
+    const std::vector<DeviceTask> tasks{{{2, 1, 0}, 1, false}, {{3, 1, 1}, 0, true}};
+    const std::vector<SlotCopy> extra{{1, 1, 1}};
+    p.start(q, 0, ROWS, tasks, extra);
+    p.wait(q);
+    q.run();
+    REQUIRE(q.errors().empty());
+    REQUIRE(p.resident_slot(0, 3) == 0);
+    REQUIRE(p.resident_slot(1, 1) == 1);
+    REQUIRE(p.resident_slot(0, 2) == -1);
+    for (const FakeQueue::Op& op : q.ops())
+        if (op.kind == FakeQueue::COMPUTE) REQUIRE(q.read_by(op) == op.weights);
+    // Without the copy into slot 0 the same extra copy is refused: expert 1
+    // of layer 1 would be in two slots.
+    ExpertPipeline p2(2, 4, slots, 2);
+    const std::vector<DeviceTask> no_copy{{{2, 1, 0}, 1, false}};
+    REQUIRE_THROWS_AS(p2.start(q, 0, ROWS, no_copy, extra), std::invalid_argument);
+}
