@@ -524,7 +524,7 @@ group('experts', () => {
       assert.equal(await panel.locator('.heatmap .cell.cached').count(), info.cached.flat().filter(Boolean).length);
       assert.equal(info.placement.cache_policy, 'lru');
       assert.ok(info.placement.cache_slots > 0);
-      assert.match(share, new RegExp(`\\(\\d+ in ${info.placement.cache_slots} cache slots, lru, prefetch on\\)`));
+      assert.match(share, new RegExp(`\\(\\d+ in ${info.placement.cache_slots} cache slots?, lru, prefetch on\\)`));
       assert.match(share, /Cache: \d+ hits?, \d+ evictions?/);
       assert.equal(await panel.locator('.legend-cached').isVisible(), true);
     }

@@ -159,7 +159,7 @@ export class ExpertsPanel {
           ? `GPU ${d.device_name}`
           : d.device;
     const in_cache = cache
-      ? ` (${cache.n_cached} in ${cache.slots} cache slots, ${cache.policy}, prefetch ${cache.prefetch ? 'on' : 'off'})`
+      ? ` (${cache.n_cached} in ${cache.slots} cache slot${cache.slots === 1 ? '' : 's'}, ${cache.policy}, prefetch ${cache.prefetch ? 'on' : 'off'})`
       : '';
     share_text.textContent = `${device}: ${n_resident} of ${n_total} experts resident${in_cache}. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}${cache ? cache_text(exec) : ''}`;
     share.dataset.device = 'gpu';
