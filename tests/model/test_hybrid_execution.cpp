@@ -323,6 +323,52 @@ TEST_CASE("emulate-gpu flag: a dry run with a stats line, bad values refused", "
     REQUIRE(small.err.find("leaves no room for 2 staging slots of one expert") != std::string::npos);
 }
 
+TEST_CASE("cache flags: the placement line names the cache, bad values refused", "[hybrid][cli][cache]") {
+    const auto dir = test_model_dir("tiny", 1).string();
+    auto bin = moe_server_binary().string();
+    const std::vector<std::string> generate = {
+        bin, "generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "8", "--greedy", "--emulate-gpu", "50%"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> words = generate;
+        words.insert(words.end(), extra.begin(), extra.end());
+        return run_command(words);
+    };
+    // 4 of the tiny model's 8 experts on the device; --cache-share's default
+    // quarter of them, 1, is a cache slot.
+    CommandResult ok = with({"--cache-policy", "lru", "--prefetch", "on"});
+    INFO(ok.err);
+    REQUIRE(ok.exit_code == 0);
+    REQUIRE(ok.err.find("; cache: lru, 1 of the 4 slots, prefetch on") != std::string::npos);
+    CommandResult share = with({"--cache-policy", "score", "--cache-share", "0.5"});
+    INFO(share.err);
+    REQUIRE(share.exit_code == 0);
+    REQUIRE(share.err.find("; cache: score, 2 of the 4 slots, prefetch off") != std::string::npos);
+    // The static plan (the default) names no cache.
+    CommandResult plain = with({"--cache-policy", "static"});
+    REQUIRE(plain.exit_code == 0);
+    REQUIRE(plain.err.find("device: emulated") != std::string::npos);
+    REQUIRE(plain.err.find("; cache: ") == std::string::npos);
+
+    const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+        {{"--cache-policy", "belady"}, "--cache-policy"},
+        {{"--cache-policy", "x"}, "--cache-policy"},
+        {{"--cache-policy", ""}, "--cache-policy"},
+        {{"--prefetch", "maybe"}, "--prefetch"},
+        {{"--prefetch", "on"}, "--prefetch"},  // static: no cache to prefetch into
+        {{"--cache-policy", "static", "--prefetch", "on"}, "--prefetch"},
+        {{"--cache-policy", "lru", "--cache-share", "2"}, "--cache-share"},
+        {{"--cache-policy", "lru", "--cache-share", "-0.5"}, "--cache-share"},
+        {{"--cache-policy", "lru", "--cache-share", "nan"}, "--cache-share"},
+    };
+    for (const auto& [extra, flag] : bad) {
+        CommandResult r = with(extra);
+        INFO(extra.front() << " " << extra.back() << ": " << r.err);
+        REQUIRE(r.exit_code == 2);
+        REQUIRE(r.err.find("moe-server: error: " + flag) == 0);
+        REQUIRE(r.err.find('\n') == r.err.size() - 1);  // one line
+    }
+}
+
 TEST_CASE("profile flag places the most popular experts and reports the expected hit rate", "[hybrid][cli]") {
     const auto tiny = test_model_dir("tiny", 1).string();
     const auto small = test_model_dir("small", 3).string();

@@ -471,6 +471,86 @@ TEST_CASE("experts endpoint and metrics show an emulated device's placement and 
     CHECK(metric_value(c, "moe_moe_layers_total") > 0);
 }
 
+TEST_CASE("experts endpoint and metrics show the expert cache and prefetch", "[server][cache]") {
+    ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%", "--cache-policy", "lru", "--prefetch", "on"});
+    auto c = server.client();
+    for (const char* text : {"route me", "and route me again, with a longer prompt this time"}) {
+        JsonReply r =
+            post_json(c, "/v1/chat/completions", merged(user_chat(text), merged(GREEDY, {{"max_tokens", 6}})));
+        REQUIRE(r.status == 200);
+    }
+    JsonReply e = get_json(c, "/v1/experts");
+    INFO(e.raw);
+    REQUIRE(e.status == 200);
+    const json& j = e.body;
+    CHECK(j["device"] == "emulated");
+    const json& p = j["placement"];
+    CHECK(p["cache_policy"] == "lru");
+    CHECK(p["prefetch"] == true);
+    const int capacity = p["capacity"], slots = p["cache_slots"];
+    CHECK(capacity == 4);  // half of 2 layers x 4 experts: pinned plus cache slots
+    CHECK(slots > 0);
+    CHECK(slots <= capacity);
+    // cached: one bool per layer x expert, a subset of resident; never more
+    // resident than the capacity, never more cached than the cache slots.
+    REQUIRE(j["cached"].size() == 2);
+    int resident = 0, cached = 0;
+    for (int l = 0; l < 2; l++) {
+        REQUIRE(j["cached"][l].size() == 4);
+        for (int x = 0; x < 4; x++) {
+            const bool in_cache = j["cached"][l][x].get<bool>(), on_device = j["resident"][l][x].get<bool>();
+            if (in_cache) CHECK(on_device);
+            cached += in_cache ? 1 : 0;
+            resident += on_device ? 1 : 0;
+        }
+    }
+    CHECK(resident <= capacity);
+    CHECK(resident - cached == capacity - slots);  // the pinned experts stay
+    CHECK(cached <= slots);
+    // The cache's counts in both scopes; a prefetch is useful at most once.
+    for (const char* scope : {"execution_total", "execution_last"}) {
+        INFO(scope);
+        for (const char* key : {"cache_hits", "cache_evictions", "cache_fills", "prefetch_copies", "prefetch_useful"})
+            REQUIRE(j[scope][key].is_number_unsigned());
+        CHECK(j[scope]["prefetch_useful"].get<long>() <= j[scope]["prefetch_copies"].get<long>());
+    }
+    const json& total = j["execution_total"];
+    // With 2 of the 4 experts per layer on the device, top-2 routing copies
+    // experts in, and every copy fills a cache slot.
+    CHECK(total["sites"]["copy"]["runs"].get<long>() > 0);
+    CHECK(total["cache_hits"].get<long>() + total["cache_fills"].get<long>() + total["prefetch_copies"].get<long>() >
+          0);
+
+    CHECK(metric_value(c, "moe_expert_cache_slots") == slots);
+    CHECK(metric_value(c, "moe_experts_resident") == capacity);
+    CHECK(metric_value(c, "moe_expert_cache_hits_total") == total["cache_hits"].get<double>());
+    CHECK(metric_value(c, "moe_expert_cache_evictions_total") == total["cache_evictions"].get<double>());
+    CHECK(metric_value(c, "moe_expert_cache_fills_total") == total["cache_fills"].get<double>());
+    CHECK(metric_value(c, "moe_expert_prefetch_copies_total") == total["prefetch_copies"].get<double>());
+    CHECK(metric_value(c, "moe_expert_prefetch_useful_total") == total["prefetch_useful"].get<double>());
+}
+
+TEST_CASE("a static plan reports no cache slots and nothing cached", "[server][cache]") {
+    ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%"});
+    auto c = server.client();
+    JsonReply r =
+        post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 4}})));
+    REQUIRE(r.status == 200);
+    JsonReply e = get_json(c, "/v1/experts");
+    INFO(e.raw);
+    const json& j = e.body;
+    CHECK(j["placement"]["cache_slots"] == 0);
+    CHECK(j["placement"]["prefetch"] == false);
+    CHECK(j["placement"]["cache_policy"] == "static");
+    REQUIRE(j["cached"].size() == 2);
+    for (const json& row : j["cached"])
+        for (const json& x : row) CHECK(x == false);
+    for (const char* key : {"cache_hits", "cache_evictions", "cache_fills", "prefetch_copies", "prefetch_useful"})
+        CHECK(j["execution_total"][key] == 0);
+    CHECK(metric_value(c, "moe_expert_cache_slots") == 0);
+    CHECK(metric_value(c, "moe_expert_cache_hits_total") == 0);
+}
+
 TEST_CASE("the web UI is served from the embedded bundle at /", "[server]") {
     ServerProcess server(test_model_dir("tiny"), {"--api-key", "k"});
     auto c = server.client();

@@ -487,9 +487,10 @@ group('stop', () => {
 });
 
 group('experts', () => {
-  // An emulated device (a test double) holds half the experts, so the panel
-  // has resident experts, a GPU/CPU share and per-layer times to show.
-  const f = use_server_and_browser(['--emulate-gpu', '50%']);
+  // An emulated device (a test double) holds half the experts, some of them
+  // in LRU cache slots with prefetch, so the panel has resident experts, a
+  // GPU/CPU share, the cache and per-layer times to show.
+  const f = use_server_and_browser(['--emulate-gpu', '50%', '--cache-policy', 'lru', '--prefetch', 'on']);
   test('the experts panel shows routing counts after a reply', async () => {
     const { page, problems } = await open_ui(f.browser.context, f.server);
     await set_settings(page, { 'Max tokens': 16 });
@@ -520,6 +521,12 @@ group('experts', () => {
     } else {
       assert.match(share, /GPU \d+(\.\d)?%, CPU \d+(\.\d)?%/);
       assert.equal(await panel.locator('.heatmap .cell.resident').count(), info.resident.flat().filter(Boolean).length);
+      assert.equal(await panel.locator('.heatmap .cell.cached').count(), info.cached.flat().filter(Boolean).length);
+      assert.equal(info.placement.cache_policy, 'lru');
+      assert.ok(info.placement.cache_slots > 0);
+      assert.match(share, new RegExp(`\\(\\d+ in ${info.placement.cache_slots} cache slots?, lru, prefetch on\\)`));
+      assert.match(share, /Cache: \d+ hits?, \d+ evictions?/);
+      assert.equal(await panel.locator('.legend-cached').isVisible(), true);
     }
     // Per-layer predicted vs measured time: one row per layer, the
     // measured CPU times of the last reply as /v1/experts gives them
@@ -535,6 +542,127 @@ group('experts', () => {
     fresh.execution_last.per_layer.measured_cpu_ms.forEach((v, l) => assert.ok(Math.abs(shown[l] - v) <= 0.051));
     assert.ok(shown.some((v) => v > 0), 'the emulated device\'s layers were timed');
     await page.screenshot({ path: path.join(ARTIFACTS, 'experts-panel.png') });
+    assert_clean(problems);
+    await page.close();
+  });
+
+  // The dynamic cache (--cache-policy, --prefetch): experts in a cache slot
+  // are marked apart from pinned ones, a legend entry names them, and the
+  // share text gives the cache's slots, policy, hits, evictions and
+  // prefetch accuracy of the chosen scope. The page is served /v1/experts
+  // JSON, so the cached set is known whatever the router picked.
+  const L = 2, E = 8;
+  const counts = Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => l + e + 1));
+  const pinned = (l, e) => e < 2;
+  const in_cache = (l, e) => (l === 0 && (e === 4 || e === 5)) || (l === 1 && e === 7);
+  const cache_body = (extra = {}) => ({
+    layers: L, experts: E, top_k: 2, device: 'emulated', counts_total: counts, counts_last: counts,
+    resident: Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => pinned(l, e) || in_cache(l, e))),
+    cached: Array.from({ length: L }, (_, l) => Array.from({ length: E }, (_, e) => in_cache(l, e))),
+    work_share: { gpu: 0.5, cpu: 0.5 }, hit_rate: 0.5,
+    placement: { plan: 'even', capacity: 8, cache_policy: 'lru', cache_slots: 4, prefetch: true },
+    execution_total: { cache_hits: 12, cache_evictions: 3, cache_fills: 5, prefetch_copies: 8, prefetch_useful: 5 },
+    execution_last: { cache_hits: 2, cache_evictions: 1, cache_fills: 1, prefetch_copies: 4, prefetch_useful: 1 },
+    ...extra,
+  });
+  async function open_stubbed(body) {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await page.route('**/v1/experts', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) }));
+    await page.getByRole('button', { name: 'Experts', exact: true }).click();
+    const panel = page.getByRole('complementary', { name: 'Experts' });
+    await panel.locator('.heatmap .cell').first().waitFor();
+    return { page, problems, panel };
+  }
+  const border_style = (locator) => locator.evaluate((e) => getComputedStyle(e).borderTopStyle);
+
+  test('experts in a cache slot are marked apart from pinned ones', async () => {
+    const { page, problems, panel } = await open_stubbed(cache_body());
+    const cached = panel.locator('.heatmap .cell.cached');
+    assert.equal(await cached.count(), 3);
+    assert.deepEqual(
+      await cached.evaluateAll((els) => els.map((e) => `${e.dataset.layer}:${e.dataset.expert}`)),
+      ['0:4', '0:5', '1:7'],
+    );
+    // Resident = pinned + cached; a pinned cell is solid, a cached one dashed.
+    assert.equal(await panel.locator('.heatmap .cell.resident').count(), 2 * 2 + 3);
+    const pinned_cell = panel.locator('.heatmap .cell[data-layer="0"][data-expert="0"]');
+    const cached_cell = panel.locator('.heatmap .cell[data-layer="0"][data-expert="4"]');
+    assert.equal(await border_style(pinned_cell), 'solid');
+    assert.equal(await border_style(cached_cell), 'dashed');
+    const colour = (loc) => loc.evaluate((e) => getComputedStyle(e).borderTopColor);
+    assert.notEqual(await colour(cached_cell), await colour(pinned_cell));
+    assert.match(await pinned_cell.getAttribute('title'), /^layer 0, expert 0: 1 tokens \(pinned on GPU\)$/);
+    assert.match(await cached_cell.getAttribute('title'), /^layer 0, expert 4: 5 tokens \(in a cache slot\)$/);
+    assert.match(await panel.locator('.heatmap .cell[data-layer="0"][data-expert="3"]').getAttribute('title'), /tokens$/);
+    // The legend names both kinds.
+    assert.equal(await panel.locator('.legend-cached').isVisible(), true);
+    assert.match(await panel.locator('.legend-cached').textContent(), /cache slot/);
+    assert.match(await panel.locator('.legend-resident').textContent(), /pinned on GPU/);
+    // The share text: the cache, then the counts since start, then of the last reply.
+    const share = panel.locator('#share-text');
+    assert.match(await share.textContent(), /7 of 16 experts resident \(3 in 4 cache slots, lru, prefetch on\)\./);
+    assert.match(await share.textContent(), /Cache: 12 hits, 3 evictions; prefetch 5 of 8 useful \(63%\)\./);
+    await panel.getByLabel('Last reply').check();
+    assert.match(await share.textContent(), /Cache: 2 hits, 1 eviction; prefetch 1 of 4 useful \(25%\)\./);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'experts-panel-cache.png') });
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('the cache is marked in the wide heat map too', async () => {
+    const WL = 4, WE = 64;
+    const wide_cached = (l, e) => e % 16 === 3;
+    const body = {
+      layers: WL, experts: WE, top_k: 8, device: 'emulated',
+      counts_total: Array.from({ length: WL }, () => Array.from({ length: WE }, (_, e) => e)),
+      resident: Array.from({ length: WL }, (_, l) => Array.from({ length: WE }, (_, e) => e < 8 || wide_cached(l, e))),
+      cached: Array.from({ length: WL }, (_, l) => Array.from({ length: WE }, (_, e) => wide_cached(l, e))),
+      work_share: { gpu: 0.3, cpu: 0.7 },
+      placement: { cache_policy: 'score', cache_slots: 16, prefetch: false },
+      execution_total: { cache_hits: 0, cache_evictions: 0, prefetch_copies: 0, prefetch_useful: 0 },
+    };
+    const { page, problems, panel } = await open_stubbed(body);
+    assert.equal(await panel.locator('.heatmap.dense').count(), 1);
+    assert.equal(await panel.locator('.heatmap .cell.cached').count(), WL * 4);
+    const shadow = (loc) => loc.evaluate((e) => getComputedStyle(e).boxShadow);
+    const pinned_stripe = await shadow(panel.locator('.heatmap .cell.resident:not(.cached)').first());
+    const cached_stripe = await shadow(panel.locator('.heatmap .cell.cached').first());
+    assert.notEqual(cached_stripe, 'none');
+    assert.notEqual(cached_stripe, pinned_stripe);
+    assert.equal(await panel.locator('.legend-cached').isVisible(), true);
+    const text = await panel.locator('#share-text').textContent();
+    assert.match(text, /\(16 in 16 cache slots, score, prefetch off\)/);
+    assert.match(text, /Cache: 0 hits, 0 evictions\.$/);  // no prefetch copies: no accuracy
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('an older server without cache fields renders as before', async () => {
+    const body = cache_body();
+    delete body.cached;
+    delete body.placement;
+    body.execution_total = {};
+    body.execution_last = {};
+    const { page, problems, panel } = await open_stubbed(body);
+    assert.equal(await panel.locator('.heatmap .cell.cached').count(), 0);
+    assert.equal(await panel.locator('.heatmap .cell.resident').count(), 7);
+    assert.equal(await border_style(panel.locator('.heatmap .cell[data-layer="0"][data-expert="4"]')), 'solid');
+    assert.match(await panel.locator('.heatmap .cell[data-layer="0"][data-expert="4"]').getAttribute('title'), /\(pinned on GPU\)$/);
+    assert.equal(await panel.locator('.legend-cached').isHidden(), true);
+    const text = await panel.locator('#share-text').textContent();
+    assert.match(text, /: 7 of 16 experts resident\. Expert work: GPU 50%, CPU 50%\. GPU hit rate 50%\.$/);
+    assert.doesNotMatch(text, /cache/i);
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('a static plan reports no cache', async () => {
+    const body = cache_body({ placement: { plan: 'even', capacity: 8, cache_policy: 'static', cache_slots: 0, prefetch: false } });
+    body.cached = body.cached.map((row) => row.map(() => false));
+    const { page, problems, panel } = await open_stubbed(body);
+    assert.equal(await panel.locator('.heatmap .cell.cached').count(), 0);
+    assert.equal(await panel.locator('.legend-cached').isHidden(), true);
+    assert.doesNotMatch(await panel.locator('#share-text').textContent(), /cache/i);
     assert_clean(problems);
     await page.close();
   });

@@ -1,6 +1,7 @@
 // The experts panel: a layers x experts heat map of routing counts from
 // GET /v1/experts (since server start or for the last reply), the experts
-// resident on the GPU marked, and the CPU/GPU share of expert work.
+// resident on the GPU marked (pinned apart from those in a cache slot), the
+// CPU/GPU share of expert work and the cache's hits, evictions and prefetches.
 // Pure rendering from the endpoint's JSON; fetching is the caller's job.
 
 function matrix_max(rows) {
@@ -13,6 +14,10 @@ function matrix_sum(rows) {
   let sum = 0;
   for (const row of rows) for (const v of row) sum += v;
   return sum;
+}
+
+function matrix_true(rows) {
+  return rows ? rows.reduce((n, row) => n + row.filter(Boolean).length, 0) : 0;
 }
 
 function percent(x) {
@@ -34,6 +39,31 @@ function dense_set(list, layers) {
 
 function valid_matrix(m, layers, experts) {
   return Array.isArray(m) && m.length === layers && m.every((row) => Array.isArray(row) && row.length === experts);
+}
+
+// The dynamic cache of the placement: null for a static plan (no cache
+// slots) or an older server that reports none.
+function cache_info(d, n_cached) {
+  const p = d.placement ?? {};
+  const slots = Number.isInteger(p.cache_slots) && p.cache_slots > 0 ? p.cache_slots : n_cached;
+  if (slots <= 0) return null;
+  return { slots, n_cached, policy: typeof p.cache_policy === 'string' ? p.cache_policy : 'cache', prefetch: p.prefetch === true };
+}
+
+// " Cache: 12 hits, 3 evictions; prefetch 5 of 8 useful (63%)." from the
+// execution counts of the chosen scope; the parts the server sends.
+function cache_text(exec) {
+  const n = (k) => (Number.isFinite(exec?.[k]) && exec[k] >= 0 ? exec[k] : null);
+  const parts = [];
+  const counted = (k, word) => `${n(k).toLocaleString()} ${word}${n(k) === 1 ? '' : 's'}`;
+  if (n('cache_hits') !== null) parts.push(counted('cache_hits', 'hit'));
+  if (n('cache_evictions') !== null) parts.push(counted('cache_evictions', 'eviction'));
+  let text = parts.length ? ` Cache: ${parts.join(', ')}` : '';
+  const copies = n('prefetch_copies'), useful = n('prefetch_useful');
+  if (copies !== null && useful !== null && copies > 0) {
+    text += `${text ? '; p' : ' P'}refetch ${useful.toLocaleString()} of ${copies.toLocaleString()} useful (${percent(useful / copies)})`;
+  }
+  return text ? `${text}.` : '';
 }
 
 export class ExpertsPanel {
@@ -75,10 +105,15 @@ export class ExpertsPanel {
     const { layers, experts } = d;
     const counts = this.view === 'last' && valid_matrix(d.counts_last, layers, experts) ? d.counts_last : d.counts_total;
     const resident = valid_matrix(d.resident, layers, experts) ? d.resident : null;
+    // Of the resident experts, those in a cache slot (an older server sends no
+    // `cached`: all of them pinned).
+    const cached = resident && valid_matrix(d.cached, layers, experts) ? d.cached : null;
     const on_gpu = d.device && d.device !== 'none';
     const max = matrix_max(counts);
     const routed = matrix_sum(counts);
-    const n_resident = resident ? resident.reduce((n, row) => n + row.filter(Boolean).length, 0) : 0;
+    const n_resident = matrix_true(resident);
+    const cache = cache_info(d, matrix_true(cached));
+    const exec = this.view === 'last' ? d.execution_last : d.execution_total;
     const dense_rows = dense_set(d.dense_layers, layers);
 
     const scope = this.view === 'last' ? 'in the last reply' : 'since the server started';
@@ -87,20 +122,22 @@ export class ExpertsPanel {
     this.els.summary.textContent = `${layers} layers${dense_text} × ${experts} experts${top_k}. ${routed.toLocaleString()} expert assignments ${scope}.`;
 
     // Dense layers hold no experts: they count neither as resident nor in the total.
-    this.render_share(d, on_gpu, n_resident, (layers - dense_rows.size) * experts);
-    this.render_grid(counts, resident, max, layers, experts, dense_rows);
-    this.render_layer_times(this.view === 'last' ? d.execution_last : d.execution_total, layers, on_gpu);
+    this.render_share(d, on_gpu, n_resident, (layers - dense_rows.size) * experts, cache, exec);
+    this.render_grid(counts, resident, max, layers, experts, dense_rows, cached);
+    this.render_layer_times(exec, layers, on_gpu);
 
     this.els.legend.hidden = false;
     this.els.legend_max.textContent = max.toLocaleString();
     this.els.legend.querySelector('.legend-resident').hidden = !on_gpu;
+    const legend_cached = this.els.legend.querySelector('.legend-cached');
+    if (legend_cached) legend_cached.hidden = !(on_gpu && cache);
     this.els.heatmap.setAttribute(
       'aria-label',
       `Expert routing heat map, ${layers} layers by ${experts} experts, ${routed} assignments ${scope}, busiest expert ${max}.`,
     );
   }
 
-  render_share(d, on_gpu, n_resident, n_total) {
+  render_share(d, on_gpu, n_resident, n_total, cache, exec) {
     const { share, share_gpu, share_cpu, share_text } = this.els;
     share.hidden = false;
     if (!on_gpu) {
@@ -121,7 +158,10 @@ export class ExpertsPanel {
         : d.device === 'cuda' && d.device_name
           ? `GPU ${d.device_name}`
           : d.device;
-    share_text.textContent = `${device}: ${n_resident} of ${n_total} experts resident. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}`;
+    const in_cache = cache
+      ? ` (${cache.n_cached} in ${cache.slots} cache slot${cache.slots === 1 ? '' : 's'}, ${cache.policy}, prefetch ${cache.prefetch ? 'on' : 'off'})`
+      : '';
+    share_text.textContent = `${device}: ${n_resident} of ${n_total} experts resident${in_cache}. Expert work: GPU ${percent(gpu)}, CPU ${percent(cpu)}.${hit}${cache ? cache_text(exec) : ''}`;
     share.dataset.device = 'gpu';
   }
 
@@ -157,12 +197,14 @@ export class ExpertsPanel {
     layer_times.hidden = false;
   }
 
-  // Up to DENSE_FROM experts: square cells with borders. Beyond (64 or 128
-  // experts, top-8): the panel widens, cells become narrow bars that fill
-  // its width without borders, a resident expert is a green stripe on top,
-  // and axis labels thin out (experts every 16, layers every 4 past 24).
-  // A dense layer's row is greyed out, its cells saying it has no experts.
-  render_grid(counts, resident, max, layers, experts, dense_rows = new Set()) {
+  // Up to DENSE_FROM experts: square cells with borders, solid for a pinned
+  // expert and dashed for one in a cache slot. Beyond (64 or 128 experts,
+  // top-8): the panel widens, cells become narrow bars that fill its width
+  // without borders, a pinned expert is a green stripe on top and a cached
+  // one a blue stripe at the bottom, and axis labels thin out (experts every
+  // 16, layers every 4 past 24). A dense layer's row is greyed out, its cells
+  // saying it has no experts.
+  render_grid(counts, resident, max, layers, experts, dense_rows = new Set(), cached = null) {
     const grid = this.els.heatmap;
     const dense = experts > DENSE_FROM;
     grid.classList.toggle('dense', dense);
@@ -200,14 +242,16 @@ export class ExpertsPanel {
         }
         const count = counts[l][e];
         const on_gpu = resident ? Boolean(resident[l][e]) : false;
+        const in_cache = on_gpu && cached ? Boolean(cached[l][e]) : false;
         const cell = document.createElement('span');
-        cell.className = on_gpu ? 'cell resident' : 'cell';
+        cell.className = in_cache ? 'cell resident cached' : on_gpu ? 'cell resident' : 'cell';
         cell.dataset.layer = l;
         cell.dataset.expert = e;
         cell.dataset.count = count;
         const alpha = cell_alpha(count, max);
         if (alpha > 0) cell.style.backgroundColor = `rgba(234, 88, 12, ${alpha.toFixed(3)})`;
-        cell.title = `layer ${l}, expert ${e}: ${count.toLocaleString()} tokens${on_gpu ? ' (on GPU)' : ''}`;
+        const where = in_cache ? ' (in a cache slot)' : on_gpu ? ' (pinned on GPU)' : '';
+        cell.title = `layer ${l}, expert ${e}: ${count.toLocaleString()} tokens${where}`;
         frag.append(cell);
       }
     }
