@@ -61,13 +61,15 @@ struct DeviceOptions {
     std::filesystem::path profile;
     // The dynamic cache (placement/cached_placement.h): no policy = the
     // static plan (every device expert pinned); with one, cache_share of the
-    // device's experts are cache slots (the rest pinned) managed by it.
-    // prefetch: copy the next layer's predicted experts into cache slots in
-    // the copy stream's idle time (needs a policy).
-    std::optional<CachePolicy> cache_policy;
+    // device's experts are cache slots (the rest pinned) managed by it, per
+    // layer or as one pool. prefetch: copy the next layer's predicted
+    // experts into cache slots in the copy stream's idle time (needs a
+    // policy). The defaults are the best measured (placement/README.md "The
+    // cache in the executor"): LFU over one pool with prefetch.
+    std::optional<CachePolicy> cache_policy = CachePolicy::LFU;
     double cache_share = 0.25;
-    CacheScope cache_scope = CacheScope::PER_LAYER;  // cache slots per layer, or one pool
-    bool prefetch = false;
+    CacheScope cache_scope = CacheScope::GLOBAL;
+    bool prefetch = true;
 };
 
 struct EngineOptions {

@@ -160,25 +160,35 @@ DeviceOptions parse_device_flags(Args& args) {
         throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
                        "--gpu-device");
     d.profile = args.get("--profile", "");
-    // The dynamic cache: the policy, its share of the device's experts, prefetch.
-    const std::string policy = args.get("--cache-policy", DEFAULT_CACHE_POLICY);
-    if (policy != "static") {
+    // The dynamic cache: the policy, its share of the device's experts, its
+    // scope, prefetch (on by default with a policy, refused without one).
+    if (auto policy = args.get("--cache-policy")) {
         CachePolicy p;
-        if (!cache_policy_parse(policy, p) || p == CachePolicy::BELADY)
-            throw MoeError("--cache-policy: expected static, lru, lfu or score, got '" + policy + "'");
-        d.cache_policy = p;
+        if (*policy == "static") {
+            d.cache_policy.reset();
+        } else if (cache_policy_parse(*policy, p) && p != CachePolicy::BELADY) {
+            d.cache_policy = p;
+        } else {
+            throw MoeError("--cache-policy: expected static, lru, lfu or score, got '" + *policy + "'");
+        }
     }
     d.cache_share = args.get_double("--cache-share", d.cache_share, 0, 1);
-    const std::string scope = args.get("--cache-scope", DEFAULT_CACHE_SCOPE);
-    if (scope == "global")
-        d.cache_scope = CacheScope::GLOBAL;
-    else if (scope != "layer")
-        throw MoeError("--cache-scope: expected layer or global, got '" + scope + "'");
-    const std::string prefetch = args.get("--prefetch", DEFAULT_PREFETCH);
-    if (prefetch != "on" && prefetch != "off") throw MoeError("--prefetch: expected on or off, got '" + prefetch + "'");
-    d.prefetch = prefetch == "on";
-    if (d.prefetch && !d.cache_policy)
-        throw MoeError("--prefetch on: needs a cache to prefetch into (--cache-policy lru, lfu or score)");
+    if (auto scope = args.get("--cache-scope")) {
+        if (*scope == "global")
+            d.cache_scope = CacheScope::GLOBAL;
+        else if (*scope == "layer")
+            d.cache_scope = CacheScope::PER_LAYER;
+        else
+            throw MoeError("--cache-scope: expected layer or global, got '" + *scope + "'");
+    }
+    d.prefetch = d.cache_policy.has_value();
+    if (auto prefetch = args.get("--prefetch")) {
+        if (*prefetch != "on" && *prefetch != "off")
+            throw MoeError("--prefetch: expected on or off, got '" + *prefetch + "'");
+        d.prefetch = *prefetch == "on";
+        if (d.prefetch && !d.cache_policy)
+            throw MoeError("--prefetch on: needs a cache to prefetch into (--cache-policy lru, lfu or score)");
+    }
     return d;
 }
 

@@ -36,11 +36,7 @@ SamplingParams parse_sampling_flags(Args& args);
 // --cache-scope layer|global, --prefetch on|off), shared by serve,
 // generate, perplexity and bench.
 DeviceOptions parse_device_flags(Args& args);
-// The cache flags' defaults: the best measured (placement/README.md "The
-// cache in the executor").
-inline constexpr const char* DEFAULT_CACHE_POLICY = "static";
-inline constexpr const char* DEFAULT_PREFETCH = "off";
-inline constexpr const char* DEFAULT_CACHE_SCOPE = "layer";
+// (The cache flags' defaults are DeviceOptions': the best measured.)
 // --gpu-device N|none (none = -1); GPU_DEVICE_DEFAULT when absent, else
 // *given (when not null) is set.
 int parse_gpu_device_flag(Args& args, bool* given = nullptr);
