@@ -46,6 +46,8 @@ const char* USAGE =
     "               when there is one, its free memory; else the CPU, said in one line\n"
     "               [--emulate-gpu GiB|N%] [--profile FILE]: a dry run of expert placement on an emulated GPU\n"
     "               (a test double that computes on the CPU)\n"
+    "               [--cache-policy static|lru|lfu|score] [--cache-share F] [--cache-scope layer|global]\n"
+    "               [--prefetch on|off]: the device's expert cache (default lfu, 0.25, global, prefetch on)\n"
     "  bench        ceiling | kernels [--cpu-isa ISA] [--model DIR] |\n"
     "               decode|prefill --model DIR [--tokens N] [--predict-next-layer] | server --model DIR |\n"
     "               beam --model DIR [--widths 1,4,8,16] [--tokens N] [--prompt TEXT] [--repeat N] |\n"

@@ -398,11 +398,12 @@ TEST_CASE("beam search with experts on the emulated device returns the same hypo
     BeamResult a = beam(cpu, r), b = beam(hybrid, r);
     REQUIRE(a.hypotheses.size() == 8);
     require_same_hypotheses(a, b);  // bitwise: placement never changes a sum
-    // Every token routed to a resident expert is computed there, and no
-    // other: per (layer, expert), the device's tokens are the request's
-    // routed tokens when resident, none otherwise. Whether a non-resident
-    // expert runs on the CPU or is copied depends on this machine's measured
-    // latency, so only their sum is asserted.
+    // Every token routed to a pinned expert is computed there, and no
+    // other's is but from a cache slot: per (layer, expert), the device's
+    // tokens are the request's routed tokens when pinned; otherwise the
+    // cache (on by default) may have run some of them. Whether a
+    // non-resident expert runs on the CPU or is copied depends on this
+    // machine's measured latency, so only the sum is asserted.
     ExecutionStats s = hybrid.execution_stats().last;
     const PlacementInfo& p = hybrid.placement();
     RoutingCounts rc = hybrid.routing_counts();
@@ -410,11 +411,11 @@ TEST_CASE("beam search with experts on the emulated device returns the same hypo
     for (int l = 0; l < p.n_layers; l++)
         for (int e = 0; e < p.n_experts; e++) {
             const size_t cell = size_t(l) * p.n_experts + e;
-            INFO("layer " << l << " expert " << e << (p.resident[cell] ? " (resident)" : ""));
+            INFO("layer " << l << " expert " << e << (p.resident[cell] ? " (pinned)" : ""));
             const uint64_t routed = rc.last[cell];
             const uint64_t elsewhere = s.tokens_at(ExpertSite::CPU, l, e) + s.tokens_at(ExpertSite::COPY, l, e);
-            REQUIRE(s.tokens_at(ExpertSite::DEVICE, l, e) == (p.resident[cell] ? routed : 0));
-            REQUIRE(elsewhere == (p.resident[cell] ? 0 : routed));
+            if (p.resident[cell]) REQUIRE(s.tokens_at(ExpertSite::DEVICE, l, e) == routed);
+            REQUIRE(s.tokens_at(ExpertSite::DEVICE, l, e) + elsewhere == routed);
             if (p.resident[cell]) resident_tokens += routed;
         }
     REQUIRE(resident_tokens > 0);  // half the experts resident: the check above saw device work

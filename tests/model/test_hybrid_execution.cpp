@@ -286,9 +286,13 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     const PlacementInfo& p = b.placement();
     REQUIRE(p.device == DeviceKind::EMULATED);
     REQUIRE(p.capacity == (p.n_layers * p.n_experts) / 2);
+    // The default cache: a quarter of the device's experts are cache slots,
+    // the rest pinned (p.resident: pinned at load).
     int resident = 0;
     for (uint8_t r : p.resident) resident += r;
-    REQUIRE(resident == p.capacity);
+    REQUIRE(p.cache_policy == "lfu");
+    REQUIRE(p.cache_slots == 1);
+    REQUIRE(resident + p.cache_slots == p.capacity);
     ExecutionStats last = b.execution_stats().last;
     REQUIRE(last.total_tokens() == uint64_t(req.prompt.size() + ra.n_generated - 1) * 2 * 2);  // tokens x top-2 x 2 layers
     REQUIRE(last.hit_rate() > 0);
@@ -342,8 +346,14 @@ TEST_CASE("cache flags: the placement line names the cache, bad values refused",
     CommandResult share = with({"--cache-policy", "score", "--cache-share", "0.5"});
     INFO(share.err);
     REQUIRE(share.exit_code == 0);
-    REQUIRE(share.err.find("; cache: score, 2 of the 4 slots, prefetch off") != std::string::npos);
-    // The static plan (the default) names no cache.
+    REQUIRE(share.err.find("; cache: score, 2 of the 4 slots, prefetch on") != std::string::npos);
+    // The default: LFU, prefetch on.
+    CommandResult defaults = with({});
+    REQUIRE(defaults.exit_code == 0);
+    REQUIRE(defaults.err.find("; cache: lfu, 1 of the 4 slots, prefetch on") != std::string::npos);
+    CommandResult no_prefetch = with({"--prefetch", "off"});
+    REQUIRE(no_prefetch.err.find("; cache: lfu, 1 of the 4 slots, prefetch off") != std::string::npos);
+    // The static plan names no cache.
     CommandResult plain = with({"--cache-policy", "static"});
     REQUIRE(plain.exit_code == 0);
     REQUIRE(plain.err.find("device: emulated") != std::string::npos);
@@ -354,8 +364,8 @@ TEST_CASE("cache flags: the placement line names the cache, bad values refused",
         {{"--cache-policy", "x"}, "--cache-policy"},
         {{"--cache-policy", ""}, "--cache-policy"},
         {{"--prefetch", "maybe"}, "--prefetch"},
-        {{"--prefetch", "on"}, "--prefetch"},  // static: no cache to prefetch into
-        {{"--cache-policy", "static", "--prefetch", "on"}, "--prefetch"},
+        {{"--cache-policy", "static", "--prefetch", "on"}, "--prefetch"},  // no cache to prefetch into
+        {{"--cache-scope", "both"}, "--cache-scope"},
         {{"--cache-policy", "lru", "--cache-share", "2"}, "--cache-share"},
         {{"--cache-policy", "lru", "--cache-share", "-0.5"}, "--cache-share"},
         {{"--cache-policy", "lru", "--cache-share", "nan"}, "--cache-share"},

@@ -515,9 +515,9 @@ TEST_CASE("experts endpoint and metrics show the expert cache and prefetch", "[s
         CHECK(j[scope]["prefetch_useful"].get<long>() <= j[scope]["prefetch_copies"].get<long>());
     }
     const json& total = j["execution_total"];
-    // With 2 of the 4 experts per layer on the device, top-2 routing copies
-    // experts in, and every copy fills a cache slot.
-    CHECK(total["sites"]["copy"]["runs"].get<long>() > 0);
+    // With 2 of the 4 experts per layer on the device and one cache slot,
+    // the cache did something (whether the planner copies or the CPU runs a
+    // miss follows this machine's measured latency).
     CHECK(total["cache_hits"].get<long>() + total["cache_fills"].get<long>() + total["prefetch_copies"].get<long>() >
           0);
 
@@ -531,7 +531,7 @@ TEST_CASE("experts endpoint and metrics show the expert cache and prefetch", "[s
 }
 
 TEST_CASE("a static plan reports no cache slots and nothing cached", "[server][cache]") {
-    ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%"});
+    ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%", "--cache-policy", "static"});
     auto c = server.client();
     JsonReply r =
         post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 4}})));

@@ -19,7 +19,9 @@ using S = ExecutionStats;
 
 // The members, named here rather than taken from the table, so that a
 // figure the table misses shows.
-constexpr uint64_t S::*COUNTS[] = {&S::copy_bytes, &S::layers};
+constexpr uint64_t S::*COUNTS[] = {&S::copy_bytes,  &S::layers,          &S::cache_hits,     &S::cache_evictions,
+                                   &S::cache_fills, &S::prefetch_copies, &S::prefetch_useful};
+constexpr std::vector<uint64_t> S::*LAYER_COUNTS[] = {&S::layer_prefetch_copies, &S::layer_prefetch_useful};
 constexpr double S::*TIMES[] = {&S::predicted_cpu_ms,   &S::predicted_device_ms, &S::predicted_ms, &S::measured_cpu_ms,
                                 &S::measured_device_ms, &S::measured_ms,         &S::planner_ms};
 constexpr std::vector<double> S::*LAYER_TIMES[] = {&S::layer_predicted_cpu_ms, &S::layer_predicted_device_ms,
@@ -33,6 +35,8 @@ std::vector<double> figures(const ExecutionStats& s) {
     for (auto m : COUNTS) v.push_back(double(s.*m));
     for (auto m : TIMES) v.push_back(s.*m);
     for (auto m : LAYER_TIMES) v.insert(v.end(), (s.*m).begin(), (s.*m).end());
+    for (auto m : LAYER_COUNTS)
+        for (uint64_t x : s.*m) v.push_back(double(x));
     return v;
 }
 
@@ -47,6 +51,8 @@ ExecutionStats filled(uint64_t seed) {
     for (auto m : TIMES) s.*m = double(v++) / 4;
     for (auto m : LAYER_TIMES)
         for (double& x : s.*m) x = double(v++) / 4;
+    for (auto m : LAYER_COUNTS)
+        for (uint64_t& x : s.*m) x = v++;
     return s;
 }
 
@@ -55,7 +61,7 @@ ExecutionStats filled(uint64_t seed) {
 TEST_CASE("execution statistics: merge, subtract and clear reach every figure", "[execution_stats]") {
     const ExecutionStats a = filled(1), b = filled(1000);
     const std::vector<double> fa = figures(a), fb = figures(b);
-    REQUIRE(fa.size() == size_t(EXPERT_SITE_COUNT * (LAYERS * EXPERTS + 1) + 2 + 7 + 4 * LAYERS));
+    REQUIRE(fa.size() == size_t(EXPERT_SITE_COUNT * (LAYERS * EXPERTS + 1) + 7 + 7 + 4 * LAYERS + 2 * LAYERS));
     ExecutionStats sum = a;
     sum.merge(b);
     const std::vector<double> fs = figures(sum);
@@ -117,7 +123,7 @@ TEST_CASE("execution statistics: each figure has its own names", "[execution_sta
     }
     REQUIRE(per_site == 2);   // runs and tokens
     REQUIRE(per_layer == 4);  // each side's prediction and measurement
-    REQUIRE(keys.size() == 11);
+    REQUIRE(keys.size() == 16);
 }
 
 TEST_CASE("routing statistics count the expert runs they were added in", "[execution_stats]") {
