@@ -25,6 +25,19 @@ using json = nlohmann::json;
 
 namespace {
 
+// bench cache's output: its setup line and its rows.
+std::pair<json, std::vector<json>> cache_lines(const std::string& out) {
+    std::istringstream lines(out);
+    std::string line;
+    std::pair<json, std::vector<json>> r;
+    while (std::getline(lines, line)) {
+        json j = json::parse(line);
+        if (j["bench"] == "cache_setup") r.first = j;
+        if (j["bench"] == "cache") r.second.push_back(j);
+    }
+    return r;
+}
+
 // profile --trace of `limit` prompts of a shared prompt file; returns the trace path.
 fs::path profile_with_trace(const fs::path& model, const std::string& prompts, const std::string& tag, Profile* out) {
     const fs::path dir = test_temp_dir(tag);
@@ -70,15 +83,7 @@ TEST_CASE("bench cache prints one line per budget and policy, Belady's hit rate 
                            tb.string(), "--budgets", "10,25,50%", "--threads", "2"});
     INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
-    std::istringstream lines(r.out);
-    std::string line;
-    std::vector<json> rows;
-    json setup;
-    while (std::getline(lines, line)) {
-        json j = json::parse(line);
-        if (j["bench"] == "cache_setup") setup = j;
-        if (j["bench"] == "cache") rows.push_back(j);
-    }
+    const auto [setup, rows] = cache_lines(r.out);
     REQUIRE(setup.is_object());
     CHECK(setup["note"].get<std::string>().find("poor stand-in for a trained router") != std::string::npos);
     const std::string latency = setup["latency_model"];
@@ -109,37 +114,30 @@ TEST_CASE("bench cache --eval-profile replays a draw from Fiddler's Mixtral coun
     const fs::path dir = shared_data_dir() / "profiles/fiddler-mixtral-8x7b-instruct";
     const std::string cs = (dir / "expert_popularity_college_computer_science.json").string();
     const std::string bio = (dir / "expert_popularity_high_school_biology.json").string();
-    CommandResult r = moe({"bench",
-                           "cache",
-                           "--model",
-                           "synth:mixtral-8x7b",
-                           "--profile",
-                           cs,
-                           "--eval-profile",
-                           bio,
-                           "--sample-requests",
-                           "3",
-                           "--sample-prefill",
-                           "8",
-                           "--sample-decode",
-                           "5",
-                           "--seed",
-                           "9",
-                           "--budgets",
-                           "25,50%",
-                           "--threads",
-                           "2"});
+    const std::vector<std::string> flags = {"bench",
+                                            "cache",
+                                            "--model",
+                                            "synth:mixtral-8x7b",
+                                            "--profile",
+                                            cs,
+                                            "--eval-profile",
+                                            bio,
+                                            "--sample-requests",
+                                            "3",
+                                            "--sample-prefill",
+                                            "8",
+                                            "--sample-decode",
+                                            "5",
+                                            "--seed",
+                                            "9",
+                                            "--budgets",
+                                            "25,50%",
+                                            "--threads",
+                                            "2"};
+    CommandResult r = moe(flags);
     INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
-    std::istringstream lines(r.out);
-    std::string line;
-    std::vector<json> rows;
-    json setup;
-    while (std::getline(lines, line)) {
-        json j = json::parse(line);
-        if (j["bench"] == "cache_setup") setup = j;
-        if (j["bench"] == "cache") rows.push_back(j);
-    }
+    const auto [setup, rows] = cache_lines(r.out);
     REQUIRE(setup.is_object());
     CHECK(setup["trace"].is_null());
     CHECK(setup["eval"]["requests"] == 3);
@@ -161,42 +159,19 @@ TEST_CASE("bench cache --eval-profile replays a draw from Fiddler's Mixtral coun
     // The same flags give the same draw: the static plan's hit rates (a
     // cache's follow its fills, which follow the latency model, and so the
     // CPU ceiling measured at start).
-    CommandResult again = moe({"bench",
-                               "cache",
-                               "--model",
-                               "synth:mixtral-8x7b",
-                               "--profile",
-                               cs,
-                               "--eval-profile",
-                               bio,
-                               "--sample-requests",
-                               "3",
-                               "--sample-prefill",
-                               "8",
-                               "--sample-decode",
-                               "5",
-                               "--seed",
-                               "9",
-                               "--budgets",
-                               "25,50%",
-                               "--threads",
-                               "2"});
+    CommandResult again = moe(flags);
     REQUIRE(again.exit_code == 0);
-    std::istringstream lines2(again.out);
-    size_t i = 0;
-    while (std::getline(lines2, line)) {
-        json j = json::parse(line);
-        if (j["bench"] != "cache") continue;
-        REQUIRE(i < rows.size());
+    const std::vector<json> rows2 = cache_lines(again.out).second;
+    REQUIRE(rows2.size() == rows.size());
+    for (size_t i = 0; i < rows.size(); i++) {
+        const json& j = rows2[i];
         CHECK(j["policy"] == rows[i]["policy"]);
         if (j["policy"] == "static") {
             CHECK(j["hit_rate"] == rows[i]["hit_rate"]);
             CHECK(j["decode_hit_rate"] == rows[i]["decode_hit_rate"]);
             CHECK(j["token_hit_rate"] == rows[i]["token_hit_rate"]);
         }
-        i++;
     }
-    CHECK(i == rows.size());
 
     // Bad flags: one line, exit code 2.
     auto refused = [&](std::vector<std::string> args, const std::string& part) {

@@ -32,41 +32,30 @@
 
 namespace {
 
-// Latency models that force the planner's hand, and one that makes it mix.
-LatencyModel model_cpu_slow() {  // every non-resident expert is copied
+// Latency models that force the planner's hand, and ones that make it mix.
+LatencyModel device_model(LatencyCurve cpu, LatencyCurve device, CopyCurve copy) {
     LatencyModel m;
-    m.cpu = {0, 1000, 1000};
-    m.device = {0, 0.001, 0.0001};
-    m.copy = {0.001, 1e12};
+    m.cpu = cpu;
+    m.device = device;
+    m.copy = copy;
     m.has_device = true;
     return m;
+}
+
+LatencyModel model_cpu_slow() {  // every non-resident expert is copied
+    return device_model({0, 1000, 1000}, {0, 0.001, 0.0001}, {0.001, 1e12});
 }
 
 LatencyModel model_device_slow() {  // every non-resident expert stays on the CPU
-    LatencyModel m;
-    m.cpu = {0, 0.001, 0.0001};
-    m.device = {0, 1000, 1000};
-    m.copy = {1000, 1};
-    m.has_device = true;
-    return m;
+    return device_model({0, 0.001, 0.0001}, {0, 1000, 1000}, {1000, 1});
 }
 
 LatencyModel model_mixed(double expert_bytes) {  // copying pays off only for busy experts
-    LatencyModel m;
-    m.cpu = {0.01, 1.0, 0.2};
-    m.device = {0.01, 0.05, 0.002};
-    m.copy = {0.05, expert_bytes / 2.0};  // 2 ms per expert
-    m.has_device = true;
-    return m;
+    return device_model({0.01, 1.0, 0.2}, {0.01, 0.05, 0.002}, {0.05, expert_bytes / 2.0});  // 2 ms per expert
 }
 
 LatencyModel model_fill() {  // a lone miss stays on the CPU (2 ms < 1.6 + 0.5) and a copy fits beside it
-    LatencyModel m;
-    m.cpu = {0, 2.0, 0};
-    m.device = {0, 0.5, 0};
-    m.copy = {1.6, 1e12};
-    m.has_device = true;
-    return m;
+    return device_model({0, 2.0, 0}, {0, 0.5, 0}, {1.6, 1e12});
 }
 
 struct Run {

@@ -56,6 +56,16 @@ void check_error_shape(const JsonReply& r, int status) {
     CHECK(e.contains("code"));
 }
 
+// Greedy chats of `texts` (max_tokens each), then GET /v1/experts.
+JsonReply experts_after_chats(httplib::Client& c, std::initializer_list<const char*> texts, int max_tokens) {
+    for (const char* text : texts) {
+        JsonReply r =
+            post_json(c, "/v1/chat/completions", merged(user_chat(text), merged(GREEDY, {{"max_tokens", max_tokens}})));
+        REQUIRE(r.status == 200);
+    }
+    return get_json(c, "/v1/experts");
+}
+
 }  // namespace
 
 TEST_CASE("health, models and metrics", "[server]") {
@@ -382,10 +392,7 @@ TEST_CASE("tokenize and detokenize", "[server]") {
 TEST_CASE("experts endpoint reports routing counts in the agreed shape", "[server]") {
     ServerProcess server(test_model_dir("tiny"));
     auto c = server.client();
-    JsonReply r =
-        post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 4}})));
-    REQUIRE(r.status == 200);
-    JsonReply e = get_json(c, "/v1/experts");
+    JsonReply e = experts_after_chats(c, {"route me"}, 4);
     INFO(e.raw);
     REQUIRE(e.status == 200);
     const json& j = e.body;
@@ -421,10 +428,7 @@ TEST_CASE("experts endpoint reports routing counts in the agreed shape", "[serve
 TEST_CASE("experts endpoint and metrics show an emulated device's placement and work", "[server]") {
     ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%"});
     auto c = server.client();
-    JsonReply r =
-        post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 6}})));
-    REQUIRE(r.status == 200);
-    JsonReply e = get_json(c, "/v1/experts");
+    JsonReply e = experts_after_chats(c, {"route me"}, 6);
     INFO(e.raw);
     REQUIRE(e.status == 200);
     const json& j = e.body;
@@ -474,12 +478,7 @@ TEST_CASE("experts endpoint and metrics show an emulated device's placement and 
 TEST_CASE("experts endpoint and metrics show the expert cache and prefetch", "[server][cache]") {
     ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%", "--cache-policy", "lru", "--prefetch", "on"});
     auto c = server.client();
-    for (const char* text : {"route me", "and route me again, with a longer prompt this time"}) {
-        JsonReply r =
-            post_json(c, "/v1/chat/completions", merged(user_chat(text), merged(GREEDY, {{"max_tokens", 6}})));
-        REQUIRE(r.status == 200);
-    }
-    JsonReply e = get_json(c, "/v1/experts");
+    JsonReply e = experts_after_chats(c, {"route me", "and route me again, with a longer prompt this time"}, 6);
     INFO(e.raw);
     REQUIRE(e.status == 200);
     const json& j = e.body;
@@ -533,10 +532,7 @@ TEST_CASE("experts endpoint and metrics show the expert cache and prefetch", "[s
 TEST_CASE("a static plan reports no cache slots and nothing cached", "[server][cache]") {
     ServerProcess server(test_model_dir("tiny"), {"--emulate-gpu", "50%", "--cache-policy", "static"});
     auto c = server.client();
-    JsonReply r =
-        post_json(c, "/v1/chat/completions", merged(user_chat("route me"), merged(GREEDY, {{"max_tokens", 4}})));
-    REQUIRE(r.status == 200);
-    JsonReply e = get_json(c, "/v1/experts");
+    JsonReply e = experts_after_chats(c, {"route me"}, 4);
     INFO(e.raw);
     const json& j = e.body;
     CHECK(j["placement"]["cache_slots"] == 0);
