@@ -41,6 +41,7 @@ CachedPlacement::CachedPlacement(const LatencyModel& model, double expert_bytes,
     order_.reserve(n);
     inputs_.resize(n);
     sites_.resize(n);
+    index_of_.resize(n);
     extra_.reserve(2 * n);
 }
 
@@ -93,6 +94,7 @@ PlanCost CachedPlacement::plan(int layer, std::span<const StepExpert> experts, u
         }
         inputs_[j] = {experts[j].n_tokens, hit};
         routed_.push_back(e);
+        index_of_[size_t(e)] = int(j);
     }
     // A prefetch is useful at the step it was made for or not at all.
     if (cache_)
@@ -106,20 +108,12 @@ PlanCost CachedPlacement::plan(int layer, std::span<const StepExpert> experts, u
     // policy's favourites stay.
     order_.clear();
     for (size_t j = 0; j < m; j++)
-        if (sites_[j] == ExpertSite::COPY) order_.push_back(int(j));
-    if (cache_) {
-        const int base = layer * n_experts();
-        const EvictionPolicy& policy = cache_->policy();
-        std::sort(order_.begin(), order_.end(), [&](int a, int b) {
-            const int ea = experts[size_t(a)].expert, eb = experts[size_t(b)].expert;
-            const double va = policy.keep_value(base + ea, now), vb = policy.keep_value(base + eb, now);
-            return va != vb ? va > vb : ea < eb;
-        });
-    }
-    for (int j : order_) {
+        if (sites_[j] == ExpertSite::COPY) order_.push_back(experts[j].expert);
+    if (cache_) cache_->order_by_value(layer, order_, now);
+    for (int e : order_) {
         int slot = -1;
-        if (cache_) admit_into(layer, experts[size_t(j)].expert, routed_, now, slot);
-        sites[size_t(j)] = {ExpertSite::COPY, slot};
+        if (cache_) admit_into(layer, e, routed_, now, slot);
+        sites[size_t(index_of_[size_t(e)])] = {ExpertSite::COPY, slot};
     }
     for (size_t j = 0; j < m; j++) {
         const int e = experts[j].expert;

@@ -130,6 +130,7 @@ private:
     double spill_ms_ = 0;  // copy-stream work predicted to run on past the last layer's end
     std::vector<int> routed_, cpu_missed_;
     std::vector<int> order_, protect_;  // scratch: experts in the order handled; the prediction
+    std::vector<int> index_of_;         // scratch: expert -> its index in plan()'s input
     // Scratch, sized once.
     std::vector<PlanInput> inputs_;
     std::vector<ExpertSite> sites_;
