@@ -923,6 +923,9 @@ private:
         if (s.contains("prefixItems")) {
             const ojson& p = s["prefixItems"];
             if (!p.is_array()) fail(ptr + "/prefixItems", "'prefixItems' must be an array of schemas");
+            if (p.size() > MAX_REPEAT) {
+                fail(ptr + "/prefixItems", "'prefixItems' of more than " + std::to_string(MAX_REPEAT) + " schemas");
+            }
             for (size_t i = 0; i < p.size(); ++i) {
                 prefix.push_back(visit(p[i], ptr + "/prefixItems/" + std::to_string(i),
                                        join_name(name, "item-" + std::to_string(i)), depth + 1));

@@ -340,6 +340,42 @@ TEST_CASE("json_schema: the builder puts several schemas and hand-written rules 
     CHECK(!accepts(g, R"([TOOL_CALLS]{"name": "get_weather", "arguments": {"a": 1, "b": 2}})"));
 }
 
+TEST_CASE("json_schema: formats are the strings of their patterns", "[json_schema]") {
+    struct Case {
+        const char* format;
+        std::vector<std::string> valid, invalid;
+    };
+    for (const Case& c :
+         {Case{"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-00-10", "2024-01-32", "24-01-01"}},
+          Case{"time", {"23:59:59Z", "00:00:00.123+05:30"}, {"24:00:00Z", "12:00:00", "12:60:00Z"}},
+          Case{"date-time", {"2024-02-29T12:30:00Z", "2024-02-29T12:30:00.5-01:00"}, {"2024-02-29 12:30:00Z"}},
+          Case{"uuid",
+               {"123e4567-e89b-12d3-a456-426614174000"},
+               {"123E4567-e89b-12d3-a456-426614174000", "123e4567"}}}) {
+        auto g = compile(json_schema_gbnf({{"type", "string"}, {"format", c.format}}, "format"));
+        for (const auto& s : c.valid) {
+            INFO(c.format << " " << s);
+            CHECK(accepts(g, "\"" + s + "\""));
+        }
+        for (const auto& s : c.invalid) {
+            INFO(c.format << " " << s);
+            CHECK(!accepts(g, "\"" + s + "\""));
+        }
+    }
+}
+
+TEST_CASE("json_schema: bounds past the grammar's limits stay errors", "[json_schema]") {
+    // A maximum past 1000 is lowered to it, and the grammar compiles.
+    compile(json_schema_gbnf(
+        ojson::parse(R"({"type":"array","items":{"type":"string","maxLength":5000},"maxItems":5000})"), WHERE));
+    // Nested repetitions multiply (10^9 characters here): a grammar, or an error, not a blow-up.
+    std::string gbnf =
+        json_schema_gbnf(ojson::parse(R"({"type":"string","pattern":"^((a{1000}){1000}){1000}$"})"), WHERE);
+    std::shared_ptr<const Grammar> g;
+    std::string error = moe_error_of([&] { g = Grammar::parse(gbnf, vocab(), "schema grammar"); });
+    if (error.empty()) CHECK(!accepts(g, "\"aaa\""));
+}
+
 TEST_CASE("json_schema: gbnf_literal escapes what a GBNF literal cannot hold", "[json_schema]") {
     CHECK(gbnf_literal("a\"b\\c\nd\te\r\x01é") == "\"a\\\"b\\\\c\\nd\\te\\r\\x01é\"");
     CHECK(gbnf_literal("") == "\"\"");
@@ -368,6 +404,9 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
     for (int i = 0; i < 70; ++i) deep += R"({"type":"array","items":)";
     deep += "{}";
     for (int i = 0; i < 70; ++i) deep += "}";
+    std::string many_prefix = R"({"type":"array","prefixItems":[{})";
+    for (int i = 0; i < 1000; ++i) many_prefix += ",{}";
+    many_prefix += "]}";
     std::string deep_where;
     for (int i = 0; i < 65; ++i) deep_where += "/items";
     std::vector<Case> cases = {
@@ -397,7 +436,8 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"object","properties":{},"additionalProperties":false,"required":["b"]})", "/required",
          "required property 'b' is not allowed"},
         {R"({"required":"a"})", "/required", "'required' must be an array of strings"},
-        {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "/allOf", "'allOf' of more than one schema is not supported"},
+        {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "/allOf",
+         "'allOf' of more than one schema is not supported"},
         {R"({"anyOf":[]})", "/anyOf", "'anyOf' must be a non-empty array of schemas"},
         {R"({"oneOf":[{"type":"string"}],"type":"string"})", "", "keyword 'type' beside 'oneOf' is not supported"},
         {R"({"enum":[1,2],"type":"string"})", "", "no value of 'enum' or 'const' has the schema's type"},
@@ -413,16 +453,16 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"integer","minimum":"0"})", "/minimum", "'minimum' must be a number"},
         {R"({"type":"string","pattern":"^a","maxLength":3})", "", "'minLength'/'maxLength' beside 'pattern'"},
         {R"({"type":"string","pattern":5})", "/pattern", "'pattern' must be a string"},
-        {R"({"type":"string","pattern":"(?=a)b"})", "/pattern", "pattern at offset 2: lookahead is not supported"},
-        {R"({"type":"string","pattern":"(?<!a)b"})", "/pattern", "lookbehind is not supported"},
-        {R"({"type":"string","pattern":"(?<n>a)"})", "/pattern", "named groups are not supported"},
-        {R"({"type":"string","pattern":"(a)\\1"})", "/pattern", "back references are not supported"},
+        {R"x({"type":"string","pattern":"(?=a)b"})x", "/pattern", "pattern at offset 2: lookahead is not supported"},
+        {R"x({"type":"string","pattern":"(?<!a)b"})x", "/pattern", "lookbehind is not supported"},
+        {R"x({"type":"string","pattern":"(?<n>a)"})x", "/pattern", "named groups are not supported"},
+        {R"x({"type":"string","pattern":"(a)\\1"})x", "/pattern", "back references are not supported"},
         {R"({"type":"string","pattern":"\\bword"})", "/pattern", "word boundaries (\\b) are not supported"},
         {R"({"type":"string","pattern":"\\p{L}"})", "/pattern", "Unicode property escapes are not supported"},
         {R"({"type":"string","pattern":"a^b"})", "/pattern", "'^' is supported only at the start of the pattern"},
-        {R"({"type":"string","pattern":"(a$)"})", "/pattern", "'$' is supported only at the end of the pattern"},
-        {R"({"type":"string","pattern":"(ab"})", "/pattern", "missing ')'"},
-        {R"({"type":"string","pattern":"ab)"})", "/pattern", "unexpected ')'"},
+        {R"x({"type":"string","pattern":"(a$)"})x", "/pattern", "'$' is supported only at the end of the pattern"},
+        {R"x({"type":"string","pattern":"(ab"})x", "/pattern", "missing ')'"},
+        {R"x({"type":"string","pattern":"ab)"})x", "/pattern", "unexpected ')'"},
         {R"({"type":"string","pattern":"[ab"})", "/pattern", "missing ']'"},
         {R"({"type":"string","pattern":"[z-a]"})", "/pattern", "a range out of order"},
         {R"({"type":"string","pattern":"*a"})", "/pattern", "nothing to repeat"},
@@ -433,6 +473,7 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"string","pattern":"\\"})", "/pattern", "'\\' at the end of the pattern"},
         {R"({"type":"string","pattern":"[]"})", "/pattern", "an empty character class"},
         {deep.c_str(), deep_where.c_str(), "schema nested deeper than 64 levels"},
+        {many_prefix.c_str(), "/prefixItems", "'prefixItems' of more than 1000 schemas"},
     };
     for (const Case& c : cases) {
         INFO(c.schema);
