@@ -54,16 +54,19 @@ struct Verdict {
 };
 
 // jsonschema's verdict on each text, per (schema, texts) case.
-std::vector<std::vector<Verdict>> jsonschema_verdicts(const std::vector<std::pair<ojson, std::vector<std::string>>>& cases) {
+std::vector<std::vector<Verdict>> jsonschema_verdicts(
+    const std::vector<std::pair<ojson, std::vector<std::string>>>& cases) {
     fs::path dir = test_temp_dir("json_schema_validate");
     ojson in = ojson::array();
     for (const auto& [schema, texts] : cases) in.push_back({{"schema", schema}, {"instances", texts}});
     std::ofstream(dir / "in.json") << in.dump();
-    CommandResult r = run_command({python(), (fs::path(MOE_TESTS_SOURCE_DIR) / "support" / "validate_json_schema.py").string(),
-                                   (dir / "in.json").string(), (dir / "out.json").string()});
-    INFO("validate_json_schema.py needs Python's jsonschema (Debian python3-jsonschema; scripts/setup_test_tools.sh "
-         "installs it): "
-         << r.err);
+    CommandResult r =
+        run_command({python(), (fs::path(MOE_TESTS_SOURCE_DIR) / "support" / "validate_json_schema.py").string(),
+                     (dir / "in.json").string(), (dir / "out.json").string()});
+    INFO(
+        "validate_json_schema.py needs Python's jsonschema (Debian python3-jsonschema; scripts/setup_test_tools.sh "
+        "installs it): "
+        << r.err);
     REQUIRE(r.exit_code == 0);
     ojson out = ojson::parse(read_file(dir / "out.json"));
     std::vector<std::vector<Verdict>> verdicts;
@@ -178,7 +181,8 @@ TEST_CASE("json_schema: the client schemas' instances agree with jsonschema", "[
     }
 }
 
-TEST_CASE("json_schema: the client schemas' grammars take the valid instances and refuse the invalid", "[json_schema]") {
+TEST_CASE("json_schema: the client schemas' grammars take the valid instances and refuse the invalid",
+          "[json_schema]") {
     ojson instances = ojson::parse(read_file(schemas_dir() / "instances.json"));
     for (const auto& [name, schema] : client_schemas()) {
         std::string gbnf = json_schema_gbnf(schema, name);
@@ -216,8 +220,9 @@ TEST_CASE("json_schema: random walks through the client schemas' grammars valida
 
 TEST_CASE("json_schema: json_object's grammar is any JSON object with bounded whitespace", "[json_schema]") {
     auto g = compile(json_value_gbnf());
-    for (const char* t : {"{}", "{ }", R"({"a":1})", R"({"a": [1, -2.5e-3, true, false, null, {"b": {}}], "c": "\u00e9\n"})",
-                          "{\n  \"k\": \"v\",\n  \"n\": [ ]\n}", R"({"emoji":"😀","esc":"\"\\\/\b\f\n\r\t"})"}) {
+    for (const char* t :
+         {"{}", "{ }", R"({"a":1})", R"({"a": [1, -2.5e-3, true, false, null, {"b": {}}], "c": "\u00e9\n"})",
+          "{\n  \"k\": \"v\",\n  \"n\": [ ]\n}", R"({"emoji":"😀","esc":"\"\\\/\b\f\n\r\t"})"}) {
         INFO(t);
         CHECK(accepts(g, t));
     }
@@ -315,17 +320,20 @@ TEST_CASE("json_schema: integer bounds give exactly the integers within them", "
 
 TEST_CASE("json_schema: the builder puts several schemas and hand-written rules in one grammar", "[json_schema]") {
     GbnfBuilder b;
-    std::string weather = b.add_schema(ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":10}},"required":["city"]})"),
-                                       "tools[0].function.parameters", "get weather");
-    std::string sum = b.add_schema(ojson::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]})"),
-                                   "tools[1].function.parameters", "sum");
+    std::string weather = b.add_schema(
+        ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":10}},"required":["city"]})"),
+        "tools[0].function.parameters", "get weather");
+    std::string sum = b.add_schema(
+        ojson::parse(
+            R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]})"),
+        "tools[1].function.parameters", "sum");
     CHECK(weather.starts_with("get-weather"));
     CHECK(sum.starts_with("sum"));
     std::string ws = b.add_shared("ws");
-    std::string call = b.add_rule("call", gbnf_literal("{\"name\": ") + " ( " + gbnf_literal("\"get_weather\"") + " " +
-                                              gbnf_literal(", \"arguments\": ") + " " + weather + " | " +
-                                              gbnf_literal("\"sum\"") + " " + gbnf_literal(", \"arguments\": ") + " " +
-                                              sum + " ) " + gbnf_literal("}"));
+    std::string call =
+        b.add_rule("call", gbnf_literal("{\"name\": ") + " ( " + gbnf_literal("\"get_weather\"") + " " +
+                               gbnf_literal(", \"arguments\": ") + " " + weather + " | " + gbnf_literal("\"sum\"") +
+                               " " + gbnf_literal(", \"arguments\": ") + " " + sum + " ) " + gbnf_literal("}"));
     CHECK(b.add_rule("call", "\"x\"") == "call-2");
     CHECK(b.add_rule("other", "\"x\"") == "call-2");  // the same body: the same rule
     std::string gbnf = b.gbnf(gbnf_literal("[TOOL_CALLS]") + " " + call);
@@ -391,7 +399,8 @@ TEST_CASE("json_schema: schema forms that need no grammar engine", "[json_schema
     CHECK(json_schema_gbnf(ojson::parse(R"({"type":"integer","maxLength":3,"properties":{}})"), WHERE) ==
           json_schema_gbnf(ojson::parse(R"({"type":"integer"})"), WHERE));
     // A maximum past the grammar's limit is lowered to it.
-    CHECK(json_schema_gbnf(ojson::parse(R"({"type":"string","maxLength":5000})"), WHERE).find("{0,1000}") != std::string::npos);
+    CHECK(json_schema_gbnf(ojson::parse(R"({"type":"string","maxLength":5000})"), WHERE).find("{0,1000}") !=
+          std::string::npos);
 }
 
 TEST_CASE("json_schema: every refusal names the schema's place and the problem", "[json_schema]") {
