@@ -16,26 +16,44 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-constexpr int MAX_DEPTH = 64;             // schema nesting, and pattern group nesting
-constexpr int MAX_REPEAT = 1000;          // the grammar parser's repetition limit
-constexpr int MAX_WS = 20;                // whitespace characters between two tokens
-constexpr int MAX_INT_DIGITS = 16;        // digits of an integer (and of a number's integer part)
-constexpr int MAX_FRACTION_DIGITS = 16;   // digits after a number's '.'
-constexpr int MAX_EXPONENT_DIGITS = 2;    // digits of a number's exponent
-constexpr int MAX_EXTRA_KEY_CHARS = 64;   // characters of a property name additionalProperties admits
+constexpr int MAX_DEPTH = 64;                  // schema nesting, and pattern group nesting
+constexpr int MAX_REPEAT = 1000;               // the grammar parser's repetition limit
+constexpr int MAX_WS = 20;                     // whitespace characters between two tokens
+constexpr int MAX_INT_DIGITS = 16;             // digits of an integer (and of a number's integer part)
+constexpr int MAX_FRACTION_DIGITS = 16;        // digits after a number's '.'
+constexpr int MAX_EXPONENT_DIGITS = 2;         // digits of a number's exponent
+constexpr int MAX_EXTRA_KEY_CHARS = 64;        // characters of a property name additionalProperties admits
 constexpr int64_t MAX_INT = 9999999999999999;  // MAX_INT_DIGITS nines
 
 constexpr uint32_t MAX_CODE_POINT = 0x10FFFF;
 
 const std::set<std::string, std::less<>> ANNOTATIONS = {
-    "title",   "description", "$comment", "examples", "default", "$schema", "$id", "deprecated",
-    "readOnly", "writeOnly"};
+    "title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated", "readOnly", "writeOnly"};
 
-const std::set<std::string, std::less<>> KEYWORDS = {
-    "type",      "properties", "required", "additionalProperties", "items", "prefixItems",      "minItems",
-    "maxItems",  "minLength",  "maxLength", "pattern",             "format", "enum",             "const",
-    "anyOf",     "oneOf",      "allOf",     "$ref",                "$defs",  "definitions",      "minimum",
-    "maximum",   "exclusiveMinimum", "exclusiveMaximum"};
+const std::set<std::string, std::less<>> KEYWORDS = {"type",
+                                                     "properties",
+                                                     "required",
+                                                     "additionalProperties",
+                                                     "items",
+                                                     "prefixItems",
+                                                     "minItems",
+                                                     "maxItems",
+                                                     "minLength",
+                                                     "maxLength",
+                                                     "pattern",
+                                                     "format",
+                                                     "enum",
+                                                     "const",
+                                                     "anyOf",
+                                                     "oneOf",
+                                                     "allOf",
+                                                     "$ref",
+                                                     "$defs",
+                                                     "definitions",
+                                                     "minimum",
+                                                     "maximum",
+                                                     "exclusiveMinimum",
+                                                     "exclusiveMaximum"};
 
 const std::set<std::string, std::less<>> OBJECT_KEYWORDS = {"properties", "required", "additionalProperties"};
 const std::set<std::string, std::less<>> ARRAY_KEYWORDS = {"items", "prefixItems", "minItems", "maxItems"};
@@ -59,8 +77,9 @@ const std::vector<SharedRule> SHARED = {
      {}},
     {"json-string", "\"\\\"\" json-char* \"\\\"\"", {"json-char"}},
     {"json-integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0," + std::to_string(MAX_INT_DIGITS - 1) + "} )", {}},
-    {"json-number", "json-integer ( \".\" [0-9]{1," + std::to_string(MAX_FRACTION_DIGITS) +
-                        "} )? ( [eE] [-+]? [0-9]{1," + std::to_string(MAX_EXPONENT_DIGITS) + "} )?",
+    {"json-number",
+     "json-integer ( \".\" [0-9]{1," + std::to_string(MAX_FRACTION_DIGITS) + "} )? ( [eE] [-+]? [0-9]{1," +
+         std::to_string(MAX_EXPONENT_DIGITS) + "} )?",
      {"json-integer"}},
     {"json-boolean", "\"true\" | \"false\"", {}},
     {"json-null", "\"null\"", {}},
@@ -562,17 +581,39 @@ private:
         if (pos_ >= p_.size()) fail("'\\' at the end of the pattern");
         char c = p_[pos_];
         switch (c) {
-        case 'd': ++pos_; return class_digit();
-        case 'D': ++pos_; return negate(class_digit());
-        case 'w': ++pos_; return class_word();
-        case 'W': ++pos_; return negate(class_word());
-        case 's': ++pos_; return class_space();
-        case 'S': ++pos_; return negate(class_space());
-        case 't': ++pos_; return char_set({{'\t', '\t'}});
-        case 'n': ++pos_; return char_set({{'\n', '\n'}});
-        case 'r': ++pos_; return char_set({{'\r', '\r'}});
-        case 'f': ++pos_; return char_set({{'\f', '\f'}});
-        case 'v': ++pos_; return char_set({{'\v', '\v'}});
+        case 'd':
+            ++pos_;
+            return class_digit();
+        case 'D':
+            ++pos_;
+            return negate(class_digit());
+        case 'w':
+            ++pos_;
+            return class_word();
+        case 'W':
+            ++pos_;
+            return negate(class_word());
+        case 's':
+            ++pos_;
+            return class_space();
+        case 'S':
+            ++pos_;
+            return negate(class_space());
+        case 't':
+            ++pos_;
+            return char_set({{'\t', '\t'}});
+        case 'n':
+            ++pos_;
+            return char_set({{'\n', '\n'}});
+        case 'r':
+            ++pos_;
+            return char_set({{'\r', '\r'}});
+        case 'f':
+            ++pos_;
+            return char_set({{'\f', '\f'}});
+        case 'v':
+            ++pos_;
+            return char_set({{'\v', '\v'}});
         case '0':
             ++pos_;
             if (pos_ < p_.size() && p_[pos_] >= '0' && p_[pos_] <= '9') fail("octal escapes are not supported");
@@ -595,12 +636,17 @@ private:
                 return char_set({{'\b', '\b'}});
             }
             fail("word boundaries (\\b) are not supported");
-        case 'B': fail("word boundaries (\\B) are not supported");
-        case 'k': fail("back references are not supported");
+        case 'B':
+            fail("word boundaries (\\B) are not supported");
+        case 'k':
+            fail("back references are not supported");
         case 'p':
-        case 'P': fail("Unicode property escapes are not supported");
-        case 'c': fail("control escapes (\\c) are not supported");
-        default: break;
+        case 'P':
+            fail("Unicode property escapes are not supported");
+        case 'c':
+            fail("control escapes (\\c) are not supported");
+        default:
+            break;
         }
         if (c >= '1' && c <= '9') fail("back references are not supported");
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || static_cast<unsigned char>(c) >= 0x80) {
@@ -706,7 +752,8 @@ private:
 
     int count(const ojson& s, const std::string& ptr, const std::string& key) const {
         const ojson& v = s[key];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(ptr + "/" + key, "'" + key + "' must be a non-negative integer");
+        if (!v.is_number_integer() || v.get<int64_t>() < 0)
+            fail(ptr + "/" + key, "'" + key + "' must be a non-negative integer");
         return static_cast<int>(std::min<int64_t>(v.get<int64_t>(), 1000000));
     }
 
@@ -717,8 +764,8 @@ private:
         int lo = s.contains(min_key) ? count(s, ptr, min_key) : 0;
         int hi = s.contains(max_key) ? count(s, ptr, max_key) : -1;
         if (lo > MAX_REPEAT) {
-            fail(ptr + "/" + min_key,
-                 "'" + min_key + "' " + std::to_string(lo) + " is past the grammar's limit of " + std::to_string(MAX_REPEAT));
+            fail(ptr + "/" + min_key, "'" + min_key + "' " + std::to_string(lo) + " is past the grammar's limit of " +
+                                          std::to_string(MAX_REPEAT));
         }
         if (hi > MAX_REPEAT) hi = MAX_REPEAT;
         if (hi >= 0 && hi < lo) fail(ptr, "'" + max_key + "' is below '" + min_key + "'");
@@ -751,10 +798,12 @@ private:
             only_annotations_beside(s, ptr, key);
             const ojson& list = s[key];
             std::string p = ptr + "/" + key;
-            if (!list.is_array() || list.empty()) fail(p, std::string("'") + key + "' must be a non-empty array of schemas");
+            if (!list.is_array() || list.empty())
+                fail(p, std::string("'") + key + "' must be a non-empty array of schemas");
             std::vector<std::string> alts;
             for (size_t i = 0; i < list.size(); ++i) {
-                alts.push_back(visit(list[i], p + "/" + std::to_string(i), join_name(name, std::to_string(i)), depth + 1));
+                alts.push_back(
+                    visit(list[i], p + "/" + std::to_string(i), join_name(name, std::to_string(i)), depth + 1));
             }
             return b_.add_rule(name, join(alts, " | "));
         }
@@ -769,7 +818,8 @@ private:
     }
 
     static bool is_rule_name(const std::string& x) {
-        return std::all_of(x.begin(), x.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
+        return std::all_of(x.begin(), x.end(),
+                           [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
     }
 
     // The types a schema admits (inferred from its keywords when `type` is absent).
@@ -814,7 +864,8 @@ private:
         if (t == "number") return v.is_number();
         if (t == "integer") {
             if (v.is_number_integer()) return true;
-            return v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>());
+            return v.is_number_float() && std::isfinite(v.get<double>()) &&
+                   v.get<double>() == std::floor(v.get<double>());
         }
         if (t == "boolean") return v.is_boolean();
         return v.is_null();
@@ -822,7 +873,9 @@ private:
 
     std::string enum_body(const ojson& s, const std::string& ptr, const std::vector<std::string>& types) const {
         for (auto& [k, v] : s.items()) {
-            if (k == "enum" || k == "const" || k == "type" || ANNOTATIONS.count(k) || k == "$defs" || k == "definitions") continue;
+            if (k == "enum" || k == "const" || k == "type" || ANNOTATIONS.count(k) || k == "$defs" ||
+                k == "definitions")
+                continue;
             fail(ptr, "keyword '" + k + "' beside '" + (s.contains("enum") ? "enum" : "const") + "' is not supported");
         }
         std::vector<ojson> values;
@@ -869,9 +922,10 @@ private:
             if (!v.is_number()) fail(ptr + "/" + k, "'" + k + "' must be a number");
             double x = v.get<double>();
             bool is_min = k == "minimum" || k == "exclusiveMinimum";
-            double bound = k == "minimum" ? std::ceil(x) : k == "maximum" ? std::floor(x)
-                          : is_min           ? std::floor(x) + 1
-                                             : std::ceil(x) - 1;
+            double bound = k == "minimum"   ? std::ceil(x)
+                           : k == "maximum" ? std::floor(x)
+                           : is_min         ? std::floor(x) + 1
+                                            : std::ceil(x) - 1;
             bound = std::clamp(bound, -2.0 * MAX_INT, 2.0 * MAX_INT);
             if (is_min) {
                 lo = std::max(lo, static_cast<int64_t>(bound));
@@ -881,7 +935,8 @@ private:
             bounded = true;
         }
         if (!bounded) return b_.add_shared("json-integer");
-        if (lo > hi) fail(ptr, "no integer of at most " + std::to_string(MAX_INT_DIGITS) + " digits is within the bounds");
+        if (lo > hi)
+            fail(ptr, "no integer of at most " + std::to_string(MAX_INT_DIGITS) + " digits is within the bounds");
         return integers_between(lo, hi);
     }
 
@@ -891,9 +946,11 @@ private:
         if (s.contains("format")) {
             const ojson& f = s["format"];
             if (!f.is_string()) fail(ptr + "/format", "'format' must be a string");
-            auto it = std::find_if(FORMATS.begin(), FORMATS.end(), [&](const auto& e) { return e.first == f.get<std::string>(); });
+            auto it = std::find_if(FORMATS.begin(), FORMATS.end(),
+                                   [&](const auto& e) { return e.first == f.get<std::string>(); });
             if (it == FORMATS.end()) {
-                fail(ptr + "/format", "unsupported format '" + f.get<std::string>() + "' (supported: date, time, date-time, uuid)");
+                fail(ptr + "/format",
+                     "unsupported format '" + f.get<std::string>() + "' (supported: date, time, date-time, uuid)");
             }
             if (s.contains("pattern")) fail(ptr, "'pattern' beside 'format' is not supported");
             pattern = it->second;
@@ -923,6 +980,9 @@ private:
         if (s.contains("prefixItems")) {
             const ojson& p = s["prefixItems"];
             if (!p.is_array()) fail(ptr + "/prefixItems", "'prefixItems' must be an array of schemas");
+            if (p.size() > MAX_REPEAT) {
+                fail(ptr + "/prefixItems", "'prefixItems' of more than " + std::to_string(MAX_REPEAT) + " schemas");
+            }
             for (size_t i = 0; i < p.size(); ++i) {
                 prefix.push_back(visit(p[i], ptr + "/prefixItems/" + std::to_string(i),
                                        join_name(name, "item-" + std::to_string(i)), depth + 1));
@@ -951,8 +1011,8 @@ private:
                 int rlo = std::max(0, lo - i), rhi = hi < 0 ? -1 : hi - i;
                 std::string one = sep + item + " " + ws;
                 if (i > 0) return repeat(group(one), rlo, rhi);
-                std::string rest = repeat(group("\",\" " + ws + " " + item + " " + ws), std::max(0, rlo - 1),
-                                          rhi < 0 ? -1 : rhi - 1);
+                std::string rest =
+                    repeat(group("\",\" " + ws + " " + item + " " + ws), std::max(0, rlo - 1), rhi < 0 ? -1 : rhi - 1);
                 std::string all = seq({one, rest});
                 return rlo >= 1 ? all : group(all) + "?";
             }
@@ -1015,7 +1075,9 @@ private:
         }
         for (const std::string& k : required) {
             if (std::any_of(props.begin(), props.end(), [&](const Property& p) { return p.key == k; })) continue;
-            if (extra.empty()) fail(ptr + "/required", "required property '" + k + "' is not allowed by 'properties' or 'additionalProperties'");
+            if (extra.empty())
+                fail(ptr + "/required",
+                     "required property '" + k + "' is not allowed by 'properties' or 'additionalProperties'");
             props.push_back({k, extra, true});
         }
         std::string ws = b_.add_shared("ws");
@@ -1114,7 +1176,8 @@ private:
             unsigned char c = static_cast<unsigned char>(s[i]);
             int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
             uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-            for (int j = 1; j < len && i + j < s.size(); ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[i + j]) & 0x3F);
+            for (int j = 1; j < len && i + j < s.size(); ++j)
+                cp = (cp << 6) | (static_cast<unsigned char>(s[i + j]) & 0x3F);
             out += static_cast<char32_t>(cp);
             i += len;
         }

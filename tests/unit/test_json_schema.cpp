@@ -54,16 +54,19 @@ struct Verdict {
 };
 
 // jsonschema's verdict on each text, per (schema, texts) case.
-std::vector<std::vector<Verdict>> jsonschema_verdicts(const std::vector<std::pair<ojson, std::vector<std::string>>>& cases) {
+std::vector<std::vector<Verdict>> jsonschema_verdicts(
+    const std::vector<std::pair<ojson, std::vector<std::string>>>& cases) {
     fs::path dir = test_temp_dir("json_schema_validate");
     ojson in = ojson::array();
     for (const auto& [schema, texts] : cases) in.push_back({{"schema", schema}, {"instances", texts}});
     std::ofstream(dir / "in.json") << in.dump();
-    CommandResult r = run_command({python(), (fs::path(MOE_TESTS_SOURCE_DIR) / "support" / "validate_json_schema.py").string(),
-                                   (dir / "in.json").string(), (dir / "out.json").string()});
-    INFO("validate_json_schema.py needs Python's jsonschema (Debian python3-jsonschema; scripts/setup_test_tools.sh "
-         "installs it): "
-         << r.err);
+    CommandResult r =
+        run_command({python(), (fs::path(MOE_TESTS_SOURCE_DIR) / "support" / "validate_json_schema.py").string(),
+                     (dir / "in.json").string(), (dir / "out.json").string()});
+    INFO(
+        "validate_json_schema.py needs Python's jsonschema (Debian python3-jsonschema; scripts/setup_test_tools.sh "
+        "installs it): "
+        << r.err);
     REQUIRE(r.exit_code == 0);
     ojson out = ojson::parse(read_file(dir / "out.json"));
     std::vector<std::vector<Verdict>> verdicts;
@@ -178,7 +181,8 @@ TEST_CASE("json_schema: the client schemas' instances agree with jsonschema", "[
     }
 }
 
-TEST_CASE("json_schema: the client schemas' grammars take the valid instances and refuse the invalid", "[json_schema]") {
+TEST_CASE("json_schema: the client schemas' grammars take the valid instances and refuse the invalid",
+          "[json_schema]") {
     ojson instances = ojson::parse(read_file(schemas_dir() / "instances.json"));
     for (const auto& [name, schema] : client_schemas()) {
         std::string gbnf = json_schema_gbnf(schema, name);
@@ -216,8 +220,9 @@ TEST_CASE("json_schema: random walks through the client schemas' grammars valida
 
 TEST_CASE("json_schema: json_object's grammar is any JSON object with bounded whitespace", "[json_schema]") {
     auto g = compile(json_value_gbnf());
-    for (const char* t : {"{}", "{ }", R"({"a":1})", R"({"a": [1, -2.5e-3, true, false, null, {"b": {}}], "c": "\u00e9\n"})",
-                          "{\n  \"k\": \"v\",\n  \"n\": [ ]\n}", R"({"emoji":"😀","esc":"\"\\\/\b\f\n\r\t"})"}) {
+    for (const char* t :
+         {"{}", "{ }", R"({"a":1})", R"({"a": [1, -2.5e-3, true, false, null, {"b": {}}], "c": "\u00e9\n"})",
+          "{\n  \"k\": \"v\",\n  \"n\": [ ]\n}", R"({"emoji":"😀","esc":"\"\\\/\b\f\n\r\t"})"}) {
         INFO(t);
         CHECK(accepts(g, t));
     }
@@ -315,17 +320,20 @@ TEST_CASE("json_schema: integer bounds give exactly the integers within them", "
 
 TEST_CASE("json_schema: the builder puts several schemas and hand-written rules in one grammar", "[json_schema]") {
     GbnfBuilder b;
-    std::string weather = b.add_schema(ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":10}},"required":["city"]})"),
-                                       "tools[0].function.parameters", "get weather");
-    std::string sum = b.add_schema(ojson::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]})"),
-                                   "tools[1].function.parameters", "sum");
+    std::string weather = b.add_schema(
+        ojson::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":10}},"required":["city"]})"),
+        "tools[0].function.parameters", "get weather");
+    std::string sum = b.add_schema(
+        ojson::parse(
+            R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"]})"),
+        "tools[1].function.parameters", "sum");
     CHECK(weather.starts_with("get-weather"));
     CHECK(sum.starts_with("sum"));
     std::string ws = b.add_shared("ws");
-    std::string call = b.add_rule("call", gbnf_literal("{\"name\": ") + " ( " + gbnf_literal("\"get_weather\"") + " " +
-                                              gbnf_literal(", \"arguments\": ") + " " + weather + " | " +
-                                              gbnf_literal("\"sum\"") + " " + gbnf_literal(", \"arguments\": ") + " " +
-                                              sum + " ) " + gbnf_literal("}"));
+    std::string call =
+        b.add_rule("call", gbnf_literal("{\"name\": ") + " ( " + gbnf_literal("\"get_weather\"") + " " +
+                               gbnf_literal(", \"arguments\": ") + " " + weather + " | " + gbnf_literal("\"sum\"") +
+                               " " + gbnf_literal(", \"arguments\": ") + " " + sum + " ) " + gbnf_literal("}"));
     CHECK(b.add_rule("call", "\"x\"") == "call-2");
     CHECK(b.add_rule("other", "\"x\"") == "call-2");  // the same body: the same rule
     std::string gbnf = b.gbnf(gbnf_literal("[TOOL_CALLS]") + " " + call);
@@ -338,6 +346,42 @@ TEST_CASE("json_schema: the builder puts several schemas and hand-written rules 
     CHECK(accepts(g, R"([TOOL_CALLS]{"name": "sum", "arguments": {"a": 1, "b": -2}})"));
     CHECK(!accepts(g, R"([TOOL_CALLS]{"name": "sum", "arguments": {"city": "Paris"}})"));
     CHECK(!accepts(g, R"([TOOL_CALLS]{"name": "get_weather", "arguments": {"a": 1, "b": 2}})"));
+}
+
+TEST_CASE("json_schema: formats are the strings of their patterns", "[json_schema]") {
+    struct Case {
+        const char* format;
+        std::vector<std::string> valid, invalid;
+    };
+    for (const Case& c :
+         {Case{"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-00-10", "2024-01-32", "24-01-01"}},
+          Case{"time", {"23:59:59Z", "00:00:00.123+05:30"}, {"24:00:00Z", "12:00:00", "12:60:00Z"}},
+          Case{"date-time", {"2024-02-29T12:30:00Z", "2024-02-29T12:30:00.5-01:00"}, {"2024-02-29 12:30:00Z"}},
+          Case{"uuid",
+               {"123e4567-e89b-12d3-a456-426614174000"},
+               {"123E4567-e89b-12d3-a456-426614174000", "123e4567"}}}) {
+        auto g = compile(json_schema_gbnf({{"type", "string"}, {"format", c.format}}, "format"));
+        for (const auto& s : c.valid) {
+            INFO(c.format << " " << s);
+            CHECK(accepts(g, "\"" + s + "\""));
+        }
+        for (const auto& s : c.invalid) {
+            INFO(c.format << " " << s);
+            CHECK(!accepts(g, "\"" + s + "\""));
+        }
+    }
+}
+
+TEST_CASE("json_schema: bounds past the grammar's limits stay errors", "[json_schema]") {
+    // A maximum past 1000 is lowered to it, and the grammar compiles.
+    compile(json_schema_gbnf(
+        ojson::parse(R"({"type":"array","items":{"type":"string","maxLength":5000},"maxItems":5000})"), WHERE));
+    // Nested repetitions multiply (10^9 characters here): a grammar, or an error, not a blow-up.
+    std::string gbnf =
+        json_schema_gbnf(ojson::parse(R"({"type":"string","pattern":"^((a{1000}){1000}){1000}$"})"), WHERE);
+    std::shared_ptr<const Grammar> g;
+    std::string error = moe_error_of([&] { g = Grammar::parse(gbnf, vocab(), "schema grammar"); });
+    if (error.empty()) CHECK(!accepts(g, "\"aaa\""));
 }
 
 TEST_CASE("json_schema: gbnf_literal escapes what a GBNF literal cannot hold", "[json_schema]") {
@@ -355,7 +399,8 @@ TEST_CASE("json_schema: schema forms that need no grammar engine", "[json_schema
     CHECK(json_schema_gbnf(ojson::parse(R"({"type":"integer","maxLength":3,"properties":{}})"), WHERE) ==
           json_schema_gbnf(ojson::parse(R"({"type":"integer"})"), WHERE));
     // A maximum past the grammar's limit is lowered to it.
-    CHECK(json_schema_gbnf(ojson::parse(R"({"type":"string","maxLength":5000})"), WHERE).find("{0,1000}") != std::string::npos);
+    CHECK(json_schema_gbnf(ojson::parse(R"({"type":"string","maxLength":5000})"), WHERE).find("{0,1000}") !=
+          std::string::npos);
 }
 
 TEST_CASE("json_schema: every refusal names the schema's place and the problem", "[json_schema]") {
@@ -368,6 +413,9 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
     for (int i = 0; i < 70; ++i) deep += R"({"type":"array","items":)";
     deep += "{}";
     for (int i = 0; i < 70; ++i) deep += "}";
+    std::string many_prefix = R"({"type":"array","prefixItems":[{})";
+    for (int i = 0; i < 1000; ++i) many_prefix += ",{}";
+    many_prefix += "]}";
     std::string deep_where;
     for (int i = 0; i < 65; ++i) deep_where += "/items";
     std::vector<Case> cases = {
@@ -397,7 +445,8 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"object","properties":{},"additionalProperties":false,"required":["b"]})", "/required",
          "required property 'b' is not allowed"},
         {R"({"required":"a"})", "/required", "'required' must be an array of strings"},
-        {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "/allOf", "'allOf' of more than one schema is not supported"},
+        {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "/allOf",
+         "'allOf' of more than one schema is not supported"},
         {R"({"anyOf":[]})", "/anyOf", "'anyOf' must be a non-empty array of schemas"},
         {R"({"oneOf":[{"type":"string"}],"type":"string"})", "", "keyword 'type' beside 'oneOf' is not supported"},
         {R"({"enum":[1,2],"type":"string"})", "", "no value of 'enum' or 'const' has the schema's type"},
@@ -413,16 +462,16 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"integer","minimum":"0"})", "/minimum", "'minimum' must be a number"},
         {R"({"type":"string","pattern":"^a","maxLength":3})", "", "'minLength'/'maxLength' beside 'pattern'"},
         {R"({"type":"string","pattern":5})", "/pattern", "'pattern' must be a string"},
-        {R"({"type":"string","pattern":"(?=a)b"})", "/pattern", "pattern at offset 2: lookahead is not supported"},
-        {R"({"type":"string","pattern":"(?<!a)b"})", "/pattern", "lookbehind is not supported"},
-        {R"({"type":"string","pattern":"(?<n>a)"})", "/pattern", "named groups are not supported"},
-        {R"({"type":"string","pattern":"(a)\\1"})", "/pattern", "back references are not supported"},
+        {R"x({"type":"string","pattern":"(?=a)b"})x", "/pattern", "pattern at offset 2: lookahead is not supported"},
+        {R"x({"type":"string","pattern":"(?<!a)b"})x", "/pattern", "lookbehind is not supported"},
+        {R"x({"type":"string","pattern":"(?<n>a)"})x", "/pattern", "named groups are not supported"},
+        {R"x({"type":"string","pattern":"(a)\\1"})x", "/pattern", "back references are not supported"},
         {R"({"type":"string","pattern":"\\bword"})", "/pattern", "word boundaries (\\b) are not supported"},
         {R"({"type":"string","pattern":"\\p{L}"})", "/pattern", "Unicode property escapes are not supported"},
         {R"({"type":"string","pattern":"a^b"})", "/pattern", "'^' is supported only at the start of the pattern"},
-        {R"({"type":"string","pattern":"(a$)"})", "/pattern", "'$' is supported only at the end of the pattern"},
-        {R"({"type":"string","pattern":"(ab"})", "/pattern", "missing ')'"},
-        {R"({"type":"string","pattern":"ab)"})", "/pattern", "unexpected ')'"},
+        {R"x({"type":"string","pattern":"(a$)"})x", "/pattern", "'$' is supported only at the end of the pattern"},
+        {R"x({"type":"string","pattern":"(ab"})x", "/pattern", "missing ')'"},
+        {R"x({"type":"string","pattern":"ab)"})x", "/pattern", "unexpected ')'"},
         {R"({"type":"string","pattern":"[ab"})", "/pattern", "missing ']'"},
         {R"({"type":"string","pattern":"[z-a]"})", "/pattern", "a range out of order"},
         {R"({"type":"string","pattern":"*a"})", "/pattern", "nothing to repeat"},
@@ -433,6 +482,7 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"string","pattern":"\\"})", "/pattern", "'\\' at the end of the pattern"},
         {R"({"type":"string","pattern":"[]"})", "/pattern", "an empty character class"},
         {deep.c_str(), deep_where.c_str(), "schema nested deeper than 64 levels"},
+        {many_prefix.c_str(), "/prefixItems", "'prefixItems' of more than 1000 schemas"},
     };
     for (const Case& c : cases) {
         INFO(c.schema);
