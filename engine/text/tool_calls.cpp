@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/errors.h"
 
@@ -128,14 +129,6 @@ std::vector<ToolCall> calls_of(std::string_view text, const ToolCallFormat& form
         calls.push_back(std::move(*call));
     }
     return calls;
-}
-
-bool is_gbnf_name(std::string_view name) {
-    if (name.empty()) return false;
-    for (char c : name) {
-        if (!is_alnum(c) && c != '-') return false;
-    }
-    return true;
 }
 
 }  // namespace
@@ -371,83 +364,71 @@ nlohmann::ordered_json tool_call_json(const ToolCall& call) {
     return j;
 }
 
-std::string gbnf_literal(std::string_view text) {
-    static const char HEX[] = "0123456789ABCDEF";
-    std::string out = "\"";
-    for (char ch : text) {
-        unsigned char c = static_cast<unsigned char>(ch);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += ch;
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\r') {
-            out += "\\r";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else if (c < 0x20 || c == 0x7F) {
-            out += "\\x";
-            out += HEX[c >> 4];
-            out += HEX[c & 15];
-        } else {
-            out += ch;
-        }
-    }
-    out += '"';
-    return out;
-}
-
-std::string tool_call_envelope_gbnf(const ToolCallFormat& format, std::span<const ToolArgsGrammar> tools,
-                                    bool parallel) {
+std::string tool_call_envelope_gbnf(const ToolCallFormat& format, std::span<const ToolArgsGrammar> tools, bool parallel,
+                                    GbnfBuilder& builder) {
     if (format.family == ToolCallFamily::NONE)
         throw MoeError("tool-call grammar: the chat template has no tool-call format");
     if (tools.empty()) throw MoeError("tool-call grammar: no tools");
-    std::string gbnf = "root ::=";
-    auto fragment = [&](std::string_view f) {
-        if (f.empty()) return;
-        gbnf += ' ';
-        gbnf.append(f);
+    auto join = [](std::string& out, std::string_view piece) {
+        if (piece.empty()) return;
+        if (!out.empty()) out += ' ';
+        out.append(piece);
     };
-    fragment(format.gbnf_open);
-    gbnf += " tool-call";
-    if (parallel && format.multiple) {
-        gbnf += " (";
-        fragment(format.gbnf_separator);
-        gbnf += " tool-call)*";
-    }
-    fragment(format.gbnf_close);
-    gbnf += "\ntool-call ::=";
-    for (size_t i = 0; i < tools.size(); i++) {
-        if (i) gbnf += " |";
-        gbnf += " tool-call-";
-        gbnf += std::to_string(i);
-    }
-    gbnf += '\n';
-    for (size_t i = 0; i < tools.size(); i++) {
-        const ToolArgsGrammar& t = tools[i];
-        if (!is_gbnf_name(t.rule) || t.rule.starts_with("tool-call"))
-            throw MoeError(std::string("tool-call grammar: tool '") + t.name + "': '" + t.rule +
-                           "' is not a rule name of its own (letters, digits, '-'; not tool-call...)");
+    std::string alternatives;
+    for (const ToolArgsGrammar& t : tools) {
         std::string head = "{\"name\": ";
         head += ojson(t.name).dump();
         head += ", \"";
         head.append(format.args_key);
         head += "\": ";
-        gbnf += "tool-call-";
-        gbnf += std::to_string(i);
-        gbnf += " ::=";
-        fragment(format.gbnf_call_open);
-        gbnf += ' ';
-        gbnf += gbnf_literal(head);
-        gbnf += ' ';
-        gbnf += t.rule;
-        gbnf += " \"}\"";
-        fragment(format.gbnf_call_close);
-        gbnf += '\n';
+        std::string body;
+        join(body, format.gbnf_call_open);
+        join(body, gbnf_literal(head));
+        join(body, t.rule);
+        join(body, "\"}\"");
+        join(body, format.gbnf_call_close);
+        if (!alternatives.empty()) alternatives += " | ";
+        alternatives += builder.add_rule(std::string("tool-call-") + std::to_string(&t - tools.data()), body);
     }
-    for (const ToolArgsGrammar& t : tools) {
-        gbnf += t.rules;
-        if (!t.rules.empty() && t.rules.back() != '\n') gbnf += '\n';
+    std::string call = builder.add_rule("tool-call", alternatives);
+    std::string root;
+    join(root, format.gbnf_open);
+    join(root, call);
+    if (parallel && format.multiple) {
+        std::string more = "(";
+        more.append(format.gbnf_separator);
+        join(more, call);
+        more += ")*";
+        join(root, more);
     }
-    return gbnf;
+    join(root, format.gbnf_close);
+    return builder.gbnf(root);
+}
+
+std::string tool_call_grammar(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
+                              std::string_view forced_name, bool parallel) {
+    if (!tools.is_array()) throw MoeError("tools: expected an array");
+    GbnfBuilder builder;
+    std::vector<ToolArgsGrammar> args;
+    for (size_t i = 0; i < tools.size(); i++) {
+        std::string where = std::string("tools[") + std::to_string(i) + "]";
+        const ojson& tool = tools[i];
+        if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+            !tool["function"].is_object())
+            throw MoeError(where + ": expected {\"type\": \"function\", \"function\": {...}}");
+        const ojson& function = tool["function"];
+        auto name = function.find("name");
+        if (name == function.end() || !name->is_string() || name->get_ref<const std::string&>().empty())
+            throw MoeError(where + ".function.name: expected a non-empty string");
+        if (!forced_name.empty() && *name != forced_name) continue;
+        auto parameters = function.find("parameters");
+        ojson schema = parameters == function.end() ? ojson{{"type", "object"}} : *parameters;
+        if (!schema.is_object()) throw MoeError(where + ".function.parameters: expected an object (a JSON Schema)");
+        std::string rule =
+            builder.add_schema(schema, where + ".function.parameters", name->get<std::string>() + "-args");
+        args.push_back({name->get<std::string>(), rule});
+    }
+    if (args.empty() && !forced_name.empty())
+        throw MoeError(std::string("tool_choice: no tool named '") + std::string(forced_name) + "' in tools");
+    return tool_call_envelope_gbnf(format, args, parallel, builder);
 }

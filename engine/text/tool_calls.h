@@ -15,7 +15,7 @@
 // the trigger's piece in when the token is the trigger's id
 // (tool_call_trigger_token): one text path serves every family, the
 // one-shot parse of a stored reply is the same code, and tests feed plain
-// text.
+// text. The argument grammars come from json_schema.* (GbnfBuilder).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+class GbnfBuilder;
 class Tokenizer;
 
 enum class ToolCallFamily { NONE, HERMES, MISTRAL, LLAMA3 };
@@ -134,7 +135,6 @@ private:
     bool at_start_ = true;     // nothing released or called yet
     bool after_call_ = false;  // whitespace directly after a call is dropped
     std::string content_;
-    bool any_content_ = false;
     std::vector<ToolCall> calls_;
 };
 
@@ -145,26 +145,29 @@ ToolCallReply tool_calls_parse(const ToolCallFormat& format, std::string_view te
 // OpenAI take it: {"id", "type": "function", "function": {"name", "arguments"}}.
 nlohmann::ordered_json tool_call_json(const ToolCall& call);
 
-// A GBNF string literal ("..." with \" \\ \n \r \t and \xHH for the other
-// control characters; other UTF-8 as it is).
-std::string gbnf_literal(std::string_view text);
-
-// A tool's arguments grammar, made elsewhere (the JSON-Schema converter):
-// `rule` is the name of the rule matching its arguments object, `rules` the
-// GBNF text defining it and its helpers (no `root`; names must not start
-// with "tool-call").
+// A tool's arguments grammar: the function's name and the rule of its
+// arguments object, already in the GbnfBuilder (GbnfBuilder::add_schema).
 struct ToolArgsGrammar {
-    std::string name;  // the function's name
+    std::string name;
     std::string rule;
-    std::string rules;
 };
 
-// The grammar of a reply that is nothing but calls in the format's envelope,
-// each to one of `tools` (one tool: a named tool_choice) with arguments
-// matching its rule; several calls when `parallel` and the format allows it.
-// E.g. Hermes: root ::= "<tool_call>\n{\"name\": \"get_weather\",
-// \"arguments\": " get-weather-args "}\n</tool_call>"; Mistral's starts with
-// the control token <[[TOOL_CALLS]]>. MoeError for the NONE format, no
-// tools, or a rule name that is not a GBNF name.
-std::string tool_call_envelope_gbnf(const ToolCallFormat& format, std::span<const ToolArgsGrammar> tools,
-                                    bool parallel);
+// Adds the rules of a reply that is nothing but calls in the format's
+// envelope to `builder`, each call to one of `tools` (one tool: a named
+// tool_choice) with arguments matching its rule, several calls when
+// `parallel` and the format allows it; returns the whole grammar. E.g.
+// Hermes: root ::= tool-call, tool-call-0 ::= "<tool_call>\n" "{\"name\":
+// \"get_weather\", \"arguments\": " get-weather-args "}" "\n</tool_call>";
+// Mistral's starts with the control token <[[TOOL_CALLS]]>. MoeError for the
+// NONE format or no tools.
+std::string tool_call_envelope_gbnf(const ToolCallFormat& format, std::span<const ToolArgsGrammar> tools, bool parallel,
+                                    GbnfBuilder& builder);
+
+// The grammar of tool_choice "required" (forced_name empty) or a named
+// function, from the request's `tools` ([{"type": "function", "function":
+// {"name", "parameters"}}], each tool's parameters through the JSON-Schema
+// converter; no parameters: any object). MoeError naming the place
+// ("tools[1].function.name: ...", "tools[0].function.parameters/...: ...",
+// "tool_choice: no tool named 'x'") for what it cannot take.
+std::string tool_call_grammar(const ToolCallFormat& format, const nlohmann::ordered_json& tools,
+                              std::string_view forced_name, bool parallel);

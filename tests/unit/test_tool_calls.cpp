@@ -5,7 +5,8 @@
 // generated: parsed back it gives the same calls, in one piece or split at
 // every byte); Mistral v3's tool turns tokenized to their control ids, the
 // trigger spliced back in from token ids; malformed calls staying content;
-// the envelope grammars. That the Hermes, Qwen and Mistral templates render
+// the envelope grammars, which accept the calls the templates render,
+// token by token through the grammar engine. That the Hermes, Qwen and Mistral templates render
 // these conversations exactly as jinja2 does is test_jinja's check (every
 // shared template x every conversation, mistral-common's samples included).
 #include <algorithm>
@@ -13,8 +14,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "engine/text/grammar.h"
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/jinja_chat.h"
+#include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "engine/text/tool_calls.h"
 #include "profiles/errors.h"
@@ -477,37 +480,116 @@ TEST_CASE("tool-call messages in the shape templates and OpenAI take", "[tool_ca
 }
 
 TEST_CASE("tool-call envelope grammars", "[tool_calls]") {
-    CHECK(gbnf_literal("a\"b\\c\n\r\t\x01\x7f é") == "\"a\\\"b\\\\c\\n\\r\\t\\x01\\x7F é\"");
-
-    std::vector<ToolArgsGrammar> tools = {
-        {"get_weather", "get-weather-args", "get-weather-args ::= \"{}\""},
-        {"get_time", "get-time-args", "get-time-args ::= \"{\\\"tz\\\": 1}\"\n"},
-    };
-    CHECK(tool_call_envelope_gbnf(HERMES, std::span(tools).first(1), false) ==
+    GbnfBuilder b;
+    std::vector<ToolArgsGrammar> tools = {{"get_weather", b.add_rule("get-weather-args", "\"{}\"")},
+                                          {"get_time", b.add_rule("get-time-args", "\"{\\\"tz\\\": 1}\"")}};
+    CHECK(tool_call_envelope_gbnf(HERMES, std::span(tools).first(1), false, b) ==
           "root ::= tool-call\n"
-          "tool-call ::= tool-call-0\n"
+          "get-weather-args ::= \"{}\"\n"
+          "get-time-args ::= \"{\\\"tz\\\": 1}\"\n"
           "tool-call-0 ::= \"<tool_call>\\n\" \"{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" "
           "get-weather-args \"}\" \"\\n</tool_call>\"\n"
-          "get-weather-args ::= \"{}\"\n");
-    CHECK(tool_call_envelope_gbnf(HERMES, tools, true)
-              .starts_with("root ::= tool-call ( \"\\n\" tool-call)*\ntool-call ::= tool-call-0 | tool-call-1\n"));
-    std::string mistral = tool_call_envelope_gbnf(MISTRAL, tools, true);
-    CHECK(mistral.starts_with("root ::= <[[TOOL_CALLS]]> \" \"? \"[\" tool-call ( \", \" tool-call)* \"]\"\n"));
+          "tool-call ::= tool-call-0\n");
+    GbnfBuilder b2;
+    tools = {{"get_weather", b2.add_rule("get-weather-args", "\"{}\"")},
+             {"get_time", b2.add_rule("get-time-args", "\"{\\\"tz\\\": 1}\"")}};
+    std::string mistral = tool_call_envelope_gbnf(MISTRAL, tools, true, b2);
+    CHECK(mistral.starts_with("root ::= <[[TOOL_CALLS]]> \" \"? \"[\" tool-call (\", \" tool-call)* \"]\"\n"));
     CHECK(mistral.find("tool-call-1 ::= \"{\\\"name\\\": \\\"get_time\\\", \\\"arguments\\\": \" get-time-args "
                        "\"}\"\n") != std::string::npos);
-    CHECK(mistral.ends_with("get-weather-args ::= \"{}\"\nget-time-args ::= \"{\\\"tz\\\": 1}\"\n"));
+    CHECK(mistral.ends_with("tool-call ::= tool-call-0 | tool-call-1\n"));
     // Llama 3.1 takes one call; its key is "parameters".
-    std::string llama = tool_call_envelope_gbnf(LLAMA3, tools, true);
+    GbnfBuilder b3;
+    tools = {{"get_weather", b3.add_rule("get-weather-args", "\"{}\"")}};
+    std::string llama = tool_call_envelope_gbnf(LLAMA3, tools, true, b3);
     CHECK(llama.starts_with("root ::= tool-call\n"));
     CHECK(llama.find("\\\"parameters\\\": \" get-weather-args") != std::string::npos);
 
     CHECK(moe_error_of([&] {
-              tool_call_envelope_gbnf(tool_call_format(ToolCallFamily::NONE), tools, false);
+              tool_call_envelope_gbnf(tool_call_format(ToolCallFamily::NONE), tools, false, b3);
           }).find("no tool-call format") != std::string::npos);
-    CHECK(moe_error_of([&] { tool_call_envelope_gbnf(HERMES, {}, false); }).find("no tools") != std::string::npos);
-    std::vector<ToolArgsGrammar> bad = {{"f", "bad name", ""}};
-    CHECK(moe_error_of([&] { tool_call_envelope_gbnf(HERMES, bad, false); }).find("tool 'f': 'bad name'") !=
+    CHECK(moe_error_of([&] { tool_call_envelope_gbnf(HERMES, {}, false, b3); }).find("no tools") != std::string::npos);
+
+    // Malformed tools are refused by name.
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {R"({"type": "function"})", "tools: expected an array"},
+        {R"([{"type": "retrieval", "function": {"name": "f"}}])", "tools[0]: expected"},
+        {R"([{"type": "function", "function": {"name": ""}}])", "tools[0].function.name: expected a non-empty string"},
+        {R"([{"type": "function", "function": {"name": "f", "parameters": 3}}])",
+         "tools[0].function.parameters: expected an object"},
+        {R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "if": {}}}}])",
+         "tools[0].function.parameters"},
+    };
+    for (const auto& [tools_json, error] : bad) {
+        INFO(tools_json);
+        CHECK(moe_error_of([&] { tool_call_grammar(HERMES, ojson::parse(tools_json), "", false); }).find(error) !=
+              std::string::npos);
+    }
+    ojson one = ojson::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+    CHECK(moe_error_of([&] { tool_call_grammar(HERMES, one, "g", false); }) ==
+          "tool_choice: no tool named 'g' in tools");
+    CHECK(moe_error_of([&] { tool_call_grammar(HERMES, ojson::array(), "", false); }).find("no tools") !=
           std::string::npos);
-    bad[0].rule = "tool-call-0";
-    CHECK(!moe_error_of([&] { tool_call_envelope_gbnf(HERMES, bad, false); }).empty());
+}
+
+TEST_CASE("tool-call grammars accept the calls each family's template renders, token by token", "[tool_calls]") {
+    // Mistral v3's vocabulary: [TOOL_CALLS] is a control token; the other
+    // families' envelopes are text, which it tokenizes too.
+    Tokenizer tokenizer = hf_tokenizer_load_dir(mistral_v3_dir());
+    auto vocab = std::make_shared<const GrammarVocab>(tokenizer);
+    const std::vector<int> end = {tokenizer.eos_id()};
+    fs::path templates = shared_data_dir() / "chat_templates";
+    const std::vector<TemplateCase> cases = {
+        {"qwen3", templates / "Qwen-Qwen3-0.6B.jinja", ToolCallFamily::HERMES, "<|im_end|>"},
+        {"hermes3", templates / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ToolCallFamily::HERMES,
+         "<|im_end|>"},
+        {"llama3.1", templates / "meta-llama-Llama-3.1-8B-Instruct.jinja", ToolCallFamily::LLAMA3, "<|eot_id|>"},
+        {"mistral-v3", mistral_v3_dir(), ToolCallFamily::MISTRAL, "</s>"},
+    };
+    // Tokens of `reply` run through a matcher of `gbnf`: all allowed, and the end reached.
+    auto accepts = [&](const std::string& gbnf, const std::string& reply) {
+        GrammarMatcher m(Grammar::parse(gbnf, vocab, "envelope"), end, true);
+        for (int id : tokenizer.encode(reply, true, SpecialTokens::PARSE)) {
+            if (!m.allows(id)) return false;
+            m.accept(id);
+        }
+        return m.can_end();
+    };
+    size_t checked = 0;
+    for (const TemplateCase& t : cases) {
+        JinjaChat chat = load_chat(t);
+        const ToolCallFormat& format = tool_call_format(t.family);
+        for (const auto& [name, conversation] : tool_conversations()) {
+            // The conversations whose arguments are objects (the grammar writes objects).
+            if (name != "tool_call_and_result" && name != "parallel_tool_calls") continue;
+            const ojson& messages = conversation.at("messages");
+            for (size_t at = 0; at < messages.size(); at++) {
+                if (!has_tool_calls(messages[at])) continue;
+                INFO("template " << t.name << ", conversation " << name << ", message " << at);
+                std::string reply = generated_text(chat, conversation, at, t.end);
+                if (reply.empty()) continue;
+                // Mistral's template writes the ids of history calls; the grammar makes none.
+                for (size_t p; (p = reply.find(", \"id\": \"")) != std::string::npos;) reply.erase(p, 19);
+                INFO("reply: " << reply);
+                const ojson& calls = messages[at]["tool_calls"];
+                bool several = calls.size() > 1;
+                CHECK(accepts(tool_call_grammar(format, conversation["tools"], "", several), reply));
+                if (!several) {
+                    std::string called = calls[0]["function"]["name"];
+                    CHECK(accepts(tool_call_grammar(format, conversation["tools"], called, false), reply));
+                } else {
+                    CHECK(!accepts(tool_call_grammar(format, conversation["tools"], "", false), reply));
+                }
+                // Another tool forced: refused.
+                ojson other = conversation["tools"];
+                other.push_back(ojson::parse(R"({"type": "function", "function": {"name": "other_tool"}})"));
+                CHECK(!accepts(tool_call_grammar(format, other, "other_tool", several), reply));
+                checked++;
+            }
+        }
+    }
+    // 2 each but Llama 3.1 (one call per message) and Mistral v3 (its
+    // template moves the system message to the last user turn, so
+    // parallel_tool_calls' prompt is not a prefix of its full render).
+    CHECK(checked >= 6);
 }
