@@ -319,6 +319,13 @@ TEST_CASE("Mistral v3 tool turns tokenize to the control ids and parse back from
             continue;
         }
         samples++;
+        // Each tool result carries its tool_call_id into the prompt.
+        for (const ojson& m : sample.at("messages")) {
+            if (m.at("role") == "tool") {
+                std::string call_id = m.at("tool_call_id");
+                CHECK(text.find(std::string("\"call_id\": \"") + call_id + "\"}[/TOOL_RESULTS]") != std::string::npos);
+            }
+        }
         std::vector<int> ids = hf.encode(text, true, SpecialTokens::PARSE);
         // SentencePiece's own encoder (libsentencepiece) agrees with the tokenizer.json one.
         CHECK(sp.encode(text, true, SpecialTokens::PARSE) == ids);
