@@ -27,39 +27,24 @@ constexpr int64_t MAX_INT = 9999999999999999;  // MAX_INT_DIGITS nines
 
 constexpr uint32_t MAX_CODE_POINT = 0x10FFFF;
 
-const std::set<std::string, std::less<>> ANNOTATIONS = {
-    "title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated", "readOnly", "writeOnly"};
+using Keywords = std::set<std::string, std::less<>>;
 
-const std::set<std::string, std::less<>> KEYWORDS = {"type",
-                                                     "properties",
-                                                     "required",
-                                                     "additionalProperties",
-                                                     "items",
-                                                     "prefixItems",
-                                                     "minItems",
-                                                     "maxItems",
-                                                     "minLength",
-                                                     "maxLength",
-                                                     "pattern",
-                                                     "format",
-                                                     "enum",
-                                                     "const",
-                                                     "anyOf",
-                                                     "oneOf",
-                                                     "allOf",
-                                                     "$ref",
-                                                     "$defs",
-                                                     "definitions",
-                                                     "minimum",
-                                                     "maximum",
-                                                     "exclusiveMinimum",
-                                                     "exclusiveMaximum"};
+const Keywords ANNOTATIONS = {"title",   "description", "$comment",   "examples", "default",
+                              "$schema", "$id",         "deprecated", "readOnly", "writeOnly"};
 
-const std::set<std::string, std::less<>> OBJECT_KEYWORDS = {"properties", "required", "additionalProperties"};
-const std::set<std::string, std::less<>> ARRAY_KEYWORDS = {"items", "prefixItems", "minItems", "maxItems"};
-const std::set<std::string, std::less<>> STRING_KEYWORDS = {"minLength", "maxLength", "pattern", "format"};
-const std::set<std::string, std::less<>> INTEGER_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum",
-                                                             "exclusiveMaximum"};
+const Keywords OBJECT_KEYWORDS = {"properties", "required", "additionalProperties"};
+const Keywords ARRAY_KEYWORDS = {"items", "prefixItems", "minItems", "maxItems"};
+const Keywords STRING_KEYWORDS = {"minLength", "maxLength", "pattern", "format"};
+const Keywords INTEGER_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+// Every keyword the walk reads: the types' own and the general ones.
+const Keywords KEYWORDS = [] {
+    Keywords all = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions"};
+    for (const Keywords* k : {&OBJECT_KEYWORDS, &ARRAY_KEYWORDS, &STRING_KEYWORDS, &INTEGER_KEYWORDS}) {
+        all.insert(k->begin(), k->end());
+    }
+    return all;
+}();
 
 const std::vector<std::string> TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
@@ -546,7 +531,9 @@ private:
             return inner == "\"\"" ? "" : group(inner);
         }
         if (c == '*' || c == '+' || c == '?') fail("nothing to repeat");
-        if (c == '{' && braces_ahead()) fail("nothing to repeat");
+        if (c == '{') {  // Python's re reads "{,n}" as a repetition, ECMA-262 as characters
+            fail(braces_ahead() ? "nothing to repeat" : "a '{' that is no repetition must be escaped");
+        }
         if (c == '[') return set_gbnf(char_class());
         if (c == '.') {
             ++pos_;
@@ -743,7 +730,7 @@ private:
 
     // Only annotations (and $defs) beside `keyword`.
     void only_annotations_beside(const ojson& s, const std::string& ptr, const std::string& keyword,
-                                 const std::set<std::string, std::less<>>& also = {}) const {
+                                 const Keywords& also = {}) const {
         for (auto& [k, v] : s.items()) {
             if (k == keyword || ANNOTATIONS.count(k) || also.count(k) || k == "$defs" || k == "definitions") continue;
             fail(ptr, "keyword '" + k + "' beside '" + keyword + "' is not supported");
@@ -847,7 +834,7 @@ private:
             return types;
         }
         if (s.contains("enum") || s.contains("const")) return TYPES;
-        auto has_any = [&](const std::set<std::string, std::less<>>& keys) {
+        auto has_any = [&](const Keywords& keys) {
             return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return s.contains(k); });
         };
         if (has_any(OBJECT_KEYWORDS)) types.push_back("object");
@@ -1099,8 +1086,7 @@ private:
         // least one property (so each begins with a comma).
         std::string comma = "\",\" " + ws + " ";
         std::string tail = extra_pair.empty() ? "" : group(comma + extra_pair) + "*";
-        std::string heads;  // alternatives for the first property written
-        std::vector<std::string> head_alts;
+        std::vector<std::string> head_alts;  // alternatives for the first property written
         if (!extra_pair.empty()) head_alts.push_back(extra_pair + (tail.empty() ? "" : " " + tail));
         bool must_have_one = false;
         for (int i = static_cast<int>(written.size()) - 1; i >= 0; --i) {

@@ -260,6 +260,10 @@ TEST_CASE("json_schema: patterns are searched, within the documented subset", "[
         {"^\\x41\\u00e9[\\t\\-]$", {"Aé-", "Aé\\t"}, {"Aex"}},
         {"^a*?b+?$", {"aab", "b"}, {"a"}},
         {"^\\D\\W$", {"a ", "x-"}, {"1 ", "ab"}},
+        {"^(a|)b()$", {"ab", "b"}, {"aab", ""}},
+        {"^$", {""}, {"a"}},
+        {"", {"", "anything"}, {}},
+        {"^a\\{2}}$", {"a{2}}"}, {"aa}"}},
     };
     std::vector<std::pair<ojson, std::vector<std::string>>> walks;
     unsigned seed = 100;
@@ -479,6 +483,7 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"string","pattern":"a{3,2}"})", "/pattern", "repetition {m,n} with n < m"},
         {R"({"type":"string","pattern":"a{1,5000}"})", "/pattern", "repetition bound past 1000"},
         {R"({"type":"string","pattern":"\\q"})", "/pattern", "unknown escape '\\q'"},
+        {R"({"type":"string","pattern":"a{,5}"})", "/pattern", "a '{' that is no repetition must be escaped"},
         {R"({"type":"string","pattern":"\\"})", "/pattern", "'\\' at the end of the pattern"},
         {R"({"type":"string","pattern":"[]"})", "/pattern", "an empty character class"},
         {deep.c_str(), deep_where.c_str(), "schema nested deeper than 64 levels"},
