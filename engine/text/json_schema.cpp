@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "profiles/errors.h"
 
@@ -717,6 +718,9 @@ private:
     std::string where_;
     std::string prefix_;
     std::map<std::string, std::string> refs_;  // JSON pointer -> rule name
+    // The references being resolved since the last '{' or '[': one of them
+    // again would be a rule that starts with itself (left recursion).
+    std::vector<std::string> open_refs_;
 
     [[noreturn]] void fail(const std::string& ptr, const std::string& what) const {
         std::string msg = where_;
@@ -963,6 +967,7 @@ private:
     }
 
     std::string array_body(const ojson& s, const std::string& ptr, const std::string& name, int depth) {
+        std::vector<std::string> open_refs = std::exchange(open_refs_, {});  // '[' comes first
         std::vector<std::string> prefix;
         if (s.contains("prefixItems")) {
             const ojson& p = s["prefixItems"];
@@ -1008,6 +1013,7 @@ private:
             return i < lo ? one : group(one) + "?";
         };
         std::string body = elements(elements, 0);
+        open_refs_ = std::move(open_refs);
         return "\"[\" " + ws + " " + (body.empty() ? "" : body + " ") + "\"]\"";
     }
 
@@ -1018,6 +1024,7 @@ private:
     };
 
     std::string object_body(const ojson& s, const std::string& ptr, const std::string& name, int depth) {
+        std::vector<std::string> open_refs = std::exchange(open_refs_, {});  // '{' comes first
         std::vector<std::string> required;
         if (s.contains("required")) {
             const ojson& r = s["required"];
@@ -1107,6 +1114,7 @@ private:
             std::string h = head_alts.size() == 1 ? head_alts[0] : group(join(head_alts, " | "));
             body = must_have_one ? h + " " : (head_alts.size() == 1 ? group(h) : h) + "? ";
         }
+        open_refs_ = std::move(open_refs);
         return "\"{\" " + ws + " " + body + "\"}\"";
     }
 
@@ -1176,6 +1184,9 @@ private:
         if (target.empty() || target[0] != '#') {
             fail(ptr, "only references within the schema ('#/$defs/NAME') are supported, not '" + target + "'");
         }
+        if (std::find(open_refs_.begin(), open_refs_.end(), target) != open_refs_.end()) {
+            fail(ptr, "'$ref' '" + target + "' refers to itself before any value is written");
+        }
         auto known = refs_.find(target);
         if (known != refs_.end()) return known->second;
         // Walk the pointer.
@@ -1209,7 +1220,9 @@ private:
         }
         std::string rule = b_.reserve_rule(join_name(prefix_, sanitize_name(last)));
         refs_[target] = rule;
+        open_refs_.push_back(target);
         std::string body = visit(*node, pointer, rule + "-body", depth + 1);
+        open_refs_.pop_back();
         b_.define_rule(rule, body);
         return rule;
     }
