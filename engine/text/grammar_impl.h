@@ -98,6 +98,7 @@ constexpr size_t GRAMMAR_MAX_STACKS = 1024;
 // entries; more entries make fewer tokens context-dependent (inside a JSON
 // string three cover the string's own rules) at the cost of more contexts.
 constexpr size_t GRAMMAR_CONTEXT_FRAMES = 3;
+constexpr size_t GRAMMAR_MAX_CONTEXTS = 4096;
 
 // Buffers reused by expansion and walks.
 struct Scratch {
@@ -149,11 +150,15 @@ struct Grammar::Impl {
     std::vector<grammar_detail::Rule> rules;
     uint32_t root = 0;
 
-    // Stack contexts (the top GRAMMAR_CONTEXT_FRAMES entries) -> their
-    // classification, filled the first time a generation reaches one.
+    // Stack contexts (the top GRAMMAR_CONTEXT_FRAMES entries, or a whole
+    // stack no deeper) -> their classification, filled the first time a
+    // generation reaches one.
+    // At most GRAMMAR_MAX_CONTEXTS are kept (about 4 KB each at a 32k
+    // vocabulary); past that the cache starts over.
     mutable std::mutex cache_mutex;
-    mutable std::unordered_map<std::vector<uint32_t>, std::unique_ptr<grammar_detail::Classification>,
+    mutable std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const grammar_detail::Classification>,
                                grammar_detail::StackHash>
         cache;
-    const grammar_detail::Classification& classify(std::span<const uint32_t> context) const;
+    // The classification of a stack's context (computed and cached on first use).
+    std::shared_ptr<const grammar_detail::Classification> classify(std::span<const uint32_t> stack) const;
 };

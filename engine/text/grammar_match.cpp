@@ -285,16 +285,24 @@ void walk_trie(const Grammar::Impl& g, const StackSet& start, Utf8State u0, bool
 
 }  // namespace
 
-const Classification& Grammar::Impl::classify(std::span<const uint32_t> context) const {
-    std::vector<uint32_t> key(context.begin(), context.end());
+std::shared_ptr<const Classification> Grammar::Impl::classify(std::span<const uint32_t> stack) const {
+    // A stack no deeper than a context is classified whole (nothing is
+    // uncertain); its key starts with a marker no position equals.
+    const bool whole = stack.size() <= GRAMMAR_CONTEXT_FRAMES;
+    const auto context = whole ? stack : stack.subspan(stack.size() - GRAMMAR_CONTEXT_FRAMES);
+    std::vector<uint32_t> key;
+    if (whole) key.push_back(UINT32_MAX);
+    key.insert(key.end(), context.begin(), context.end());
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = cache.find(key);
-    if (it != cache.end()) return *it->second;
+    if (it != cache.end()) return it->second;
     StackSet start;
-    start.add(key);
-    auto c = std::make_unique<Classification>();
-    walk_trie(*this, start, Utf8State{}, true, *c);
-    return *cache.emplace(std::move(key), std::move(c)).first->second;
+    start.add(context);
+    auto c = std::make_shared<Classification>();
+    walk_trie(*this, start, Utf8State{}, !whole, *c);
+    if (cache.size() >= GRAMMAR_MAX_CONTEXTS) cache.clear();
+    cache.emplace(std::move(key), c);
+    return c;
 }
 
 GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) : impl_(std::make_unique<Impl>()) {
@@ -437,8 +445,8 @@ struct GrammarMatcher::State {
             const auto s = stacks[i];
             if (s.empty()) continue;
             if (g.elems[s.back()].type != ElemType::CHARS) continue;
-            const size_t k = std::min(s.size(), GRAMMAR_CONTEXT_FRAMES);
-            const Classification& c = g.classify(s.subspan(s.size() - k));
+            const auto cls = g.classify(s);
+            const Classification& c = *cls;
             for (size_t w = 0; w < bits.size(); w++) bits[w] |= c.accepted[w];
             for (const auto& [b, e] : c.uncertain) {
                 for (uint32_t t = b; t < e; t++) {
@@ -478,31 +486,36 @@ GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
 void GrammarMatcher::mask(float* logits) {
     State& st = *state_;
     st.compute_bits();
-    // The ids with no bytes: end tokens and <[piece]> tokens on top of a stack.
-    std::vector<int> extra;
-    if (st.can_end()) extra = st.end_tokens;
-    if (st.u.need == 0) {
-        for (size_t i = 0; i < st.stacks.size(); i++) {
-            const auto s = st.stacks[i];
-            if (!s.empty() && st.g.elems[s.back()].type == ElemType::TOKEN)
-                extra.push_back(static_cast<int>(st.g.elems[s.back()].value));
-        }
-    }
-    std::vector<float> kept(extra.size());
-    for (size_t i = 0; i < extra.size(); i++) kept[i] = logits[extra[i]];
-    const float ninf = -std::numeric_limits<float>::infinity();
     const GrammarVocab::Impl& v = st.v;
-    size_t allowed = extra.size();
+    const float ninf = -std::numeric_limits<float>::infinity();
+    // <[piece]> tokens on top of a stack and the end tokens are decided
+    // apart: their logits are kept, everything the bitset does not allow is
+    // masked (control tokens and <unk> always), then the kept ones go back.
+    std::vector<std::pair<int, float>> kept;
+    const bool can_end = st.can_end();
+    for (int id : st.end_tokens) {
+        if (can_end && id >= 0 && id < v.n_vocab) kept.push_back({id, logits[id]});
+    }
+    for (size_t i = 0; i < st.stacks.size() && st.u.need == 0; i++) {
+        const auto s = st.stacks[i];
+        if (s.empty() || st.g.elems[s.back()].type != ElemType::TOKEN) continue;
+        const int id = static_cast<int>(st.g.elems[s.back()].value);
+        if (!st.is_end(id)) kept.push_back({id, logits[id]});
+    }
+    bool any = !kept.empty();
     for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
         if ((st.bits[t / 64] >> (t % 64)) & 1) {
-            allowed++;
+            any = any || !st.is_end(v.sorted_ids[t]);
         } else {
             logits[v.sorted_ids[t]] = ninf;
         }
     }
     for (int id : v.no_bytes) logits[id] = ninf;
-    for (size_t i = 0; i < extra.size(); i++) logits[extra[i]] = kept[i];
-    if (allowed == 0) throw MoeError("grammar: no token of the vocabulary can continue the text here");
+    for (int id : st.end_tokens) {
+        if (id >= 0 && id < v.n_vocab) logits[id] = ninf;
+    }
+    for (const auto& [id, value] : kept) logits[id] = value;
+    if (!any) throw MoeError("grammar: no token of the vocabulary can continue the text here");
 }
 
 void GrammarMatcher::accept(int token) {
