@@ -150,7 +150,8 @@ TEST_CASE("grammar: left recursion is refused, direct, indirect and through null
           "grammar: line 2, column 1: left recursion: a -> b -> a");
     CHECK(parse_error("root ::= opt root \"x\" | \"y\"\nopt ::= \"o\"?") ==
           "grammar: line 1, column 1: left recursion: root -> root");
-    CHECK(parse_error("root ::= (\"a\"?)*") != "");
+    CHECK(parse_error("root ::= (\"a\"?)*") == "grammar: line 1, column 16: a repeated item can match nothing");
+    CHECK(parse_error("root ::= x+\nx ::= \"a\"*") == "grammar: line 1, column 11: a repeated item can match nothing");
     // Right recursion and recursion after a terminal are fine.
     CHECK(parse_error("root ::= \"a\" root | \"b\"\nx ::= \"(\" x \")\" | \"\"") == "");
 }
@@ -195,6 +196,11 @@ TEST_CASE("grammar: groups, classes and repetition bounds", "[grammar]") {
     const auto h = Grammar::parse("# a comment\nroot ::= (\n  \"\\x41\\u00e9\" # more\n  | \"\\t\\\"\\\\\" )\n\n",
                                   mistral_vocab());
     CHECK(matches(h, "Aé"));
+    // A top-level rule goes on at a line that starts with '|'.
+    const auto k = Grammar::parse("root ::= \"a\"\n  | \"b\" # b\n\n  | \"c\"\nx ::= \"d\"\n", mistral_vocab());
+    CHECK(matches(k, "b"));
+    CHECK(matches(k, "c"));
+    CHECK_FALSE(matches(k, "d"));
     CHECK(matches(h, "\t\"\\"));
     CHECK_FALSE(matches(h, "A"));
 }
@@ -355,4 +361,61 @@ TEST_CASE("grammar: a long JSON string keeps masks exact", "[grammar]") {
     CHECK(allowed > 30000);
     REQUIRE(feed(m, "\"}"));
     CHECK(m.can_end());
+}
+
+TEST_CASE("grammar: mutated grammars parse or fail cleanly, and what parses can be matched", "[grammar]") {
+    std::mt19937 rng(99);
+    const std::string alphabet = "()[]{}|*+?.\"\\^-:=#<>, \n0123456789az";
+    std::vector<float> logits(static_cast<size_t>(mistral().vocab_size()));
+    const int ends[] = {mistral().eos_id()};
+    int parsed = 0, failed = 0;
+    for (int i = 0; i < 1500; i++) {
+        std::string text = JSON_GBNF;
+        const int edits = 1 + static_cast<int>(rng() % 4);
+        for (int e = 0; e < edits; e++) {
+            const size_t at = rng() % text.size();
+            const char c = alphabet[rng() % alphabet.size()];
+            switch (rng() % 3) {
+            case 0:
+                text.erase(at, 1);
+                break;
+            case 1:
+                text.insert(at, 1, c);
+                break;
+            default:
+                text[at] = c;
+            }
+        }
+        std::shared_ptr<const Grammar> g;
+        try {
+            g = Grammar::parse(text, mistral_vocab());
+        } catch (const MoeError& e) {
+            const std::string m = e.what();
+            CHECK(m.rfind("grammar: line ", 0) == 0);
+            failed++;
+            continue;
+        }
+        parsed++;
+        if (parsed > 60) continue;  // matching a few is enough
+        try {
+            GrammarMatcher m(g, ends, false);
+            std::mt19937 pick(static_cast<unsigned>(i));
+            for (int s = 0; s < 6 && !m.must_end(); s++) {
+                std::fill(logits.begin(), logits.end(), 0.0f);
+                m.mask(logits.data());
+                std::vector<int> allowed;
+                for (int id = 0; id < mistral().vocab_size(); id++) {
+                    if (!std::isinf(logits[static_cast<size_t>(id)])) allowed.push_back(id);
+                }
+                const int id = allowed[pick() % allowed.size()];
+                if (id == ends[0]) break;
+                m.accept(id);
+            }
+        } catch (const MoeError& e) {
+            const std::string m = e.what();
+            CHECK(m.rfind("grammar: ", 0) == 0);
+        }
+    }
+    CHECK(parsed > 50);
+    CHECK(failed > 500);
 }
