@@ -505,6 +505,7 @@ void Parser::check_left_recursion(const Grammar::Impl& g) const {
 
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf, std::shared_ptr<const GrammarVocab> vocab,
                                               std::string_view source) {
+    if (!vocab) throw MoeError(std::string(source) + ": no vocabulary to parse the grammar against");
     std::shared_ptr<Grammar> g(new Grammar());
     g->impl_->text = std::string(gbnf);
     g->impl_->vocab = std::move(vocab);

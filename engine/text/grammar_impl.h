@@ -84,6 +84,8 @@ public:
     // Adds `s` unless already present; MoeError past GRAMMAR_MAX_STACKS.
     void add(std::span<const uint32_t> s);
     bool contains_empty() const;
+    // Appends the set's contents (a key for maps of sets).
+    void append_key(std::string& key) const;
 
 private:
     std::vector<uint32_t> data_;

@@ -114,6 +114,12 @@ void StackSet::add(std::span<const uint32_t> s) {
     hashes_.push_back(h);
 }
 
+void StackSet::append_key(std::string& key) const {
+    key.append(reinterpret_cast<const char*>(ends_.data()), ends_.size() * sizeof(uint32_t));
+    key.push_back('|');
+    key.append(reinterpret_cast<const char*>(data_.data()), data_.size() * sizeof(uint32_t));
+}
+
 bool StackSet::contains_empty() const {
     for (size_t i = 0; i < size(); i++) {
         if ((*this)[i].empty()) return true;
@@ -238,6 +244,54 @@ void add_range(std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t b, u
     }
 }
 
+// The distinct parse states one trie walk meets (most nodes of a permissive
+// context lead back to the same few), with their transitions on a byte, so
+// each state advances over each byte once.
+class WalkStates {
+public:
+    static constexpr uint32_t DEAD = UINT32_MAX;
+    struct State {
+        StackSet stacks;
+        Utf8State u;
+        bool has_empty;   // a parse finished (or left the context) at a character's end
+        bool only_empty;  // nothing else
+    };
+
+    uint32_t intern(const StackSet& stacks, Utf8State u) {
+        key_.clear();
+        stacks.append_key(key_);
+        const uint32_t fields[3] = {u.cp, u.need, u.lo};
+        key_.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+        auto [it, added] = ids_.emplace(key_, static_cast<uint32_t>(states_.size()));
+        if (added) {
+            const bool has_empty = u.need == 0 && stacks.contains_empty();
+            states_.push_back({stacks, u, has_empty, has_empty && stacks.size() == 1});
+            states_.back().u.hi = u.hi;
+        }
+        return it->second;
+    }
+    const State& operator[](uint32_t id) const { return states_[id]; }
+
+    uint32_t next(const Grammar::Impl& g, uint32_t from, uint8_t byte) {
+        const uint64_t k = (uint64_t{from} << 8) | byte;
+        auto it = next_.find(k);
+        if (it != next_.end()) return it->second;
+        Utf8State u = states_[from].u;
+        uint32_t to = DEAD;
+        if (advance_byte(g, states_[from].stacks, u, byte, tmp_, sc_)) to = intern(tmp_, u);
+        next_.emplace(k, to);
+        return to;
+    }
+
+private:
+    std::vector<State> states_;
+    std::unordered_map<std::string, uint32_t> ids_;
+    std::unordered_map<uint64_t, uint32_t> next_;
+    std::string key_;
+    StackSet tmp_;
+    Scratch sc_;
+};
+
 // Walks the trie from (`start`, u0) and classifies every token. `context`:
 // the stacks are a context's top entries, and an empty stack means the walk
 // got below them (the tokens that continue past that point are UNCERTAIN);
@@ -247,33 +301,28 @@ void walk_trie(const Grammar::Impl& g, const StackSet& start, Utf8State u0, bool
     out.accepted.assign(v.words(), 0);
     out.uncertain.clear();
     struct Level {
-        StackSet stacks;
-        Utf8State u;
-        bool beyond = false;  // some path got below the context before this byte
+        uint32_t state;
+        bool beyond;  // some path got below the context before this node's byte
     };
-    std::vector<Level> levels(1);
-    levels[0].stacks = start;
-    levels[0].u = u0;
-    Scratch sc;
+    WalkStates states;
+    std::vector<Level> levels{{states.intern(start, u0), false}};
     const auto& nodes = v.nodes;
     uint32_t i = 1;
     while (i < nodes.size()) {
         const TrieNode& n = nodes[i];
         if (levels.size() <= n.depth) levels.resize(n.depth + 1);
-        const Level& parent = levels[n.depth - 1];
+        const Level parent = levels[n.depth - 1];
         Level& cur = levels[n.depth];
-        cur.u = parent.u;
-        cur.beyond = parent.beyond;
-        // A new character starts: a path that left the context cannot be followed here.
-        if (context && parent.u.need == 0 && parent.stacks.contains_empty()) cur.beyond = true;
-        const bool alive = advance_byte(g, parent.stacks, cur.u, n.byte, cur.stacks, sc);
-        if (!alive) {
+        // A path that left the context cannot be followed past the character it ended.
+        cur.beyond = parent.beyond || (context && states[parent.state].has_empty);
+        cur.state = states.next(g, parent.state, n.byte);
+        if (cur.state == WalkStates::DEAD) {
             if (cur.beyond) add_range(out.uncertain, n.tok_begin, n.tok_end);
             i = n.subtree_end;
             continue;
         }
         set_range(out.accepted, n.tok_begin, n.tok_here_end);
-        if (context && cur.u.need == 0 && cur.stacks.size() == 1 && cur.stacks[0].empty()) {
+        if (context && states[cur.state].only_empty) {
             // Only paths below the context go on: the rest of the subtree is theirs.
             add_range(out.uncertain, n.tok_here_end, n.tok_end);
             i = n.subtree_end;

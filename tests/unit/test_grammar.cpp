@@ -199,6 +199,10 @@ TEST_CASE("grammar: groups, classes and repetition bounds", "[grammar]") {
     // A top-level rule goes on at a line that starts with '|'.
     const auto k = Grammar::parse("root ::= \"a\"\n  | \"b\" # b\n\n  | \"c\"\nx ::= \"d\"\n", mistral_vocab());
     CHECK(matches(k, "b"));
+    const auto crlf =
+        Grammar::parse("root ::= x\t|\ty\r\nx ::= \"x\" # x\r\ny ::= (\r\n \"y\"\r\n)\r\n", mistral_vocab());
+    CHECK(matches(crlf, "x"));
+    CHECK(matches(crlf, "y"));
     CHECK(matches(k, "c"));
     CHECK_FALSE(matches(k, "d"));
     CHECK(matches(h, "\t\"\\"));
