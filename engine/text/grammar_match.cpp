@@ -260,13 +260,12 @@ public:
     uint32_t intern(const StackSet& stacks, Utf8State u) {
         key_.clear();
         stacks.append_key(key_);
-        const uint32_t fields[3] = {u.cp, u.need, u.lo};
+        const uint32_t fields[4] = {u.cp, u.need, u.lo, u.hi};
         key_.append(reinterpret_cast<const char*>(fields), sizeof(fields));
         auto [it, added] = ids_.emplace(key_, static_cast<uint32_t>(states_.size()));
         if (added) {
             const bool has_empty = u.need == 0 && stacks.contains_empty();
             states_.push_back({stacks, u, has_empty, has_empty && stacks.size() == 1});
-            states_.back().u.hi = u.hi;
         }
         return it->second;
     }

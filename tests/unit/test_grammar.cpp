@@ -266,6 +266,13 @@ TEST_CASE("grammar: the first token's leading space is stripped when asked", "[g
     strip.accept(the);
     CHECK(feed(strip, "}"));
     CHECK(strip.can_end());
+    // A control token first leaves the space to the first token with text, as the Detokenizer does.
+    const auto piece_first = Grammar::parse("root ::= <[<s>]> \"{\"", mistral_vocab());
+    GrammarMatcher p(piece_first, ends, true);
+    p.accept(mistral().piece_to_id("<s>"));
+    CHECK(p.allows(brace));
+    p.accept(brace);
+    CHECK(p.must_end());
 }
 
 TEST_CASE("grammar: <[piece]> matches exactly that token", "[grammar]") {
