@@ -272,19 +272,34 @@ public:
     const State& operator[](uint32_t id) const { return states_[id]; }
 
     uint32_t next(const Grammar::Impl& g, uint32_t from, uint8_t byte) {
-        const uint64_t k = (uint64_t{from} << 8) | byte;
-        auto it = next_.find(k);
-        if (it != next_.end()) return it->second;
+        // The first states get a table of their 256 transitions; the rest
+        // (a walk through many distinct states) a hash map.
+        const bool tabled = from < TABLED;
+        if (tabled) {
+            if (tables_.size() < (size_t{from} + 1) * 256) tables_.resize((size_t{from} + 1) * 256, UNKNOWN);
+            const uint32_t known = tables_[size_t{from} * 256 + byte];
+            if (known != UNKNOWN) return known;
+        } else {
+            auto it = next_.find((uint64_t{from} << 8) | byte);
+            if (it != next_.end()) return it->second;
+        }
         Utf8State u = states_[from].u;
         uint32_t to = DEAD;
         if (advance_byte(g, states_[from].stacks, u, byte, tmp_, sc_)) to = intern(tmp_, u);
-        next_.emplace(k, to);
+        if (tabled) {
+            tables_[size_t{from} * 256 + byte] = to;
+        } else {
+            next_.emplace((uint64_t{from} << 8) | byte, to);
+        }
         return to;
     }
 
 private:
+    static constexpr uint32_t UNKNOWN = UINT32_MAX - 1;
+    static constexpr uint32_t TABLED = 1024;
     std::vector<State> states_;
     std::unordered_map<std::string, uint32_t> ids_;
+    std::vector<uint32_t> tables_;  // [state][byte] for states below TABLED
     std::unordered_map<uint64_t, uint32_t> next_;
     std::string key_;
     StackSet tmp_;
