@@ -80,6 +80,7 @@ public:
         data_.clear();
         ends_.clear();
         hashes_.clear();
+        slots_.clear();
     }
     // Adds `s` unless already present; MoeError past GRAMMAR_MAX_STACKS.
     void add(std::span<const uint32_t> s);
@@ -91,10 +92,15 @@ private:
     std::vector<uint32_t> data_;
     std::vector<uint32_t> ends_;
     std::vector<uint64_t> hashes_;
+    // Past a few stacks, an open-addressing index of the hashes: slot =
+    // stack index + 1, 0 empty; at most half full.
+    std::vector<uint32_t> slots_;
+    bool find(std::span<const uint32_t> s, uint64_t h) const;
+    void index(size_t i);
 };
 
 // Most parses alive at once (an ambiguous grammar); MoeError past it.
-constexpr size_t GRAMMAR_MAX_STACKS = 1024;
+constexpr size_t GRAMMAR_MAX_STACKS = 4096;
 // How many top stack entries a cached classification is computed from. The
 // classification of a token only holds while its walk stays inside those
 // entries; more entries make fewer tokens context-dependent (inside a JSON

@@ -98,20 +98,53 @@ size_t StackHash::operator()(const std::vector<uint32_t>& v) const {
     return static_cast<size_t>(h);
 }
 
+bool StackSet::find(std::span<const uint32_t> s, uint64_t h) const {
+    auto same = [&](size_t i) {
+        if (hashes_[i] != h) return false;
+        const auto t = (*this)[i];
+        return t.size() == s.size() && std::equal(t.begin(), t.end(), s.begin());
+    };
+    if (slots_.empty()) {
+        for (size_t i = 0; i < hashes_.size(); i++) {
+            if (same(i)) return true;
+        }
+        return false;
+    }
+    const size_t mask = slots_.size() - 1;
+    for (size_t k = h & mask; slots_[k] != 0; k = (k + 1) & mask) {
+        if (same(slots_[k] - 1)) return true;
+    }
+    return false;
+}
+
+void StackSet::index(size_t i) {
+    const size_t mask = slots_.size() - 1;
+    size_t k = hashes_[i] & mask;
+    while (slots_[k] != 0) k = (k + 1) & mask;
+    slots_[k] = static_cast<uint32_t>(i + 1);
+}
+
 void StackSet::add(std::span<const uint32_t> s) {
+    constexpr size_t LINEAR = 16;  // sets this small are searched straight through
     uint64_t h = 1469598103934665603ull ^ s.size();
     for (uint32_t x : s) h = (h ^ x) * 1099511628211ull;
-    for (size_t i = 0; i < hashes_.size(); i++) {
-        if (hashes_[i] != h) continue;
-        const auto t = (*this)[i];
-        if (t.size() == s.size() && std::equal(t.begin(), t.end(), s.begin())) return;
-    }
+    if (find(s, h)) return;
     if (ends_.size() >= GRAMMAR_MAX_STACKS)
         throw MoeError("grammar: more than " + std::to_string(GRAMMAR_MAX_STACKS) +
                        " parses alive at once (the grammar is too ambiguous)");
     data_.insert(data_.end(), s.begin(), s.end());
     ends_.push_back(static_cast<uint32_t>(data_.size()));
     hashes_.push_back(h);
+    const size_t n = ends_.size();
+    if (n < LINEAR) return;
+    if (slots_.size() < 2 * n) {
+        size_t size = 64;
+        while (size < 4 * n) size *= 2;
+        slots_.assign(size, 0);
+        for (size_t i = 0; i < n; i++) index(i);
+    } else {
+        index(n - 1);
+    }
 }
 
 void StackSet::append_key(std::string& key) const {

@@ -219,7 +219,7 @@ TEST_CASE("grammar: too many parses alive is an error", "[grammar]") {
     const std::string error = moe_error_of([&] {
         for (int i = 0; i < 20; i++) m.accept(x);
     });
-    CHECK(error == "grammar: more than 1024 parses alive at once (the grammar is too ambiguous)");
+    CHECK(error == "grammar: more than 4096 parses alive at once (the grammar is too ambiguous)");
 }
 
 TEST_CASE("grammar: matcher state, end tokens and errors", "[grammar]") {
