@@ -107,6 +107,9 @@ constexpr size_t GRAMMAR_MAX_STACKS = 4096;
 // string three cover the string's own rules) at the cost of more contexts.
 constexpr size_t GRAMMAR_CONTEXT_FRAMES = 3;
 constexpr size_t GRAMMAR_MAX_CONTEXTS = 4096;
+// Past this many live parses a mask walks the trie once from all of them
+// rather than looking up (and on a first visit, walking) a context each.
+constexpr size_t GRAMMAR_MAX_CONTEXT_STACKS = 64;
 
 // Buffers reused by expansion and walks.
 struct Scratch {

@@ -528,12 +528,32 @@ struct GrammarMatcher::State {
 
     // bits (sorted order) of the tokens with bytes that may come next.
     void compute_bits() {
-        if (u.need != 0) {
+        // Mid-character, or with many parses alive (a large enum), one walk
+        // of the trie from the real stacks costs less than a context each.
+        if (u.need != 0 || stacks.size() > GRAMMAR_MAX_CONTEXT_STACKS) {
             Classification c;
             walk_trie(g, stacks, u, false, c);
             bits = std::move(c.accepted);
-            return;
+        } else {
+            compute_bits_by_context();
         }
+        if (strip_pending) {
+            // The first token's bytes lose their space: those tokens are checked one by one.
+            StackSet out;
+            Utf8State ou;
+            for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
+                const int id = v.sorted_ids[t];
+                if (!v.strips_first[static_cast<size_t>(id)]) continue;
+                if (!bytes_of(id).empty() && step(id, out, ou)) {
+                    bits[t / 64] |= uint64_t{1} << (t % 64);
+                } else {
+                    bits[t / 64] &= ~(uint64_t{1} << (t % 64));
+                }
+            }
+        }
+    }
+
+    void compute_bits_by_context() {
         bits.assign(v.words(), 0);
         StackSet one;
         Utf8State ou;
@@ -552,20 +572,6 @@ struct GrammarMatcher::State {
                     ou = u;
                     if (advance_bytes(g, one, ou, v.bytes[static_cast<size_t>(v.sorted_ids[t])], sc))
                         bits[t / 64] |= uint64_t{1} << (t % 64);
-                }
-            }
-        }
-        if (strip_pending) {
-            // The first token's bytes lose their space: those tokens are checked one by one.
-            for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
-                const int id = v.sorted_ids[t];
-                if (!v.strips_first[static_cast<size_t>(id)]) continue;
-                StackSet out;
-                const bool ok = !bytes_of(id).empty() && step(id, out, ou);
-                if (ok) {
-                    bits[t / 64] |= uint64_t{1} << (t % 64);
-                } else {
-                    bits[t / 64] &= ~(uint64_t{1} << (t % 64));
                 }
             }
         }

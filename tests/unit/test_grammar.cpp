@@ -337,6 +337,14 @@ TEST_CASE("grammar: masks equal a brute-force check along random walks", "[gramm
     CHECK(random_walks(json, ends, 3, 30, false,
                        {"", "{\"a\": ", "[1, {\"b\": [", "{\"k\": \"v\", \"n\": -1.5e", "[\"\\u00", "{\"x\": \"abc",
                         "[true, fal", "{\"s\": \"é\\n\"} "}) > 300);
+    std::string many = "root ::= (";
+    for (int i = 0; i < 150; i++) {
+        many += i ? " | \"" : "\"";
+        many += std::to_string(i * 7919 % 1000);
+        many += i % 3 ? "-a\"" : "\" [a-c]+ \"-\"";
+    }
+    many += ") \";\"\n";
+    CHECK(random_walks(Grammar::parse(many, mistral_vocab()), ends, 8, 10, false) > 20);
     for (const Case& c : cases) {
         INFO(c.name);
         const auto g = Grammar::parse(c.gbnf, mistral_vocab());
