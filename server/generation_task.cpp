@@ -87,7 +87,7 @@ std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputForma
         switch (f.kind) {
         case OutputFormat::Kind::TEXT: return nullptr;
         case OutputFormat::Kind::JSON_OBJECT:
-            return e.grammar(json_value_gbnf(), f.param);
+            return e.grammar(json_object_gbnf(), f.param);
         case OutputFormat::Kind::JSON_SCHEMA: return e.grammar(json_schema_gbnf(f.schema, f.param), f.param);
         case OutputFormat::Kind::GRAMMAR: return e.grammar(f.gbnf, f.param);
         }

@@ -1312,7 +1312,7 @@ std::string GbnfBuilder::gbnf(std::string_view root_body) const {
     return out;
 }
 
-std::string json_value_gbnf() {
+std::string json_object_gbnf() {
     GbnfBuilder b;
     return b.gbnf(b.add_shared("json-object"));
 }

@@ -1,5 +1,5 @@
 // JSON and JSON Schema as GBNF text for the grammar engine (grammar.h): the
-// grammar of `response_format` json_object (json_value_gbnf), of a
+// grammar of `response_format` json_object (json_object_gbnf), of a
 // json_schema (json_schema_gbnf), and GbnfBuilder, which puts several
 // schemas and hand-written rules into one grammar (a tool-call envelope whose
 // arguments match one of several tools' parameter schemas). It only writes
@@ -106,7 +106,7 @@ private:
 std::string gbnf_literal(std::string_view text);
 
 // The grammar of `response_format` {"type": "json_object"}: one JSON object.
-std::string json_value_gbnf();
+std::string json_object_gbnf();
 
 // The grammar of a JSON Schema's instances (rule `root`).
 std::string json_schema_gbnf(const nlohmann::ordered_json& schema, std::string_view where);

@@ -207,7 +207,7 @@ int bench_decode(Args& args, bool prefill) {
         // plain one, so both see the same machine.
         GenerateRequest constrained = req;
         if (!grammar_flag.empty())
-            constrained.grammar = grammar_flag == "json" ? engine.grammar(json_value_gbnf(), "json")
+            constrained.grammar = grammar_flag == "json" ? engine.grammar(json_object_gbnf(), "json")
                                                          : engine.grammar(file_read_text(grammar_flag), grammar_flag);
         double best_constrained = 0;
         int constrained_tokens = 0;

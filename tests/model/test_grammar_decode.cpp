@@ -43,8 +43,8 @@ TEST_CASE("a grammar makes every reply parse, greedy and sampled, on the CPU and
         INFO("emulated device share " << share);
         Engine engine = make_engine(share);
         // Any JSON object: its strings have no bound, so a reply may run to max_tokens.
-        const auto object = engine.grammar(json_value_gbnf(), "json");
-        CHECK(engine.grammar(json_value_gbnf(), "json") == object);  // parsed once, kept by its text
+        const auto object = engine.grammar(json_object_gbnf(), "json");
+        CHECK(engine.grammar(json_object_gbnf(), "json") == object);  // parsed once, kept by its text
         int complete = 0;
         for (int i = 0; i < 6; i++) {
             const GenerateResult res = run(engine, object, i == 0 ? 0.0f : 1.0f, 100 + i);

@@ -219,7 +219,7 @@ TEST_CASE("json_schema: random walks through the client schemas' grammars valida
 }
 
 TEST_CASE("json_schema: json_object's grammar is any JSON object with bounded whitespace", "[json_schema]") {
-    auto g = compile(json_value_gbnf());
+    auto g = compile(json_object_gbnf());
     for (const char* t :
          {"{}", "{ }", R"({"a":1})", R"({"a": [1, -2.5e-3, true, false, null, {"b": {}}], "c": "\u00e9\n"})",
           "{\n  \"k\": \"v\",\n  \"n\": [ ]\n}", R"({"emoji":"😀","esc":"\"\\\/\b\f\n\r\t"})"}) {
