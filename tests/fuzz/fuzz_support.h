@@ -5,13 +5,16 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "embedded_files.h"
+#include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"
 #include "server/openai_request.h"
 
@@ -60,4 +63,36 @@ inline void fuzz_decode_and_stream(const Tokenizer& t, const std::vector<int>& i
 inline const Tokenizer& fuzz_tokenizer_model() {
     static const Tokenizer t = Tokenizer::from_bytes(embedded_file("mistral-v1.model"), "mistral-v1.model");
     return t;
+}
+
+// The Mistral v1 vocabulary as a grammar's, built once.
+inline const std::shared_ptr<const GrammarVocab>& fuzz_grammar_vocab() {
+    static const auto vocab = std::make_shared<const GrammarVocab>(fuzz_tokenizer_model());
+    return vocab;
+}
+
+// Walks up to 24 tokens of `grammar`, each the allowed token the input's
+// bytes pick: mask() allows at least one token (or throws MoeError), an
+// end token only where the text is complete, and accept() takes any token
+// mask() allowed. A finding aborts.
+inline void fuzz_grammar_walk(const std::shared_ptr<const Grammar>& grammar, const uint8_t* data, size_t size) {
+    const int end_token = fuzz_tokenizer_model().eos_id();
+    GrammarMatcher matcher(grammar, std::span<const int>(&end_token, 1), size > 0 && (data[0] & 1));
+    std::vector<float> logits(size_t(fuzz_grammar_vocab()->vocab_size()));
+    for (int step = 0; step < 24 && !matcher.must_end(); step++) {
+        std::fill(logits.begin(), logits.end(), 0.0f);
+        matcher.mask(logits.data());
+        std::vector<int> allowed;
+        for (size_t id = 0; id < logits.size(); id++)
+            if (!std::isinf(logits[id])) allowed.push_back(int(id));
+        if (allowed.empty()) std::abort();
+        const int pick = allowed[(size ? size_t(data[size_t(step) % size]) * 131 + size_t(step) : size_t(step)) %
+                                 allowed.size()];
+        if (pick == end_token) {
+            if (!matcher.can_end()) std::abort();
+            return;
+        }
+        if (!matcher.allows(pick)) std::abort();
+        matcher.accept(pick);
+    }
 }

@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${MOE_SHARED_DATA:-$root/../shared/data}"
 [ -d "$data" ] || { echo "seeds: $data missing (see tests/README.md)" >&2; exit 1; }
 rm -rf "$out"
-for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request chat_template tokenizer hf_tokenizer; do mkdir -p "$out/$t"; done
+for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request chat_template tokenizer hf_tokenizer grammar json_schema; do mkdir -p "$out/$t"; done
 
 # 8 bytes little-endian.
 le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
@@ -152,7 +152,6 @@ done < "$data/prompts/vicuna_bench_question.jsonl"
 for f in "$data"/reference/llama-cpp-vocab/*.inp "$data"/reference/mistral-common/*.txt; do seed tokenizer < "$f"; done
 head -n 20 "$data/prompts/mt_bench_question.jsonl" | while IFS= read -r line; do printf '%s' "$line" | seed tokenizer; done
 printf '\xf0\x9f\x98\x80 caf\xc3\xa9 \xe2\x80\x8b\t\n\r\x00\xff\xfe <s></s>[INST]' | seed tokenizer
-echo "seeds: $(find "$out" -type f | wc -l) files in $out"
 
 # hf_tokenizer: small tokenizer.json documents of each kind (the real ones are
 # megabytes, past -max_len): byte-level BPE with added tokens, SentencePiece-
@@ -160,3 +159,17 @@ echo "seeds: $(find "$out" -type f | wc -l) files in $out"
 echo '{"model":{"type":"BPE","vocab":{"a":0,"b":1,"\u0120":2,"ab":3,"\u0120a":4},"merges":["a b",["\u0120","a"]]},"added_tokens":[{"id":5,"content":"<|end|>","special":true},{"id":6,"content":"<t>","rstrip":true}],"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},"decoder":{"type":"ByteLevel"}}' | seed hf_tokenizer
 echo '{"model":{"type":"BPE","byte_fallback":true,"unk_token":"<unk>","vocab":{"<unk>":0,"<0x41>":1,"\u2581":2,"h":3,"i":4,"\u2581h":5,"\u2581hi":6},"merges":["\u2581 h","\u2581h i"]},"added_tokens":[{"id":0,"content":"<unk>","special":true}],"normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Prepend","prepend":"\u2581"},{"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},{"type":"Split","pattern":{"Regex":"\\p{L}+"},"behavior":"Isolated","invert":false}]},"decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"\u2581"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]}}' | seed hf_tokenizer
 echo '{"model":{"type":"BPE","vocab":{"x":0,"\u2581":1,"\u2581x":2},"merges":["\u2581 x"]},"pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":true},"decoder":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first"}}' | seed hf_tokenizer
+
+# grammar: GBNF grammars (JSON, repetitions, classes, a token by its piece);
+# json_schema: the ten client schemas of the structured-output tests.
+printf '%s\n' 'root ::= object' 'object ::= "{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}"' \
+  'value ::= object | array | string | number | ("true" | "false" | "null") ws' \
+  'array ::= "[" ws (value ("," ws value)*)? "]" ws' 'string ::= "\"" ([^"\\] | "\\" ["\\/bfnrt])* "\"" ws' \
+  'number ::= "-"? [0-9]+ ("." [0-9]+)? ws' 'ws ::= [ \t\n]{0,20}' | seed grammar
+printf '%s\n' 'root ::= (greeting | "no") "!"{1,3} # comment' 'greeting ::= [A-Z] [a-z\u00e9]* " " <[</s>]>?' | seed grammar
+printf 'root ::= ("a" | "b"){2,5} [^\\x00-\\x1f]+ . "\\U0001F600"\n' | seed grammar
+for f in "$root"/tests/data/json_schemas/[0-9]*.json; do seed json_schema < "$f"; done
+echo '{"type":"object","properties":{"when":{"type":"string","format":"date-time"},"n":{"type":"integer","minimum":-5,"maximum":1234}},"required":["n"],"additionalProperties":{"type":"boolean"}}' | seed json_schema
+echo '{"$defs":{"t":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/t"},"maxItems":2}}}},"$ref":"#/$defs/t"}' | seed json_schema
+echo '{"type":"string","pattern":"^(ab|c[0-9]{2,4})+$"}' | seed json_schema
+echo "seeds: $(find "$out" -type f | wc -l) files in $out"

@@ -1,0 +1,29 @@
+// Fuzzes JSON Schema -> GBNF (engine/text/json_schema.h) with arbitrary
+// JSON: json_schema_gbnf refuses a schema with a MoeError or writes a
+// grammar that Grammar::parse accepts (a refusal there would be the
+// converter's bug, so it aborts), whose matcher then walks up to 24 tokens
+// (fuzz_grammar_walk).
+#include <cstdlib>
+
+#include "engine/text/grammar.h"
+#include "engine/text/json_schema.h"
+#include "fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const auto schema = nlohmann::ordered_json::parse(data, data + size, nullptr, false);
+    if (schema.is_discarded()) return 0;
+    std::string gbnf;
+    try {
+        gbnf = json_schema_gbnf(schema, "schema");
+    } catch (const MoeError&) {
+        return 0;
+    }
+    std::shared_ptr<const Grammar> grammar;
+    try {
+        grammar = Grammar::parse(gbnf, fuzz_grammar_vocab(), "schema");
+    } catch (const MoeError&) {
+        std::abort();
+    }
+    fuzz_expect<MoeError>([&] { fuzz_grammar_walk(grammar, data, size); }, [](const MoeError&) {});
+    return 0;
+}
