@@ -887,6 +887,7 @@ group('tools', () => {
       const error = await save_tool_settings(page, text, 'required', { 'Max tokens': 33 });
       assert.match(error ?? '(saved)', expected, `Tools ${text}`);
       assert.equal(await page.getByLabel('Tools', { exact: true }).getAttribute('aria-invalid'), 'true');
+      if (text === cases[0][0]) await page.screenshot({ path: path.join(ARTIFACTS, 'settings-tools-error.png') });
       await page.getByRole('button', { name: 'Cancel', exact: true }).click();
     }
     // Nothing of a refused form was saved.
@@ -952,6 +953,7 @@ group('tools', () => {
     assert.equal(await reply.locator('img, b').count(), 0, 'no HTML from the model is interpreted');
     assert.equal(await reply.locator('.badge.finish-tool_calls').textContent(), 'tool calls');
     assert.equal(await page.locator('.tool-result-form').count(), 2);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'tool-call-forms.png') });
 
     // The second call's result first: the reply waits for the other one.
     await cards.nth(1).getByLabel('Result').fill('<i>42</i>');
@@ -989,6 +991,7 @@ group('tools', () => {
     assert.equal(await assistant_messages(page).last().locator('strong').textContent(), 'sunny');
     assert.equal(await page.locator('.tool-result-form').count(), 0);
     assert.equal(await page.evaluate(() => window.__xss), undefined);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'tool-results.png') });
 
     // Regenerate asks again for the reply to the results.
     await page.getByRole('button', { name: 'Regenerate this reply' }).click();

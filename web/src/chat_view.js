@@ -165,6 +165,7 @@ export function message_element(msg, index, ctx) {
     if (index === ctx.streaming_index) article.classList.add('streaming');
   }
 
+  if (msg.role === 'tool') return article;
   const actions = el('div', 'msg-actions');
   if (!ctx.busy) {
     if (msg.role === 'user') actions.append(action_button('edit', 'Edit', index, 'Edit and resend this message'));
