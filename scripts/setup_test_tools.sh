@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the client and web tests need, when missing: Node.js + npm and
 # Chromium from Debian, Python's jinja2 (python3-jinja2, the reference
-# renderer of tests/unit/test_jinja.cpp), and the npm packages pinned in tests/client/
+# renderer of tests/unit/test_jinja.cpp) and jsonschema (python3-jsonschema,
+# the validator of tests/unit/test_json_schema.cpp), and the npm packages pinned in tests/client/
 # (package.json + package-lock.json: openai, playwright-core) into
 # <build>/npm/node_modules. Called by scripts/test.sh after setup.sh; the
 # build folder is $MOE_BUILD_DIR (default build). Idempotent: a second run
@@ -21,6 +22,7 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing+=(python3-jinja2)
+/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1 || missing+=(python3-jsonschema)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup_test_tools: installing ${missing[*]} (Debian)"
   export DEBIAN_FRONTEND=noninteractive

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <utility>
 
+#include "engine/text/json_schema.h"
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -76,7 +78,63 @@ auto render_chat(const Engine& e, const ChatInput& chat, Render render) {
     }
 }
 
+// The grammar a request's output format asks for (none for text), parsed
+// against the model's vocabulary: 400 naming the field for a schema or
+// grammar the engine refuses.
+std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputFormat& f) {
+    const std::string param = f.param.substr(0, f.param.find('.'));
+    try {
+        switch (f.kind) {
+        case OutputFormat::Kind::TEXT: return nullptr;
+        case OutputFormat::Kind::JSON_OBJECT: return e.grammar(json_object_gbnf(), f.param);
+        case OutputFormat::Kind::JSON_SCHEMA: return e.grammar(json_schema_gbnf(f.schema, f.param), f.param);
+        case OutputFormat::Kind::GRAMMAR: return e.grammar(f.gbnf, f.param);
+        }
+    } catch (const MoeError& err) {
+        throw ApiError(400, std::string("Invalid '") + param + "': " + err.what(), param, "invalid_value");
+    }
+    return nullptr;
+}
+
+// The grammar of a forced tool_choice (required, or one named function):
+// the template family's call envelope around each tool's parameter schema.
+std::shared_ptr<const Grammar> tool_grammar(const Engine& e, const ChatRequest& r) {
+    const ToolCallFormat& format = e.tool_call_format();
+    if (format.family == ToolCallFamily::NONE)
+        throw ApiError(400,
+                       "'tool_choice' cannot force a call: this model's chat template (" + e.chat_template_name() +
+                           ") writes tool calls in no format this server knows.",
+                       "tool_choice", "unsupported_parameter");
+    GbnfBuilder grammar;
+    std::vector<ToolArgsRule> tools;
+    const auto& list = r.chat.tools;
+    for (size_t i = 0; i < list.size(); i++) {
+        const auto& f = list[i]["function"];
+        const std::string name = f["name"].get<std::string>();
+        if (r.tool_choice.kind == ToolChoice::Kind::NAMED && name != r.tool_choice.name) continue;
+        const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
+        auto params = f.find("parameters");
+        try {
+            std::string rule = grammar.add_schema(params != f.end() ? *params : nlohmann::ordered_json{{"type", "object"}},
+                                                  where, "tool-" + std::to_string(i));
+            tools.push_back({name, rule});
+        } catch (const MoeError& err) {
+            throw ApiError(400, std::string("Invalid 'tools': ") + err.what(), "tools", "invalid_value");
+        }
+    }
+    const bool several = r.tool_choice.kind == ToolChoice::Kind::REQUIRED && r.parallel_tool_calls;
+    try {
+        return e.grammar(grammar.gbnf(tool_call_envelope(format, tools, several)), "tool_choice");
+    } catch (const MoeError& err) {
+        throw ApiError(400, std::string("Invalid 'tools': ") + err.what(), "tools", "invalid_value");
+    }
+}
+
 }  // namespace
+
+bool parses_tool_calls(const Engine& e, const ChatRequest& chat) {
+    return chat.tool_choice.kind != ToolChoice::Kind::NONE && e.tool_call_format().family != ToolCallFamily::NONE;
+}
 
 ChatPrompt chat_prompt_of(const Engine& e, const ChatInput& chat) {
     return render_chat(e, chat, [&] { return e.chat_prompt(chat); });
@@ -96,20 +154,33 @@ GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& chat) {
     const size_t bytes = chat_input_bytes(chat.chat);
     check_text_length(e, bytes, "messages");
-    std::vector<int> prompt = chat_prompt_of(e, chat.chat).ids;
+    std::shared_ptr<const Grammar> grammar;
+    switch (chat.tool_choice.kind) {
+    case ToolChoice::Kind::REQUIRED:
+    case ToolChoice::Kind::NAMED: grammar = tool_grammar(e, chat); break;
+    default: grammar = output_grammar(e, chat.options.format);
+    }
+    std::vector<int> prompt;
+    if (chat.tool_choice.kind == ToolChoice::Kind::NONE && !chat.chat.tools.is_null()) {
+        ChatInput without_tools = chat.chat;  // "none": the model is not told of them
+        without_tools.tools = nullptr;
+        prompt = chat_prompt_of(e, without_tools).ids;
+    } else {
+        prompt = chat_prompt_of(e, chat.chat).ids;
+    }
     release_tokenizer_memory(bytes);
-    return make(e, Endpoint::CHAT, std::move(prompt), chat.options);
+    return make(e, Endpoint::CHAT, std::move(prompt), chat.options, std::move(grammar));
 }
 
 std::shared_ptr<Task> GenerationTasks::completion(const Engine& e, const CompletionRequest& c) {
     if (!c.has_prompt_tokens) check_text_length(e, c.prompt.size(), "prompt");
     std::vector<int> prompt = c.has_prompt_tokens ? c.prompt_tokens : text_tokens(e.tokenizer(), c.prompt, true);
     release_tokenizer_memory(c.prompt.size());
-    return make(e, Endpoint::COMPLETION, std::move(prompt), c.options);
+    return make(e, Endpoint::COMPLETION, std::move(prompt), c.options, output_grammar(e, c.options.format));
 }
 
 std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, std::vector<int> prompt,
-                                            const GenerationOptions& o) {
+                                            const GenerationOptions& o, std::shared_ptr<const Grammar> grammar) {
     try {
         e.check_prompt(prompt);
     } catch (const ContextLengthError& err) {
@@ -126,6 +197,7 @@ std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, 
     g.top_logprobs = o.top_logprobs;
     g.reuse_prefix = o.cache_prompt;
     g.continues_prompt = endpoint == Endpoint::COMPLETION;
+    g.grammar = std::move(grammar);
 
     const bool is_chat = endpoint == Endpoint::CHAT;
     if (o.beam_width > 0) {

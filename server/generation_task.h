@@ -46,6 +46,11 @@ std::string chat_text_of(const Engine& engine, const ChatInput& chat);
 // add_bos, else the plain encoding of text.
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos);
 
+// Whether a chat request's reply is parsed for tool calls
+// (OpenAiResponder::parse_tool_calls): it has tools, tool_choice is not
+// "none" and the model's template has a known tool-call format.
+bool parses_tool_calls(const Engine& engine, const ChatRequest& chat);
+
 class GenerationTasks {
 public:
     // metrics: counted into on the engine thread; must outlive the tasks.
@@ -55,7 +60,11 @@ public:
     // Engine::chat_prompt (one rendering, remembered replies by their ids).
     // Throws ApiError: 400 for messages the template refuses, 400
     // context_length_exceeded when the prompt leaves no room for a reply
-    // or its text is longer than MAX_TEXT_BYTES_PER_TOKEN per position.
+    // or its text is longer than MAX_TEXT_BYTES_PER_TOKEN per position,
+    // 400 naming the field for a schema, grammar or tool the engine refuses.
+    // The reply is constrained by a forced tool_choice's envelope grammar
+    // (each tool's parameters a schema), else by the output format; with
+    // tool_choice "none" the template is not given the tools.
     std::shared_ptr<Task> chat(const Engine& engine, const ChatRequest& request);
     // HTTP thread: the task of a completion request (its token ids as
     // given, or BOS and the text's encoding). Throws as chat() does.
@@ -63,7 +72,7 @@ public:
 
 private:
     std::shared_ptr<Task> make(const Engine& engine, Endpoint endpoint, std::vector<int> prompt,
-                               const GenerationOptions& options);
+                               const GenerationOptions& options, std::shared_ptr<const Grammar> grammar);
     // Engine thread: the tasks' work.
     void run_sampling(Engine& engine, Task& task, const GenerateRequest& request, bool is_chat);
     void run_beam_search(Engine& engine, Task& task, const BeamRequest& request, bool is_chat);

@@ -138,15 +138,14 @@ struct HttpServer::Impl {
     }
 
     // Queues a generation task and answers from its events.
-    void answer(const httplib::Request& req, httplib::Response& res, Endpoint endpoint, const GenerationOptions& o,
-                std::shared_ptr<Task> task) {
+    void answer(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Task> task,
+                OpenAiResponder responder) {
         if (!worker.submit(task))
             throw ApiError(503,
                            "The server is busy: " + std::to_string(options.max_queue) +
                                " requests are already waiting for the engine. Retry shortly.",
                            "", "queue_full");
-        send_task_events(req, res, std::move(task), OpenAiResponder(endpoint, o, model_id, worker.engine().tokenizer()),
-                         metrics);
+        send_task_events(req, res, std::move(task), std::move(responder), metrics);
     }
 
     // ---- routes ------------------------------------------------------------
@@ -182,13 +181,17 @@ struct HttpServer::Impl {
     void handle_chat(const httplib::Request& req, httplib::Response& res) {
         Engine& e = require_engine();
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
-        answer(req, res, Endpoint::CHAT, chat.options, tasks.chat(e, chat));
+        std::shared_ptr<Task> task = tasks.chat(e, chat);
+        OpenAiResponder responder(Endpoint::CHAT, chat.options, model_id, e.tokenizer());
+        if (parses_tool_calls(e, chat))
+            responder.parse_tool_calls(e.tool_call_format(), e.tool_call_trigger_token());
+        answer(req, res, std::move(task), std::move(responder));
     }
 
     void handle_completion(const httplib::Request& req, httplib::Response& res) {
         Engine& e = require_engine();
         CompletionRequest c = completion_request_parse(parse_json_body(req.body), e.ctx(), e.tokenizer().vocab_size());
-        answer(req, res, Endpoint::COMPLETION, c.options, tasks.completion(e, c));
+        answer(req, res, tasks.completion(e, c), OpenAiResponder(Endpoint::COMPLETION, c.options, model_id, e.tokenizer()));
     }
 
     void handle_tokenize(const httplib::Request& req, httplib::Response& res) {

@@ -166,13 +166,63 @@ void refuse_unsupported(const json& body, bool chat) {
     }
     if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
         throw ApiError(400, "'logit_bias' is not supported by this server.", "logit_bias", "unsupported_parameter");
-    if (const json* v = field(body, "response_format")) {
-        if (!v->is_object()) type_error("response_format", "an object", *v);
-        auto type = v->find("type");
-        if (type == v->end() || !type->is_string() || *type != "text")
-            throw ApiError(400, "'response_format': only {\"type\": \"text\"} is supported by this server.",
-                           "response_format", "unsupported_parameter");
+}
+
+// response_format, and the `grammar` extension: at most one of them.
+OutputFormat parse_output_format(const json& body) {
+    OutputFormat f;
+    if (const json* v = field(body, "grammar")) {
+        if (!v->is_string()) type_error("grammar", "a string (a GBNF grammar)", *v);
+        f.kind = OutputFormat::Kind::GRAMMAR;
+        f.gbnf = v->get<std::string>();
+        f.param = "grammar";
     }
+    const json* v = field(body, "response_format");
+    if (!v) return f;
+    if (!v->is_object()) type_error("response_format", "an object", *v);
+    auto type = v->find("type");
+    if (type == v->end() || type->is_null())
+        throw ApiError(400, "Missing required parameter: 'response_format.type'.", "response_format.type",
+                       "missing_required_parameter");
+    if (!type->is_string()) type_error("response_format.type", "a string", *type);
+    const std::string t = type->get<std::string>();
+    if (t == "text") return f;
+    if (f.kind == OutputFormat::Kind::GRAMMAR)
+        throw ApiError(400, "Set either 'grammar' or a 'response_format' other than text, not both.", "grammar",
+                       "invalid_value");
+    if (t == "json_object") {
+        f.kind = OutputFormat::Kind::JSON_OBJECT;
+        f.param = "response_format";
+        // llama.cpp's form: a schema beside json_object.
+        if (const json* schema = field(*v, "schema")) {
+            f.kind = OutputFormat::Kind::JSON_SCHEMA;
+            f.schema = *schema;
+            f.param = "response_format.schema";
+        }
+        return f;
+    }
+    if (t != "json_schema")
+        throw ApiError(400,
+                       "Invalid value: '" + t +
+                           "'. Supported values are: 'text', 'json_object' and 'json_schema'.",
+                       "response_format.type", "invalid_value");
+    const json* js = field(*v, "json_schema");
+    if (!js)
+        throw ApiError(400, "Missing required parameter: 'response_format.json_schema'.", "response_format.json_schema",
+                       "missing_required_parameter");
+    if (!js->is_object()) type_error("response_format.json_schema", "an object", *js);
+    if (const json* name = field(*js, "name"); name && !name->is_string())
+        type_error("response_format.json_schema.name", "a string", *name);
+    if (auto strict = field(*js, "strict"); strict && !strict->is_boolean())
+        type_error("response_format.json_schema.strict", "a boolean", *strict);
+    const json* schema = field(*js, "schema");
+    if (!schema)
+        throw ApiError(400, "Missing required parameter: 'response_format.json_schema.schema'.",
+                       "response_format.json_schema.schema", "missing_required_parameter");
+    f.kind = OutputFormat::Kind::JSON_SCHEMA;
+    f.schema = *schema;
+    f.param = "response_format.json_schema.schema";
+    return f;
 }
 
 std::vector<std::string> parse_stop(const json& body) {
@@ -275,6 +325,12 @@ GenerationOptions parse_common(const json& body, int ctx, bool chat) {
     o.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
     o.cache_prompt = get_bool(body, "cache_prompt").value_or(true);
     if (auto x = get_int(body, "max_tokens", 1, ctx)) o.max_tokens = int(*x);
+    o.format = parse_output_format(body);
+    if (o.beam_width > 0 && o.format.kind != OutputFormat::Kind::TEXT)
+        throw ApiError(400,
+                       "'" + o.format.param.substr(0, o.format.param.find('.')) +
+                           "' (constrained decoding) is not supported with 'beam_width'.",
+                       "beam_width", "unsupported_parameter");
     return o;
 }
 
@@ -528,12 +584,114 @@ std::vector<ChatMessage> chat_messages_parse(const json& body) {
     return messages;
 }
 
+namespace {
+
+[[noreturn]] void missing(const std::string& name) {
+    throw ApiError(400, "Missing required parameter: '" + name + "'.", name, "missing_required_parameter");
+}
+
+// A function name as OpenAI allows it: a-z, A-Z, 0-9, '_' and '-', 1 to 64 characters.
+void check_function_name(const json& name, const std::string& where) {
+    if (!name.is_string()) type_error(where, "a string", name);
+    const std::string& n = name.get_ref<const std::string&>();
+    bool ok = !n.empty() && n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+    if (!ok)
+        throw ApiError(400,
+                       "Invalid '" + where + "': '" + n +
+                           "' does not match '^[a-zA-Z0-9_-]{1,64}$' (letters, digits, '_' and '-', at most 64).",
+                       where, "invalid_value");
+}
+
+// tools: an array of {"type": "function", "function": {...}}, names unique.
+void check_tools(const json& tools) {
+    if (!tools.is_array()) type_error("tools", "an array", tools);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < tools.size(); i++) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const json& t = tools[i];
+        if (!t.is_object()) type_error(at, "an object", t);
+        const json* type = field(t, "type");
+        if (!type) missing(at + ".type");
+        if (*type != "function")
+            throw ApiError(400, "Invalid value for '" + at + ".type': only 'function' is supported.", at + ".type",
+                           "invalid_value");
+        const json* f = field(t, "function");
+        if (!f) missing(at + ".function");
+        if (!f->is_object()) type_error(at + ".function", "an object", *f);
+        const json* name = field(*f, "name");
+        if (!name) missing(at + ".function.name");
+        check_function_name(*name, at + ".function.name");
+        if (const json* d = field(*f, "description"); d && !d->is_string())
+            type_error(at + ".function.description", "a string", *d);
+        if (const json* p = field(*f, "parameters"); p && !p->is_object())
+            type_error(at + ".function.parameters", "an object (a JSON Schema)", *p);
+        if (const json* st = field(*f, "strict"); st && !st->is_boolean())
+            type_error(at + ".function.strict", "a boolean", *st);
+        if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
+            throw ApiError(400, "Invalid '" + at + ".function.name': '" + name->get<std::string>() +
+                                    "' names two tools.",
+                           at + ".function.name", "invalid_value");
+        names.push_back(name->get<std::string>());
+    }
+}
+
+// A message's tool parts: a tool message's tool_call_id, an assistant's
+// tool_calls (whose string arguments become objects for the template:
+// Hugging Face templates are written for dicts, OpenAI sends JSON text).
+void check_tool_parts(json& m, const std::string& where, const std::string& role) {
+    if (role == "tool") {
+        const json* id = field(m, "tool_call_id");
+        if (!id) missing(where + ".tool_call_id");
+        if (!id->is_string()) type_error(where + ".tool_call_id", "a string", *id);
+    }
+    auto calls = m.find("tool_calls");
+    if (calls == m.end() || calls->is_null()) return;
+    if (role != "assistant")
+        throw ApiError(400, "Invalid '" + where + ".tool_calls': only assistant messages carry tool calls.",
+                       where + ".tool_calls", "invalid_value");
+    if (!calls->is_array()) type_error(where + ".tool_calls", "an array", *calls);
+    for (size_t j = 0; j < calls->size(); j++) {
+        const std::string at = where + ".tool_calls[" + std::to_string(j) + "]";
+        json& c = (*calls)[j];
+        if (!c.is_object()) type_error(at, "an object", c);
+        const json* id = field(c, "id");
+        if (!id) missing(at + ".id");
+        if (!id->is_string()) type_error(at + ".id", "a string", *id);
+        if (const json* type = field(c, "type"); type && *type != "function")
+            throw ApiError(400, "Invalid value for '" + at + ".type': only 'function' is supported.", at + ".type",
+                           "invalid_value");
+        auto f = c.find("function");
+        if (f == c.end() || f->is_null()) missing(at + ".function");
+        if (!f->is_object()) type_error(at + ".function", "an object", *f);
+        const json* name = field(*f, "name");
+        if (!name) missing(at + ".function.name");
+        if (!name->is_string()) type_error(at + ".function.name", "a string", *name);
+        auto args = f->find("arguments");
+        if (args == f->end() || args->is_null()) missing(at + ".function.arguments");
+        if (args->is_string()) {
+            json parsed = json::parse(args->get<std::string>(), nullptr, false);
+            if (parsed.is_discarded())
+                throw ApiError(400, "Invalid '" + at + ".function.arguments': not a JSON text.",
+                               at + ".function.arguments", "invalid_value");
+            *args = std::move(parsed);
+        } else if (!args->is_object()) {
+            type_error(at + ".function.arguments", "a string (JSON text)", *args);
+        }
+    }
+}
+
+}  // namespace
+
 ChatInput chat_input_parse(const json& body) {
     ChatInput in;
     in.messages = chat_messages_parse(body);
     in.messages_json = body.at("messages");
+    for (size_t i = 0; i < in.messages.size(); i++)
+        check_tool_parts(in.messages_json[i], "messages[" + std::to_string(i) + "]", in.messages[i].role);
     if (const json* v = field(body, "tools")) {
-        if (!v->is_array()) type_error("tools", "an array", *v);
+        check_tools(*v);
         in.tools = *v;
     }
     // llama.cpp's and vLLM's top-level switch; chat_template_kwargs wins.
@@ -554,10 +712,66 @@ ChatInput chat_input_parse(const json& body) {
     return in;
 }
 
+namespace {
+
+// tool_choice: "auto", "none", "required" or {"type": "function",
+// "function": {"name"}} naming one of the tools.
+ToolChoice parse_tool_choice(const json& body, const json& tools) {
+    ToolChoice c;
+    const bool has_tools = tools.is_array() && !tools.empty();
+    if (!has_tools) c.kind = ToolChoice::Kind::NONE;
+    const json* v = field(body, "tool_choice");
+    if (!v) return c;
+    if (v->is_string()) {
+        const std::string s = v->get<std::string>();
+        if (s == "none") return {ToolChoice::Kind::NONE, ""};
+        if (s != "auto" && s != "required")
+            throw ApiError(400,
+                           "Invalid value: '" + s + "'. Supported values are: 'none', 'auto' and 'required'.",
+                           "tool_choice", "invalid_value");
+        c.kind = s == "auto" ? ToolChoice::Kind::AUTO : ToolChoice::Kind::REQUIRED;
+    } else if (v->is_object()) {
+        const json* type = field(*v, "type");
+        if (!type) missing("tool_choice.type");
+        if (*type != "function")
+            throw ApiError(400, "Invalid value for 'tool_choice.type': only 'function' is supported.",
+                           "tool_choice.type", "invalid_value");
+        const json* f = field(*v, "function");
+        if (!f) missing("tool_choice.function");
+        if (!f->is_object()) type_error("tool_choice.function", "an object", *f);
+        const json* name = field(*f, "name");
+        if (!name) missing("tool_choice.function.name");
+        check_function_name(*name, "tool_choice.function.name");
+        c = {ToolChoice::Kind::NAMED, name->get<std::string>()};
+        if (has_tools && std::none_of(tools.begin(), tools.end(), [&](const json& t) {
+                return t["function"]["name"] == c.name;
+            }))
+            throw ApiError(400, "Invalid 'tool_choice.function.name': no tool is named '" + c.name + "'.",
+                           "tool_choice.function.name", "invalid_value");
+    } else {
+        type_error("tool_choice", "a string or an object", *v);
+    }
+    if (!has_tools)
+        throw ApiError(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+                       "tool_choice", "invalid_value");
+    return c;
+}
+
+}  // namespace
+
 ChatRequest chat_request_parse(const json& body, int ctx) {
     ChatRequest r;
     r.chat = chat_input_parse(body);
     r.options = parse_common(body, ctx, true);
+    r.tool_choice = parse_tool_choice(body, r.chat.tools);
+    r.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
+    if (r.tool_choice.kind != ToolChoice::Kind::NONE && r.options.beam_width > 0)
+        throw ApiError(400, "'tools' (tool calling) is not supported with 'beam_width'.", "beam_width",
+                       "unsupported_parameter");
+    if (r.tool_choice.kind != ToolChoice::Kind::NONE && r.tool_choice.kind != ToolChoice::Kind::AUTO &&
+        r.options.format.kind != OutputFormat::Kind::TEXT)
+        throw ApiError(400, "A forced 'tool_choice' and a 'response_format' or 'grammar' cannot both constrain the reply.",
+                       "tool_choice", "invalid_value");
     if (auto x = get_int(body, "max_completion_tokens", 1, ctx)) r.options.max_tokens = int(*x);
     bool logprobs = get_bool(body, "logprobs").value_or(false);
     auto top = get_int(body, "top_logprobs", 0, 20);

@@ -54,6 +54,19 @@ std::string utf8_sanitize(std::string_view text);
 // value that is not an object.
 nlohmann::ordered_json parse_json_body(const std::string& body);
 
+// What the reply must parse as (constrained decoding, engine/text/grammar.h):
+// response_format {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"schema": ...}}, or the `grammar` extension (GBNF text).
+// The schema and grammar are checked when the task is made (they need the
+// model's vocabulary), with errors naming `param`.
+struct OutputFormat {
+    enum class Kind { TEXT, JSON_OBJECT, JSON_SCHEMA, GRAMMAR };
+    Kind kind = Kind::TEXT;
+    nlohmann::ordered_json schema;  // JSON_SCHEMA (properties in the order sent)
+    std::string gbnf;       // GRAMMAR
+    std::string param;      // "response_format.json_schema.schema", "grammar"
+};
+
 // Fields the chat and completion endpoints share, already range-checked.
 struct GenerationOptions {
     SamplingParams sampling;        // SamplingParams' defaults where not given; a random seed when none
@@ -70,11 +83,27 @@ struct GenerationOptions {
     int beam_width = 0;
     float length_penalty = 1.0f;  // extension: alpha of score = logprob / length^alpha, with beam_width
     int n = 1;                    // choices; > 1 only with beam_width (the n best hypotheses)
+    OutputFormat format;          // TEXT unless asked; not with beam_width
+};
+
+// tool_choice: auto (the model decides; its calls are parsed from the
+// reply), none (the reply is text), required (the grammar forces a call to
+// one of the tools) or one named function (a call to it).
+struct ToolChoice {
+    enum class Kind { AUTO, NONE, REQUIRED, NAMED };
+    Kind kind = Kind::AUTO;
+    std::string name;  // NAMED
 };
 
 struct ChatRequest {
-    ChatInput chat;  // roles system / user / assistant / tool ("developer" -> system in chat.messages)
+    // Roles system / user / assistant / tool ("developer" -> system in
+    // chat.messages). tools: each {"type": "function", "function": {"name",
+    // "description"?, "parameters"? (an object)}}; an assistant message's
+    // tool_calls reach the template with their arguments as objects.
+    ChatInput chat;
     GenerationOptions options;
+    ToolChoice tool_choice;  // AUTO; NONE without tools
+    bool parallel_tool_calls = true;
 };
 
 struct CompletionRequest {

@@ -2,6 +2,7 @@
 #include "server/openai_response.h"
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <random>
 
@@ -161,9 +162,35 @@ std::string OpenAiResponder::start() {
     return out;
 }
 
+void OpenAiResponder::parse_tool_calls(const ToolCallFormat& format, int trigger_token) {
+    tools_.emplace(format, std::hash<std::string>{}(id_), trigger_token);
+}
+
+// Content deltas and finished calls as chunks (streaming only).
+std::string OpenAiResponder::tool_events(const std::vector<ToolCallEvent>& events) {
+    std::string out;
+    if (!options_.stream) return out;
+    for (const ToolCallEvent& ev : events) {
+        json delta;
+        if (ev.index >= 0) {
+            json call = tool_call_json(ev.call);
+            call.insert(call.begin(), {"index", ev.index});  // OpenAI's order: index, id, type, function
+            delta = json{{"tool_calls", json::array({std::move(call)})}};
+        } else if (!ev.content.empty()) {
+            delta = json{{"content", ev.content}};
+        } else {
+            continue;
+        }
+        json choice{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}};
+        out += sse_data(chunk(std::move(choice)));
+    }
+    return out;
+}
+
 std::string OpenAiResponder::on(const TokenEvent& event) {
     add_logprobs(event);
     text_length_ += event.text.size();
+    if (tools_) return tool_events(tools_->push_token(event.token, event.text));
     if (!options_.stream || event.text.empty()) return "";
     json choice = endpoint_ == Endpoint::CHAT ? json{{"index", 0}, {"delta", {{"content", event.text}}}}
                                               : json{{"index", 0}, {"text", event.text}};
@@ -174,6 +201,13 @@ std::string OpenAiResponder::on(const TokenEvent& event) {
 
 std::string OpenAiResponder::on(const GenerateResult& result) {
     const char* reason = openai_finish_reason(result.finish_reason);
+    std::string out;
+    std::optional<ToolCallReply> reply;
+    if (tools_) {
+        out = tool_events(tools_->finish());
+        reply = tools_->reply();
+        if (!reply->calls.empty() && result.finish_reason == FinishReason::STOP) reason = "tool_calls";
+    }
     if (options_.stream) {
         json choice = endpoint_ == Endpoint::CHAT ? json{{"index", 0}, {"delta", json::object()}}
                                                   : json{{"index", 0}, {"text", ""}};
@@ -181,7 +215,7 @@ std::string OpenAiResponder::on(const GenerateResult& result) {
         choice["finish_reason"] = reason;
         json last = chunk(std::move(choice));
         last["timings"] = timings_json(result);
-        std::string out = sse_data(last);
+        out += sse_data(last);
         if (options_.include_usage) {
             json usage = chunk(nullptr);
             usage["usage"] = usage_json(result);
@@ -190,7 +224,13 @@ std::string OpenAiResponder::on(const GenerateResult& result) {
         return out + SSE_DONE;
     }
     json choice{{"index", 0}};
-    if (endpoint_ == Endpoint::CHAT)
+    if (reply && !reply->calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& call : reply->calls) calls.push_back(tool_call_json(call));
+        choice["message"] = json{{"role", "assistant"},
+                                 {"content", reply->content ? json(*reply->content) : json(nullptr)},
+                                 {"tool_calls", std::move(calls)}};
+    } else if (endpoint_ == Endpoint::CHAT)
         choice["message"] = json{{"role", "assistant"}, {"content", result.text}};
     else
         choice["text"] = result.text;

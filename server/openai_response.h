@@ -6,9 +6,12 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/runtime/engine.h"
+#include "engine/text/tool_calls.h"
 #include "server/openai_request.h"
 #include "server/request_queue.h"
 
@@ -56,6 +59,14 @@ class OpenAiResponder {
 public:
     OpenAiResponder(Endpoint endpoint, const GenerationOptions& options, std::string model, const Tokenizer& tokenizer);
 
+    // Chat: parse the reply for tool calls in `format` (trigger_token: its
+    // control-token trigger, -1 for text). Calls stream as
+    // delta.tool_calls (one chunk per call, whole, once its JSON is
+    // complete), the rest as content; the result's message carries
+    // tool_calls (content null when nothing else was said) and
+    // finish_reason "tool_calls". Call ids are drawn from the response's id.
+    void parse_tool_calls(const ToolCallFormat& format, int trigger_token);
+
     std::string start();
     std::string on_event(const TaskEvent& event);
     bool finished() const { return finished_; }
@@ -86,4 +97,6 @@ private:
     int status_ = 200;
     size_t text_length_ = 0;                   // completion logprobs: text_offset of the next token
     nlohmann::ordered_json pending_logprobs_;  // chat: content entries; completion: the legacy object
+    std::optional<ToolCallParser> tools_;      // parse_tool_calls
+    std::string tool_events(const std::vector<ToolCallEvent>& events);
 };

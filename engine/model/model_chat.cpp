@@ -63,7 +63,7 @@ void escape_specials(nlohmann::ordered_json& v, const std::vector<std::string>& 
 }  // namespace
 
 ModelChat::ModelChat(const ModelSource& source, const Tokenizer& tokenizer, std::string* warning)
-    : builtin_(model_source_chat_template(source, warning)) {
+    : builtin_(model_source_chat_template(source, warning)), tool_format_(&tool_call_format(ToolCallFamily::NONE)) {
     for (const AddedToken& t : tokenizer.added_tokens())
         if (t.special && !t.content.empty()) specials_.push_back(t.content);
     std::sort(specials_.begin(), specials_.end(),
@@ -77,6 +77,8 @@ ModelChat::ModelChat(const ModelSource& source, const Tokenizer& tokenizer, std:
         return;
     }
     if (!jinja_) return;
+    tool_format_ = &tool_call_format_detect(jinja_->tools_template_source());
+    tool_trigger_ = tool_call_trigger_token(*tool_format_, tokenizer);
     if (!recognised) warning->clear();  // the Jinja template renders what detection did not know
     builtin_plain_ = recognised && builtin_.family() == ChatFamily::MISTRAL;
 }

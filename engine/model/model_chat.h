@@ -23,6 +23,7 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/jinja_chat.h"
 #include "engine/text/tokenizer.h"
+#include "engine/text/tool_calls.h"
 
 class ModelChat {
 public:
@@ -47,6 +48,11 @@ public:
     // tokenizer.chat_template)", "mistral (built-in; jinja
     // (tokenizer_config.json) for tools)", "chatml (built-in)" ...
     std::string name() const;
+    // The tool-call format of the template that renders tools (the NONE row
+    // without a Jinja template or a format tools_calls.h knows), and the id
+    // of its trigger when that is a control token (-1: none).
+    const ToolCallFormat& tool_format() const { return *tool_format_; }
+    int tool_trigger_token() const { return tool_trigger_; }
 
 private:
     // The Jinja rendering, with the special tokens' texts in the request's
@@ -58,4 +64,6 @@ private:
     std::string origin_;
     bool builtin_plain_ = false;         // a Mistral template: plain chats by the built-in renderer
     std::vector<std::string> specials_;  // the special added tokens' texts, longest first
+    const ToolCallFormat* tool_format_;
+    int tool_trigger_ = -1;
 };

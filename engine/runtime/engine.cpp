@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/device_setup.h"
@@ -84,6 +85,10 @@ struct Engine::Impl {
     const Tokenizer tokenizer;
     std::string template_warning;  // before chat, which fills it
     const ModelChat chat;          // the built-in template and the Jinja one
+    const std::shared_ptr<const GrammarVocab> grammar_vocab;
+    // Engine::grammar's cache, newest last.
+    mutable std::mutex grammar_mutex;
+    mutable std::vector<std::shared_ptr<const Grammar>> grammars;
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -109,6 +114,7 @@ struct Engine::Impl {
           weights(model_source_weights(source, config, n_threads)),
           tokenizer(model_source_tokenizer(source, config)),
           chat(source, tokenizer, &template_warning),
+          grammar_vocab(std::make_shared<const GrammarVocab>(tokenizer)),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
           device(device_setup(o, config, weights, ctx, pool)),
@@ -257,6 +263,31 @@ bool Engine::has_jinja_template() const {
     return impl_->chat.has_jinja();
 }
 
+const ToolCallFormat& Engine::tool_call_format() const {
+    return impl_->chat.tool_format();
+}
+
+int Engine::tool_call_trigger_token() const {
+    return impl_->chat.tool_trigger_token();
+}
+
+std::shared_ptr<const Grammar> Engine::grammar(std::string_view gbnf, std::string_view source) const {
+    Impl& m = *impl_;
+    {
+        std::lock_guard lock(m.grammar_mutex);
+        auto hit = std::find_if(m.grammars.begin(), m.grammars.end(), [&](const auto& g) { return g->text() == gbnf; });
+        if (hit != m.grammars.end()) {
+            std::rotate(hit, hit + 1, m.grammars.end());  // newest last
+            return m.grammars.back();
+        }
+    }
+    std::shared_ptr<const Grammar> parsed = Grammar::parse(gbnf, m.grammar_vocab, source);  // outside the lock: may throw
+    std::lock_guard lock(m.grammar_mutex);
+    if (m.grammars.size() >= GRAMMAR_CACHE_SIZE) m.grammars.erase(m.grammars.begin());
+    m.grammars.push_back(parsed);
+    return parsed;
+}
+
 std::string Engine::chat_template_name() const {
     return impl_->chat.name();
 }
@@ -338,9 +369,19 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     std::vector<float> work(vocab);
     Clock::time_point t_first{};
     TokenEvent event;
+    std::optional<GrammarMatcher> grammar;
+    if (request.grammar) {
+        if (&request.grammar->vocab() != m.grammar_vocab.get())
+            throw MoeError("the request's grammar was parsed for another model's vocabulary");
+        std::span<const int> ends;
+        if (!request.ignore_eos) ends = m.config.eos_token_ids;
+        grammar.emplace(request.grammar, ends, !reply_keeps_leading_space(m.tokenizer, request.prompt,
+                                                                           request.continues_prompt));
+    }
 
     for (;;) {
         std::copy_n(logits, vocab, work.data());
+        if (grammar) grammar->mask(work.data());
         int token = sampler.sample(work.data(), history);
         bool eos = !request.ignore_eos && std::find(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end(),
                                                     token) != m.config.eos_token_ids.end();
@@ -364,6 +405,15 @@ GenerateResult Engine::generate(const GenerateRequest& request,
             if (r.stopped) {
                 result.finish_reason = FinishReason::STOP;
                 stopped = true;
+            }
+            if (grammar) {
+                grammar->accept(token);
+                if (!stopped && grammar->must_end()) {  // complete: what an end token would do, one pass sooner
+                    auto rest = stops.push(detok.flush());
+                    event.text += rest.emit + (rest.stopped ? "" : stops.flush());
+                    result.finish_reason = FinishReason::STOP;
+                    stopped = true;
+                }
             }
         }
         result.n_generated++;

@@ -32,6 +32,8 @@
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
 #include "engine/text/chat_template.h"
+#include "engine/text/grammar.h"
+#include "engine/text/tool_calls.h"
 #include "engine/text/tokenizer.h"
 #include "placement/expert_cache.h"
 #include "profiles/errors.h"
@@ -132,6 +134,12 @@ struct GenerateRequest {
     // (a chat reply, a prompt of control tokens only) the reply is a text
     // of its own and loses it, as SentencePiece decodes a text's start.
     bool continues_prompt = false;
+    // Constrained decoding (Engine::grammar): every token the grammar does
+    // not allow next is masked before sampling, so the reply parses; an end
+    // token only where the text is complete, and the reply ends (STOP) where
+    // the grammar allows nothing more. With ignore_eos no end token is
+    // allowed: the reply ends there or at max_tokens.
+    std::shared_ptr<const Grammar> grammar;
 };
 
 // Whether a reply to `prompt` keeps its first token's leading space (see
@@ -251,6 +259,20 @@ public:
     std::string chat_template_name() const;
     // Whether the model has a Jinja chat template (which alone renders tools).
     bool has_jinja_template() const;
+    // How the template's tool calls look in a reply (engine/text/tool_calls.h;
+    // the NONE row without a Jinja template or a known format), and its
+    // trigger's control-token id (-1: the trigger is text).
+    const ToolCallFormat& tool_call_format() const;
+    int tool_call_trigger_token() const;
+
+    // A GBNF grammar (engine/text/grammar.h) parsed against this model's
+    // vocabulary, for GenerateRequest::grammar. The newest
+    // GRAMMAR_CACHE_SIZE grammars are kept by their text, with the token
+    // masks their generations computed, so a grammar used again (the JSON
+    // one, a schema a client repeats) starts warm. source names the grammar
+    // in errors. Throws MoeError for a bad grammar. Thread-safe.
+    std::shared_ptr<const Grammar> grammar(std::string_view gbnf, std::string_view source = "grammar") const;
+    static constexpr size_t GRAMMAR_CACHE_SIZE = 16;
     // A finished chat reply, its text as sent to the client and the ids
     // generated for it, for later turns' chat_prompt (the newest
     // ChatReplies::MAX_REPLIES are kept).

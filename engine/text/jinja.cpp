@@ -609,7 +609,7 @@ private:
 }  // namespace
 
 JinjaTemplate::JinjaTemplate(std::string_view source, std::string name)
-    : name_(std::move(name)), body_(std::make_shared<const std::vector<JinjaStmtPtr>>(jinja_parse(source, name_))) {}
+    : name_(std::move(name)), source_(source), body_(std::make_shared<const std::vector<JinjaStmtPtr>>(jinja_parse(source, name_))) {}
 
 namespace {
 

@@ -50,9 +50,11 @@ public:
     std::string render(const JinjaDict& variables, const JinjaRenderOptions& options = {}) const;
 
     const std::string& name() const { return name_; }
+    const std::string& source() const { return source_; }
 
 private:
     std::string name_;
+    std::string source_;
     std::shared_ptr<const std::vector<std::unique_ptr<JinjaStmt>>> body_;
 };
 

@@ -17,6 +17,7 @@
 #include "engine/model/synth_model.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
+#include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
@@ -316,9 +317,27 @@ int cli_generate(const std::vector<std::string>& words) {
     options.device = parse_device_flags(args);
     apply_isa_flag(args);
     ChatInput messages = chat ? read_chat_file(*chat) : ChatInput{};
+    // Constrained output: a GBNF grammar, a JSON Schema, or any JSON object.
+    auto grammar_file = args.get("--grammar");
+    auto schema_file = args.get("--json-schema");
+    const bool json_object = args.flag("--json");
+    if (int(bool(grammar_file)) + int(bool(schema_file)) + int(json_object) > 1)
+        throw MoeError("give at most one of --grammar FILE, --json-schema FILE and --json");
+    if ((grammar_file || schema_file || json_object) && beam.width > 0)
+        throw MoeError("--beam-width: constrained decoding (--grammar, --json-schema, --json) is not supported with beams");
+    std::string gbnf;
+    if (grammar_file) gbnf = file_read_text(*grammar_file);
+    if (schema_file) {
+        auto schema = nlohmann::ordered_json::parse(file_read_text(*schema_file), nullptr, false);
+        if (schema.is_discarded()) throw MoeError(*schema_file + ": not valid JSON");
+        gbnf = json_schema_gbnf(schema, *schema_file);
+    }
+    if (json_object) gbnf = json_object_gbnf();
     args.finish();
 
     Engine engine(options);
+    if (grammar_file || schema_file || json_object)
+        request.grammar = engine.grammar(gbnf, grammar_file ? *grammar_file : schema_file ? *schema_file : "--json");
     if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     if (prompt) {

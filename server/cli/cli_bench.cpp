@@ -21,10 +21,12 @@
 #include "engine/model/synth_model.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
+#include "engine/text/json_schema.h"
 #include "placement/cache_replay.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
 #include "profiles/errors.h"
+#include "profiles/files.h"
 #include "profiles/profile.h"
 #include "profiles/routing_trace.h"
 #include "server/cli/cli.h"
@@ -160,6 +162,7 @@ int bench_decode(Args& args, bool prefill) {
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
     o.device = parse_device_flags(args);
     o.predict_next_layer = args.flag("--predict-next-layer");
+    const std::string grammar_flag = prefill ? "" : args.get("--grammar", "");
     apply_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
@@ -200,9 +203,22 @@ int bench_decode(Args& args, bool prefill) {
     } else {
         req.prompt = bench_prompt(engine, 16);
         req.max_tokens = n_tokens;
+        // --grammar: the same decode under a grammar, alternating with the
+        // plain one, so both see the same machine.
+        GenerateRequest constrained = req;
+        if (!grammar_flag.empty())
+            constrained.grammar = grammar_flag == "json"
+                                      ? engine.grammar(json_object_gbnf(), "json")
+                                      : engine.grammar(file_read_text(grammar_flag), grammar_flag);
+        double best_constrained = 0;
+        int constrained_tokens = 0;
         for (int r = 0; r < repeats; r++) {
             GenerateResult res = engine.generate(req, [](const TokenEvent&) { return true; });
             best = std::max(best, res.decode_tok_s());
+            if (!constrained.grammar) continue;
+            res = engine.generate(constrained, [](const TokenEvent&) { return true; });
+            best_constrained = std::max(best_constrained, res.decode_tok_s());
+            constrained_tokens = res.n_generated;
         }
         double bytes = cost_decode_token(c, engine.weight_format()).bytes;
         double roofline = roofline_decode_tok_s(bytes, ceiling);
@@ -210,6 +226,15 @@ int bench_decode(Args& args, bool prefill) {
                   {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
                   {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
                   {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
+        if (constrained.grammar) {
+            // The grammar's cost per token: masking before each draw, advancing after it.
+            line["grammar"] = grammar_flag;
+            line["grammar_tokens"] = constrained_tokens;
+            line["grammar_decode_tok_s"] = best_constrained;
+            line["grammar_overhead"] = best_constrained > 0 ? 1 - best_constrained / best : json(nullptr);
+            line["grammar_ms_per_token"] =
+                best_constrained > 0 && best > 0 ? 1e3 / best_constrained - 1e3 / best : json(nullptr);
+        }
         add_placement_fields(line, engine);
         if (o.predict_next_layer || o.device.prefetch) add_prediction_fields(line, engine);
         std::printf("%s\n", line.dump().c_str());

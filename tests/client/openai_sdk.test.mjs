@@ -1,6 +1,7 @@
 // The official openai npm SDK as a user of moe-server: models list, chat
 // completions (plain, streamed, and through the SDK's stream helper), text
-// completions (plain and streamed) and the SDK's typed errors. Run by
+// completions (plain and streamed), the SDK's typed errors, a tool round
+// trip and a json_schema reply the SDK parses. Run by
 // tests/client/test_openai_sdk.cpp, which starts the server and sets
 //   MOE_BASE_URL       http://127.0.0.1:PORT/v1
 //   MOE_API_KEY        the key the server was started with
@@ -135,6 +136,91 @@ check('errors arrive as the SDK\'s typed errors with param and code', async () =
   const wrong_key = new OpenAI({ baseURL: env('MOE_BASE_URL'), apiKey: 'wrong', maxRetries: 0 });
   const auth = await expect_error(wrong_key.models.list(), OpenAI.AuthenticationError, 401);
   assert.equal(auth.code, 'invalid_api_key');
+});
+
+// The server's model has a Qwen3-style template (Hermes <tool_call> format):
+// a forced call parses on a random-weight model.
+const weather_tool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city',
+    strict: true,
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 16 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+      required: ['city', 'unit'],
+      additionalProperties: false,
+    },
+  },
+};
+const check_weather_args = (args) => {
+  assert.deepEqual(Object.keys(args).sort(), ['city', 'unit']);
+  assert.equal(typeof args.city, 'string');
+  assert.ok(['celsius', 'fahrenheit'].includes(args.unit));
+};
+
+check('a tool round trip: a forced call, its result sent back, a final answer', async () => {
+  const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
+  const tool_choice = { type: 'function', function: { name: 'get_weather' } };
+  const r = await client.chat.completions.parse({
+    model, messages: ask, tools: [weather_tool], tool_choice, max_tokens: 200, seed: 3, cache_prompt: false,
+  });
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  check_weather_args(call.function.parsed_arguments);  // the SDK parsed the JSON string (strict tool)
+  // The same call streamed: the SDK's runner assembles delta.tool_calls.
+  const runner = client.chat.completions.stream({
+    model, messages: ask, tools: [weather_tool], tool_choice, max_tokens: 200, seed: 3, cache_prompt: false,
+  });
+  const streamed = await runner.finalChatCompletion();
+  assert.equal(streamed.choices[0].finish_reason, 'tool_calls');
+  assert.equal(streamed.choices[0].message.tool_calls[0].function.arguments, call.function.arguments);
+  // The result goes back; the model answers in text.
+  const history = [...ask, { role: 'assistant', content: null, tool_calls: [
+    { id: call.id, type: 'function', function: { name: call.function.name, arguments: call.function.arguments } },
+  ] }, { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ temperature: 21 }) }];
+  const answer = await client.chat.completions.create({
+    model, messages: history, tools: [weather_tool], tool_choice: 'none', ...fixed,
+  });
+  assert.equal(typeof answer.choices[0].message.content, 'string');
+  assert.equal(answer.choices[0].message.tool_calls, undefined);
+});
+
+check('a json_schema response_format: the SDK parses a reply that validates', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string', maxLength: 20 },
+      tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, maxItems: 3 },
+      score: { type: 'integer', minimum: 0, maximum: 100 },
+    },
+    required: ['name', 'tags', 'score'],
+    additionalProperties: false,
+  };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.parse({
+      model, messages, max_tokens: 300, seed, temperature: 1,
+      response_format: { type: 'json_schema', json_schema: { name: 'item', schema, strict: true } },
+    });
+    const parsed = r.choices[0].message.parsed;
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.deepEqual(Object.keys(parsed), ['name', 'tags', 'score']);
+    assert.equal(typeof parsed.name, 'string');
+    assert.ok([...parsed.name].length <= 20);
+    assert.ok(Array.isArray(parsed.tags) && parsed.tags.length <= 3);
+    for (const t of parsed.tags) assert.ok(['a', 'b', 'c'].includes(t));
+    assert.ok(Number.isInteger(parsed.score) && parsed.score >= 0 && parsed.score <= 100);
+  }
+  const bad = await expect_error(client.chat.completions.create({
+    model, messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', if: {} } } },
+  }), OpenAI.BadRequestError, 400);
+  assert.equal(bad.param, 'response_format');
+  assert.match(bad.message, /'if'/);
 });
 
 let failed = 0;

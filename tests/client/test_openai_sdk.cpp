@@ -1,5 +1,5 @@
 // Label "client": the official openai npm SDK drives a real moe-server (tiny
-// synthetic model, API key set) through tests/client/openai_sdk.test.mjs.
+// synthetic model with Qwen3's chat template, API key set) through tests/client/openai_sdk.test.mjs.
 // The SDK comes from scripts/setup_test_tools.sh (npm, into the build tree);
 // when it is missing this test fails and says how to install it.
 #include <sys/wait.h>
@@ -29,12 +29,15 @@ void run_sdk_checks(const std::vector<std::string>& extra_args, const std::strin
     const std::string key = "client-test-key";
     std::vector<std::string> args{"--api-key", key};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    ServerProcess server(test_model_dir("tiny"), args);
+    // The tiny model with a tool-calling template (Qwen3's, the Hermes format).
+    const fs::path model = tokenizer_json_model_dir(
+        tag + "-model", read_file(shared_data_dir() / "chat_templates" / "Qwen-Qwen3-0.6B.jinja"));
+    ServerProcess server(model, args);
     INFO("server log:\n" << server.log());
     REQUIRE(server.log().find(must_log) != std::string::npos);
     fs::path dir = test_temp_dir(tag);
     std::string cmd = "MOE_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) + "/v1" + " MOE_API_KEY=" + key +
-                      " MOE_MODEL_ID=" + test_model_dir("tiny").filename().string() +
+                      " MOE_MODEL_ID=" + model.filename().string() +
                       " MOE_NODE_MODULES=" + node_modules.string() + " " + MOE_NODE_EXECUTABLE + " " +
                       (fs::path(MOE_SOURCE_DIR) / "tests" / "client" / "openai_sdk.test.mjs").string() + " > " +
                       (dir / "out.txt").string() + " 2>&1";
@@ -44,7 +47,7 @@ void run_sdk_checks(const std::vector<std::string>& extra_args, const std::strin
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
     CHECK(out.find("not ok") == std::string::npos);
-    CHECK(out.find("6/6 checks passed") != std::string::npos);
+    CHECK(out.find("8/8 checks passed") != std::string::npos);
 }
 
 }  // namespace

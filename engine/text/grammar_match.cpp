@@ -1,0 +1,537 @@
+// Matching under a grammar: stacks of grammar positions advanced over code
+// points (bytes decoded as they come, a character split over tokens held
+// until its last byte), the vocabulary trie (GrammarVocab), the per-context
+// token classification a Grammar caches, and GrammarMatcher's masks.
+//
+// A mask is the union, over the live stacks, of what each stack's top
+// context allows. A context is the top GRAMMAR_CONTEXT_FRAMES entries of a
+// stack; the first time one is reached, the trie is walked once from a stack
+// holding only those entries: a token is ACCEPTED when some path consumes
+// all its bytes without popping below them, REJECTED when no path consumes it
+// and none gets below them, UNCERTAIN otherwise (some path left the context
+// before the token ended). Subtrees are cut as soon as the walk decides them
+// whole. A mask then ORs the accepted bitsets and checks only the uncertain
+// tokens against the real stacks. The parser is grammar.cpp's.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "engine/text/grammar_impl.h"
+#include "engine/text/tokenizer.h"
+
+using namespace grammar_detail;
+
+namespace grammar_detail {
+
+void CharClass::finish() {
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<uint32_t, uint32_t>> merged;
+    for (const auto& r : ranges) {
+        if (!merged.empty() && r.first <= merged.back().second + 1) {
+            merged.back().second = std::max(merged.back().second, r.second);
+        } else {
+            merged.push_back(r);
+        }
+    }
+    ranges = std::move(merged);
+    ascii[0] = ascii[1] = 0;
+    for (uint32_t c = 0; c < 128; c++) {
+        bool in = false;
+        for (const auto& r : ranges) in = in || (c >= r.first && c <= r.second);
+        if (in != negated) ascii[c / 64] |= uint64_t{1} << (c % 64);
+    }
+}
+
+bool CharClass::matches(uint32_t cp) const {
+    if (cp < 128) return (ascii[cp / 64] >> (cp % 64)) & 1;
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), cp,
+                               [](uint32_t v, const std::pair<uint32_t, uint32_t>& r) { return v < r.first; });
+    const bool in = it != ranges.begin() && cp <= std::prev(it)->second;
+    return in != negated;
+}
+
+bool CharClass::matches_some(uint32_t lo, uint32_t hi) const {
+    for (const auto& r : ranges) {
+        if (negated) {
+            if (r.first <= lo && hi <= r.second) return false;  // ranges are merged: one covers all or none does
+        } else if (r.first <= hi && lo <= r.second) {
+            return true;
+        }
+    }
+    return negated;
+}
+
+Utf8Step utf8_feed(Utf8State& u, uint8_t b) {
+    if (u.need == 0) {
+        if (b < 0x80) {
+            u.cp = b;
+            return Utf8Step::COMPLETE;
+        }
+        if (b >= 0xC2 && b <= 0xDF) {
+            u = {b & 0x1Fu, 1, (b & 0x1Fu) << 6, ((b & 0x1Fu) << 6) | 0x3F};
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            u = {b & 0x0Fu, 2, std::max(0x800u, (b & 0x0Fu) << 12), ((b & 0x0Fu) << 12) | 0xFFF};
+            if (b == 0xED) u.hi = 0xD7FF;
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            u = {b & 0x07u, 3, std::max(0x10000u, (b & 0x07u) << 18),
+                 std::min(0x10FFFFu, ((b & 0x07u) << 18) | 0x3FFFF)};
+        } else {
+            return Utf8Step::INVALID;
+        }
+        return Utf8Step::PARTIAL;
+    }
+    if ((b & 0xC0) != 0x80) return Utf8Step::INVALID;
+    u.cp = (u.cp << 6) | (b & 0x3Fu);
+    u.need--;
+    const uint32_t shift = 6 * u.need;
+    const uint32_t lo = std::max(u.lo, u.cp << shift);
+    const uint32_t hi = std::min(u.hi, (u.cp << shift) | ((1u << shift) - 1));
+    if (lo > hi) return Utf8Step::INVALID;
+    u.lo = lo;
+    u.hi = hi;
+    return u.need == 0 ? Utf8Step::COMPLETE : Utf8Step::PARTIAL;
+}
+
+size_t StackHash::operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+    return static_cast<size_t>(h);
+}
+
+void StackSet::add(std::span<const uint32_t> s) {
+    uint64_t h = 1469598103934665603ull ^ s.size();
+    for (uint32_t x : s) h = (h ^ x) * 1099511628211ull;
+    for (size_t i = 0; i < hashes_.size(); i++) {
+        if (hashes_[i] != h) continue;
+        const auto t = (*this)[i];
+        if (t.size() == s.size() && std::equal(t.begin(), t.end(), s.begin())) return;
+    }
+    if (ends_.size() >= GRAMMAR_MAX_STACKS)
+        throw MoeError("grammar: more than " + std::to_string(GRAMMAR_MAX_STACKS) +
+                       " parses alive at once (the grammar is too ambiguous)");
+    data_.insert(data_.end(), s.begin(), s.end());
+    ends_.push_back(static_cast<uint32_t>(data_.size()));
+    hashes_.push_back(h);
+}
+
+bool StackSet::contains_empty() const {
+    for (size_t i = 0; i < size(); i++) {
+        if ((*this)[i].empty()) return true;
+    }
+    return false;
+}
+
+}  // namespace grammar_detail
+
+namespace {
+
+// Adds to `out` every stack `start` leads to once rules are entered and
+// finished alternatives left, down to a terminal on top (or nothing left).
+// Iterative: left recursion is refused at parse time, so this ends; a step
+// bound guards against grammars whose expansion is huge all the same.
+void expand(const Grammar::Impl& g, std::span<const uint32_t> start, StackSet& out, Scratch& sc) {
+    constexpr size_t MAX_STEPS = 1 << 20;
+    std::vector<uint32_t>& work = sc.work;
+    std::vector<uint32_t>& ends = sc.work_ends;
+    std::vector<uint32_t>& cur = sc.cur;
+    work.assign(start.begin(), start.end());
+    ends.assign(1, static_cast<uint32_t>(work.size()));
+    size_t steps = 0;
+    while (!ends.empty()) {
+        ends.pop_back();
+        const uint32_t b = ends.empty() ? 0 : ends.back();
+        cur.assign(work.begin() + b, work.end());
+        work.resize(b);
+        while (true) {
+            if (++steps > MAX_STEPS) throw MoeError("grammar: expansion too large (the grammar is too ambiguous)");
+            if (cur.empty()) {
+                out.add(cur);
+                break;
+            }
+            const uint32_t pos = cur.back();
+            const Elem e = g.elems[pos];
+            if (e.type == ElemType::END) {
+                cur.pop_back();
+            } else if (e.type == ElemType::RULE) {
+                cur.pop_back();
+                if (g.elems[pos + 1].type != ElemType::END) cur.push_back(pos + 1);  // a tail call keeps no frame
+                const auto& alts = g.rules[e.value].alts;
+                for (size_t i = 1; i < alts.size(); i++) {
+                    work.insert(work.end(), cur.begin(), cur.end());
+                    work.push_back(alts[i]);
+                    ends.push_back(static_cast<uint32_t>(work.size()));
+                }
+                cur.push_back(alts[0]);
+            } else {
+                out.add(cur);
+                break;
+            }
+        }
+    }
+}
+
+// Moves every stack of `in` whose top matches `cp` past it into `out`.
+// Empty stacks (a complete parse, or the bottom of a context) match nothing.
+void advance_char(const Grammar::Impl& g, const StackSet& in, uint32_t cp, StackSet& out, Scratch& sc) {
+    std::vector<uint32_t>& moved = sc.moved;
+    for (size_t i = 0; i < in.size(); i++) {
+        const auto s = in[i];
+        if (s.empty()) continue;
+        const Elem e = g.elems[s.back()];
+        if (e.type != ElemType::CHARS || !g.classes[e.value].matches(cp)) continue;
+        moved.assign(s.begin(), s.end());
+        moved.back()++;
+        expand(g, moved, out, sc);
+    }
+}
+
+// Keeps the stacks of `in` whose top can match some code point in [lo, hi].
+void filter_partial(const Grammar::Impl& g, const StackSet& in, uint32_t lo, uint32_t hi, StackSet& out) {
+    for (size_t i = 0; i < in.size(); i++) {
+        const auto s = in[i];
+        if (s.empty()) continue;
+        const Elem e = g.elems[s.back()];
+        if (e.type == ElemType::CHARS && g.classes[e.value].matches_some(lo, hi)) out.add(s);
+    }
+}
+
+// One byte from state (`in`, u) into `out`; u advances. False when no stack
+// survives. Empty stacks in `in` do not carry over.
+bool advance_byte(const Grammar::Impl& g, const StackSet& in, Utf8State& u, uint8_t byte, StackSet& out, Scratch& sc) {
+    out.clear();
+    const Utf8Step st = utf8_feed(u, byte);
+    if (st == Utf8Step::INVALID) return false;
+    if (st == Utf8Step::COMPLETE) {
+        advance_char(g, in, u.cp, out, sc);
+    } else {
+        filter_partial(g, in, u.lo, u.hi, out);
+    }
+    return !out.empty();
+}
+
+// Whether `bytes` can follow from (`stacks`, u); on success `stacks` and
+// `u` hold the state after them.
+bool advance_bytes(const Grammar::Impl& g, StackSet& stacks, Utf8State& u, std::string_view bytes, Scratch& sc) {
+    StackSet* from = &stacks;
+    StackSet* to = &sc.a;
+    Utf8State v = u;
+    for (char c : bytes) {
+        if (!advance_byte(g, *from, v, static_cast<uint8_t>(c), *to, sc)) return false;
+        std::swap(from, to);
+        if (to == &stacks) to = &sc.b;
+    }
+    if (from != &stacks) std::swap(stacks, *from);
+    u = v;
+    return true;
+}
+
+void set_range(std::vector<uint64_t>& bits, uint32_t b, uint32_t e) {
+    for (uint32_t i = b; i < e; i++) bits[i / 64] |= uint64_t{1} << (i % 64);
+}
+
+void add_range(std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t b, uint32_t e) {
+    if (b == e) return;
+    if (!ranges.empty() && ranges.back().second == b) {
+        ranges.back().second = e;
+    } else {
+        ranges.push_back({b, e});
+    }
+}
+
+// Walks the trie from (`start`, u0) and classifies every token. `context`:
+// the stacks are a context's top entries, and an empty stack means the walk
+// got below them (the tokens that continue past that point are UNCERTAIN);
+// otherwise they are whole stacks and an empty one is a finished parse.
+void walk_trie(const Grammar::Impl& g, const StackSet& start, Utf8State u0, bool context, Classification& out) {
+    const GrammarVocab::Impl& v = g.vocab->impl();
+    out.accepted.assign(v.words(), 0);
+    out.uncertain.clear();
+    struct Level {
+        StackSet stacks;
+        Utf8State u;
+        bool beyond = false;  // some path got below the context before this byte
+    };
+    std::vector<Level> levels(1);
+    levels[0].stacks = start;
+    levels[0].u = u0;
+    Scratch sc;
+    const auto& nodes = v.nodes;
+    uint32_t i = 1;
+    while (i < nodes.size()) {
+        const TrieNode& n = nodes[i];
+        if (levels.size() <= n.depth) levels.resize(n.depth + 1);
+        const Level& parent = levels[n.depth - 1];
+        Level& cur = levels[n.depth];
+        cur.u = parent.u;
+        cur.beyond = parent.beyond;
+        // A new character starts: a path that left the context cannot be followed here.
+        if (context && parent.u.need == 0 && parent.stacks.contains_empty()) cur.beyond = true;
+        const bool alive = advance_byte(g, parent.stacks, cur.u, n.byte, cur.stacks, sc);
+        if (!alive) {
+            if (cur.beyond) add_range(out.uncertain, n.tok_begin, n.tok_end);
+            i = n.subtree_end;
+            continue;
+        }
+        set_range(out.accepted, n.tok_begin, n.tok_here_end);
+        if (context && cur.u.need == 0 && cur.stacks.size() == 1 && cur.stacks[0].empty()) {
+            // Only paths below the context go on: the rest of the subtree is theirs.
+            add_range(out.uncertain, n.tok_here_end, n.tok_end);
+            i = n.subtree_end;
+            continue;
+        }
+        i++;  // the children decide their own tokens
+    }
+}
+
+}  // namespace
+
+const Classification& Grammar::Impl::classify(std::span<const uint32_t> context) const {
+    std::vector<uint32_t> key(context.begin(), context.end());
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return *it->second;
+    StackSet start;
+    start.add(key);
+    auto c = std::make_unique<Classification>();
+    walk_trie(*this, start, Utf8State{}, true, *c);
+    return *cache.emplace(std::move(key), std::move(c)).first->second;
+}
+
+GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) : impl_(std::make_unique<Impl>()) {
+    Impl& v = *impl_;
+    v.tokenizer = &tokenizer;
+    v.n_vocab = tokenizer.vocab_size();
+    v.bytes.resize(static_cast<size_t>(v.n_vocab));
+    v.strips_first.assign(static_cast<size_t>(v.n_vocab), 0);
+    for (int id = 0; id < v.n_vocab; id++) {
+        if (tokenizer.is_unknown(id) || tokenizer.is_control(id)) {
+            v.no_bytes.push_back(id);
+            continue;
+        }
+        v.bytes[id] = tokenizer.token_bytes(id);
+        if (!tokenizer.is_byte(id) && !v.bytes[id].empty() && v.bytes[id][0] == ' ') {
+            Detokenizer d(tokenizer, true);
+            v.strips_first[id] = d.push(id) == std::string_view(v.bytes[id]).substr(1);
+        }
+        (v.bytes[id].empty() ? v.no_bytes : v.sorted_ids).push_back(id);
+    }
+    std::stable_sort(v.sorted_ids.begin(), v.sorted_ids.end(), [&](int a, int b) { return v.bytes[a] < v.bytes[b]; });
+    // Build the trie in preorder from the sorted strings: the path holds the
+    // nodes of the previous token's bytes.
+    v.nodes.push_back({0, 0, 0, 0, 0, 0});
+    std::vector<uint32_t> path{0};
+    std::string_view prev;
+    const auto n_tok = static_cast<uint32_t>(v.sorted_ids.size());
+    for (uint32_t t = 0; t < n_tok; t++) {
+        const std::string_view s = v.bytes[v.sorted_ids[t]];
+        size_t lcp = 0;
+        while (lcp < s.size() && lcp < prev.size() && s[lcp] == prev[lcp]) lcp++;
+        while (path.size() - 1 > lcp) {
+            TrieNode& n = v.nodes[path.back()];
+            n.subtree_end = static_cast<uint32_t>(v.nodes.size());
+            n.tok_end = t;
+            path.pop_back();
+        }
+        for (size_t d = lcp; d < s.size(); d++) {
+            path.push_back(static_cast<uint32_t>(v.nodes.size()));
+            v.nodes.push_back({0, t, t, 0, static_cast<uint32_t>(d + 1), static_cast<uint8_t>(s[d])});
+        }
+        v.nodes[path.back()].tok_here_end = t + 1;
+        prev = s;
+    }
+    while (!path.empty()) {
+        TrieNode& n = v.nodes[path.back()];
+        n.subtree_end = static_cast<uint32_t>(v.nodes.size());
+        n.tok_end = n_tok;
+        path.pop_back();
+    }
+}
+
+GrammarVocab::~GrammarVocab() = default;
+
+const Tokenizer& GrammarVocab::tokenizer() const {
+    return *impl_->tokenizer;
+}
+
+int GrammarVocab::vocab_size() const {
+    return impl_->n_vocab;
+}
+
+struct GrammarMatcher::State {
+    std::shared_ptr<const Grammar> grammar;
+    const Grammar::Impl& g;
+    const GrammarVocab::Impl& v;
+    std::vector<int> end_tokens;
+    bool strip_pending;  // the next token with bytes is the reply's first
+    StackSet stacks;
+    Utf8State u;
+    mutable Scratch sc;
+    std::vector<uint64_t> bits;
+
+    State(std::shared_ptr<const Grammar> gr, std::span<const int> ends, bool strip)
+        : grammar(std::move(gr)),
+          g(grammar->impl()),
+          v(grammar->vocab().impl()),
+          end_tokens(ends.begin(), ends.end()),
+          strip_pending(strip) {
+        for (uint32_t a : g.rules[g.root].alts) {
+            const uint32_t s[1] = {a};
+            expand(g, s, stacks, sc);
+        }
+    }
+
+    bool is_end(int token) const { return std::find(end_tokens.begin(), end_tokens.end(), token) != end_tokens.end(); }
+    bool can_end() const { return u.need == 0 && stacks.contains_empty(); }
+
+    std::string_view bytes_of(int token) const {
+        std::string_view b = v.bytes[static_cast<size_t>(token)];
+        if (strip_pending && v.strips_first[static_cast<size_t>(token)]) b.remove_prefix(1);
+        return b;
+    }
+
+    // The state after `token` (not an end token) into (out, out_u); false
+    // when the grammar does not allow it.
+    bool step(int token, StackSet& out, Utf8State& out_u) const {
+        out.clear();
+        out_u = u;
+        const std::string_view bytes = bytes_of(token);
+        if (!bytes.empty()) {
+            out = stacks;
+            if (!advance_bytes(g, out, out_u, bytes, sc)) out.clear();
+            if (out_u.need != 0) return !out.empty();  // mid-character: no token element can join it
+        }
+        if (u.need != 0) return !out.empty();
+        std::vector<uint32_t> moved;
+        for (size_t i = 0; i < stacks.size(); i++) {
+            const auto s = stacks[i];
+            if (s.empty()) continue;
+            const Elem e = g.elems[s.back()];
+            if (e.type != ElemType::TOKEN || e.value != static_cast<uint32_t>(token)) continue;
+            moved.assign(s.begin(), s.end());
+            moved.back()++;
+            expand(g, moved, out, sc);
+        }
+        return !out.empty();
+    }
+
+    bool allows(int token) const {
+        if (token < 0 || token >= v.n_vocab) return false;
+        if (is_end(token)) return can_end();
+        StackSet out;
+        Utf8State ou;
+        return step(token, out, ou);
+    }
+
+    // bits (sorted order) of the tokens with bytes that may come next.
+    void compute_bits() {
+        if (u.need != 0) {
+            Classification c;
+            walk_trie(g, stacks, u, false, c);
+            bits = std::move(c.accepted);
+            return;
+        }
+        bits.assign(v.words(), 0);
+        StackSet one;
+        Utf8State ou;
+        for (size_t i = 0; i < stacks.size(); i++) {
+            const auto s = stacks[i];
+            if (s.empty()) continue;
+            if (g.elems[s.back()].type != ElemType::CHARS) continue;
+            const size_t k = std::min(s.size(), GRAMMAR_CONTEXT_FRAMES);
+            const Classification& c = g.classify(s.subspan(s.size() - k));
+            for (size_t w = 0; w < bits.size(); w++) bits[w] |= c.accepted[w];
+            for (const auto& [b, e] : c.uncertain) {
+                for (uint32_t t = b; t < e; t++) {
+                    if ((bits[t / 64] >> (t % 64)) & 1) continue;
+                    one.clear();
+                    one.add(s);
+                    ou = u;
+                    if (advance_bytes(g, one, ou, v.bytes[static_cast<size_t>(v.sorted_ids[t])], sc))
+                        bits[t / 64] |= uint64_t{1} << (t % 64);
+                }
+            }
+        }
+        if (strip_pending) {
+            // The first token's bytes lose their space: those tokens are checked one by one.
+            for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
+                const int id = v.sorted_ids[t];
+                if (!v.strips_first[static_cast<size_t>(id)]) continue;
+                StackSet out;
+                const bool ok = !bytes_of(id).empty() && step(id, out, ou);
+                if (ok) {
+                    bits[t / 64] |= uint64_t{1} << (t % 64);
+                } else {
+                    bits[t / 64] &= ~(uint64_t{1} << (t % 64));
+                }
+            }
+        }
+    }
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::span<const int> end_tokens,
+                               bool strip_first_space)
+    : state_(std::make_unique<State>(std::move(grammar), end_tokens, strip_first_space)) {}
+
+GrammarMatcher::~GrammarMatcher() = default;
+GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
+
+void GrammarMatcher::mask(float* logits) {
+    State& st = *state_;
+    st.compute_bits();
+    // The ids with no bytes: end tokens and <[piece]> tokens on top of a stack.
+    std::vector<int> extra;
+    if (st.can_end()) extra = st.end_tokens;
+    if (st.u.need == 0) {
+        for (size_t i = 0; i < st.stacks.size(); i++) {
+            const auto s = st.stacks[i];
+            if (!s.empty() && st.g.elems[s.back()].type == ElemType::TOKEN)
+                extra.push_back(static_cast<int>(st.g.elems[s.back()].value));
+        }
+    }
+    std::vector<float> kept(extra.size());
+    for (size_t i = 0; i < extra.size(); i++) kept[i] = logits[extra[i]];
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const GrammarVocab::Impl& v = st.v;
+    size_t allowed = extra.size();
+    for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
+        if ((st.bits[t / 64] >> (t % 64)) & 1) {
+            allowed++;
+        } else {
+            logits[v.sorted_ids[t]] = ninf;
+        }
+    }
+    for (int id : v.no_bytes) logits[id] = ninf;
+    for (size_t i = 0; i < extra.size(); i++) logits[extra[i]] = kept[i];
+    if (allowed == 0) throw MoeError("grammar: no token of the vocabulary can continue the text here");
+}
+
+void GrammarMatcher::accept(int token) {
+    State& st = *state_;
+    if (token < 0 || token >= st.v.n_vocab) throw MoeError("grammar: token " + std::to_string(token) + " out of range");
+    if (st.is_end(token)) {
+        if (!st.can_end())
+            throw MoeError("grammar: end token " + std::to_string(token) + " before the text is complete");
+        return;
+    }
+    StackSet out;
+    Utf8State ou;
+    if (!st.step(token, out, ou))
+        throw MoeError("grammar: token " + std::to_string(token) + " ('" + st.v.tokenizer->id_to_piece(token) +
+                       "') is not allowed here");
+    st.stacks = std::move(out);
+    st.u = ou;
+    if (!st.v.bytes[static_cast<size_t>(token)].empty()) st.strip_pending = false;
+}
+
+bool GrammarMatcher::allows(int token) const {
+    return state_->allows(token);
+}
+
+bool GrammarMatcher::can_end() const {
+    return state_->can_end();
+}
+
+bool GrammarMatcher::must_end() const {
+    const State& st = *state_;
+    return st.u.need == 0 && st.stacks.size() == 1 && st.stacks[0].empty();
+}

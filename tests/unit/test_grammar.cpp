@@ -1,0 +1,301 @@
+// Tests of the GBNF grammar engine (engine/text/grammar.*): the parser's
+// errors, matching whole texts, and GrammarMatcher::mask() against a
+// brute-force check of every token (allows(), which advances the stacks over
+// the token's bytes) along seeded random walks, with the Mixtral tokenizer
+// (byte-fallback SentencePiece) and a small byte-level BPE.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "engine/text/grammar.h"
+#include "engine/text/hf_tokenizer.h"
+#include "engine/text/tokenizer.h"
+#include "test_support.h"
+
+namespace {
+
+const Tokenizer& mistral() {
+    static const Tokenizer tok = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-v1.model");
+    return tok;
+}
+
+std::shared_ptr<const GrammarVocab> mistral_vocab() {
+    static const auto vocab = std::make_shared<const GrammarVocab>(mistral());
+    return vocab;
+}
+
+const std::string JSON_GBNF = R"(# JSON, whitespace bounded
+root   ::= ws value
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
+array  ::= "[" ws ( value ( "," ws value )* )? "]" ws
+string ::= "\"" char* "\"" ws
+char   ::= [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,4} )? ws
+ws     ::= [ \t\n]{0,20}
+)";
+
+std::string parse_error(std::string_view gbnf) {
+    return moe_error_of([&] { Grammar::parse(gbnf, mistral_vocab()); });
+}
+
+// Feeds `text` as Mistral tokens (no dummy prefix); false when a token is refused.
+bool feed(GrammarMatcher& m, std::string_view text) {
+    for (int id : mistral().encode(text, false)) {
+        if (!m.allows(id)) return false;
+        m.accept(id);
+    }
+    return true;
+}
+
+bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+    const int eos[] = {mistral().eos_id()};
+    GrammarMatcher m(g, eos, false);
+    return feed(m, text) && m.can_end();
+}
+
+// Random walks: at every step the mask must equal allows() for every id;
+// then a random allowed token is taken. Returns the number of steps.
+int random_walks(const std::shared_ptr<const Grammar>& g, const std::vector<int>& ends, int walks, int steps,
+                 bool strip_first) {
+    const int n = g->vocab().vocab_size();
+    std::mt19937 rng(1234);
+    std::vector<float> logits(static_cast<size_t>(n));
+    int total = 0;
+    for (int w = 0; w < walks; w++) {
+        GrammarMatcher m(g, ends, strip_first);
+        for (int s = 0; s < steps; s++) {
+            std::fill(logits.begin(), logits.end(), 0.0f);
+            m.mask(logits.data());
+            std::vector<int> allowed;
+            for (int id = 0; id < n; id++) {
+                const bool in_mask = !std::isinf(logits[static_cast<size_t>(id)]);
+                if (in_mask != m.allows(id)) {
+                    FAIL("walk " << w << " step " << s << ": token " << id << " '"
+                                 << g->vocab().tokenizer().id_to_piece(id) << "' mask " << in_mask << ", brute force "
+                                 << !in_mask);
+                }
+                if (in_mask) allowed.push_back(id);
+            }
+            REQUIRE(!allowed.empty());
+            total++;
+            // Prefer ending now and then, so walks also finish.
+            const int pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+            if (std::find(ends.begin(), ends.end(), pick) != ends.end()) {
+                REQUIRE(m.can_end());
+                break;
+            }
+            m.accept(pick);
+        }
+    }
+    return total;
+}
+
+}  // namespace
+
+TEST_CASE("grammar: parse errors name line and column", "[grammar]") {
+    CHECK(parse_error("root ::= \"a\"\nroot ::= \"b\"") == "grammar: line 2, column 1: duplicate rule 'root'");
+    CHECK(parse_error("root ::= value\n") == "grammar: line 1, column 10: undefined rule 'value'");
+    CHECK(parse_error("item ::= \"a\"") == "grammar: line 1, column 13: no rule 'root'");
+    CHECK(parse_error("") == "grammar: line 1, column 1: no rule 'root'");
+    CHECK(parse_error("root = \"a\"") == "grammar: line 1, column 6: expected '::='");
+    CHECK(parse_error("root ::= \"abc") == "grammar: line 1, column 10: unterminated literal");
+    CHECK(parse_error("root ::= [a-z") == "grammar: line 1, column 10: unterminated character class");
+    CHECK(parse_error("root ::= [z-a]") == "grammar: line 1, column 11: character range out of order");
+    CHECK(parse_error("root ::= \"\\q\"") == "grammar: line 1, column 11: unknown escape");
+    CHECK(parse_error("root ::= \"\\x4\"") == "grammar: line 1, column 14: expected 2 hex digits");
+    CHECK(parse_error("root ::= \"\\U00110000\"") ==
+          "grammar: line 1, column 11: escape is not a Unicode scalar value");
+    CHECK(parse_error("root ::= (\"a\" | \"b\"") == "grammar: line 1, column 20: expected ')'");
+    CHECK(parse_error("root ::= * \"a\"") == "grammar: line 1, column 10: '*' follows nothing");
+    CHECK(parse_error("root ::= \"a\" )") ==
+          "grammar: line 1, column 14: expected a newline or the end of the grammar");
+    CHECK(parse_error("root ::= \"a\"{3,2}") == "grammar: line 1, column 13: repetition bounds out of order");
+    CHECK(parse_error("root ::= \"a\"{1001}") == "grammar: line 1, column 14: repetition bound past 1000");
+    CHECK(parse_error("root ::= \"a\"{2,5") == "grammar: line 1, column 17: expected '}'");
+    CHECK(parse_error("root ::= <[no-such-piece]>") ==
+          "grammar: line 1, column 10: unknown token piece 'no-such-piece'");
+    CHECK(parse_error("root ::= <[<s>") == "grammar: line 1, column 10: unterminated token piece '<['");
+    CHECK(parse_error("root ::= \"\xff\"") == "grammar: line 1, column 11: invalid UTF-8");
+    CHECK(parse_error("root ::= _x") == "grammar: line 1, column 10: expected a newline or the end of the grammar");
+    // The source name leads the message.
+    CHECK(moe_error_of([] { Grammar::parse("x ::= \"a\"", mistral_vocab(), "response_format"); }) ==
+          "response_format: line 1, column 10: no rule 'root'");
+}
+
+TEST_CASE("grammar: left recursion is refused, direct, indirect and through nullable prefixes", "[grammar]") {
+    CHECK(parse_error("root ::= root \"a\" | \"b\"") == "grammar: line 1, column 1: left recursion: root -> root");
+    CHECK(parse_error("root ::= a\na ::= b \"x\"\nb ::= a | \"y\"") ==
+          "grammar: line 2, column 1: left recursion: a -> b -> a");
+    CHECK(parse_error("root ::= opt root \"x\" | \"y\"\nopt ::= \"o\"?") ==
+          "grammar: line 1, column 1: left recursion: root -> root");
+    CHECK(parse_error("root ::= (\"a\"?)*") != "");
+    // Right recursion and recursion after a terminal are fine.
+    CHECK(parse_error("root ::= \"a\" root | \"b\"\nx ::= \"(\" x \")\" | \"\"") == "");
+}
+
+TEST_CASE("grammar: limits on nesting and size", "[grammar]") {
+    CHECK(parse_error("root ::= " + std::string(200, '(') + "\"a\"" + std::string(200, ')')) == "");
+    CHECK(parse_error("root ::= " + std::string(201, '(') + "\"a\"" + std::string(201, ')')) ==
+          "grammar: line 1, column 210: groups nested deeper than 200");
+    std::string big = "root ::=";
+    for (int i = 0; i < 101; i++) big += " [a]{1000}";
+    CHECK(parse_error(big).find("the grammar has more than 100000 elements") != std::string::npos);
+    // Nested bounded repetitions stay within the element limit (no exponential copy).
+    CHECK(parse_error("root ::= ((((\"ab\"{1000}){1000}){1000}){1000})") == "");
+}
+
+TEST_CASE("grammar: JSON texts match, broken ones do not", "[grammar]") {
+    const auto g = Grammar::parse(JSON_GBNF, mistral_vocab());
+    CHECK(matches(g, R"({"a": [1, -2.5e3, true, null], "b": {"c": "d\n\u00e9\"x"}})"));
+    CHECK(matches(g, R"(  ["ünïcödé €", 0, {}, []])"));
+    CHECK(matches(g, "\"日本語\""));
+    CHECK(matches(g, "0"));
+    CHECK_FALSE(matches(g, R"({"a": 01})"));
+    CHECK_FALSE(matches(g, R"({"a" 1})"));
+    CHECK_FALSE(matches(g, R"(["x\q"])"));
+    CHECK_FALSE(matches(g, R"({"a": 1)"));                // incomplete: no end allowed
+    CHECK_FALSE(matches(g, std::string(22, ' ') + "1"));  // whitespace is bounded
+}
+
+TEST_CASE("grammar: matcher state, end tokens and errors", "[grammar]") {
+    const auto g = Grammar::parse("root ::= \"yes\" | \"no\" \"!\"?", mistral_vocab());
+    const int eos = mistral().eos_id();
+    const int ends[] = {eos};
+    GrammarMatcher m(g, ends, false);
+    CHECK_FALSE(m.can_end());
+    CHECK_FALSE(m.allows(eos));
+    CHECK(moe_error_of([&] { m.accept(eos); }).find("before the text is complete") != std::string::npos);
+    const int maybe = mistral().encode("maybe", false)[0];
+    CHECK(moe_error_of([&] { m.accept(maybe); }).find("is not allowed here") != std::string::npos);
+    REQUIRE(feed(m, "no"));
+    CHECK(m.can_end());
+    CHECK_FALSE(m.must_end());
+    CHECK(m.allows(eos));
+    REQUIRE(feed(m, "!"));
+    CHECK(m.must_end());
+    std::vector<float> logits(static_cast<size_t>(mistral().vocab_size()), 0.0f);
+    m.mask(logits.data());
+    for (int id = 0; id < mistral().vocab_size(); id++)
+        CHECK(std::isinf(logits[static_cast<size_t>(id)]) == (id != eos));
+    // A grammar no token can continue: mask throws.
+    const auto dead = Grammar::parse("root ::= [] \"a\"", mistral_vocab());
+    GrammarMatcher d(dead, ends, false);
+    CHECK(moe_error_of([&] { d.mask(logits.data()); }) ==
+          "grammar: no token of the vocabulary can continue the text here");
+}
+
+TEST_CASE("grammar: the first token's leading space is stripped when asked", "[grammar]") {
+    const auto g = Grammar::parse("root ::= \"{\" [a-z ]* \"}\"", mistral_vocab());
+    const int brace = mistral().piece_to_id("▁{");
+    REQUIRE(brace >= 0);
+    const int ends[] = {mistral().eos_id()};
+    GrammarMatcher plain(g, ends, false);
+    CHECK_FALSE(plain.allows(brace));
+    GrammarMatcher strip(g, ends, true);
+    CHECK(strip.allows(brace));
+    strip.accept(brace);
+    // Only the first token loses its space.
+    const int the = mistral().piece_to_id("▁the");
+    REQUIRE(the >= 0);
+    CHECK(strip.allows(the));
+    strip.accept(the);
+    CHECK(feed(strip, "}"));
+    CHECK(strip.can_end());
+}
+
+TEST_CASE("grammar: <[piece]> matches exactly that token", "[grammar]") {
+    const auto g = Grammar::parse("root ::= <[<s>]> \"a\" | \"b\" <[▁the]>", mistral_vocab());
+    const int ends[] = {mistral().eos_id()};
+    GrammarMatcher m(g, ends, false);
+    const int bos = mistral().piece_to_id("<s>");
+    const int the = mistral().piece_to_id("▁the");
+    CHECK(m.allows(bos));
+    CHECK_FALSE(m.allows(mistral().piece_to_id("</s>")));
+    m.accept(bos);
+    CHECK(feed(m, "a"));
+    CHECK(m.must_end());
+    GrammarMatcher b(g, ends, false);
+    REQUIRE(feed(b, "b"));
+    CHECK(b.allows(the));
+    // The same text as other tokens is not the piece.
+    CHECK_FALSE(b.allows(mistral().piece_to_id("▁")));
+    b.accept(the);
+    CHECK(b.must_end());
+}
+
+TEST_CASE("grammar: a character split over byte tokens", "[grammar]") {
+    const auto g = Grammar::parse("root ::= [\\u4e00-\\u9fff] \"!\"", mistral_vocab());
+    const int ends[] = {mistral().eos_id()};
+    GrammarMatcher m(g, ends, false);
+    const int e4 = mistral().piece_to_id("<0xE4>");
+    const int e2 = mistral().piece_to_id("<0xE2>");
+    CHECK(m.allows(e4));
+    CHECK_FALSE(m.allows(e2));  // U+2xxx is outside the class
+    m.accept(e4);
+    CHECK_FALSE(m.can_end());
+    CHECK_FALSE(m.allows(mistral().piece_to_id("!")));
+    CHECK(m.allows(mistral().piece_to_id("<0xB8>")));
+    m.accept(mistral().piece_to_id("<0xB8>"));
+    m.accept(mistral().piece_to_id("<0x80>"));  // U+4E00
+    CHECK(feed(m, "!"));
+    CHECK(m.can_end());
+}
+
+TEST_CASE("grammar: masks equal a brute-force check along random walks", "[grammar]") {
+    const std::vector<int> ends{mistral().eos_id()};
+    struct Case {
+        const char* name;
+        std::string gbnf;
+        bool strip;
+    };
+    const std::vector<Case> cases{
+        {"json", JSON_GBNF, false},
+        {"json, first space stripped", JSON_GBNF, true},
+        {"nested rules and repetitions",
+         "root ::= item (\",\" item){0,3} \";\"?\n"
+         "item ::= \"(\" list \")\" | word\n"
+         "list ::= item (\" \" item)*\n"
+         "word ::= [a-z]+ | [0-9]{2,3}\n",
+         false},
+        {"shared prefixes",
+         "root ::= (\"hello\" | \"help\" | \"helmet\" (\"s\" | \"ed\")? | \"he\" [a-z]* \"!\") \" \"?\n", true},
+        {"unicode classes", "root ::= ([α-ω] | [\\u4e00-\\u9fff] | \"€\" | [^\\x00-\\x7F]{2} \"x\")+ \".\"\n", false},
+        {"pieces", "root ::= (<[<s>]> [a-z ]{1,10} <[▁the]> \"x\"?)+ | \"-\" <[<s>]>\n", false},
+    };
+    for (const Case& c : cases) {
+        INFO(c.name);
+        const auto g = Grammar::parse(c.gbnf, mistral_vocab());
+        CHECK(random_walks(g, ends, 3, 12, c.strip) > 10);
+    }
+}
+
+TEST_CASE("grammar: masks equal a brute-force check with a byte-level vocabulary", "[grammar]") {
+    const Tokenizer tok = hf_tokenizer_load_dir(tokenizer_json_model_dir("grammar", ""));
+    const auto vocab = std::make_shared<const GrammarVocab>(tok);
+    const std::vector<int> ends{tok.eos_id()};
+    const auto json = Grammar::parse(JSON_GBNF, vocab);
+    CHECK(random_walks(json, ends, 4, 20, false) > 20);
+    const auto uni = Grammar::parse("root ::= [é-ü\\u4e00-\\u9fff]{1,4} \"the\"\n", vocab);
+    CHECK(random_walks(uni, ends, 4, 20, false) > 10);
+}
+
+TEST_CASE("grammar: a long JSON string keeps masks exact", "[grammar]") {
+    const auto g = Grammar::parse(JSON_GBNF, mistral_vocab());
+    const int ends[] = {mistral().eos_id()};
+    GrammarMatcher m(g, ends, false);
+    std::string text = "{\"text\": \"";
+    for (int i = 0; i < 200; i++) text += "word ";
+    REQUIRE(feed(m, text));
+    std::vector<float> logits(static_cast<size_t>(mistral().vocab_size()), 0.0f);
+    m.mask(logits.data());
+    int allowed = 0;
+    for (int id = 0; id < mistral().vocab_size(); id++) {
+        const bool in = !std::isinf(logits[static_cast<size_t>(id)]);
+        allowed += in;
+        CHECK(in == m.allows(id));
+    }
+    CHECK(allowed > 30000);
+    REQUIRE(feed(m, "\"}"));
+    CHECK(m.can_end());
+}
