@@ -882,6 +882,8 @@ group('tools', () => {
       ['[{"function": {"name": "f"}}]', /^Tool 1: "type" must be "function"\.$/],
       ['[{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {}}]', /^Tool 2: "function\.name" is missing\.$/],
       ['[{"type": "function", "function": {"name": "f", "parameters": []}}]', /^Tool 1 \(f\): "function\.parameters" must be an object\.$/],
+      ['[{"type": "function", "function": {"name": "get weather"}}]', /^Tool 1: the name "get weather" may only have letters, digits/],
+      ['[{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]', /^Tool 2: the name "f" is used twice\.$/],
     ];
     for (const [text, expected] of cases) {
       const error = await save_tool_settings(page, text, 'required', { 'Max tokens': 33 });

@@ -63,17 +63,24 @@ export function settings_normalise(raw) {
 
 const is_object = (v) => v != null && typeof v === 'object' && !Array.isArray(v);
 
-// Why `tools` is not a usable list of OpenAI function tools, or null when it is.
+// Why `tools` is not a usable list of OpenAI function tools, or null when it
+// is. Names follow OpenAI's rule (letters, digits, '_' and '-', at most 64)
+// and are unique, as the server checks too.
 export function tools_problem(tools) {
   if (!Array.isArray(tools)) return 'Tools must be a JSON array of tool definitions.';
+  const names = new Set();
   for (let i = 0; i < tools.length; i++) {
     const t = tools[i];
     if (!is_object(t) || t.type !== 'function') return `Tool ${i + 1}: "type" must be "function".`;
-    if (!is_object(t.function) || typeof t.function.name !== 'string' || !t.function.name.trim()) {
-      return `Tool ${i + 1}: "function.name" is missing.`;
+    const name = is_object(t.function) ? t.function.name : undefined;
+    if (typeof name !== 'string' || !name) return `Tool ${i + 1}: "function.name" is missing.`;
+    if (!/^[a-zA-Z0-9_-]{1,64}$/.test(name)) {
+      return `Tool ${i + 1}: the name "${name.slice(0, 80)}" may only have letters, digits, '_' and '-' (at most 64).`;
     }
+    if (names.has(name)) return `Tool ${i + 1}: the name "${name}" is used twice.`;
+    names.add(name);
     if (t.function.parameters !== undefined && !is_object(t.function.parameters)) {
-      return `Tool ${i + 1} (${t.function.name}): "function.parameters" must be an object.`;
+      return `Tool ${i + 1} (${name}): "function.parameters" must be an object.`;
     }
   }
   return null;
