@@ -86,7 +86,8 @@ std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputForma
     try {
         switch (f.kind) {
         case OutputFormat::Kind::TEXT: return nullptr;
-        case OutputFormat::Kind::JSON_OBJECT: return e.grammar(json_object_gbnf(), f.param);
+        case OutputFormat::Kind::JSON_OBJECT:
+            return e.grammar(json_value_gbnf(), f.param);
         case OutputFormat::Kind::JSON_SCHEMA: return e.grammar(json_schema_gbnf(f.schema, f.param), f.param);
         case OutputFormat::Kind::GRAMMAR: return e.grammar(f.gbnf, f.param);
         }
@@ -105,26 +106,11 @@ std::shared_ptr<const Grammar> tool_grammar(const Engine& e, const ChatRequest& 
                        "'tool_choice' cannot force a call: this model's chat template (" + e.chat_template_name() +
                            ") writes tool calls in no format this server knows.",
                        "tool_choice", "unsupported_parameter");
-    GbnfBuilder grammar;
-    std::vector<ToolArgsRule> tools;
-    const auto& list = r.chat.tools;
-    for (size_t i = 0; i < list.size(); i++) {
-        const auto& f = list[i]["function"];
-        const std::string name = f["name"].get<std::string>();
-        if (r.tool_choice.kind == ToolChoice::Kind::NAMED && name != r.tool_choice.name) continue;
-        const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
-        auto params = f.find("parameters");
-        try {
-            std::string rule = grammar.add_schema(params != f.end() ? *params : nlohmann::ordered_json{{"type", "object"}},
-                                                  where, "tool-" + std::to_string(i));
-            tools.push_back({name, rule});
-        } catch (const MoeError& err) {
-            throw ApiError(400, std::string("Invalid 'tools': ") + err.what(), "tools", "invalid_value");
-        }
-    }
-    const bool several = r.tool_choice.kind == ToolChoice::Kind::REQUIRED && r.parallel_tool_calls;
+    const bool named = r.tool_choice.kind == ToolChoice::Kind::NAMED;
     try {
-        return e.grammar(grammar.gbnf(tool_call_envelope(format, tools, several)), "tool_choice");
+        return e.grammar(
+            tool_call_grammar(format, r.chat.tools, named ? r.tool_choice.name : "", !named && r.parallel_tool_calls),
+            "tool_choice");
     } catch (const MoeError& err) {
         throw ApiError(400, std::string("Invalid 'tools': ") + err.what(), "tools", "invalid_value");
     }
@@ -160,14 +146,7 @@ std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& 
     case ToolChoice::Kind::NAMED: grammar = tool_grammar(e, chat); break;
     default: grammar = output_grammar(e, chat.options.format);
     }
-    std::vector<int> prompt;
-    if (chat.tool_choice.kind == ToolChoice::Kind::NONE && !chat.chat.tools.is_null()) {
-        ChatInput without_tools = chat.chat;  // "none": the model is not told of them
-        without_tools.tools = nullptr;
-        prompt = chat_prompt_of(e, without_tools).ids;
-    } else {
-        prompt = chat_prompt_of(e, chat.chat).ids;
-    }
+    std::vector<int> prompt = chat_prompt_of(e, chat.chat).ids;
     release_tokenizer_memory(bytes);
     return make(e, Endpoint::CHAT, std::move(prompt), chat.options, std::move(grammar));
 }

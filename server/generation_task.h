@@ -63,8 +63,7 @@ public:
     // or its text is longer than MAX_TEXT_BYTES_PER_TOKEN per position,
     // 400 naming the field for a schema, grammar or tool the engine refuses.
     // The reply is constrained by a forced tool_choice's envelope grammar
-    // (each tool's parameters a schema), else by the output format; with
-    // tool_choice "none" the template is not given the tools.
+    // (each tool's parameters a schema), else by the output format.
     std::shared_ptr<Task> chat(const Engine& engine, const ChatRequest& request);
     // HTTP thread: the task of a completion request (its token ids as
     // given, or BOS and the text's encoding). Throws as chat() does.

@@ -605,6 +605,9 @@ void check_function_name(const json& name, const std::string& where) {
 }
 
 // tools: an array of {"type": "function", "function": {...}}, names unique.
+// An object with neither `type` nor `function` is another template's own
+// tool shape (Command-R's {"name", "parameter_definitions"}): it reaches the
+// template as sent, and no call to it can be forced.
 void check_tools(const json& tools) {
     if (!tools.is_array()) type_error("tools", "an array", tools);
     std::vector<std::string> names;
@@ -612,6 +615,7 @@ void check_tools(const json& tools) {
         const std::string at = "tools[" + std::to_string(i) + "]";
         const json& t = tools[i];
         if (!t.is_object()) type_error(at, "an object", t);
+        if (!t.contains("type") && !t.contains("function")) continue;
         const json* type = field(t, "type");
         if (!type) missing(at + ".type");
         if (*type != "function")
@@ -680,6 +684,9 @@ void check_tool_parts(json& m, const std::string& where, const std::string& role
             type_error(at + ".function.arguments", "a string (JSON text)", *args);
         }
     }
+    // OpenAI's clients send content null beside tool calls; templates (Qwen3's) test `content is string`.
+    // (Last: adding a key moves an ordered_json's members, and `calls` with them.)
+    if (auto content = m.find("content"); content == m.end() || content->is_null()) m["content"] = "";
 }
 
 }  // namespace
@@ -694,6 +701,8 @@ ChatInput chat_input_parse(const json& body) {
         check_tools(*v);
         in.tools = *v;
     }
+    // tool_choice "none": the template is not told of the tools (the reply is text).
+    if (const json* c = field(body, "tool_choice"); c && *c == "none") in.tools = nullptr;
     // llama.cpp's and vLLM's top-level switch; chat_template_kwargs wins.
     if (auto b = get_bool(body, "enable_thinking")) in.extras["enable_thinking"] = *b;
     if (const json* v = field(body, "chat_template_kwargs")) {
@@ -744,7 +753,8 @@ ToolChoice parse_tool_choice(const json& body, const json& tools) {
         check_function_name(*name, "tool_choice.function.name");
         c = {ToolChoice::Kind::NAMED, name->get<std::string>()};
         if (has_tools && std::none_of(tools.begin(), tools.end(), [&](const json& t) {
-                return t["function"]["name"] == c.name;
+                const json* f = field(t, "function");
+                return f && f->is_object() && f->value("name", "") == c.name;
             }))
             throw ApiError(400, "Invalid 'tool_choice.function.name': no tool is named '" + c.name + "'.",
                            "tool_choice.function.name", "invalid_value");

@@ -124,7 +124,8 @@ std::vector<ChatMessage> chat_messages_parse(const nlohmann::ordered_json& body)
 // (an array or absent), the template variables of `chat_template_kwargs` (an
 // object; it may not set messages, tools, documents or
 // add_generation_prompt) and a top-level `enable_thinking` (the kwargs'
-// wins), and `add_generation_prompt` (default true).
+// wins), and `add_generation_prompt` (default true). With `tool_choice`
+// "none" the tools are left out: the template is not told of them.
 ChatInput chat_input_parse(const nlohmann::ordered_json& body);
 // The bytes of text a chat input holds (messages' content, tools' JSON).
 size_t chat_input_bytes(const ChatInput& chat);

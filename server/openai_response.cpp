@@ -173,8 +173,9 @@ std::string OpenAiResponder::tool_events(const std::vector<ToolCallEvent>& event
     for (const ToolCallEvent& ev : events) {
         json delta;
         if (ev.index >= 0) {
-            json call = tool_call_json(ev.call);
-            call.insert(call.begin(), {"index", ev.index});  // OpenAI's order: index, id, type, function
+            json call{{"index", ev.index}};  // OpenAI's order: index, id, type, function
+            const json fields = tool_call_json(ev.call);
+            for (auto it = fields.begin(); it != fields.end(); ++it) call[it.key()] = *it;
             delta = json{{"tool_calls", json::array({std::move(call)})}};
         } else if (!ev.content.empty()) {
             delta = json{{"content", ev.content}};

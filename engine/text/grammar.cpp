@@ -23,6 +23,7 @@ struct ParsedRule {
     size_t offset = 0;  // definition (or first reference while undefined)
     bool defined = false;
     std::vector<std::vector<Elem>> alts;
+    bool repetition = false;  // generated for x* / x+ / x{m,}: `r ::= x r | ""`
 };
 
 class Parser {
@@ -243,6 +244,7 @@ void Parser::repeat(std::vector<Elem>& seq, size_t item_start, uint32_t lo, uint
         // rep ::= x rep | ""
         const uint32_t r = new_rule(rule, at);
         rules_[r].alts = {{x, Elem{ElemType::RULE, r}}, {}};
+        rules_[r].repetition = true;
         count(5);
         seq.push_back({ElemType::RULE, r});
         return;
@@ -375,7 +377,14 @@ std::vector<Elem> Parser::parse_sequence(const std::string& rule, int depth) {
 std::vector<std::vector<Elem>> Parser::parse_alternatives(const std::string& rule, int depth) {
     std::vector<std::vector<Elem>> alts;
     alts.push_back(parse_sequence(rule, depth));
-    while (peek() == '|') {
+    while (true) {
+        if (depth == 0) {
+            // A top-level rule goes on at a line that starts with '|'.
+            const size_t line_end = pos_;
+            skip_space(true);
+            if (peek() != '|') pos_ = line_end;
+        }
+        if (peek() != '|') break;
         pos_++;
         skip_space(true);
         alts.push_back(parse_sequence(rule, depth));
@@ -473,6 +482,7 @@ void Parser::check_left_recursion(const Grammar::Impl& g) const {
             }
             const uint32_t t = starts[r][i++];
             if (color[t] == 1) {
+                if (t == r && rules_[t].repetition) fail(g.rules[t].offset, "a repeated item can match nothing");
                 std::string cycle;
                 size_t k = 0;
                 while (path[k].first != t) k++;
@@ -495,6 +505,7 @@ void Parser::check_left_recursion(const Grammar::Impl& g) const {
 
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view gbnf, std::shared_ptr<const GrammarVocab> vocab,
                                               std::string_view source) {
+    if (!vocab) throw MoeError(std::string(source) + ": no vocabulary to parse the grammar against");
     std::shared_ptr<Grammar> g(new Grammar());
     g->impl_->text = std::string(gbnf);
     g->impl_->vocab = std::move(vocab);

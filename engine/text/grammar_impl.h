@@ -80,24 +80,36 @@ public:
         data_.clear();
         ends_.clear();
         hashes_.clear();
+        slots_.clear();
     }
     // Adds `s` unless already present; MoeError past GRAMMAR_MAX_STACKS.
     void add(std::span<const uint32_t> s);
     bool contains_empty() const;
+    // Appends the set's contents (a key for maps of sets).
+    void append_key(std::string& key) const;
 
 private:
     std::vector<uint32_t> data_;
     std::vector<uint32_t> ends_;
     std::vector<uint64_t> hashes_;
+    // Past a few stacks, an open-addressing index of the hashes: slot =
+    // stack index + 1, 0 empty; at most half full.
+    std::vector<uint32_t> slots_;
+    bool find(std::span<const uint32_t> s, uint64_t h) const;
+    void index(size_t i);
 };
 
 // Most parses alive at once (an ambiguous grammar); MoeError past it.
-constexpr size_t GRAMMAR_MAX_STACKS = 1024;
+constexpr size_t GRAMMAR_MAX_STACKS = 4096;
 // How many top stack entries a cached classification is computed from. The
 // classification of a token only holds while its walk stays inside those
 // entries; more entries make fewer tokens context-dependent (inside a JSON
 // string three cover the string's own rules) at the cost of more contexts.
 constexpr size_t GRAMMAR_CONTEXT_FRAMES = 3;
+constexpr size_t GRAMMAR_MAX_CONTEXTS = 4096;
+// Past this many live parses a mask walks the trie once from all of them
+// rather than looking up (and on a first visit, walking) a context each.
+constexpr size_t GRAMMAR_MAX_CONTEXT_STACKS = 64;
 
 // Buffers reused by expansion and walks.
 struct Scratch {
@@ -149,11 +161,15 @@ struct Grammar::Impl {
     std::vector<grammar_detail::Rule> rules;
     uint32_t root = 0;
 
-    // Stack contexts (the top GRAMMAR_CONTEXT_FRAMES entries) -> their
-    // classification, filled the first time a generation reaches one.
+    // Stack contexts (the top GRAMMAR_CONTEXT_FRAMES entries, or a whole
+    // stack no deeper) -> their classification, filled the first time a
+    // generation reaches one.
+    // At most GRAMMAR_MAX_CONTEXTS are kept (about 4 KB each at a 32k
+    // vocabulary); past that the cache starts over.
     mutable std::mutex cache_mutex;
-    mutable std::unordered_map<std::vector<uint32_t>, std::unique_ptr<grammar_detail::Classification>,
+    mutable std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const grammar_detail::Classification>,
                                grammar_detail::StackHash>
         cache;
-    const grammar_detail::Classification& classify(std::span<const uint32_t> context) const;
+    // The classification of a stack's context (computed and cached on first use).
+    std::shared_ptr<const grammar_detail::Classification> classify(std::span<const uint32_t> stack) const;
 };

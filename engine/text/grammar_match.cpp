@@ -98,20 +98,59 @@ size_t StackHash::operator()(const std::vector<uint32_t>& v) const {
     return static_cast<size_t>(h);
 }
 
+bool StackSet::find(std::span<const uint32_t> s, uint64_t h) const {
+    auto same = [&](size_t i) {
+        if (hashes_[i] != h) return false;
+        const auto t = (*this)[i];
+        return t.size() == s.size() && std::equal(t.begin(), t.end(), s.begin());
+    };
+    if (slots_.empty()) {
+        for (size_t i = 0; i < hashes_.size(); i++) {
+            if (same(i)) return true;
+        }
+        return false;
+    }
+    const size_t mask = slots_.size() - 1;
+    for (size_t k = h & mask; slots_[k] != 0; k = (k + 1) & mask) {
+        if (same(slots_[k] - 1)) return true;
+    }
+    return false;
+}
+
+void StackSet::index(size_t i) {
+    const size_t mask = slots_.size() - 1;
+    size_t k = hashes_[i] & mask;
+    while (slots_[k] != 0) k = (k + 1) & mask;
+    slots_[k] = static_cast<uint32_t>(i + 1);
+}
+
 void StackSet::add(std::span<const uint32_t> s) {
+    constexpr size_t LINEAR = 16;  // sets this small are searched straight through
     uint64_t h = 1469598103934665603ull ^ s.size();
     for (uint32_t x : s) h = (h ^ x) * 1099511628211ull;
-    for (size_t i = 0; i < hashes_.size(); i++) {
-        if (hashes_[i] != h) continue;
-        const auto t = (*this)[i];
-        if (t.size() == s.size() && std::equal(t.begin(), t.end(), s.begin())) return;
-    }
+    if (find(s, h)) return;
     if (ends_.size() >= GRAMMAR_MAX_STACKS)
         throw MoeError("grammar: more than " + std::to_string(GRAMMAR_MAX_STACKS) +
                        " parses alive at once (the grammar is too ambiguous)");
     data_.insert(data_.end(), s.begin(), s.end());
     ends_.push_back(static_cast<uint32_t>(data_.size()));
     hashes_.push_back(h);
+    const size_t n = ends_.size();
+    if (n < LINEAR) return;
+    if (slots_.size() < 2 * n) {
+        size_t size = 64;
+        while (size < 4 * n) size *= 2;
+        slots_.assign(size, 0);
+        for (size_t i = 0; i < n; i++) index(i);
+    } else {
+        index(n - 1);
+    }
+}
+
+void StackSet::append_key(std::string& key) const {
+    key.append(reinterpret_cast<const char*>(ends_.data()), ends_.size() * sizeof(uint32_t));
+    key.push_back('|');
+    key.append(reinterpret_cast<const char*>(data_.data()), data_.size() * sizeof(uint32_t));
 }
 
 bool StackSet::contains_empty() const {
@@ -238,6 +277,68 @@ void add_range(std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t b, u
     }
 }
 
+// The distinct parse states one trie walk meets (most nodes of a permissive
+// context lead back to the same few), with their transitions on a byte, so
+// each state advances over each byte once.
+class WalkStates {
+public:
+    static constexpr uint32_t DEAD = UINT32_MAX;
+    struct State {
+        StackSet stacks;
+        Utf8State u;
+        bool has_empty;   // a parse finished (or left the context) at a character's end
+        bool only_empty;  // nothing else
+    };
+
+    uint32_t intern(const StackSet& stacks, Utf8State u) {
+        key_.clear();
+        stacks.append_key(key_);
+        const uint32_t fields[4] = {u.cp, u.need, u.lo, u.hi};
+        key_.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+        auto [it, added] = ids_.emplace(key_, static_cast<uint32_t>(states_.size()));
+        if (added) {
+            const bool has_empty = u.need == 0 && stacks.contains_empty();
+            states_.push_back({stacks, u, has_empty, has_empty && stacks.size() == 1});
+        }
+        return it->second;
+    }
+    const State& operator[](uint32_t id) const { return states_[id]; }
+
+    uint32_t next(const Grammar::Impl& g, uint32_t from, uint8_t byte) {
+        // The first states get a table of their 256 transitions; the rest
+        // (a walk through many distinct states) a hash map.
+        const bool tabled = from < TABLED;
+        if (tabled) {
+            if (tables_.size() < (size_t{from} + 1) * 256) tables_.resize((size_t{from} + 1) * 256, UNKNOWN);
+            const uint32_t known = tables_[size_t{from} * 256 + byte];
+            if (known != UNKNOWN) return known;
+        } else {
+            auto it = next_.find((uint64_t{from} << 8) | byte);
+            if (it != next_.end()) return it->second;
+        }
+        Utf8State u = states_[from].u;
+        uint32_t to = DEAD;
+        if (advance_byte(g, states_[from].stacks, u, byte, tmp_, sc_)) to = intern(tmp_, u);
+        if (tabled) {
+            tables_[size_t{from} * 256 + byte] = to;
+        } else {
+            next_.emplace((uint64_t{from} << 8) | byte, to);
+        }
+        return to;
+    }
+
+private:
+    static constexpr uint32_t UNKNOWN = UINT32_MAX - 1;
+    static constexpr uint32_t TABLED = 1024;
+    std::vector<State> states_;
+    std::unordered_map<std::string, uint32_t> ids_;
+    std::vector<uint32_t> tables_;  // [state][byte] for states below TABLED
+    std::unordered_map<uint64_t, uint32_t> next_;
+    std::string key_;
+    StackSet tmp_;
+    Scratch sc_;
+};
+
 // Walks the trie from (`start`, u0) and classifies every token. `context`:
 // the stacks are a context's top entries, and an empty stack means the walk
 // got below them (the tokens that continue past that point are UNCERTAIN);
@@ -247,33 +348,28 @@ void walk_trie(const Grammar::Impl& g, const StackSet& start, Utf8State u0, bool
     out.accepted.assign(v.words(), 0);
     out.uncertain.clear();
     struct Level {
-        StackSet stacks;
-        Utf8State u;
-        bool beyond = false;  // some path got below the context before this byte
+        uint32_t state;
+        bool beyond;  // some path got below the context before this node's byte
     };
-    std::vector<Level> levels(1);
-    levels[0].stacks = start;
-    levels[0].u = u0;
-    Scratch sc;
+    WalkStates states;
+    std::vector<Level> levels{{states.intern(start, u0), false}};
     const auto& nodes = v.nodes;
     uint32_t i = 1;
     while (i < nodes.size()) {
         const TrieNode& n = nodes[i];
         if (levels.size() <= n.depth) levels.resize(n.depth + 1);
-        const Level& parent = levels[n.depth - 1];
+        const Level parent = levels[n.depth - 1];
         Level& cur = levels[n.depth];
-        cur.u = parent.u;
-        cur.beyond = parent.beyond;
-        // A new character starts: a path that left the context cannot be followed here.
-        if (context && parent.u.need == 0 && parent.stacks.contains_empty()) cur.beyond = true;
-        const bool alive = advance_byte(g, parent.stacks, cur.u, n.byte, cur.stacks, sc);
-        if (!alive) {
+        // A path that left the context cannot be followed past the character it ended.
+        cur.beyond = parent.beyond || (context && states[parent.state].has_empty);
+        cur.state = states.next(g, parent.state, n.byte);
+        if (cur.state == WalkStates::DEAD) {
             if (cur.beyond) add_range(out.uncertain, n.tok_begin, n.tok_end);
             i = n.subtree_end;
             continue;
         }
         set_range(out.accepted, n.tok_begin, n.tok_here_end);
-        if (context && cur.u.need == 0 && cur.stacks.size() == 1 && cur.stacks[0].empty()) {
+        if (context && states[cur.state].only_empty) {
             // Only paths below the context go on: the rest of the subtree is theirs.
             add_range(out.uncertain, n.tok_here_end, n.tok_end);
             i = n.subtree_end;
@@ -285,16 +381,24 @@ void walk_trie(const Grammar::Impl& g, const StackSet& start, Utf8State u0, bool
 
 }  // namespace
 
-const Classification& Grammar::Impl::classify(std::span<const uint32_t> context) const {
-    std::vector<uint32_t> key(context.begin(), context.end());
+std::shared_ptr<const Classification> Grammar::Impl::classify(std::span<const uint32_t> stack) const {
+    // A stack no deeper than a context is classified whole (nothing is
+    // uncertain); its key starts with a marker no position equals.
+    const bool whole = stack.size() <= GRAMMAR_CONTEXT_FRAMES;
+    const auto context = whole ? stack : stack.subspan(stack.size() - GRAMMAR_CONTEXT_FRAMES);
+    std::vector<uint32_t> key;
+    if (whole) key.push_back(UINT32_MAX);
+    key.insert(key.end(), context.begin(), context.end());
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = cache.find(key);
-    if (it != cache.end()) return *it->second;
+    if (it != cache.end()) return it->second;
     StackSet start;
-    start.add(key);
-    auto c = std::make_unique<Classification>();
-    walk_trie(*this, start, Utf8State{}, true, *c);
-    return *cache.emplace(std::move(key), std::move(c)).first->second;
+    start.add(context);
+    auto c = std::make_shared<Classification>();
+    walk_trie(*this, start, Utf8State{}, !whole, *c);
+    if (cache.size() >= GRAMMAR_MAX_CONTEXTS) cache.clear();
+    cache.emplace(std::move(key), c);
+    return c;
 }
 
 GrammarVocab::GrammarVocab(const Tokenizer& tokenizer) : impl_(std::make_unique<Impl>()) {
@@ -424,12 +528,32 @@ struct GrammarMatcher::State {
 
     // bits (sorted order) of the tokens with bytes that may come next.
     void compute_bits() {
-        if (u.need != 0) {
+        // Mid-character, or with many parses alive (a large enum), one walk
+        // of the trie from the real stacks costs less than a context each.
+        if (u.need != 0 || stacks.size() > GRAMMAR_MAX_CONTEXT_STACKS) {
             Classification c;
             walk_trie(g, stacks, u, false, c);
             bits = std::move(c.accepted);
-            return;
+        } else {
+            compute_bits_by_context();
         }
+        if (strip_pending) {
+            // The first token's bytes lose their space: those tokens are checked one by one.
+            StackSet out;
+            Utf8State ou;
+            for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
+                const int id = v.sorted_ids[t];
+                if (!v.strips_first[static_cast<size_t>(id)]) continue;
+                if (!bytes_of(id).empty() && step(id, out, ou)) {
+                    bits[t / 64] |= uint64_t{1} << (t % 64);
+                } else {
+                    bits[t / 64] &= ~(uint64_t{1} << (t % 64));
+                }
+            }
+        }
+    }
+
+    void compute_bits_by_context() {
         bits.assign(v.words(), 0);
         StackSet one;
         Utf8State ou;
@@ -437,8 +561,8 @@ struct GrammarMatcher::State {
             const auto s = stacks[i];
             if (s.empty()) continue;
             if (g.elems[s.back()].type != ElemType::CHARS) continue;
-            const size_t k = std::min(s.size(), GRAMMAR_CONTEXT_FRAMES);
-            const Classification& c = g.classify(s.subspan(s.size() - k));
+            const auto cls = g.classify(s);
+            const Classification& c = *cls;
             for (size_t w = 0; w < bits.size(); w++) bits[w] |= c.accepted[w];
             for (const auto& [b, e] : c.uncertain) {
                 for (uint32_t t = b; t < e; t++) {
@@ -448,20 +572,6 @@ struct GrammarMatcher::State {
                     ou = u;
                     if (advance_bytes(g, one, ou, v.bytes[static_cast<size_t>(v.sorted_ids[t])], sc))
                         bits[t / 64] |= uint64_t{1} << (t % 64);
-                }
-            }
-        }
-        if (strip_pending) {
-            // The first token's bytes lose their space: those tokens are checked one by one.
-            for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
-                const int id = v.sorted_ids[t];
-                if (!v.strips_first[static_cast<size_t>(id)]) continue;
-                StackSet out;
-                const bool ok = !bytes_of(id).empty() && step(id, out, ou);
-                if (ok) {
-                    bits[t / 64] |= uint64_t{1} << (t % 64);
-                } else {
-                    bits[t / 64] &= ~(uint64_t{1} << (t % 64));
                 }
             }
         }
@@ -478,31 +588,36 @@ GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
 void GrammarMatcher::mask(float* logits) {
     State& st = *state_;
     st.compute_bits();
-    // The ids with no bytes: end tokens and <[piece]> tokens on top of a stack.
-    std::vector<int> extra;
-    if (st.can_end()) extra = st.end_tokens;
-    if (st.u.need == 0) {
-        for (size_t i = 0; i < st.stacks.size(); i++) {
-            const auto s = st.stacks[i];
-            if (!s.empty() && st.g.elems[s.back()].type == ElemType::TOKEN)
-                extra.push_back(static_cast<int>(st.g.elems[s.back()].value));
-        }
-    }
-    std::vector<float> kept(extra.size());
-    for (size_t i = 0; i < extra.size(); i++) kept[i] = logits[extra[i]];
-    const float ninf = -std::numeric_limits<float>::infinity();
     const GrammarVocab::Impl& v = st.v;
-    size_t allowed = extra.size();
+    const float ninf = -std::numeric_limits<float>::infinity();
+    // <[piece]> tokens on top of a stack and the end tokens are decided
+    // apart: their logits are kept, everything the bitset does not allow is
+    // masked (control tokens and <unk> always), then the kept ones go back.
+    std::vector<std::pair<int, float>> kept;
+    const bool can_end = st.can_end();
+    for (int id : st.end_tokens) {
+        if (can_end && id >= 0 && id < v.n_vocab) kept.push_back({id, logits[id]});
+    }
+    for (size_t i = 0; i < st.stacks.size() && st.u.need == 0; i++) {
+        const auto s = st.stacks[i];
+        if (s.empty() || st.g.elems[s.back()].type != ElemType::TOKEN) continue;
+        const int id = static_cast<int>(st.g.elems[s.back()].value);
+        if (!st.is_end(id)) kept.push_back({id, logits[id]});
+    }
+    bool any = !kept.empty();
     for (uint32_t t = 0; t < v.sorted_ids.size(); t++) {
         if ((st.bits[t / 64] >> (t % 64)) & 1) {
-            allowed++;
+            any = any || !st.is_end(v.sorted_ids[t]);
         } else {
             logits[v.sorted_ids[t]] = ninf;
         }
     }
     for (int id : v.no_bytes) logits[id] = ninf;
-    for (size_t i = 0; i < extra.size(); i++) logits[extra[i]] = kept[i];
-    if (allowed == 0) throw MoeError("grammar: no token of the vocabulary can continue the text here");
+    for (int id : st.end_tokens) {
+        if (id >= 0 && id < v.n_vocab) logits[id] = ninf;
+    }
+    for (const auto& [id, value] : kept) logits[id] = value;
+    if (!any) throw MoeError("grammar: no token of the vocabulary can continue the text here");
 }
 
 void GrammarMatcher::accept(int token) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "profiles/errors.h"
 
@@ -27,39 +28,24 @@ constexpr int64_t MAX_INT = 9999999999999999;  // MAX_INT_DIGITS nines
 
 constexpr uint32_t MAX_CODE_POINT = 0x10FFFF;
 
-const std::set<std::string, std::less<>> ANNOTATIONS = {
-    "title", "description", "$comment", "examples", "default", "$schema", "$id", "deprecated", "readOnly", "writeOnly"};
+using Keywords = std::set<std::string, std::less<>>;
 
-const std::set<std::string, std::less<>> KEYWORDS = {"type",
-                                                     "properties",
-                                                     "required",
-                                                     "additionalProperties",
-                                                     "items",
-                                                     "prefixItems",
-                                                     "minItems",
-                                                     "maxItems",
-                                                     "minLength",
-                                                     "maxLength",
-                                                     "pattern",
-                                                     "format",
-                                                     "enum",
-                                                     "const",
-                                                     "anyOf",
-                                                     "oneOf",
-                                                     "allOf",
-                                                     "$ref",
-                                                     "$defs",
-                                                     "definitions",
-                                                     "minimum",
-                                                     "maximum",
-                                                     "exclusiveMinimum",
-                                                     "exclusiveMaximum"};
+const Keywords ANNOTATIONS = {"title",   "description", "$comment",   "examples", "default",
+                              "$schema", "$id",         "deprecated", "readOnly", "writeOnly"};
 
-const std::set<std::string, std::less<>> OBJECT_KEYWORDS = {"properties", "required", "additionalProperties"};
-const std::set<std::string, std::less<>> ARRAY_KEYWORDS = {"items", "prefixItems", "minItems", "maxItems"};
-const std::set<std::string, std::less<>> STRING_KEYWORDS = {"minLength", "maxLength", "pattern", "format"};
-const std::set<std::string, std::less<>> INTEGER_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum",
-                                                             "exclusiveMaximum"};
+const Keywords OBJECT_KEYWORDS = {"properties", "required", "additionalProperties"};
+const Keywords ARRAY_KEYWORDS = {"items", "prefixItems", "minItems", "maxItems"};
+const Keywords STRING_KEYWORDS = {"minLength", "maxLength", "pattern", "format"};
+const Keywords INTEGER_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+// Every keyword the walk reads: the types' own and the general ones.
+const Keywords KEYWORDS = [] {
+    Keywords all = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions"};
+    for (const Keywords* k : {&OBJECT_KEYWORDS, &ARRAY_KEYWORDS, &STRING_KEYWORDS, &INTEGER_KEYWORDS}) {
+        all.insert(k->begin(), k->end());
+    }
+    return all;
+}();
 
 const std::vector<std::string> TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
@@ -546,7 +532,9 @@ private:
             return inner == "\"\"" ? "" : group(inner);
         }
         if (c == '*' || c == '+' || c == '?') fail("nothing to repeat");
-        if (c == '{' && braces_ahead()) fail("nothing to repeat");
+        if (c == '{') {  // Python's re reads "{,n}" as a repetition, ECMA-262 as characters
+            fail(braces_ahead() ? "nothing to repeat" : "a '{' that is no repetition must be escaped");
+        }
         if (c == '[') return set_gbnf(char_class());
         if (c == '.') {
             ++pos_;
@@ -730,6 +718,9 @@ private:
     std::string where_;
     std::string prefix_;
     std::map<std::string, std::string> refs_;  // JSON pointer -> rule name
+    // The references being resolved since the last '{' or '[': one of them
+    // again would be a rule that starts with itself (left recursion).
+    std::vector<std::string> open_refs_;
 
     [[noreturn]] void fail(const std::string& ptr, const std::string& what) const {
         std::string msg = where_;
@@ -743,7 +734,7 @@ private:
 
     // Only annotations (and $defs) beside `keyword`.
     void only_annotations_beside(const ojson& s, const std::string& ptr, const std::string& keyword,
-                                 const std::set<std::string, std::less<>>& also = {}) const {
+                                 const Keywords& also = {}) const {
         for (auto& [k, v] : s.items()) {
             if (k == keyword || ANNOTATIONS.count(k) || also.count(k) || k == "$defs" || k == "definitions") continue;
             fail(ptr, "keyword '" + k + "' beside '" + keyword + "' is not supported");
@@ -847,7 +838,7 @@ private:
             return types;
         }
         if (s.contains("enum") || s.contains("const")) return TYPES;
-        auto has_any = [&](const std::set<std::string, std::less<>>& keys) {
+        auto has_any = [&](const Keywords& keys) {
             return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return s.contains(k); });
         };
         if (has_any(OBJECT_KEYWORDS)) types.push_back("object");
@@ -976,6 +967,7 @@ private:
     }
 
     std::string array_body(const ojson& s, const std::string& ptr, const std::string& name, int depth) {
+        std::vector<std::string> open_refs = std::exchange(open_refs_, {});  // '[' comes first
         std::vector<std::string> prefix;
         if (s.contains("prefixItems")) {
             const ojson& p = s["prefixItems"];
@@ -1021,6 +1013,7 @@ private:
             return i < lo ? one : group(one) + "?";
         };
         std::string body = elements(elements, 0);
+        open_refs_ = std::move(open_refs);
         return "\"[\" " + ws + " " + (body.empty() ? "" : body + " ") + "\"]\"";
     }
 
@@ -1031,6 +1024,7 @@ private:
     };
 
     std::string object_body(const ojson& s, const std::string& ptr, const std::string& name, int depth) {
+        std::vector<std::string> open_refs = std::exchange(open_refs_, {});  // '{' comes first
         std::vector<std::string> required;
         if (s.contains("required")) {
             const ojson& r = s["required"];
@@ -1099,8 +1093,7 @@ private:
         // least one property (so each begins with a comma).
         std::string comma = "\",\" " + ws + " ";
         std::string tail = extra_pair.empty() ? "" : group(comma + extra_pair) + "*";
-        std::string heads;  // alternatives for the first property written
-        std::vector<std::string> head_alts;
+        std::vector<std::string> head_alts;  // alternatives for the first property written
         if (!extra_pair.empty()) head_alts.push_back(extra_pair + (tail.empty() ? "" : " " + tail));
         bool must_have_one = false;
         for (int i = static_cast<int>(written.size()) - 1; i >= 0; --i) {
@@ -1121,6 +1114,7 @@ private:
             std::string h = head_alts.size() == 1 ? head_alts[0] : group(join(head_alts, " | "));
             body = must_have_one ? h + " " : (head_alts.size() == 1 ? group(h) : h) + "? ";
         }
+        open_refs_ = std::move(open_refs);
         return "\"{\" " + ws + " " + body + "\"}\"";
     }
 
@@ -1190,6 +1184,9 @@ private:
         if (target.empty() || target[0] != '#') {
             fail(ptr, "only references within the schema ('#/$defs/NAME') are supported, not '" + target + "'");
         }
+        if (std::find(open_refs_.begin(), open_refs_.end(), target) != open_refs_.end()) {
+            fail(ptr, "'$ref' '" + target + "' refers to itself before any value is written");
+        }
         auto known = refs_.find(target);
         if (known != refs_.end()) return known->second;
         // Walk the pointer.
@@ -1223,7 +1220,9 @@ private:
         }
         std::string rule = b_.reserve_rule(join_name(prefix_, sanitize_name(last)));
         refs_[target] = rule;
+        open_refs_.push_back(target);
         std::string body = visit(*node, pointer, rule + "-body", depth + 1);
+        open_refs_.pop_back();
         b_.define_rule(rule, body);
         return rule;
     }

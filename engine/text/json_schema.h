@@ -30,9 +30,11 @@
 //   the branches exclusive, so a oneOf needs disjoint branches), `allOf` of
 //   one schema, `$ref` to a JSON pointer within the schema ("#",
 //   "#/$defs/NAME", "#/definitions/NAME"; recursion becomes recursive rules;
-//   a reference that can never end, such as a required self-reference, is
-//   not detected), `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`
-//   on integers (within +-10^15). Annotations (title, description, $comment,
+//   a reference that reaches itself before any '{' or '[' is refused, one
+//   that can never end, such as a required self-reference inside an object,
+//   is not detected), `minimum`/`maximum`/`exclusiveMinimum`/
+//   `exclusiveMaximum` on integers (bounds past 16 digits are clamped to
+//   them). Annotations (title, description, $comment,
 //   examples, default, $schema, $id, deprecated, readOnly, writeOnly) are
 //   ignored; a keyword that applies to none of the schema's types is
 //   ignored, as JSON Schema says; every other keyword is refused by name.
@@ -42,7 +44,8 @@
 //   Schema names): literals, escapes (\t \n \r \f \v \0 \xHH \uHHHH and
 //   escaped punctuation), classes ([...], [^...], ranges, \d \w \s and their
 //   negations, inside classes too), `.`, groups ( ) and (?: ), alternation,
-//   quantifiers * + ? {m} {m,} {m,n} (lazy forms too; at most 1000), and the
+//   quantifiers * + ? {m} {m,} {m,n} (lazy forms too; at most 1000; another
+//   '{' must be escaped, as Python would read "{,n}" as one), and the
 //   anchors ^ and $ at the start and end of the pattern or of a top-level
 //   alternative. As in JSON Schema a pattern matches anywhere in the string
 //   (a search): an alternative without ^ may be preceded by any characters,

@@ -332,7 +332,7 @@ int cli_generate(const std::vector<std::string>& words) {
         if (schema.is_discarded()) throw MoeError(*schema_file + ": not valid JSON");
         gbnf = json_schema_gbnf(schema, *schema_file);
     }
-    if (json_object) gbnf = json_object_gbnf();
+    if (json_object) gbnf = json_value_gbnf();
     args.finish();
 
     Engine engine(options);

@@ -207,9 +207,8 @@ int bench_decode(Args& args, bool prefill) {
         // plain one, so both see the same machine.
         GenerateRequest constrained = req;
         if (!grammar_flag.empty())
-            constrained.grammar = grammar_flag == "json"
-                                      ? engine.grammar(json_object_gbnf(), "json")
-                                      : engine.grammar(file_read_text(grammar_flag), grammar_flag);
+            constrained.grammar = grammar_flag == "json" ? engine.grammar(json_value_gbnf(), "json")
+                                                         : engine.grammar(file_read_text(grammar_flag), grammar_flag);
         double best_constrained = 0;
         int constrained_tokens = 0;
         for (int r = 0; r < repeats; r++) {
@@ -231,9 +230,9 @@ int bench_decode(Args& args, bool prefill) {
             line["grammar"] = grammar_flag;
             line["grammar_tokens"] = constrained_tokens;
             line["grammar_decode_tok_s"] = best_constrained;
-            line["grammar_overhead"] = best_constrained > 0 ? 1 - best_constrained / best : json(nullptr);
+            line["grammar_overhead"] = best_constrained > 0 ? json(1 - best_constrained / best) : json(nullptr);
             line["grammar_ms_per_token"] =
-                best_constrained > 0 && best > 0 ? 1e3 / best_constrained - 1e3 / best : json(nullptr);
+                best_constrained > 0 && best > 0 ? json(1e3 / best_constrained - 1e3 / best) : json(nullptr);
         }
         add_placement_fields(line, engine);
         if (o.predict_next_layer || o.device.prefetch) add_prediction_fields(line, engine);

@@ -164,7 +164,7 @@ check('a tool round trip: a forced call, its result sent back, a final answer', 
   const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
   const tool_choice = { type: 'function', function: { name: 'get_weather' } };
   const r = await client.chat.completions.parse({
-    model, messages: ask, tools: [weather_tool], tool_choice, max_tokens: 200, seed: 3, cache_prompt: false,
+    model, messages: ask, tools: [weather_tool], tool_choice, max_tokens: 1000, seed: 3, cache_prompt: false,
   });
   const choice = r.choices[0];
   assert.equal(choice.finish_reason, 'tool_calls');
@@ -175,7 +175,7 @@ check('a tool round trip: a forced call, its result sent back, a final answer', 
   check_weather_args(call.function.parsed_arguments);  // the SDK parsed the JSON string (strict tool)
   // The same call streamed: the SDK's runner assembles delta.tool_calls.
   const runner = client.chat.completions.stream({
-    model, messages: ask, tools: [weather_tool], tool_choice, max_tokens: 200, seed: 3, cache_prompt: false,
+    model, messages: ask, tools: [weather_tool], tool_choice, max_tokens: 1000, seed: 3, cache_prompt: false,
   });
   const streamed = await runner.finalChatCompletion();
   assert.equal(streamed.choices[0].finish_reason, 'tool_calls');

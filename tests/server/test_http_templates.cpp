@@ -7,6 +7,7 @@
 // template, a template error answers 400 and the server keeps serving, and
 // the config's vocab_size padded above the tokenizer's loads and generates.
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include "server_fixture.h"
 #include "support/test_support.h"
@@ -57,13 +58,27 @@ bool roles_accepted(const ojson& messages) {
 
 TEST_CASE("a tokenizer.json model's Jinja template renders every shared conversation as jinja2 does", "[server]") {
     const fs::path dir = jinja_model("jinja-qwen3", qwen3_template());
-    // jinja2's renderings, with the script tests/unit/test_jinja.cpp uses.
+    // jinja2's renderings, with the script tests/unit/test_jinja.cpp uses, of
+    // the conversations as the server hands them to a template: a call's
+    // arguments as an object, its null content as "".
     const fs::path cases_path = fs::path(MOE_SOURCE_DIR) / "tests" / "support" / "jinja_conversations.json";
+    ojson as_served = ojson::parse(read_file(cases_path));
+    for (ojson& c : as_served["cases"])
+        for (ojson& m : c["messages"]) {
+            if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+            for (ojson& call : m["tool_calls"]) {
+                ojson& args = call["function"]["arguments"];
+                if (args.is_string()) args = ojson::parse(args.get<std::string>());
+            }
+            if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+        }
+    const fs::path served_path = dir / "conversations.json";
+    std::ofstream(served_path) << as_served.dump();
     const fs::path out = dir / "reference.json";
     const CommandResult r =
         run_command({fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3",
                      (fs::path(MOE_SOURCE_DIR) / "tests" / "support" / "render_jinja_reference.py").string(),
-                     cases_path.string(), out.string(), "qwen3=" + (dir / "tokenizer_config.json").string()});
+                     served_path.string(), out.string(), "qwen3=" + (dir / "tokenizer_config.json").string()});
     INFO("render_jinja_reference.py needs python3-jinja2 (scripts/setup_test_tools.sh): " << r.err);
     REQUIRE(r.exit_code == 0);
     const ojson reference = ojson::parse(read_file(out))["qwen3"];
@@ -190,7 +205,9 @@ TEST_CASE("a Jinja template error answers 400 naming it, and the server keeps se
     }
     const JsonReply type_error = post_json(
         client, "/v1/chat/completions",
-        {{"messages", {{{"role", "user"}, {"content", "u"}}, {{"role", "tool"}, {"content", "t"}}}}, {"stream", true}});
+        {{"messages",
+          {{{"role", "user"}, {"content", "u"}}, {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "t"}}}},
+         {"stream", true}});
     CHECK(type_error.status == 400);
     CHECK(type_error.body["error"]["code"] == "template_error");
     // Still serving.

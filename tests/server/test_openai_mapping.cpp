@@ -157,13 +157,18 @@ TEST_CASE("chat requests parse into native options", "[server]") {
 TEST_CASE("chat requests carry tools and template variables in order", "[server]") {
     const nlohmann::ordered_json body = nlohmann::ordered_json::parse(R"({"messages":[
         {"role":"user","content":"w?"},
-        {"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":{"z":1,"a":2}}}]},
-        {"role":"tool","content":"sunny","name":"f"}],
+        {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"z\":1,\"a\":2}"}}]},
+        {"role":"tool","content":"sunny","name":"f","tool_call_id":"c1"}],
         "tools":[{"type":"function","function":{"name":"f","parameters":{"z":{},"a":{}}}}],
         "enable_thinking":true,"chat_template_kwargs":{"enable_thinking":false,"x":[1]},
         "add_generation_prompt":false})");
     const ChatRequest r = chat_request_parse(body, 64);
-    CHECK(r.chat.messages_json.dump() == body["messages"].dump());
+    // As sent, but a call's arguments reach the template as an object (key
+    // order kept) and its null content as "" (templates test for a string).
+    nlohmann::ordered_json expected = body["messages"];
+    expected[1]["content"] = "";
+    expected[1]["tool_calls"][0]["function"]["arguments"] = nlohmann::ordered_json::parse(R"({"z":1,"a":2})");
+    CHECK(r.chat.messages_json.dump() == expected.dump());
     CHECK(r.chat.tools.dump() == body["tools"].dump());
     CHECK(r.chat.extras.dump() == R"({"enable_thinking":false,"x":[1]})");
     CHECK_FALSE(r.chat.add_generation_prompt);
@@ -177,7 +182,8 @@ TEST_CASE("chat request errors name the parameter", "[server]") {
     CHECK(chat(json::object()).param == "messages");
     CHECK(chat({{"messages", json::array()}}).code == "empty_array");
     CHECK(chat({{"messages", {{{"role", "function"}, {"content", "x"}}}}}).param == "messages[0].role");
-    CHECK(chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}).status == 0);
+    CHECK(chat({{"messages", {{{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "x"}}}}}).status == 0);
+    CHECK(chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}).param == "messages[0].tool_call_id");
     CHECK(chat({{"messages", user}, {"tools", {{"type", "function"}}}}).code == "invalid_type");
     CHECK(chat({{"messages", user}, {"chat_template_kwargs", 1}}).param == "chat_template_kwargs");
     CHECK(chat({{"messages", user}, {"chat_template_kwargs", {{"tools", json::array()}}}}).param ==

@@ -3,7 +3,9 @@
 // brute-force check of every token (allows(), which advances the stacks over
 // the token's bytes) along seeded random walks, with the Mixtral tokenizer
 // (byte-fallback SentencePiece) and a small byte-level BPE.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <cmath>
 #include <random>
 
@@ -55,15 +57,19 @@ bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
 }
 
 // Random walks: at every step the mask must equal allows() for every id;
-// then a random allowed token is taken. Returns the number of steps.
+// then a random allowed token is taken. Each walk starts after one of
+// `prefixes` (texts fed as tokens; a walk per prefix and round). Returns the
+// number of steps.
 int random_walks(const std::shared_ptr<const Grammar>& g, const std::vector<int>& ends, int walks, int steps,
-                 bool strip_first) {
+                 bool strip_first, const std::vector<std::string>& prefixes = {""}) {
+    const Tokenizer& tok = g->vocab().tokenizer();
     const int n = g->vocab().vocab_size();
     std::mt19937 rng(1234);
     std::vector<float> logits(static_cast<size_t>(n));
     int total = 0;
-    for (int w = 0; w < walks; w++) {
+    for (int w = 0; w < walks * static_cast<int>(prefixes.size()); w++) {
         GrammarMatcher m(g, ends, strip_first);
+        for (int id : tok.encode(prefixes[static_cast<size_t>(w) % prefixes.size()], false)) m.accept(id);
         for (int s = 0; s < steps; s++) {
             std::fill(logits.begin(), logits.end(), 0.0f);
             m.mask(logits.data());
@@ -71,16 +77,31 @@ int random_walks(const std::shared_ptr<const Grammar>& g, const std::vector<int>
             for (int id = 0; id < n; id++) {
                 const bool in_mask = !std::isinf(logits[static_cast<size_t>(id)]);
                 if (in_mask != m.allows(id)) {
-                    FAIL("walk " << w << " step " << s << ": token " << id << " '"
-                                 << g->vocab().tokenizer().id_to_piece(id) << "' mask " << in_mask << ", brute force "
-                                 << !in_mask);
+                    FAIL("walk " << w << " step " << s << ": token " << id << " '" << tok.id_to_piece(id) << "' mask "
+                                 << in_mask << ", brute force " << !in_mask);
                 }
                 if (in_mask) allowed.push_back(id);
             }
             REQUIRE(!allowed.empty());
             total++;
-            // Prefer ending now and then, so walks also finish.
-            const int pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+            // The picks among any token, one-byte ones, ASCII punctuation
+            // and closing punctuation, so walks leave strings and close
+            // brackets; an end token one time in ten.
+            std::vector<int> pools[4];
+            for (int id : allowed) {
+                if (std::find(ends.begin(), ends.end(), id) != ends.end()) continue;
+                const std::string b = tok.token_bytes(id);
+                pools[0].push_back(id);
+                if (b.size() <= 1) pools[1].push_back(id);
+                if (std::all_of(b.begin(), b.end(), [](char c) { return c > 0 && !std::isalnum(c); }))
+                    pools[2].push_back(id);
+                if (std::string_view("\"]}),:;").find(b[0]) != std::string_view::npos) pools[3].push_back(id);
+            }
+            const auto& pool = pools[rng() % 4];
+            const auto& from = pool.empty() ? pools[0] : pool;
+            const int pick = from.empty() || rng() % 10 == 0
+                                 ? allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)]
+                                 : from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
             if (std::find(ends.begin(), ends.end(), pick) != ends.end()) {
                 REQUIRE(m.can_end());
                 break;
@@ -129,7 +150,8 @@ TEST_CASE("grammar: left recursion is refused, direct, indirect and through null
           "grammar: line 2, column 1: left recursion: a -> b -> a");
     CHECK(parse_error("root ::= opt root \"x\" | \"y\"\nopt ::= \"o\"?") ==
           "grammar: line 1, column 1: left recursion: root -> root");
-    CHECK(parse_error("root ::= (\"a\"?)*") != "");
+    CHECK(parse_error("root ::= (\"a\"?)*") == "grammar: line 1, column 16: a repeated item can match nothing");
+    CHECK(parse_error("root ::= x+\nx ::= \"a\"*") == "grammar: line 1, column 11: a repeated item can match nothing");
     // Right recursion and recursion after a terminal are fine.
     CHECK(parse_error("root ::= \"a\" root | \"b\"\nx ::= \"(\" x \")\" | \"\"") == "");
 }
@@ -156,6 +178,48 @@ TEST_CASE("grammar: JSON texts match, broken ones do not", "[grammar]") {
     CHECK_FALSE(matches(g, R"(["x\q"])"));
     CHECK_FALSE(matches(g, R"({"a": 1)"));                // incomplete: no end allowed
     CHECK_FALSE(matches(g, std::string(22, ' ') + "1"));  // whitespace is bounded
+}
+
+TEST_CASE("grammar: groups, classes and repetition bounds", "[grammar]") {
+    const auto g =
+        Grammar::parse("root ::= \"a\"{2,3} \"b\"+ (\"c\" | \"d\")? [^x-z\\]]{0,2} \"ab\"{2} .\n", mistral_vocab());
+    CHECK(matches(g, "aabcqqababé"));
+    CHECK(matches(g, "aaabbbdababz"));
+    CHECK(matches(g, "aabababx"));
+    CHECK_FALSE(matches(g, "abababx"));     // one a too few
+    CHECK_FALSE(matches(g, "aaaabababx"));  // one a too many
+    CHECK_FALSE(matches(g, "aabyababx"));   // y is outside [^x-z\]]
+    CHECK_FALSE(matches(g, "aab]ababx"));
+    CHECK_FALSE(matches(g, "aabqqqababx"));  // {0,2}
+    CHECK_FALSE(matches(g, "aababab"));      // . needs a character
+    // Comments, groups over lines, alternatives over lines, escapes.
+    const auto h = Grammar::parse("# a comment\nroot ::= (\n  \"\\x41\\u00e9\" # more\n  | \"\\t\\\"\\\\\" )\n\n",
+                                  mistral_vocab());
+    CHECK(matches(h, "Aé"));
+    // A top-level rule goes on at a line that starts with '|'.
+    const auto k = Grammar::parse("root ::= \"a\"\n  | \"b\" # b\n\n  | \"c\"\nx ::= \"d\"\n", mistral_vocab());
+    CHECK(matches(k, "b"));
+    const auto crlf =
+        Grammar::parse("root ::= x\t|\ty\r\nx ::= \"x\" # x\r\ny ::= (\r\n \"y\"\r\n)\r\n", mistral_vocab());
+    CHECK(matches(crlf, "x"));
+    CHECK(matches(crlf, "y"));
+    CHECK(matches(k, "c"));
+    CHECK_FALSE(matches(k, "d"));
+    CHECK(matches(h, "\t\"\\"));
+    CHECK_FALSE(matches(h, "A"));
+}
+
+TEST_CASE("grammar: too many parses alive is an error", "[grammar]") {
+    const auto g =
+        Grammar::parse("root ::= a*\na ::= \"x\" | \"x\" a \"y\" | \"x\" a \"z\" | \"x\" a \"w\"\n", mistral_vocab());
+    const int ends[] = {mistral().eos_id()};
+    GrammarMatcher m(g, ends, false);
+    const int x = mistral().piece_to_id("x");
+    REQUIRE(x >= 0);
+    const std::string error = moe_error_of([&] {
+        for (int i = 0; i < 20; i++) m.accept(x);
+    });
+    CHECK(error == "grammar: more than 4096 parses alive at once (the grammar is too ambiguous)");
 }
 
 TEST_CASE("grammar: matcher state, end tokens and errors", "[grammar]") {
@@ -202,6 +266,13 @@ TEST_CASE("grammar: the first token's leading space is stripped when asked", "[g
     strip.accept(the);
     CHECK(feed(strip, "}"));
     CHECK(strip.can_end());
+    // A control token first leaves the space to the first token with text, as the Detokenizer does.
+    const auto piece_first = Grammar::parse("root ::= <[<s>]> \"{\"", mistral_vocab());
+    GrammarMatcher p(piece_first, ends, true);
+    p.accept(mistral().piece_to_id("<s>"));
+    CHECK(p.allows(brace));
+    p.accept(brace);
+    CHECK(p.must_end());
 }
 
 TEST_CASE("grammar: <[piece]> matches exactly that token", "[grammar]") {
@@ -250,7 +321,6 @@ TEST_CASE("grammar: masks equal a brute-force check along random walks", "[gramm
         bool strip;
     };
     const std::vector<Case> cases{
-        {"json", JSON_GBNF, false},
         {"json, first space stripped", JSON_GBNF, true},
         {"nested rules and repetitions",
          "root ::= item (\",\" item){0,3} \";\"?\n"
@@ -263,10 +333,22 @@ TEST_CASE("grammar: masks equal a brute-force check along random walks", "[gramm
         {"unicode classes", "root ::= ([α-ω] | [\\u4e00-\\u9fff] | \"€\" | [^\\x00-\\x7F]{2} \"x\")+ \".\"\n", false},
         {"pieces", "root ::= (<[<s>]> [a-z ]{1,10} <[▁the]> \"x\"?)+ | \"-\" <[<s>]>\n", false},
     };
+    const auto json = Grammar::parse(JSON_GBNF, mistral_vocab());
+    CHECK(random_walks(json, ends, 3, 30, false,
+                       {"", "{\"a\": ", "[1, {\"b\": [", "{\"k\": \"v\", \"n\": -1.5e", "[\"\\u00", "{\"x\": \"abc",
+                        "[true, fal", "{\"s\": \"é\\n\"} "}) > 300);
+    std::string many = "root ::= (";
+    for (int i = 0; i < 150; i++) {
+        many += i ? " | \"" : "\"";
+        many += std::to_string(i * 7919 % 1000);
+        many += i % 3 ? "-a\"" : "\" [a-c]+ \"-\"";
+    }
+    many += ") \";\"\n";
+    CHECK(random_walks(Grammar::parse(many, mistral_vocab()), ends, 8, 10, false) > 20);
     for (const Case& c : cases) {
         INFO(c.name);
         const auto g = Grammar::parse(c.gbnf, mistral_vocab());
-        CHECK(random_walks(g, ends, 3, 12, c.strip) > 10);
+        CHECK(random_walks(g, ends, 8, 30, c.strip) > 20);
     }
 }
 
@@ -275,9 +357,9 @@ TEST_CASE("grammar: masks equal a brute-force check with a byte-level vocabulary
     const auto vocab = std::make_shared<const GrammarVocab>(tok);
     const std::vector<int> ends{tok.eos_id()};
     const auto json = Grammar::parse(JSON_GBNF, vocab);
-    CHECK(random_walks(json, ends, 4, 20, false) > 20);
+    CHECK(random_walks(json, ends, 4, 40, false, {"", "{\"a\": [", "\"x"}) > 100);
     const auto uni = Grammar::parse("root ::= [é-ü\\u4e00-\\u9fff]{1,4} \"the\"\n", vocab);
-    CHECK(random_walks(uni, ends, 4, 20, false) > 10);
+    CHECK(random_walks(uni, ends, 8, 20, false) > 20);
 }
 
 TEST_CASE("grammar: a long JSON string keeps masks exact", "[grammar]") {
@@ -298,4 +380,61 @@ TEST_CASE("grammar: a long JSON string keeps masks exact", "[grammar]") {
     CHECK(allowed > 30000);
     REQUIRE(feed(m, "\"}"));
     CHECK(m.can_end());
+}
+
+TEST_CASE("grammar: mutated grammars parse or fail cleanly, and what parses can be matched", "[grammar]") {
+    std::mt19937 rng(99);
+    const std::string alphabet = "()[]{}|*+?.\"\\^-:=#<>, \n0123456789az";
+    std::vector<float> logits(static_cast<size_t>(mistral().vocab_size()));
+    const int ends[] = {mistral().eos_id()};
+    int parsed = 0, failed = 0;
+    for (int i = 0; i < 1500; i++) {
+        std::string text = JSON_GBNF;
+        const int edits = 1 + static_cast<int>(rng() % 4);
+        for (int e = 0; e < edits; e++) {
+            const size_t at = rng() % text.size();
+            const char c = alphabet[rng() % alphabet.size()];
+            switch (rng() % 3) {
+            case 0:
+                text.erase(at, 1);
+                break;
+            case 1:
+                text.insert(at, 1, c);
+                break;
+            default:
+                text[at] = c;
+            }
+        }
+        std::shared_ptr<const Grammar> g;
+        try {
+            g = Grammar::parse(text, mistral_vocab());
+        } catch (const MoeError& e) {
+            const std::string m = e.what();
+            CHECK(m.rfind("grammar: line ", 0) == 0);
+            failed++;
+            continue;
+        }
+        parsed++;
+        if (parsed > 60) continue;  // matching a few is enough
+        try {
+            GrammarMatcher m(g, ends, false);
+            std::mt19937 pick(static_cast<unsigned>(i));
+            for (int s = 0; s < 6 && !m.must_end(); s++) {
+                std::fill(logits.begin(), logits.end(), 0.0f);
+                m.mask(logits.data());
+                std::vector<int> allowed;
+                for (int id = 0; id < mistral().vocab_size(); id++) {
+                    if (!std::isinf(logits[static_cast<size_t>(id)])) allowed.push_back(id);
+                }
+                const int id = allowed[pick() % allowed.size()];
+                if (id == ends[0]) break;
+                m.accept(id);
+            }
+        } catch (const MoeError& e) {
+            const std::string m = e.what();
+            CHECK(m.rfind("grammar: ", 0) == 0);
+        }
+    }
+    CHECK(parsed > 50);
+    CHECK(failed > 500);
 }

@@ -260,6 +260,10 @@ TEST_CASE("json_schema: patterns are searched, within the documented subset", "[
         {"^\\x41\\u00e9[\\t\\-]$", {"Aé-", "Aé\\t"}, {"Aex"}},
         {"^a*?b+?$", {"aab", "b"}, {"a"}},
         {"^\\D\\W$", {"a ", "x-"}, {"1 ", "ab"}},
+        {"^(a|)b()$", {"ab", "b"}, {"aab", ""}},
+        {"^$", {""}, {"a"}},
+        {"", {"", "anything"}, {}},
+        {"^a\\{2}}$", {"a{2}}"}, {"aa}"}},
     };
     std::vector<std::pair<ojson, std::vector<std::string>>> walks;
     unsigned seed = 100;
@@ -384,6 +388,102 @@ TEST_CASE("json_schema: bounds past the grammar's limits stay errors", "[json_sc
     if (error.empty()) CHECK(!accepts(g, "\"aaa\""));
 }
 
+namespace {
+
+// A random schema of the subset's pieces, right or wrong (for the test below).
+ojson random_schema(std::mt19937& rng, int depth) {
+    auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+    if (depth > 4 || pick(5) == 0) {
+        std::vector<ojson> leaves = {true, false, "string", ojson::object()};
+        return leaves[pick(4)];
+    }
+    const std::vector<std::string> atoms = {
+        "a", "\\d", "\\w", "\\s", ".", "[a-z]", "[^x]", "(",   ")",       "|", "*", "+",  "?",       "{2}", "{1,3}",
+        "^", "$",   "\\",  "[",   "]", "{",     "}",    "(?:", "\\u00e9", "-", "é", "\"", "[\\d-z]", "\\b"};
+    const std::vector<std::string> types = {"object",  "array",   "string", "number",
+                                            "integer", "boolean", "null",   "bogus"};
+    ojson s = ojson::object();
+    for (int n = pick(5); n > 0; --n) {
+        switch (pick(16)) {
+        case 0:
+            s["type"] = types[pick(8)];
+            break;
+        case 1:
+            s["type"] = {types[pick(8)], types[pick(8)]};
+            break;
+        case 2:
+            s["properties"] = {{"a", random_schema(rng, depth + 1)}, {"b", random_schema(rng, depth + 1)}};
+            break;
+        case 3:
+            s["required"] = {"a", "c"};
+            break;
+        case 4:
+            s["additionalProperties"] = random_schema(rng, depth + 1);
+            break;
+        case 5:
+            s["items"] = random_schema(rng, depth + 1);
+            break;
+        case 6:
+            s["prefixItems"] = ojson::array({random_schema(rng, depth + 1)});
+            break;
+        case 7:
+            s[pick(2) ? "minItems" : "maxItems"] = pick(5) - 1;
+            break;
+        case 8:
+            s[pick(2) ? "minLength" : "maxLength"] = pick(5) - 1;
+            break;
+        case 9: {
+            std::string p;
+            for (int k = pick(8); k > 0; --k) p += atoms[pick(static_cast<int>(atoms.size()))];
+            s["pattern"] = p;
+            break;
+        }
+        case 10:
+            s["enum"] = {1, "a", nullptr};
+            break;
+        case 11:
+            s[pick(2) ? "anyOf" : "oneOf"] = {random_schema(rng, depth + 1), random_schema(rng, depth + 1)};
+            break;
+        case 12:
+            s["$ref"] = std::vector<std::string>{"#/$defs/d", "#/properties/a", "#"}[pick(3)];
+            s["$defs"] = {{"d", random_schema(rng, depth + 1)}};
+            break;
+        case 13:
+            s[pick(2) ? "minimum" : "exclusiveMaximum"] = pick(2000) - 1000;
+            break;
+        case 14:
+            s["format"] = pick(2) ? "date" : "email";
+            break;
+        default:
+            s["const"] = pick(2) ? ojson(3) : ojson("z");
+            break;
+        }
+    }
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("json_schema: every grammar written parses, every refusal is one MoeError line", "[json_schema]") {
+    std::mt19937 rng(7);
+    int grammars = 0;
+    for (int i = 0; i < 3000; ++i) {
+        ojson schema = random_schema(rng, 0);
+        INFO(schema.dump());
+        std::string gbnf;
+        std::string error = moe_error_of([&] { gbnf = json_schema_gbnf(schema, "fuzz"); });
+        if (!error.empty()) {
+            CHECK(error.starts_with("fuzz"));
+            CHECK(error.find('\n') == std::string::npos);
+            continue;
+        }
+        INFO(gbnf);
+        CHECK(moe_error_of([&] { Grammar::parse(gbnf, vocab(), "fuzz grammar"); }).empty());
+        ++grammars;
+    }
+    CHECK(grammars > 1000);
+}
+
 TEST_CASE("json_schema: gbnf_literal escapes what a GBNF literal cannot hold", "[json_schema]") {
     CHECK(gbnf_literal("a\"b\\c\nd\te\r\x01é") == "\"a\\\"b\\\\c\\nd\\te\\r\\x01é\"");
     CHECK(gbnf_literal("") == "\"\"");
@@ -479,8 +579,12 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
         {R"({"type":"string","pattern":"a{3,2}"})", "/pattern", "repetition {m,n} with n < m"},
         {R"({"type":"string","pattern":"a{1,5000}"})", "/pattern", "repetition bound past 1000"},
         {R"({"type":"string","pattern":"\\q"})", "/pattern", "unknown escape '\\q'"},
+        {R"({"type":"string","pattern":"a{,5}"})", "/pattern", "a '{' that is no repetition must be escaped"},
         {R"({"type":"string","pattern":"\\"})", "/pattern", "'\\' at the end of the pattern"},
         {R"({"type":"string","pattern":"[]"})", "/pattern", "an empty character class"},
+        {R"({"$ref":"#"})", "/$ref", "'$ref' '#' refers to itself before any value is written"},
+        {R"({"$defs":{"a":{"anyOf":[{"type":"null"},{"$ref":"#/$defs/b"}]},"b":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"})",
+         "/$defs/b/allOf/0/$ref", "'$ref' '#/$defs/a' refers to itself before any value is written"},
         {deep.c_str(), deep_where.c_str(), "schema nested deeper than 64 levels"},
         {many_prefix.c_str(), "/prefixItems", "'prefixItems' of more than 1000 schemas"},
     };
