@@ -955,6 +955,8 @@ group('tools', () => {
     assert.equal(await reply.locator('img, b').count(), 0, 'no HTML from the model is interpreted');
     assert.equal(await reply.locator('.badge.finish-tool_calls').textContent(), 'tool calls');
     assert.equal(await page.locator('.tool-result-form').count(), 2);
+    const focused_form = () => page.evaluate(() => document.activeElement?.closest('.tool-result-form')?.dataset.callId ?? null);
+    assert.equal(await focused_form(), 'call_a', "the first call's Result field has the focus");
     await page.screenshot({ path: path.join(ARTIFACTS, 'tool-call-forms.png') });
 
     // The second call's result first: the reply waits for the other one.

@@ -369,7 +369,12 @@ class App {
     this.render_chat();
     this.update_composer();
     if (!this.els.experts_panel.hidden) this.refresh_experts();
-    if (document.activeElement === document.body || document.activeElement === this.els.stop) this.els.prompt.focus();
+    // The focus goes where the user types next: the first Result field when
+    // calls wait for results (unless a new message is being typed), else the prompt.
+    const idle = document.activeElement === document.body || document.activeElement === this.els.stop;
+    const result_area = this.els.messages.querySelector('.tool-result-form textarea');
+    if (result_area && (idle || (document.activeElement === this.els.prompt && !this.els.prompt.value))) result_area.focus();
+    else if (idle) this.els.prompt.focus();
   }
 
   // Server timings when present; otherwise measured here (TTFT from request
