@@ -22,7 +22,7 @@ add_test(NAME "web: synth model"
 set_tests_properties("web: synth model" PROPERTIES LABELS web TIMEOUT 300 FIXTURES_SETUP moe_web_model)
 
 find_program(MOE_NODE_EXECUTABLE NAMES node nodejs)
-foreach(group chat stop experts experts-cpu errors)
+foreach(group chat stop experts experts-cpu errors tools)
   if(MOE_NODE_EXECUTABLE)
     set(command ${MOE_NODE_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/web/ui.test.mjs ${group})
   else()

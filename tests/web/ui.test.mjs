@@ -8,11 +8,14 @@
 //   NODE_PATH          the npm prefix that holds playwright-core
 //   CHROMIUM           optional, default /usr/bin/chromium
 // Exits 77 (ctest: skipped) when playwright-core or chromium is missing.
-// Usage: node tests/web/ui.test.mjs [GROUP...]   (groups: chat stop experts errors; none: all)
+// The "tools" group serves a copy of MOE_WEB_MODEL whose chat template is
+// Qwen3's (../shared/data/chat_templates/Qwen-Qwen3-0.6B.jinja, the Hermes
+// <tool_call> format).
+// Usage: node tests/web/ui.test.mjs [GROUP...]   (groups: chat stop experts experts-cpu errors tools; none: all)
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
@@ -47,7 +50,7 @@ if (!SERVER || !MODEL) {
 }
 mkdirSync(ARTIFACTS, { recursive: true });
 
-const GROUPS = ['chat', 'stop', 'experts', 'experts-cpu', 'errors'];
+const GROUPS = ['chat', 'stop', 'experts', 'experts-cpu', 'errors', 'tools'];
 const selected = process.argv.slice(2);
 for (const g of selected) {
   if (!GROUPS.includes(g)) {
@@ -79,9 +82,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts `moe-server serve` from the repository root (so a server that served
 // files from the working directory would be caught) and waits for /health 200.
-async function start_server(extra_args = []) {
+async function start_server(extra_args = [], model = MODEL) {
   const port = await free_port();
-  const args = ['serve', '--model', MODEL, '--port', String(port), ...extra_args];
+  const args = ['serve', '--model', model, '--port', String(port), ...extra_args];
   const proc = spawn(SERVER, args, { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => (log += d));
@@ -191,11 +194,12 @@ function assert_clean(problems) {
   assert.deepEqual(problems, [], 'the page logged errors');
 }
 
-// One server and one browser for a suite's tests.
-function use_server_and_browser(server_args = []) {
+// One server and one browser for a suite's tests; `model` is a function
+// giving the model folder (called when the suite starts).
+function use_server_and_browser(server_args = [], model = () => MODEL) {
   const fixture = {};
   before(async () => {
-    fixture.server = await start_server(server_args);
+    fixture.server = await start_server(server_args, model());
     fixture.browser = await launch_browser();
   });
   after(async () => {
@@ -809,5 +813,268 @@ group('errors', () => {
     } finally {
       await server.stop();
     }
+  });
+});
+
+group('tools', () => {
+  // The tiny model's folder with Qwen3's chat template, which renders `tools`
+  // and tool turns in the Hermes <tool_call> format the server parses.
+  let model_dir;
+  const hermes_model = () => {
+    model_dir = mkdtempSync(path.join(os.tmpdir(), 'moe-web-tools-model-'));
+    cpSync(MODEL, model_dir, { recursive: true });
+    const config_path = path.join(model_dir, 'tokenizer_config.json');
+    const config = JSON.parse(readFileSync(config_path, 'utf8'));
+    config.chat_template = readFileSync(path.join(REPO, '..', 'shared', 'data', 'chat_templates', 'Qwen-Qwen3-0.6B.jinja'), 'utf8');
+    writeFileSync(config_path, JSON.stringify(config, null, 2));
+    return model_dir;
+  };
+  const f = use_server_and_browser([], hermes_model);
+  after(() => {
+    if (model_dir) rmSync(model_dir, { recursive: true, force: true });
+  });
+
+  const WEATHER_TOOL = {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'The current weather in a city',
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string', maxLength: 12 } },
+        required: ['city'],
+      },
+    },
+  };
+
+  // Fills the Tools field and the other fields, then saves; resolves to the
+  // error shown when the dialog stayed open, or null.
+  async function save_tool_settings(page, tools_text, choice, values = {}) {
+    await page.getByRole('button', { name: 'Settings', exact: true }).click();
+    const dialog = page.getByRole('dialog', { name: 'Settings' });
+    await dialog.waitFor();
+    for (const [label, value] of Object.entries(values)) await dialog.getByLabel(label, { exact: true }).fill(String(value));
+    await dialog.getByLabel('Tools', { exact: true }).fill(tools_text);
+    if (choice) await dialog.getByLabel('Tool choice', { exact: true }).selectOption(choice);
+    await dialog.getByRole('button', { name: 'Save', exact: true }).click();
+    await page.waitForFunction(() => !document.getElementById('settings-dialog').open || !document.getElementById('set-tools-error').hidden);
+    return (await dialog.isVisible()) ? dialog.locator('#set-tools-error').textContent() : null;
+  }
+
+  // The JSON bodies of the page's chat requests, in order.
+  function record_chat_requests(page) {
+    const bodies = [];
+    page.on('request', (r) => {
+      if (new URL(r.url()).pathname === '/v1/chat/completions') bodies.push(r.postDataJSON());
+    });
+    return bodies;
+  }
+
+  const sse = (chunks) =>
+    chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n';
+  const chunk = (delta, finish = null) => ({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] });
+
+  test('Tools and tool choice are validated and kept in Settings', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    const cases = [
+      ['[{"type": "function"', /^Tools is not valid JSON/],
+      ['{"type": "function", "function": {"name": "f"}}', /^Tools must be a JSON array/],
+      ['[{"function": {"name": "f"}}]', /^Tool 1: "type" must be "function"\.$/],
+      ['[{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {}}]', /^Tool 2: "function\.name" is missing\.$/],
+      ['[{"type": "function", "function": {"name": "f", "parameters": []}}]', /^Tool 1 \(f\): "function\.parameters" must be an object\.$/],
+      ['[{"type": "function", "function": {"name": "get weather"}}]', /^Tool 1: the name "get weather" may only have letters, digits/],
+      ['[{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]', /^Tool 2: the name "f" is used twice\.$/],
+    ];
+    for (const [text, expected] of cases) {
+      const error = await save_tool_settings(page, text, 'required', { 'Max tokens': 33 });
+      assert.match(error ?? '(saved)', expected, `Tools ${text}`);
+      assert.equal(await page.getByLabel('Tools', { exact: true }).getAttribute('aria-invalid'), 'true');
+      if (text === cases[0][0]) await page.screenshot({ path: path.join(ARTIFACTS, 'settings-tools-error.png') });
+      await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+    }
+    // Nothing of a refused form was saved.
+    const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem('moe-server.settings.v1') ?? '{}'));
+    assert.notEqual((await stored()).max_tokens, 33);
+
+    assert.equal(await save_tool_settings(page, JSON.stringify([WEATHER_TOOL]), 'required'), null);
+    assert.deepEqual((await stored()).tools, [WEATHER_TOOL]);
+    assert.equal((await stored()).tool_choice, 'required');
+    await page.reload();
+    await page.getByRole('button', { name: 'Settings', exact: true }).click();
+    assert.deepEqual(JSON.parse(await page.getByLabel('Tools', { exact: true }).inputValue()), [WEATHER_TOOL]);
+    assert.equal(await page.getByLabel('Tool choice', { exact: true }).inputValue(), 'required');
+    assert.equal(await page.locator('#set-tools-error').isHidden(), true);
+    // Emptying the field removes the tools; requests then carry none.
+    await page.getByRole('button', { name: 'Cancel', exact: true }).click();
+    assert.equal(await save_tool_settings(page, '  ', 'auto', { 'Max tokens': 4 }), null);
+    const bodies = record_chat_requests(page);
+    await send(page, 'No tools now');
+    await wait_idle(page);
+    assert.equal(bodies.length, 1);
+    assert.equal('tools' in bodies[0], false);
+    assert.equal('tool_choice' in bodies[0], false);
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('streamed tool calls are accumulated, shown as text, answered and sent back', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await save_tool_settings(page, JSON.stringify([WEATHER_TOOL]), 'required', { 'Max tokens': 64 });
+    // Scripted replies: two calls whose arguments arrive in pieces (one not
+    // JSON, both with HTML in them), then the answer after their results.
+    const replies = [
+      sse([
+        chunk({ role: 'assistant' }),
+        chunk({ content: 'Let me check.' }),
+        chunk({ tool_calls: [{ index: 0, id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city": ' } }] }),
+        chunk({ tool_calls: [{ index: 1, id: 'call_b', type: 'function', function: { name: 'lookup', arguments: 'not json <img src=x onerror="window.__xss=1">' } }] }),
+        chunk({ tool_calls: [{ index: 0, function: { arguments: '"<b>Paris</b>"}' } }] }),
+        chunk({}, 'tool_calls'),
+        { choices: [], usage: { prompt_tokens: 50, completion_tokens: 30, total_tokens: 80 } },
+      ]),
+      sse([chunk({ role: 'assistant' }), chunk({ content: 'It is **sunny**.' }), chunk({}, 'stop')]),
+    ];
+    const bodies = [];
+    await page.route('**/v1/chat/completions', (route) => {
+      bodies.push(route.request().postDataJSON());
+      const body = replies[Math.min(bodies.length, replies.length) - 1];
+      route.fulfill({ status: 200, headers: { 'Content-Type': 'text/event-stream' }, body });
+    });
+    await send(page, 'Weather in Paris?');
+    await wait_idle(page);
+    assert.deepEqual(bodies[0].tools, [WEATHER_TOOL]);
+    assert.equal(bodies[0].tool_choice, 'required');
+
+    const reply = assistant_messages(page).first();
+    assert.equal((await reply.locator('.msg-body').innerText()).trim(), 'Let me check.');
+    const cards = reply.locator('.tool-call');
+    assert.equal(await cards.count(), 2);
+    assert.deepEqual(await cards.locator('.tool-name').allTextContents(), ['get_weather', 'lookup']);
+    assert.equal(await cards.nth(0).locator('.tool-args').textContent(), JSON.stringify({ city: '<b>Paris</b>' }, null, 2));
+    assert.equal(await cards.nth(1).locator('.tool-args').textContent(), 'not json <img src=x onerror="window.__xss=1">');
+    assert.equal(await reply.locator('img, b').count(), 0, 'no HTML from the model is interpreted');
+    assert.equal(await reply.locator('.badge.finish-tool_calls').textContent(), 'tool calls');
+    assert.equal(await page.locator('.tool-result-form').count(), 2);
+    const focused_form = () => page.evaluate(() => document.activeElement?.closest('.tool-result-form')?.dataset.callId ?? null);
+    assert.equal(await focused_form(), 'call_a', "the first call's Result field has the focus");
+    await page.screenshot({ path: path.join(ARTIFACTS, 'tool-call-forms.png') });
+
+    // The second call's result first: the reply waits for the other one.
+    await cards.nth(1).getByLabel('Result').fill('<i>42</i>');
+    await cards.nth(0).getByLabel('Result').fill('draft kept');
+    await cards.nth(1).getByRole('button', { name: 'Send result' }).click();
+    assert.equal(bodies.length, 1, 'no request before every call has its result');
+    assert.equal(await page.locator('#messages article.msg.tool').count(), 1);
+    assert.equal(await cards.nth(0).getByLabel('Result').inputValue(), 'draft kept');
+    assert.equal(await cards.nth(1).locator('.tool-result-form').count(), 0);
+    await cards.nth(0).getByLabel('Result').fill('{"sky": "clear"}');
+    await cards.nth(0).getByRole('button', { name: 'Send result' }).click();
+    await page.locator('#messages article.msg.assistant').nth(1).waitFor();
+    await wait_idle(page);
+
+    // The follow-up: the calls, their results in the calls' order, and tool_choice auto.
+    assert.equal(bodies.length, 2);
+    assert.equal(bodies[1].tool_choice, 'auto');
+    assert.deepEqual(bodies[1].messages, [
+      { role: 'user', content: 'Weather in Paris?' },
+      {
+        role: 'assistant',
+        content: 'Let me check.',
+        tool_calls: [
+          { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city": "<b>Paris</b>"}' } },
+          { id: 'call_b', type: 'function', function: { name: 'lookup', arguments: 'not json <img src=x onerror="window.__xss=1">' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_a', content: '{"sky": "clear"}' },
+      { role: 'tool', tool_call_id: 'call_b', content: '<i>42</i>' },
+    ]);
+    const results = page.locator('#messages article.msg.tool');
+    assert.deepEqual(await results.locator('.msg-role').allTextContents(), ['Tool result · get_weather', 'Tool result · lookup']);
+    assert.deepEqual(await results.locator('.msg-body').allTextContents(), ['{"sky": "clear"}', '<i>42</i>']);
+    assert.equal(await results.locator('i').count(), 0);
+    assert.equal(await assistant_messages(page).last().locator('strong').textContent(), 'sunny');
+    assert.equal(await page.locator('.tool-result-form').count(), 0);
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'tool-results.png') });
+
+    // Regenerate asks again for the reply to the results.
+    await page.getByRole('button', { name: 'Regenerate this reply' }).click();
+    await wait_idle(page);
+    assert.equal(bodies.length, 3);
+    assert.deepEqual(bodies[2].messages, bodies[1].messages);
+    await page.unroute('**/v1/chat/completions');
+    assert_clean(problems);
+    await page.close();
+  });
+
+  test('a forced tool call round trip against the server, kept across a reload', async () => {
+    const { page, problems } = await open_ui(f.browser.context, f.server);
+    await save_tool_settings(page, JSON.stringify([WEATHER_TOOL]), 'required', { 'Max tokens': 200, Temperature: 0.8, Seed: 11 });
+    const bodies = record_chat_requests(page);
+    await send(page, 'What is the weather in Paris?');
+    await wait_idle(page);
+    assert.equal(await page.locator('#messages .msg-error').count(), 0, 'the request with tools was accepted');
+
+    const reply = assistant_messages(page).first();
+    const card = reply.locator('.tool-call');
+    assert.ok((await card.count()) >= 1, 'the reply calls a tool');
+    assert.equal(await card.first().locator('.tool-name').textContent(), 'get_weather');
+    const args = JSON.parse(await card.first().locator('.tool-args').textContent());
+    assert.equal(typeof args.city, 'string', `arguments ${JSON.stringify(args)}`);
+    assert.ok(args.city.length <= 12, `city ${JSON.stringify(args.city)} within maxLength`);
+    assert.equal(await reply.locator('.badge.finish-tool_calls').textContent(), 'tool calls');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'tool-call.png') });
+
+    // Answer every call; the reply to the results follows by itself.
+    const n_calls = await card.count();
+    const result = '{"temperature_c": 18, "sky": "clear"}';
+    for (let i = 0; i < n_calls; i++) {
+      const form = page.locator('.tool-result-form').first();
+      await form.getByLabel('Result').fill(result);
+      await form.getByRole('button', { name: 'Send result' }).click();
+    }
+    await page.locator('#messages article.msg').nth(2 + n_calls).waitFor();
+    await wait_idle(page);
+    assert.equal(await page.locator('#messages .msg-error').count(), 0, 'the reply to the results was accepted');
+    const results = page.locator('#messages article.msg.tool');
+    assert.equal(await results.count(), n_calls);
+    assert.equal(await results.first().locator('.msg-role').textContent(), 'Tool result · get_weather');
+    assert.equal(await results.first().locator('.msg-body').textContent(), result);
+
+    // What was sent back: the calls with their server ids, content null when
+    // the reply had no text, each result with its call's id, tool_choice auto.
+    assert.equal(bodies.length, 2);
+    const sent = bodies[1];
+    assert.equal(sent.tool_choice, 'auto');
+    const call_ids = await card.evaluateAll((els) => els.map((e) => e.dataset.callId));
+    const assistant_turn = sent.messages[1];
+    assert.equal(assistant_turn.role, 'assistant');
+    assert.deepEqual(assistant_turn.tool_calls.map((c) => c.id), call_ids);
+    assert.ok(call_ids.every((id) => id.startsWith('call_')), `server call ids ${call_ids}`);
+    if ((await reply.locator('.msg-body').textContent()) === '') assert.equal(assistant_turn.content, null);
+    assert.deepEqual(
+      sent.messages.slice(2).map((m) => [m.role, m.tool_call_id, m.content]),
+      call_ids.map((id) => ['tool', id, result]),
+    );
+
+    // The reply to the results: text (under "auto" the random-weight model
+    // writes no <tool_call> envelope), no calls and no result forms.
+    const answer = assistant_messages(page).last();
+    assert.equal(await page.locator('#messages article.msg').count(), 3 + n_calls);
+    assert.ok((await answer.locator('.msg-body').innerText()).trim().length > 0, 'the answer has text');
+    assert.equal(await answer.locator('.tool-call').count(), 0);
+    assert.equal(await page.locator('.tool-result-form').count(), 0);
+    assert.match(await answer.locator('.stats').textContent(), /tokens/);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'tool-round-trip.png') });
+
+    // Reloading shows the same conversation with its cards.
+    const before_reload = await page.locator('#messages').innerText();
+    await page.reload();
+    await page.locator('#messages article.msg').first().waitFor();
+    assert.equal(await page.locator('#messages').innerText(), before_reload);
+    assert.equal(await page.locator('#messages .tool-call .tool-name').first().textContent(), 'get_weather');
+    assert.equal(await page.locator('#messages article.msg.tool').count(), n_calls);
+    assert_clean(problems);
+    await page.close();
   });
 });

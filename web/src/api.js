@@ -109,11 +109,40 @@ async function* sse_events(body) {
   }
 }
 
+const MAX_TOOL_CALLS = 64; // per reply; more is a malformed stream
+
+// Folds one chunk's delta.tool_calls into `calls` the way OpenAI clients do:
+// per index, the id and name are taken when present and the arguments
+// fragments are concatenated; `by_index` maps the stream's indices to calls,
+// which keep the order they first appeared in. A call starts with a made-up
+// id that the server's replaces, so that its result can refer to it either way.
+function accumulate_tool_calls(calls, by_index, deltas) {
+  if (!Array.isArray(deltas)) throw new ApiError('Malformed tool call from the server: delta.tool_calls is not a list');
+  for (const d of deltas) {
+    const index = d?.index ?? 0;
+    if (d == null || typeof d !== 'object' || !Number.isInteger(index) || index < 0) {
+      throw new ApiError(`Malformed tool call from the server: ${String(JSON.stringify(d)).slice(0, 120)}`);
+    }
+    let call = by_index.get(index);
+    if (!call) {
+      if (calls.length >= MAX_TOOL_CALLS) throw new ApiError(`The server sent more than ${MAX_TOOL_CALLS} tool calls in one reply`);
+      call = { id: `call_web_${Date.now().toString(36)}_${calls.length}`, type: 'function', function: { name: '', arguments: '' } };
+      by_index.set(index, call);
+      calls.push(call);
+    }
+    if (typeof d.id === 'string' && d.id) call.id = d.id;
+    if (typeof d.function?.name === 'string' && d.function.name) call.function.name = d.function.name;
+    if (typeof d.function?.arguments === 'string') call.function.arguments += d.function.arguments;
+  }
+}
+
 // Streams one chat completion. Calls on_delta(text) for each content piece and
-// resolves to {finish_reason, usage, timings}. Aborting `signal` closes the
-// connection, which makes the server cancel the generation; it then rejects
-// with an AbortError.
-export async function api_chat_stream({ model, messages, params, api_key, signal, on_delta }) {
+// on_tool_calls(calls) whenever the reply's tool calls grow (calls: the list so
+// far, [{id, type, function: {name, arguments}}], the same array each time,
+// updated in place), and resolves to {finish_reason, usage, timings,
+// tool_calls}. Aborting `signal` closes the connection, which makes the server
+// cancel the generation; it then rejects with an AbortError.
+export async function api_chat_stream({ model, messages, params, api_key, signal, on_delta, on_tool_calls }) {
   const body = {
     model,
     messages,
@@ -136,7 +165,8 @@ export async function api_chat_stream({ model, messages, params, api_key, signal
   if (!res.ok) throw await error_from_response(res);
   if (!res.body) throw new ApiError('The server sent no response body');
 
-  const result = { finish_reason: null, usage: null, timings: null };
+  const result = { finish_reason: null, usage: null, timings: null, tool_calls: [] };
+  const calls_by_index = new Map();
   try {
     for await (const payload of sse_events(res.body)) {
       let chunk;
@@ -151,6 +181,10 @@ export async function api_chat_stream({ model, messages, params, api_key, signal
       for (const choice of chunk.choices ?? []) {
         const text = choice?.delta?.content;
         if (text) on_delta(text);
+        if (choice?.delta?.tool_calls != null) {
+          accumulate_tool_calls(result.tool_calls, calls_by_index, choice.delta.tool_calls);
+          on_tool_calls?.(result.tool_calls);
+        }
         if (choice?.finish_reason) result.finish_reason = choice.finish_reason;
       }
     }

@@ -14,8 +14,9 @@ import {
   settings_load,
   settings_normalise,
   settings_save,
+  tools_parse,
 } from './store.js';
-import { edit_element, message_element, render_assistant_body, update_message_meta } from './chat_view.js';
+import { edit_element, message_element, render_streaming_reply, update_message_meta } from './chat_view.js';
 import { ExpertsPanel } from './experts.js';
 
 const HEALTH_POLL_OK_MS = 10000;
@@ -26,23 +27,73 @@ const EXPERTS_LIVE_MS = 1000; // heat map refresh while a reply streams
 const $ = (id) => document.getElementById(id);
 
 // The API wants alternating turns: drop error rows and empty replies, and
-// merge consecutive messages of one role (e.g. a question resent after an error).
+// merge consecutive messages of one role (e.g. a question resent after an
+// error). Tool turns go as OpenAI has them: the assistant message with its
+// tool_calls (content null when it has no text), then one {role: 'tool',
+// tool_call_id, content} per result; these are never merged with neighbours.
+// Only answered calls are sent (a call the user left unanswered before asking
+// something else would make the request invalid), and only results of calls
+// in the conversation.
 function api_messages(conv, system_prompt) {
+  const call_ids = new Set();
+  const answered = new Set();
+  for (const m of conv.messages) {
+    if (m.error) continue;
+    for (const c of m.tool_calls ?? []) call_ids.add(c.id);
+    if (m.role === 'tool' && call_ids.has(m.tool_call_id)) answered.add(m.tool_call_id);
+  }
   const out = [];
   if (system_prompt.trim()) out.push({ role: 'system', content: system_prompt });
   for (const m of conv.messages) {
-    if (m.error || (m.role === 'assistant' && !m.content)) continue;
+    if (m.error) continue;
+    if (m.role === 'tool') {
+      if (answered.has(m.tool_call_id)) out.push({ role: 'tool', tool_call_id: m.tool_call_id, content: m.content });
+      continue;
+    }
+    const calls = m.role === 'assistant' ? (m.tool_calls ?? []).filter((c) => answered.has(c.id)) : [];
+    if (calls.length) {
+      out.push({
+        role: 'assistant',
+        content: m.content || null,
+        tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } })),
+      });
+      continue;
+    }
+    if (m.role === 'assistant' && !m.content) continue;
     const last = out[out.length - 1];
-    if (last && last.role === m.role && m.role !== 'system') last.content += `\n\n${m.content}`;
+    if (last && last.role === m.role && m.role !== 'system' && !last.tool_calls) last.content += `\n\n${m.content}`;
     else out.push({ role: m.role, content: m.content });
   }
   return out;
 }
 
-function sampling_params(s) {
+// Sampling settings, and the tools when there are any. The reply to tool
+// results is asked for with tool_choice "auto" when the setting is
+// "required": forcing a call there too would never let the model answer.
+function request_params(s, after_tool_results) {
   const p = { temperature: s.temperature, top_p: s.top_p, max_tokens: s.max_tokens };
   if (s.seed != null) p.seed = s.seed;
+  if (s.tools.length) {
+    p.tools = s.tools;
+    p.tool_choice = after_tool_results && s.tool_choice === 'required' ? 'auto' : s.tool_choice;
+  }
   return p;
+}
+
+// The index of the reply whose tool calls still wait for results: the last
+// message that is not a tool result, when it is a finished assistant reply
+// with calls. -1 when there is none.
+function waiting_reply(conv) {
+  let i = conv.messages.length - 1;
+  while (i >= 0 && conv.messages[i].role === 'tool') i--;
+  const m = conv.messages[i];
+  return m && m.role === 'assistant' && !m.error && m.tool_calls?.length ? i : -1;
+}
+
+// The ids of that reply's calls that have no result yet.
+function unanswered_calls(conv, index) {
+  const done = new Set(conv.messages.slice(index + 1).map((m) => m.tool_call_id));
+  return conv.messages[index].tool_calls.filter((c) => !done.has(c.id)).map((c) => c.id);
 }
 
 class App {
@@ -56,6 +107,7 @@ class App {
     this.auth_problem = null; // message while /v1/models answers 401/403
     this.gen = null; // {conv, index, controller, stopped}
     this.editing = null; // index of the user message being edited
+    this.tool_drafts = new Map(); // call id -> text typed into its result form
     this.health_timer = 0;
     this.health_seq = 0;
     this.render_timer = 0;
@@ -126,7 +178,14 @@ class App {
     $('new-chat').addEventListener('click', () => this.new_chat());
     this.els.conv_list.addEventListener('click', (e) => this.on_sidebar_click(e));
     messages.addEventListener('click', (e) => this.on_message_click(e));
-    messages.addEventListener('submit', (e) => this.on_edit_submit(e));
+    messages.addEventListener('submit', (e) => {
+      if (e.target.closest('.tool-result-form')) this.on_tool_result_submit(e);
+      else this.on_edit_submit(e);
+    });
+    messages.addEventListener('input', (e) => {
+      const form = e.target.closest('.tool-result-form');
+      if (form) this.tool_drafts.set(form.dataset.callId, e.target.value);
+    });
     messages.addEventListener('keydown', (e) => {
       if (e.target.closest('.edit-form') && e.key === 'Escape') this.cancel_edit();
     });
@@ -248,6 +307,7 @@ class App {
   async generate(conv) {
     const settings = this.settings;
     const history = api_messages(conv, settings.system_prompt);
+    const after_tool_results = conv.messages[conv.messages.length - 1]?.role === 'tool';
     const msg = { role: 'assistant', content: '' };
     conv.messages.push(msg);
     conv.updated = Date.now();
@@ -268,13 +328,18 @@ class App {
       const result = await api_chat_stream({
         model: this.model ?? undefined,
         messages: history,
-        params: sampling_params(settings),
+        params: request_params(settings, after_tool_results),
         api_key: settings.api_key,
         signal: controller.signal,
         on_delta: (text) => {
           if (t_first == null) t_first = performance.now();
           pieces++;
           msg.content += text;
+          this.schedule_stream_render();
+        },
+        on_tool_calls: (calls) => {
+          if (t_first == null) t_first = performance.now();
+          msg.tool_calls = calls;
           this.schedule_stream_render();
         },
       });
@@ -286,7 +351,7 @@ class App {
         const text = err instanceof ApiError ? err.message : `Unexpected error: ${err?.message || err}`;
         const hint = err?.status === 401 || err?.status === 403 ? ' Set the API key in Settings.' : '';
         const row = { role: 'assistant', content: '', error: text + hint };
-        if (msg.content) {
+        if (msg.content || msg.tool_calls?.length) {
           msg.stats = { ...this.reply_stats({}, t_start, t_first, performance.now(), pieces), finish: 'error' };
           conv.messages.push(row);
         } else {
@@ -304,7 +369,12 @@ class App {
     this.render_chat();
     this.update_composer();
     if (!this.els.experts_panel.hidden) this.refresh_experts();
-    if (document.activeElement === document.body || document.activeElement === this.els.stop) this.els.prompt.focus();
+    // The focus goes where the user types next: the first Result field when
+    // calls wait for results (unless a new message is being typed), else the prompt.
+    const idle = document.activeElement === document.body || document.activeElement === this.els.stop;
+    const result_area = this.els.messages.querySelector('.tool-result-form textarea');
+    if (result_area && (idle || (document.activeElement === this.els.prompt && !this.els.prompt.value))) result_area.focus();
+    else if (idle) this.els.prompt.focus();
   }
 
   // Server timings when present; otherwise measured here (TTFT from request
@@ -348,7 +418,7 @@ class App {
     const article = this.els.messages.querySelector(`article[data-index="${gen.index}"]`);
     if (!article) return;
     const stick = this.near_bottom();
-    render_assistant_body(article.querySelector('.msg-body'), gen.msg.content);
+    render_streaming_reply(article, gen.msg);
     if (stick) this.scroll_to_bottom();
   }
 
@@ -378,9 +448,12 @@ class App {
       case 'regenerate':
         this.regenerate();
         break;
-      case 'copy':
-        this.copy(button, this.current?.messages[index]?.content ?? '');
+      case 'copy': {
+        const msg = this.current?.messages[index];
+        const calls = msg?.tool_calls?.length ? JSON.stringify(msg.tool_calls, null, 2) : '';
+        this.copy(button, msg?.content || calls);
         break;
+      }
       case 'copy-code':
         this.copy(button, button.closest('pre')?.querySelector('code')?.textContent ?? '');
         break;
@@ -400,16 +473,46 @@ class App {
     );
   }
 
+  // Asks again for the last reply: the one after the last question or the
+  // last tool result.
   regenerate() {
     const conv = this.current;
     if (!conv || this.gen) return;
-    let last_user = -1;
+    let last_input = -1;
     conv.messages.forEach((m, i) => {
-      if (m.role === 'user') last_user = i;
+      if (m.role === 'user' || m.role === 'tool') last_input = i;
     });
-    if (last_user < 0) return;
-    conv.messages.length = last_user + 1;
+    if (last_input < 0) return;
+    conv.messages.length = last_input + 1;
     this.generate(conv);
+  }
+
+  // A tool result for one call of the waiting reply: kept in the calls' order
+  // after it; once every call has its result, the next reply is generated.
+  on_tool_result_submit(e) {
+    e.preventDefault();
+    const form = e.target.closest('.tool-result-form');
+    const conv = this.current;
+    const index = Number(form.dataset.index);
+    const id = form.dataset.callId;
+    if (!conv || this.gen || waiting_reply(conv) !== index || !unanswered_calls(conv, index).includes(id)) return;
+    const calls = conv.messages[index].tool_calls;
+    const call = calls.find((c) => c.id === id);
+    const content = form.querySelector('textarea').value;
+    const order = (m) => calls.findIndex((c) => c.id === m.tool_call_id);
+    const results = [...conv.messages.slice(index + 1), { role: 'tool', tool_call_id: id, name: call.function.name, content }];
+    results.sort((a, b) => order(a) - order(b));
+    conv.messages.splice(index + 1, Infinity, ...results);
+    this.tool_drafts.delete(id);
+    conv.updated = Date.now();
+    if (unanswered_calls(conv, index).length === 0) {
+      this.generate(conv);
+      return;
+    }
+    this.persist();
+    this.render_sidebar();
+    this.render_chat();
+    this.els.messages.querySelector('.tool-result-form textarea')?.focus();
   }
 
   start_edit(index) {
@@ -518,10 +621,13 @@ class App {
     if (!conv || conv.messages.length === 0) {
       nodes.push(this.els.welcome);
     } else {
+      const waiting = this.gen ? -1 : waiting_reply(conv);
       const ctx = {
         busy: Boolean(this.gen),
         last_index: conv.messages.length - 1,
         streaming_index: this.gen?.conv === conv ? this.gen.index : -1,
+        pending: new Set(waiting >= 0 ? unanswered_calls(conv, waiting) : []),
+        drafts: this.tool_drafts,
       };
       conv.messages.forEach((msg, i) => {
         if (i === this.editing && msg.role === 'user') {
@@ -577,6 +683,16 @@ class App {
     $('set-max-tokens').value = s.max_tokens;
     $('set-seed').value = s.seed ?? '';
     $('set-api-key').value = s.api_key;
+    $('set-tools').value = s.tools.length ? JSON.stringify(s.tools, null, 2) : '';
+    $('set-tool-choice').value = s.tool_choice;
+    this.show_tools_error('');
+  }
+
+  show_tools_error(text) {
+    const box = $('set-tools-error');
+    box.textContent = text;
+    box.hidden = !text;
+    $('set-tools').setAttribute('aria-invalid', String(Boolean(text)));
   }
 
   open_settings() {
@@ -587,7 +703,14 @@ class App {
     this.els.dialog.showModal();
   }
 
+  // Invalid tools keep the dialog open with the problem shown; nothing is saved.
   save_settings() {
+    const tools = tools_parse($('set-tools').value);
+    if (tools.error) {
+      this.show_tools_error(tools.error);
+      $('set-tools').focus();
+      return;
+    }
     const key_changed = $('set-api-key').value.trim() !== this.settings.api_key;
     this.settings = settings_normalise({
       system_prompt: $('set-system').value,
@@ -596,6 +719,8 @@ class App {
       max_tokens: $('set-max-tokens').value,
       seed: $('set-seed').value,
       api_key: $('set-api-key').value,
+      tools: tools.tools,
+      tool_choice: $('set-tool-choice').value,
     });
     settings_save(this.settings);
     this.els.dialog.close();
