@@ -397,6 +397,10 @@ private:
     std::string_view p_;
     std::string context_;
     size_t pos_ = 0;
+    // Whether what the last atom / quantified / sequence / alternatives call
+    // parsed can match the empty string: the grammar engine refuses to repeat
+    // such an item (its expansion would loop), so a pattern that does is refused.
+    bool nullable_ = false;
 
     [[noreturn]] void fail(const std::string& what) const {
         throw MoeError(context_ + ": pattern at offset " + std::to_string(pos_) + ": " + what);
@@ -428,15 +432,19 @@ private:
     // Alternatives up to ')' or the end (top level: also up to a final '$').
     std::string alternatives(int depth) {
         std::vector<std::string> alts;
+        bool any_nullable = false;
         do {
             std::string s = sequence(depth, false);
+            any_nullable = any_nullable || nullable_;
             alts.push_back(s.empty() ? "\"\"" : s);
         } while (eat('|'));
+        nullable_ = any_nullable;
         return alts.size() == 1 ? alts[0] : group(join(alts, " | "));
     }
 
     std::string sequence(int depth, bool top) {
         std::vector<std::string> items;
+        bool all_nullable = true;
         while (pos_ < p_.size()) {
             char c = p_[pos_];
             if (c == '|' || c == ')') break;
@@ -446,8 +454,10 @@ private:
             }
             if (c == '^') fail("'^' is supported only at the start of the pattern");
             std::string a = quantified(atom(depth));
+            all_nullable = all_nullable && nullable_;
             if (!a.empty()) items.push_back(a);
         }
+        nullable_ = all_nullable;
         return join(items, " ");
     }
 
@@ -476,6 +486,11 @@ private:
             pos_ = start;
             fail("repetition bound past " + std::to_string(MAX_REPEAT));
         }
+        if (nullable_ && !a.empty() && hi != 0 && hi != 1) {
+            pos_ = start;
+            fail("a repeated item that can match the empty string (drop its empty alternative or optional parts)");
+        }
+        nullable_ = nullable_ || lo == 0;
         return a.empty() ? "" : repeat(group(a), lo, hi);
     }
 
@@ -514,6 +529,7 @@ private:
 
     std::string atom(int depth) {
         char c = p_[pos_];
+        nullable_ = false;
         if (c == '(') {
             if (depth >= MAX_DEPTH) fail("groups nested deeper than " + std::to_string(MAX_DEPTH));
             ++pos_;
@@ -527,8 +543,9 @@ private:
                     fail("unsupported group '(?'");
                 }
             }
-            std::string inner = alternatives(depth + 1);
+            std::string inner = alternatives(depth + 1);  // sets nullable_
             if (!eat(')')) fail("missing ')'");
+            if (inner == "\"\"") nullable_ = true;
             return inner == "\"\"" ? "" : group(inner);
         }
         if (c == '*' || c == '+' || c == '?') fail("nothing to repeat");
@@ -988,7 +1005,9 @@ private:
         } else if (!(s["items"].is_boolean() && !s["items"].get<bool>())) {
             item = visit(s["items"], ptr + "/items", join_name(name, "item"), depth + 1);
         }
-        auto [lo, hi] = bounds(s, ptr, "minItems", "maxItems");
+        // Plain variables, not a structured binding: the lambdas below capture them (clang 14 cannot).
+        const auto item_bounds = bounds(s, ptr, "minItems", "maxItems");
+        int lo = item_bounds.first, hi = item_bounds.second;
         int k = static_cast<int>(prefix.size());
         if (item.empty()) {
             if (lo > k) fail(ptr, "'minItems' exceeds the items the array may hold");
