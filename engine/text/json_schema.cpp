@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "engine/text/jinja_value.h"
 #include "profiles/errors.h"
 
 using ojson = nlohmann::ordered_json;
@@ -216,26 +217,6 @@ std::string class_char(uint32_t c) {
     return "\\U" + hex(c, 8);
 }
 
-std::string utf8(uint32_t c) {
-    std::string out;
-    if (c < 0x80) {
-        out += static_cast<char>(c);
-    } else if (c < 0x800) {
-        out += static_cast<char>(0xC0 | (c >> 6));
-        out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        out += static_cast<char>(0xE0 | (c >> 12));
-        out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (c >> 18));
-        out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (c & 0x3F));
-    }
-    return out;
-}
-
 // The GBNF matching the JSON-string encodings of the characters in `set`
 // (one encoding each: ", \ and control characters escaped, the rest as
 // themselves). "" when the set is empty.
@@ -244,7 +225,9 @@ std::string json_chars_gbnf(const Ranges& set) {
     Ranges raw = intersect(set, raw_allowed);
     std::vector<std::string> alts;
     if (raw.size() == 1 && raw[0].first == raw[0].second) {
-        alts.push_back(gbnf_literal(utf8(raw[0].first)));
+        std::string one;
+        utf8_append(one, raw[0].first);
+        alts.push_back(gbnf_literal(one));
     } else if (!raw.empty()) {
         std::string cls = "[";
         for (auto [lo, hi] : raw) {
