@@ -563,45 +563,29 @@ private:
         return v;
     }
 
+    // \d \D \w \W \s \S: a class, not one character.
+    static bool is_shorthand(char c) { return c != 0 && std::string_view("dDwWsS").find(c) != std::string_view::npos; }
+
     // After '\\' (pos_ at the backslash). in_class: \b is a backspace.
     CharSet escape(bool in_class) {
         ++pos_;
         if (pos_ >= p_.size()) fail("'\\' at the end of the pattern");
         char c = p_[pos_];
+        // The class shorthands and the one-character control escapes.
+        static const std::pair<char, uint32_t> CONTROLS[] = {
+            {'t', '\t'}, {'n', '\n'}, {'r', '\r'}, {'f', '\f'}, {'v', '\v'}};
+        for (const auto& [letter, code] : CONTROLS)
+            if (c == letter) {
+                ++pos_;
+                return char_set({{code, code}});
+            }
+        if (is_shorthand(c)) {
+            ++pos_;
+            const char lower = static_cast<char>(c | 0x20);
+            CharSet set = lower == 'd' ? class_digit() : lower == 'w' ? class_word() : class_space();
+            return c == lower ? set : negate(set);
+        }
         switch (c) {
-        case 'd':
-            ++pos_;
-            return class_digit();
-        case 'D':
-            ++pos_;
-            return negate(class_digit());
-        case 'w':
-            ++pos_;
-            return class_word();
-        case 'W':
-            ++pos_;
-            return negate(class_word());
-        case 's':
-            ++pos_;
-            return class_space();
-        case 'S':
-            ++pos_;
-            return negate(class_space());
-        case 't':
-            ++pos_;
-            return char_set({{'\t', '\t'}});
-        case 'n':
-            ++pos_;
-            return char_set({{'\n', '\n'}});
-        case 'r':
-            ++pos_;
-            return char_set({{'\r', '\r'}});
-        case 'f':
-            ++pos_;
-            return char_set({{'\f', '\f'}});
-        case 'v':
-            ++pos_;
-            return char_set({{'\v', '\v'}});
         case '0':
             ++pos_;
             if (pos_ < p_.size() && p_[pos_] >= '0' && p_[pos_] <= '9') fail("octal escapes are not supported");
@@ -652,7 +636,7 @@ private:
             size_t at = pos_;
             CharSet s = escape(true);
             char e = p_[at + 1];
-            single_char = !(e == 'd' || e == 'D' || e == 'w' || e == 'W' || e == 's' || e == 'S');
+            single_char = !is_shorthand(e);
             cp = single_char ? s.sure[0].first : 0;
             return s;
         }

@@ -57,24 +57,9 @@ bool id_fits(const std::string& id, ToolCallIdStyle style) {
 
 // Whether every bracket of a JSON text nests at most MAX_DEPTH deep.
 bool depth_ok(std::string_view text) {
-    int depth = 0;
-    bool in_string = false, escape = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escape)
-                escape = false;
-            else if (c == '\\')
-                escape = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > MAX_DEPTH) return false;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        }
-    }
+    JsonBrackets brackets;
+    for (char c : text)
+        if (brackets.step(c) > 0 && brackets.depth > MAX_DEPTH) return false;
     return true;
 }
 
@@ -158,6 +143,22 @@ int tool_call_trigger_token(const ToolCallFormat& format, const Tokenizer& token
     return id;
 }
 
+int JsonBrackets::step(char c) {
+    if (in_string) {
+        if (escape)
+            escape = false;
+        else if (c == '\\')
+            escape = true;
+        else if (c == '"')
+            in_string = false;
+        return 0;
+    }
+    if (c == '"') in_string = true;
+    const int change = (c == '{' || c == '[') ? 1 : (c == '}' || c == ']') ? -1 : 0;
+    depth += change;
+    return change;
+}
+
 ToolCallParser::ToolCallParser(const ToolCallFormat& format, uint64_t id_seed, int trigger_token)
     : format_(&format), trigger_token_(trigger_token), rng_(id_seed) {}
 
@@ -236,8 +237,8 @@ bool ToolCallParser::scan_text(std::vector<ToolCallEvent>& out) {
         body_ = buf_.substr(trigger_begin + trigger.size());
         buf_.clear();
         scan_pos_ = 0;
-        depth_ = 0;
-        started_ = in_string_ = escape_ = false;
+        brackets_ = JsonBrackets{};
+        started_ = false;
         state_ = State::CALL;
         return true;
     };
@@ -269,19 +270,12 @@ bool ToolCallParser::scan_call(std::vector<ToolCallEvent>& out) {
             if (is_space(c)) continue;
             if (c != '{' && !(c == '[' && format_->array)) break;
             started_ = true;
-            depth_ = 1;
-        } else if (in_string_) {
-            if (escape_)
-                escape_ = false;
-            else if (c == '\\')
-                escape_ = true;
-            else if (c == '"')
-                in_string_ = false;
-        } else if (c == '"') {
-            in_string_ = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth_ > MAX_DEPTH) break;
-        } else if ((c == '}' || c == ']') && --depth_ == 0) {
+            brackets_.depth = 1;
+            continue;
+        }
+        const int step = brackets_.step(c);
+        if (step > 0 && brackets_.depth > MAX_DEPTH) break;
+        if (step < 0 && brackets_.depth == 0) {
             size_t end = scan_pos_ + 1;
             std::vector<ToolCall> calls = calls_of(std::string_view(body_).substr(0, end), *format_);
             if (calls.empty()) break;

@@ -91,6 +91,15 @@ struct ToolCallEvent {
     ToolCall call;
 };
 
+// The bracket depth of JSON text read one character at a time, brackets
+// inside strings (escapes honoured) not counted.
+struct JsonBrackets {
+    int depth = 0;
+    bool in_string = false, escape = false;
+    // +1 when c opens a bracket, -1 when it closes one, else 0.
+    int step(char c);
+};
+
 // The incremental parser. Text that can no longer start a call is released
 // as content; a possible start of a trigger is held back (like a stop-string
 // matcher), as is a whitespace run, which is dropped when a call follows it
@@ -130,8 +139,8 @@ private:
     std::string trigger_;    // the current call's trigger text ("" for a reply starting with '{')
     std::string body_;       // CALL: text after the trigger
     size_t scan_pos_ = 0;    // CALL: how far body_ has been scanned
-    int depth_ = 0;
-    bool started_ = false, in_string_ = false, escape_ = false;
+    JsonBrackets brackets_;  // CALL: the call JSON's nesting so far
+    bool started_ = false;
     bool at_start_ = true;     // nothing released or called yet
     bool after_call_ = false;  // whitespace directly after a call is dropped
     std::string content_;
