@@ -181,6 +181,10 @@ WeightCopies make_weights(DType type, long rows, long cols, ThreadPool& pool) {
         pool.parallel_for(long(total / 2), 4096, [&](long b, long e) { fill(all + b, b, e); });
         return w;
     }
+    // Rows in groups (the _R8 types): quantized in their plain type, then interleaved.
+    const DType plain = dtype_plain(type);
+    std::vector<unsigned char> plain_rows(plain == type ? 0 : bytes);
+    unsigned char* dst = plain == type ? w.data.get() : plain_rows.data();
     pool.parallel_for(rows, 1, [&](long r0, long r1) {
         std::vector<bf16> src(static_cast<size_t>(cols));
         std::vector<float> row(static_cast<size_t>(cols));
@@ -188,9 +192,10 @@ WeightCopies make_weights(DType type, long rows, long cols, ThreadPool& pool) {
         for (long r = r0; r < r1; r++) {
             fill(src.data(), r * cols, (r + 1) * cols);
             for (long j = 0; j < cols; j++) row[size_t(j)] = bf16_to_f32(src[size_t(j)]);
-            quantize_row(type, row.data(), w.data.get() + size_t(r) * rb, cols);
+            quantize_row(plain, row.data(), dst + size_t(r) * rb, cols);
         }
     });
+    if (plain != type) quant_repack_r8(type, plain_rows.data(), w.data.get(), rows, *dtype_row_bytes(type, cols));
     for (int c = 1; c < w.copies; c++) std::memcpy(w.data.get() + size_t(c) * w.bytes_per_copy, w.data.get(), bytes);
     return w;
 }
@@ -304,6 +309,7 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
     for (DType type : types) mixes.push_back({type, type});
     auto has = [&](DType x) { return std::find(types.begin(), types.end(), x) != types.end(); };
     if (has(DType::Q4_K) && has(DType::Q6_K)) mixes.push_back({DType::Q4_K, DType::Q6_K});
+    if (has(DType::Q4_K_R8) && has(DType::Q6_K_R8)) mixes.push_back({DType::Q4_K_R8, DType::Q6_K_R8});
     for (const BenchExpertShape& expert : shapes) {
         const int dim = expert.dim, hidden = expert.hidden_dim;
         Shape s{expert.label.c_str(), "expert", hidden, dim};

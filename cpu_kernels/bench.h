@@ -34,7 +34,8 @@ struct BenchExpertShape {
 // types, each ISA of isas and m = 1, 2, 4, 8, 16, 64, 256: matmul time, GB/s
 // of weights (matmul_bytes: the type's own bytes), GFLOP/s and both ratios
 // to the ceiling; then the fused expert FFN of each shape and type (and
-// Q4_K w1/w3 with a Q6_K w2, as in Q4_K_M files) at m = 1 (decode) and 128.
+// Q4_K w1/w3 with a Q6_K w2, as in Q4_K_M files; the same as Q4_K_R8 /
+// Q6_K_R8, as moe-server holds them) at m = 1 (decode) and 128.
 // Quantized weights are one random matrix quantized once, copied. Each
 // line also carries read_gbs_paired: a plain read of as many bytes timed
 // alternately with the kernel, so bw_ratio_paired compares like moments of a
@@ -44,7 +45,7 @@ struct BenchExpertShape {
 void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
                    const std::vector<BenchExpertShape>& shapes,
                    const std::vector<DType>& types = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
-                                                      DType::Q6_K});
+                                                      DType::Q6_K, DType::Q4_K_R8, DType::Q6_K_R8});
 
 // Every path this CPU runs, scalar first.
 std::vector<Isa> bench_supported_isas();

@@ -8,14 +8,18 @@ namespace {
 
 // Indexed by DType. Block layouts: quant.h.
 constexpr DTypeInfo kInfo[] = {
-    {"F32", 0, 1, 4},          // F32
-    {"F16", 1, 1, 2},          // F16
-    {"BF16", 30, 1, 2},        // BF16
-    {"Q8_0", 8, 32, 34},       // fp16 scale + 32 int8
-    {"Q4_0", 2, 32, 18},       // fp16 scale + 32 nibbles
-    {"Q4_K", 12, 256, 144},    // fp16 d, dmin + 12 bytes of 6-bit scales/mins + 128 bytes of nibbles
-    {"Q5_K", 13, 256, 176},    // Q4_K's + 32 bytes of fifth bits
-    {"Q6_K", 14, 256, 210},    // 128 bytes low nibbles + 64 bytes high 2 bits + 16 int8 scales + fp16 d
+    {"F32", 0, 1, 4, 1, DType::F32, true},      // F32
+    {"F16", 1, 1, 2, 1, DType::F16, true},      // F16
+    {"BF16", 30, 1, 2, 1, DType::BF16, true},   // BF16
+    {"Q8_0", 8, 32, 34, 1, DType::Q8_0, true},  // fp16 scale + 32 int8
+    {"Q4_0", 2, 32, 18, 1, DType::Q4_0, true},  // fp16 scale + 32 nibbles
+    {"Q4_K", 12, 256, 144, 1, DType::Q4_K,
+     true},  // fp16 d, dmin + 12 bytes of 6-bit scales/mins + 128 bytes of nibbles
+    {"Q5_K", 13, 256, 176, 1, DType::Q5_K, true},  // Q4_K's + 32 bytes of fifth bits
+    {"Q6_K", 14, 256, 210, 1, DType::Q6_K,
+     true},  // 128 bytes low nibbles + 64 bytes high 2 bits + 16 int8 scales + fp16 d
+    {"Q4_K_R8", 12, 256, 144, 8, DType::Q4_K, false},  // Q4_K, 8 rows interleaved (memory only)
+    {"Q6_K_R8", 14, 256, 210, 8, DType::Q6_K, false},  // Q6_K, 8 rows interleaved (memory only)
 };
 
 // ggml's type names by id (ggml.h's enum ggml_type); nullptr for ids it
@@ -37,9 +41,15 @@ std::optional<size_t> dtype_row_bytes(DType dtype, int64_t n) {
     return size_t(n / info.block) * size_t(info.block_bytes);
 }
 
+std::optional<DType> dtype_interleaved(DType dtype) {
+    for (size_t i = 0; i < std::size(kInfo); ++i)
+        if (kInfo[i].row_group > 1 && kInfo[i].plain == dtype) return static_cast<DType>(i);
+    return std::nullopt;
+}
+
 std::optional<DType> dtype_from_ggml(uint32_t ggml_id) {
     for (size_t i = 0; i < std::size(kInfo); ++i)
-        if (kInfo[i].ggml_id == ggml_id) return static_cast<DType>(i);
+        if (kInfo[i].in_files && kInfo[i].ggml_id == ggml_id) return static_cast<DType>(i);
     return std::nullopt;
 }
 
@@ -49,6 +59,6 @@ const char* ggml_type_name(uint32_t ggml_id) {
 
 WeightView weight_view(DType type, const void* data, int64_t rows, int64_t cols) {
     std::optional<size_t> row = dtype_row_bytes(type, cols);
-    if (!row || rows < 0) std::abort();
+    if (!row || rows < 0 || rows % dtype_row_group(type) != 0) std::abort();
     return WeightView{type, data, rows, cols, *row};
 }

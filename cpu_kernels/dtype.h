@@ -5,29 +5,48 @@
 // n / block blocks of block_bytes each (the layouts are in quant.h); a float
 // type is a "block" of one element. WeightView is how a weight matrix of any
 // of them is handed around: its type, its pointer and its row size.
+//
+// Two types exist only in memory, never in a file: Q4_K_R8 and Q6_K_R8,
+// the blocks of 8 consecutive rows interleaved (quant.h), the layouts the
+// CPU's kernels read fastest. A matrix of one keeps its plain type's row
+// size, but its rows go in groups of 8 (row_group): group g's bytes are the
+// 8 * row_bytes from data + 8 g * row_bytes. Its `plain` type, that of one
+// row taken out of the group, is Q4_K / Q6_K.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K };
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8 };
 
 struct DTypeInfo {
     const char* name;     // "BF16", "Q4_K", ...: safetensors' spelling for the float types, ggml's for the rest
     uint32_t ggml_id;     // the type id GGUF tensor infos carry
     int block;            // elements per block (1 for a float type)
-    int block_bytes;      // bytes per block
+    int block_bytes;      // bytes per block (per row)
+    int row_group;        // rows interleaved together (1: none)
+    DType plain;          // the type of one row out of its group (the type itself when row_group is 1)
+    bool in_files;        // a type of safetensors or GGUF files (not the _R8 ones)
 };
 
 const DTypeInfo& dtype_info(DType dtype);
 inline const char* dtype_name(DType dtype) { return dtype_info(dtype).name; }
 inline bool dtype_quantized(DType dtype) { return dtype_info(dtype).block > 1; }
+inline int dtype_row_group(DType dtype) {
+    return dtype_info(dtype).row_group;
+}
+inline DType dtype_plain(DType dtype) {
+    return dtype_info(dtype).plain;
+}
+// The row-interleaved form of a type (Q4_K -> Q4_K_R8, Q6_K -> Q6_K_R8), if it has one.
+std::optional<DType> dtype_interleaved(DType dtype);
 
 // Bytes of a row of n elements; nullopt when n is negative or not a multiple
 // of the type's block.
 std::optional<size_t> dtype_row_bytes(DType dtype, int64_t n);
 
-// The DType of a ggml type id; nullopt for a type moe-server does not read.
+// The DType of a ggml type id; nullopt for a type moe-server does not read
+// (never an _R8 type, which no file holds).
 std::optional<DType> dtype_from_ggml(uint32_t ggml_id);
 
 // ggml's name of any type id it defines ("q2_K", "iq4_xs", ...), supported

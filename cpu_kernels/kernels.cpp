@@ -201,7 +201,10 @@ void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& po
 
 void weight_row_f32(float* out, const WeightView& w, int64_t r) {
     assert(r >= 0 && r < w.rows);
-    dequantize_row(w.type, w.row(r), out, w.cols);
+    if (dtype_row_group(w.type) == 1) return dequantize_row(w.type, w.row(r), out, w.cols);
+    static thread_local std::vector<char> scratch;
+    scratch.resize(w.row_bytes);
+    dequantize_row(dtype_plain(w.type), quant_row_plain(w.type, w.data, w.row_bytes, r, scratch.data()), out, w.cols);
 }
 
 void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,

@@ -29,17 +29,23 @@ int x_stride_scalar(int k) { return k; }
 void quant_rows_scalar(DType wtype, float* y, const void* xq, const void* w, size_t row_bytes, int m, int n, int k,
                        int r0, int r1) {
     size_t xrow = quant_x_row_bytes(wtype, k);
-    for (int r = r0; r < r1; r++)
+    static thread_local std::vector<char> scratch;
+    scratch.resize(row_bytes);
+    for (int r = r0; r < r1; r++) {
+        const void* wr = quant_row_plain(wtype, w, row_bytes, r, scratch.data());
         for (int i = 0; i < m; i++)
-            y[long(i) * n + r] = quant_dot_scalar(wtype, static_cast<const char*>(w) + size_t(r) * row_bytes,
-                                                  static_cast<const char*>(xq) + size_t(i) * xrow, k);
+            y[long(i) * n + r] =
+                quant_dot_scalar(dtype_plain(wtype), wr, static_cast<const char*>(xq) + size_t(i) * xrow, k);
+    }
 }
 
 void dequant_bf16_scalar(DType wtype, bf16* dst, const void* w, size_t row_bytes, int k, int r0, int r1) {
     static thread_local std::vector<float> row;
+    static thread_local std::vector<char> scratch;
     row.resize(size_t(k));
+    scratch.resize(row_bytes);
     for (int r = r0; r < r1; r++) {
-        dequantize_row(wtype, static_cast<const char*>(w) + size_t(r) * row_bytes, row.data(), k);
+        dequantize_row(dtype_plain(wtype), quant_row_plain(wtype, w, row_bytes, r, scratch.data()), row.data(), k);
         for (int j = 0; j < k; j++) dst[long(r - r0) * k + j] = f32_to_bf16(row[j]);
     }
 }

@@ -227,10 +227,10 @@ void quantize_q4_0(const float* x, BlockQ4_0& out) {
 }  // namespace
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
-    assert(n % dtype_info(type).block == 0);
+    assert(n % dtype_info(type).block == 0 && dtype_row_group(type) == 1);
     const uint8_t* s = static_cast<const uint8_t*>(src);
     if (dtype_quantized(type)) {
-        for (int64_t g = 0; g < n / 32; g++) quant_group32(type, s, g, dst + 32 * g);
+        for (int64_t g = 0; g < n / 32; g++) quant_group32_row(type, s, g, dst + 32 * g);
         return;
     }
     // A memory map makes no alignment promise: elements are loaded bytewise.
@@ -246,6 +246,28 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
             dst[i] = bf16_to_f32(load_u16(s + 2 * i));
             break;
         }
+    }
+}
+
+const void* quant_row_plain(DType type, const void* data, size_t row_bytes, int64_t r, void* scratch) {
+    const uint8_t* d = static_cast<const uint8_t*>(data);
+    if (dtype_row_group(type) == 1) return d + size_t(r) * row_bytes;
+    const uint8_t* group = d + size_t(r / 8) * 8 * row_bytes;
+    uint8_t* out = static_cast<uint8_t*>(scratch);
+    const size_t bytes = size_t(r8_block_bytes(type));
+    for (size_t i = 0; i < row_bytes / bytes; i++) r8_take(type, group + 8 * i * bytes, int(r % 8), out + i * bytes);
+    return out;
+}
+
+void quant_repack_r8(DType type, const void* src, void* dst, int64_t rows, size_t row_bytes) {
+    const size_t bytes = size_t(r8_block_bytes(type));
+    assert(dtype_row_group(type) == 8 && rows % 8 == 0 && row_bytes % bytes == 0);
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t* group = d + size_t(r / 8) * 8 * row_bytes;
+        for (size_t i = 0; i < row_bytes / bytes; i++)
+            r8_put(type, group + 8 * i * bytes, int(r % 8), s + size_t(r) * row_bytes + i * bytes);
     }
 }
 
@@ -301,6 +323,9 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
             put(b);
             break;
         }
+        case DType::Q4_K_R8:
+        case DType::Q6_K_R8:
+            std::abort();  // rows in groups: quantize to the plain type, then quant_repack_r8
         }
     }
 }
@@ -311,6 +336,7 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
 namespace {
 
 bool uses_x256(DType wtype) {
+    wtype = dtype_plain(wtype);
     return wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K;
 }
 

@@ -150,10 +150,60 @@ MOE_HD static inline int q6_k_level(const uint8_t* b, int i) {
     return low | ((qh[l] >> (2 * part)) & 3) << 4;
 }
 
-// y (32 fp32) = elements [32 g, 32 g + 32) of a row of a block-quantized
-// type starting at row (g counts groups from the row's start; any
-// alignment). Every quantized type's dequantization, CPU and GPU alike.
-MOE_HD static inline void quant_group32(DType type, const uint8_t* row, int64_t g, float* y) {
+// The _R8 types (memory only, dtype.h): the blocks of 8 consecutive rows
+// (lanes 0..7 of a row group) at one block index, interleaved in 4-byte
+// words into one group block, so that a 256-bit vector of it holds 4
+// elements of each of the 8 rows and a kernel's int32 lanes are rows (one
+// scale per lane). Same bytes as the 8 blocks. A group's blocks follow each
+// other: block i of group g is at data + 8 g row_bytes + 8 i block_bytes.
+// Q4_K_R8:
+struct BlockQ4_Kx8 {
+    uint16_t d[8], dmin[8];  // lane l's d and dmin (fp16)
+    uint32_t scales[3][8];   // scales[w][l]: lane l's scale bytes 4w .. 4w+3 (k_scale_min's a, b, c)
+    uint8_t qs[32][32];      // qs[8c + k][4l + i] = lane l's qs[32c + 4k + i]
+};
+// Q6_K_R8, its levels in the order the kernel reads them: for half h of
+// the block and word k, the words of ql that hold sub-blocks 4h, 4h+2 and
+// 4h+1, 4h+3, then the word of qh that completes all four:
+struct BlockQ6_Kx8 {
+    uint16_t d[8];          // lane l's d (fp16)
+    uint32_t scales[4][8];  // scales[w][l]: lane l's int8 scales 4w .. 4w+3
+    // q[8h + k][0][4l + i] = lane l's ql[64h + 4k + i], [1]: ql[64h + 32 + 4k + i], [2]: qh[32h + 4k + i]
+    uint8_t q[16][3][32];
+};
+static_assert(sizeof(BlockQ4_Kx8) == 8 * sizeof(BlockQ4_K) && sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K));
+// Where byte j of lane l's block lies in its group block.
+MOE_HD static inline int q4_k_r8_offset(int l, int j) {
+    if (j < 4) return 2 * (8 * (j / 2) + l) + j % 2;
+    if (j < 16) return 32 + 4 * (8 * ((j - 4) / 4) + l) + (j - 4) % 4;
+    const int q = j - 16;
+    return 128 + 32 * (8 * (q / 32) + q % 32 / 4) + 4 * l + q % 4;
+}
+MOE_HD static inline int q6_k_r8_offset(int l, int j) {
+    if (j >= 208) return 2 * l + (j - 208);
+    if (j >= 192) return 16 + 4 * (8 * ((j - 192) / 4) + l) + j % 4;
+    // ql word w: half w / 16, k w % 8, part (w / 8) % 2; qh word w: half w / 8, k w % 8.
+    const int w = j < 128 ? j / 4 : (j - 128) / 4;
+    const int word = j < 128 ? 3 * (8 * (w / 16) + w % 8) + (w / 8) % 2 : 3 * w + 2;
+    return 144 + 32 * word + 4 * l + j % 4;
+}
+// An _R8 type's plain block bytes, and lane l's block out of / into a group block.
+MOE_HD static inline int r8_block_bytes(DType type) {
+    return type == DType::Q4_K_R8 ? int(sizeof(BlockQ4_K)) : int(sizeof(BlockQ6_K));
+}
+MOE_HD static inline int r8_offset(DType type, int l, int j) {
+    return type == DType::Q4_K_R8 ? q4_k_r8_offset(l, j) : q6_k_r8_offset(l, j);
+}
+MOE_HD static inline void r8_take(DType type, const uint8_t* gb, int l, uint8_t* b) {
+    for (int j = 0; j < r8_block_bytes(type); j += 2) memcpy(b + j, gb + r8_offset(type, l, j), 2);
+}
+MOE_HD static inline void r8_put(DType type, uint8_t* gb, int l, const uint8_t* b) {
+    for (int j = 0; j < r8_block_bytes(type); j += 2) memcpy(gb + r8_offset(type, l, j), b + j, 2);
+}
+
+// y (32 fp32) = elements [32 g, 32 g + 32) of the row at `row` of a type
+// without row groups; any alignment.
+MOE_HD static inline void quant_group32_row(DType type, const uint8_t* row, int64_t g, float* y) {
     switch (type) {
     case DType::Q8_0: {
         const uint8_t* b = row + g * int64_t(sizeof(BlockQ8_0));
@@ -200,13 +250,34 @@ MOE_HD static inline void quant_group32(DType type, const uint8_t* row, int64_t 
         return;  // float types are not block-quantized
     }
 }
+// y (32 fp32) = elements [32 g, 32 g + 32) of row r of a block-quantized
+// matrix of `type` at data, rows row_bytes apart (row groups for the _R8
+// types: lane r % 8's block taken out of its group block first); any
+// alignment. Every quantized type's dequantization, CPU and GPU alike.
+MOE_HD static inline void quant_group32(DType type, const uint8_t* data, size_t row_bytes, int64_t r, int64_t g,
+                                        float* y) {
+    if (type != DType::Q4_K_R8 && type != DType::Q6_K_R8)
+        return quant_group32_row(type, data + size_t(r) * row_bytes, g, y);
+    uint8_t b[sizeof(BlockQ6_K)];
+    const int bytes = r8_block_bytes(type);
+    r8_take(type, data + size_t(r / 8) * 8 * row_bytes + size_t(g / 8) * 8 * bytes, int(r % 8), b);
+    quant_group32_row(type == DType::Q4_K_R8 ? DType::Q4_K : DType::Q6_K, b, g % 8, y);
+}
 
 // ---------------------------------------------------------------------------
 // Rows of any DType. n must be whole blocks of the type (dtype_row_bytes);
 // src / dst carry no alignment promise.
 
-// dst (n fp32) = the row at src.
+// dst (n fp32) = the row at src (a type without row groups).
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+// Row r of a matrix of `type` (rows row_bytes apart) in dtype_plain(type):
+// the row itself, or for an _R8 type its blocks taken out of their group
+// into scratch (row_bytes), which is returned.
+const void* quant_row_plain(DType type, const void* data, size_t row_bytes, int64_t r, void* scratch);
+// Rows of dtype_plain(type) (rows a multiple of 8, row_bytes apart) -> the
+// same matrix as `type`, an _R8 type, at dst (rows * row_bytes bytes, not
+// overlapping src).
+void quant_repack_r8(DType type, const void* src, void* dst, int64_t rows, size_t row_bytes);
 
 // The row at dst = src (n fp32) in `type`. Float types round to nearest
 // even. Q8_0: d = amax / 127 as fp16, q = round(x * (1 / d)) (llama.cpp's

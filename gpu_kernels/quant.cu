@@ -26,11 +26,10 @@ __global__ void matvec_quant_kernel(float* y, const float* x, const uint8_t* w, 
     const int lane = threadIdx.x % 32;
     const long r = long(blockIdx.x) * GEMV_WARPS + threadIdx.x / 32;
     if (r >= n) return;  // the whole warp: r is the warp's
-    const uint8_t* row = w + size_t(r) * row_bytes;
     float acc[GPU_QUANT_GEMV_MAX_M] = {};
     float v[32];
     for (int g = lane; g < k / 32; g += 32) {
-        quant_group32(type, row, g, v);
+        quant_group32(type, w, row_bytes, r, g, v);
 #pragma unroll
         for (int t = 0; t < GPU_QUANT_GEMV_MAX_M; t++) {
             if (t >= m) break;
@@ -58,7 +57,7 @@ __global__ void dequant_bf16_kernel(bf16* out, const uint8_t* w, DType type, siz
         const long r = i / per_row;
         const int g = int(i % per_row);
         float v[32];
-        quant_group32(type, w + size_t(r0 + r) * row_bytes, g, v);
+        quant_group32(type, w, row_bytes, r0 + r, g, v);
         bf16* o = out + r * k + 32L * g;
 #pragma unroll
         for (int j = 0; j < 32; j++) o[j] = f32_to_bf16(v[j]);
@@ -73,7 +72,7 @@ __global__ void embed_quant_kernel(float* x, const int* tokens, const uint8_t* t
     for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < groups; i += long(gridDim.x) * blockDim.x) {
         const long t = i / per_row;
         const int g = int(i % per_row);
-        quant_group32(type, table + size_t(tokens[t]) * row_bytes, g, x + t * dim + 32L * g);
+        quant_group32(type, table, row_bytes, tokens[t], g, x + t * dim + 32L * g);
     }
 }
 

@@ -157,6 +157,19 @@ WeightView unpermute_rows(ModelWeights& w, const TensorView& t, int head_dim) {
     return weight_view(g.type, w.owned_bytes.back().get(), g.rows, g.cols);
 }
 
+// A Q4_K / Q6_K matrix as Q4_K_R8 / Q6_K_R8 (quant.h: the same bytes, 8
+// rows interleaved), the layout the CPU's kernels read fastest, copied into
+// w (replacing v's memory when w owns it); others as they are.
+WeightView interleave_rows(ModelWeights& w, const WeightView& v) {
+    const std::optional<DType> r8 = dtype_interleaved(v.type);
+    if (!r8 || v.rows % 8 != 0) return v;
+    auto out = std::make_unique_for_overwrite<std::byte[]>(v.bytes());
+    quant_repack_r8(*r8, v.data, out.get(), v.rows, v.row_bytes);
+    if (!w.owned_bytes.empty() && w.owned_bytes.back().get() == v.data) w.owned_bytes.pop_back();
+    w.owned_bytes.push_back(std::move(out));
+    return weight_view(*r8, w.owned_bytes.back().get(), v.rows, v.cols);
+}
+
 }  // namespace
 
 bool gguf_model_path(const fs::path& path) {
@@ -240,8 +253,8 @@ ModelWeights gguf_model_weights(const ModelConfig& config, const fs::path& path)
         weights_check_shape(t, entry);
         if (entry.shape.size() == 1) return weights_vector(w, t);
         if ((entry.role == TensorRole::WQ || entry.role == TensorRole::WK) && permuted_qk(config))
-            return unpermute_rows(w, t, config.head_dim);
-        return weights_matrix(w, t);
+            return interleave_rows(w, unpermute_rows(w, t, config.head_dim));
+        return interleave_rows(w, weights_matrix(w, t));
     });
     return w;
 }
@@ -434,14 +447,16 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             packed.resize(size_t(s.rows) * out_row);
             pool.parallel_for(long(s.rows), 1, [&](long begin, long end) {
                 std::vector<float> row(static_cast<size_t>(cols));
+                std::vector<char> scratch(s.row_bytes);
+                const DType plain = dtype_plain(s.type);
                 for (long r = begin; r < end; r++) {
-                    const void* src = s.row(order[size_t(r)]);
+                    const void* src = quant_row_plain(s.type, s.data, s.row_bytes, order[size_t(r)], scratch.data());
                     char* dst = packed.data() + size_t(r) * out_row;
-                    if (s.type == t.view.dtype) {
+                    if (plain == t.view.dtype) {
                         std::memcpy(dst, src, out_row);
                         continue;
                     }
-                    dequantize_row(s.type, src, row.data(), cols);
+                    dequantize_row(plain, src, row.data(), cols);
                     quantize_row(t.view.dtype, row.data(), dst, cols);
                 }
             });

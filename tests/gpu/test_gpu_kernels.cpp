@@ -293,11 +293,16 @@ struct QuantMatrix {
 
 QuantMatrix random_quant(DType type, int rows, int cols) {
     const size_t row_bytes = *dtype_row_bytes(type, cols);
+    const DType plain = dtype_plain(type);  // an _R8 type: rows of its plain type, then interleaved
     QuantMatrix q{std::vector<uint8_t>(row_bytes * rows), std::vector<float>(size_t(rows) * cols)};
     std::vector<float> src = random_floats(size_t(rows) * cols, 0.05f);
     for (int r = 0; r < rows; r++) {
-        quantize_row(type, src.data() + size_t(r) * cols, q.bytes.data() + r * row_bytes, cols);
-        dequantize_row(type, q.bytes.data() + r * row_bytes, q.values.data() + size_t(r) * cols, cols);
+        quantize_row(plain, src.data() + size_t(r) * cols, q.bytes.data() + r * row_bytes, cols);
+        dequantize_row(plain, q.bytes.data() + r * row_bytes, q.values.data() + size_t(r) * cols, cols);
+    }
+    if (plain != type) {
+        const std::vector<uint8_t> rows_plain = q.bytes;
+        quant_repack_r8(type, rows_plain.data(), q.bytes.data(), rows, row_bytes);
     }
     return q;
 }
@@ -321,9 +326,12 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
     GpuStreamOwner stream;
     GpuBlas blas(stream.get());
     ThreadPool pool(2);
-    const int n = 300, k = 768;  // k: whole blocks of every type; n: no multiple of the 8 rows a GEMV block takes
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int k = 768;  // whole blocks of every type
+    for (DType type :
+         {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_K_R8, DType::Q6_K_R8}) {
         INFO(dtype_name(type));
+        // n: no multiple of the 8 rows a GEMV block takes, except where rows go in groups of 8.
+        const int n = dtype_row_group(type) == 1 ? 300 : 304;
         QuantMatrix w = random_quant(type, n, k);
         GpuBuffer dw = upload(w.bytes);
         const WeightView view = weight_view(type, dw.data(), n, k);
@@ -360,10 +368,10 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
             require_close(download<float>(dy, want.size()), want, REL_GEMM);
         }
     }
-    // A Q4_K_M-style expert: Q4_K gate and up, Q6_K down.
+    // A Q4_K_M expert as moe-server holds it: Q4_K_R8 gate and up, Q6_K_R8 down.
     const int dim = 256, hidden = 512;
-    QuantMatrix w1 = random_quant(DType::Q4_K, hidden, dim), w3 = random_quant(DType::Q4_K, hidden, dim),
-                w2 = random_quant(DType::Q6_K, dim, hidden);
+    QuantMatrix w1 = random_quant(DType::Q4_K_R8, hidden, dim), w3 = random_quant(DType::Q4_K_R8, hidden, dim),
+                w2 = random_quant(DType::Q6_K_R8, dim, hidden);
     GpuBuffer d1 = upload(w1.bytes), d3 = upload(w3.bytes), d2 = upload(w2.bytes);
     GpuBuffer dpiece(size_t(100) * hidden * sizeof(bf16));
     for (int m : {1, 5, 33}) {
@@ -374,9 +382,9 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
                    weight_view(DType::F32, w2.values.data(), dim, hidden), m, scratch.data(), pool);
         GpuBuffer dx = upload(x), dy(want.size() * sizeof(float)), sf(size_t(2) * m * hidden * sizeof(float)),
                   sb(size_t(m) * hidden * sizeof(bf16));
-        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::Q4_K, d1.data(), hidden, dim),
-                       weight_view(DType::Q4_K, d3.data(), hidden, dim),
-                       weight_view(DType::Q6_K, d2.data(), dim, hidden), m, sf.as<float>(),
+        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::Q4_K_R8, d1.data(), hidden, dim),
+                       weight_view(DType::Q4_K_R8, d3.data(), hidden, dim),
+                       weight_view(DType::Q6_K_R8, d2.data(), dim, hidden), m, sf.as<float>(),
                        {sb.as<bf16>(), dpiece.as<bf16>(), size_t(100) * hidden});
         stream.synchronize();
         require_close(download<float>(dy, want.size()), want, m <= GPU_QUANT_GEMV_MAX_M ? REL_GEMM * 10 : REL_FFN);

@@ -7,7 +7,9 @@
 // fp32 rounding; the activation quantizer and the bf16 dequantizer of each
 // table against quant.h's scalar ones. Shapes are not multiples of
 // anything beyond the block: k = 3 blocks of 256 or 5 of 32, odd n, m = 1,
-// 3, 17, 64, 130 (the last two on the packed path).
+// 3, 17, 64, 130 (the last two on the packed path). The _R8 types (rows in
+// groups of 8) take n rounded up to whole groups (72, 136: a group past the
+// 64-row thread split).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -21,7 +23,8 @@
 
 namespace {
 
-const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0,    DType::Q4_K,   DType::Q5_K,
+                             DType::Q6_K, DType::Q4_K_R8, DType::Q6_K_R8};
 
 std::vector<float> rand_normal(std::mt19937& rng, size_t n, float sigma = 1.0f) {
     std::normal_distribution<float> d(0.0f, sigma);
@@ -31,7 +34,7 @@ std::vector<float> rand_normal(std::mt19937& rng, size_t n, float sigma = 1.0f) 
 }
 
 // A (rows, cols) weight of `type` quantized from normal data, with its
-// dequantized fp32 values.
+// dequantized fp32 values (an _R8 type: rows of its plain type, then interleaved).
 struct TestWeight {
     std::vector<uint8_t> bytes;
     std::vector<float> values;
@@ -41,12 +44,17 @@ struct TestWeight {
 TestWeight make_weight(std::mt19937& rng, DType type, int rows, int cols) {
     TestWeight w;
     std::vector<float> src = rand_normal(rng, size_t(rows) * cols, 0.05f);
+    const DType plain = dtype_plain(type);
     size_t row = *dtype_row_bytes(type, cols);
     w.bytes.resize(row * rows);
     w.values.resize(src.size());
     for (int r = 0; r < rows; r++) {
-        quantize_row(type, src.data() + size_t(r) * cols, w.bytes.data() + row * r, cols);
-        dequantize_row(type, w.bytes.data() + row * r, w.values.data() + size_t(r) * cols, cols);
+        quantize_row(plain, src.data() + size_t(r) * cols, w.bytes.data() + row * r, cols);
+        dequantize_row(plain, w.bytes.data() + row * r, w.values.data() + size_t(r) * cols, cols);
+    }
+    if (type != plain) {
+        std::vector<uint8_t> rows_plain = w.bytes;
+        quant_repack_r8(type, rows_plain.data(), w.bytes.data(), rows, row);
     }
     w.view = weight_view(type, w.bytes.data(), rows, cols);
     return w;
@@ -96,6 +104,8 @@ TEST_CASE("quant kernels: matmul over quantized views matches the dequantized re
     for (DType type : kQuantTypes) {
         int k = dtype_info(type).block == 32 ? 32 * 5 : 256 * 3;
         for (int n : {67, 131}) {
+            const int group = dtype_row_group(type);
+            n = (n + group - 1) / group * group;
             TestWeight w = make_weight(rng, type, n, k);
             for (int m : {1, 3, 17, 64, 130}) {  // 64: packed for quantized W, rows for bf16 on avx512
                 std::vector<float> x = rand_normal(rng, size_t(m) * k);
@@ -136,8 +146,8 @@ TEST_CASE("quant kernels: each table quantizes activations and dequantizes weigh
             quantize_x_row(type, x.data(), a.data(), k);
             t->quantize_x(type, x.data(), b.data(), k);
             CHECK(a == b);
-            TestWeight w = make_weight(rng, type, 5, k);
-            std::vector<bf16> d(size_t(5) * k);
+            TestWeight w = make_weight(rng, type, 8, k);
+            std::vector<bf16> d(size_t(3) * k);
             t->dequant_bf16(type, d.data(), w.bytes.data(), w.view.row_bytes, k, 1, 4);
             for (size_t e = 0; e < size_t(3) * k; e++) {
                 float want = w.values[size_t(k) + e], got = bf16_to_f32(d[e]);
@@ -180,6 +190,13 @@ TEST_CASE("quant kernels: float views, bf16 views run matmul_bf16, weight_row_f3
     TestWeight q = make_weight(rng, DType::Q4_K, 3, 256);
     weight_row_f32(row.data(), q.view, 2);
     CHECK(std::memcmp(row.data(), q.values.data() + 512, 256 * 4) == 0);
+    for (DType type : {DType::Q4_K_R8, DType::Q6_K_R8}) {
+        TestWeight q8 = make_weight(rng, type, 16, 256);
+        for (int r : {0, 5, 11}) {
+            weight_row_f32(row.data(), q8.view, r);
+            CHECK(std::memcmp(row.data(), q8.values.data() + 256 * r, 256 * 4) == 0);
+        }
+    }
 }
 
 TEST_CASE("quant kernels: expert_ffn with mixed types equals its three matmuls and the reference", "[kernels][quant]") {
@@ -188,8 +205,11 @@ TEST_CASE("quant kernels: expert_ffn with mixed types equals its three matmuls a
     struct Mix {
         DType w13, w2;
     };
-    const Mix mixes[] = {
-        {DType::Q4_K, DType::Q6_K}, {DType::Q8_0, DType::Q8_0}, {DType::Q5_K, DType::BF16}, {DType::BF16, DType::Q4_0}};
+    const Mix mixes[] = {{DType::Q4_K, DType::Q6_K},
+                         {DType::Q8_0, DType::Q8_0},
+                         {DType::Q5_K, DType::BF16},
+                         {DType::BF16, DType::Q4_0},
+                         {DType::Q4_K_R8, DType::Q6_K_R8}};
     std::vector<NamedTable> tables = tables_under_test();
     tables.insert(tables.begin(), {"scalar", &kernel_table_scalar()});
     for (const Mix& mix : mixes) {

@@ -2,6 +2,7 @@
 // type ids and block layouts (ggml.h, ggml-common.h).
 #include <catch2/catch.hpp>
 #include <string>
+#include <tuple>
 
 #include "cpu_kernels/dtype.h"
 
@@ -39,6 +40,26 @@ TEST_CASE("dtype: rows that are not whole blocks, and types not read", "[dtype]"
     CHECK(ggml_type_name(4) == nullptr);   // removed from ggml
     CHECK(ggml_type_name(1000) == nullptr);
     CHECK(!dtype_from_ggml(1000).has_value());
+}
+
+TEST_CASE("dtype: Q4_K_R8 and Q6_K_R8 are Q4_K and Q6_K in groups of 8 rows, in memory only", "[dtype]") {
+    for (auto [r8, plain, name, id] : {std::tuple{DType::Q4_K_R8, DType::Q4_K, "Q4_K_R8", 12u},
+                                       std::tuple{DType::Q6_K_R8, DType::Q6_K, "Q6_K_R8", 14u}}) {
+        INFO(name);
+        CHECK(std::string(dtype_name(r8)) == name);
+        CHECK(dtype_row_group(r8) == 8);
+        CHECK(dtype_plain(r8) == plain);
+        CHECK(dtype_interleaved(plain) == r8);
+        CHECK(dtype_row_bytes(r8, 512) == dtype_row_bytes(plain, 512));
+        CHECK(dtype_quantized(r8));
+        CHECK(!dtype_info(r8).in_files);
+        CHECK(*dtype_from_ggml(id) == plain);  // a file's type is never read as the interleaved one
+    }
+    for (DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        CHECK(dtype_row_group(t) == 1);
+        CHECK(dtype_plain(t) == t);
+    }
+    CHECK(!dtype_interleaved(DType::Q8_0).has_value());
 }
 
 TEST_CASE("dtype: a weight view's rows", "[dtype]") {

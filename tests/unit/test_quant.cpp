@@ -6,6 +6,7 @@
 // worse than that file (Q4_0 and Q5_K, which the files lack, against the
 // plain rules and Q4_K); hand-built blocks pin each layout; round trips on
 // rows of a few blocks; fp16 rounding.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -282,6 +283,55 @@ TEST_CASE("quant: round trips of rows a few blocks long", "[quant]") {
             float want = type == DType::F32 ? x[i] : type == DType::BF16 ? bf16_to_f32(f32_to_bf16(x[i])) : y[i];
             CHECK(y[i] == want);
             CHECK(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) * (type == DType::BF16 ? 4e-3f : 1e-3f));
+        }
+    }
+}
+
+TEST_CASE("quant: the _R8 types interleave 8 rows' blocks and give every row back", "[quant]") {
+    // The offsets are a permutation of a group block's bytes.
+    for (DType type : {DType::Q4_K_R8, DType::Q6_K_R8}) {
+        const int bytes = r8_block_bytes(type);
+        std::vector<int> seen(size_t(8 * bytes), 0);
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < bytes; j++) seen[size_t(r8_offset(type, l, j))]++;
+        CHECK(std::count(seen.begin(), seen.end(), 1) == 8 * bytes);
+    }
+    // Q4_K_R8: lane l's d is the l-th fp16 of the group block; word k of
+    // its nibbles of sub-blocks 2c / 2c+1 sits beside the other lanes' word k.
+    CHECK(q4_k_r8_offset(3, 0) == 6);
+    CHECK(q4_k_r8_offset(3, 2) == 22);
+    CHECK(q4_k_r8_offset(5, 4 + 8) == 32 + 4 * (16 + 5));
+    CHECK(q4_k_r8_offset(2, 16 + 32 + 4 * 3 + 1) == 128 + 32 * (8 + 3) + 4 * 2 + 1);
+    // Q6_K_R8: d first, then the scales' words, then per half and word k
+    // the ql words of sub-blocks 4h, 4h+2 and 4h+1, 4h+3 and the qh word.
+    CHECK(q6_k_r8_offset(3, 208) == 6);
+    CHECK(q6_k_r8_offset(1, 192 + 5) == 16 + 4 * (8 + 1) + 1);
+    CHECK(q6_k_r8_offset(7, 4 * 9 + 2) == 144 + 32 * (3 * 1 + 1) + 4 * 7 + 2);           // ql word 9: h 0, k 1, part 1
+    CHECK(q6_k_r8_offset(0, 64 + 4 * 2) == 144 + 32 * (3 * (8 + 2)));                    // ql word 18: h 1, k 2
+    CHECK(q6_k_r8_offset(5, 128 + 32 + 4 * 3 + 1) == 144 + 32 * (3 * 11 + 2) + 20 + 1);  // qh word 11: h 1, k 3
+
+    std::mt19937 rng(8);
+    const int64_t rows = 24, cols = 256 * 3;
+    for (DType type : {DType::Q4_K_R8, DType::Q6_K_R8}) {
+        INFO(dtype_name(type));
+        const DType plain = dtype_plain(type);
+        std::vector<uint8_t> q = quantize(plain, rand_normal(rng, size_t(rows * cols)), cols);
+        const size_t row = *dtype_row_bytes(plain, cols);
+        std::vector<uint8_t> r8(q.size()), scratch(row);
+        quant_repack_r8(type, q.data(), r8.data(), rows, row);
+        CHECK(r8 != q);
+        for (int64_t r = 0; r < rows; r++) {
+            INFO("row " << r);
+            const void* back = quant_row_plain(type, r8.data(), row, r, scratch.data());
+            REQUIRE(std::memcmp(back, q.data() + size_t(r) * row, row) == 0);
+            CHECK(quant_row_plain(plain, q.data(), row, r, nullptr) == q.data() + size_t(r) * row);
+            // quant_group32 (the GPU's decoder too) reads the interleaved bytes in place.
+            for (int64_t g = 0; g < cols / 32; g++) {
+                float a[32], b[32];
+                quant_group32(type, r8.data(), row, r, g, a);
+                quant_group32(plain, q.data(), row, r, g, b);
+                REQUIRE(std::memcmp(a, b, sizeof a) == 0);
+            }
         }
     }
 }
