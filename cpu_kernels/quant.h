@@ -194,11 +194,17 @@ MOE_HD static inline int r8_block_bytes(DType type) {
 MOE_HD static inline int r8_offset(DType type, int l, int j) {
     return type == DType::Q4_K_R8 ? q4_k_r8_offset(l, j) : q6_k_r8_offset(l, j);
 }
+// Bytes from j on that stay together: a word, or an fp16 (Q4_K's d and dmin, Q6_K's d).
+MOE_HD static inline int r8_run(DType type, int j) {
+    return (type == DType::Q4_K_R8 ? j < 4 : j >= 208) ? 2 : 4;
+}
 MOE_HD static inline void r8_take(DType type, const uint8_t* gb, int l, uint8_t* b) {
-    for (int j = 0; j < r8_block_bytes(type); j += 2) memcpy(b + j, gb + r8_offset(type, l, j), 2);
+    for (int j = 0; j < r8_block_bytes(type); j += r8_run(type, j))
+        memcpy(b + j, gb + r8_offset(type, l, j), r8_run(type, j));
 }
 MOE_HD static inline void r8_put(DType type, uint8_t* gb, int l, const uint8_t* b) {
-    for (int j = 0; j < r8_block_bytes(type); j += 2) memcpy(gb + r8_offset(type, l, j), b + j, 2);
+    for (int j = 0; j < r8_block_bytes(type); j += r8_run(type, j))
+        memcpy(gb + r8_offset(type, l, j), b + j, r8_run(type, j));
 }
 
 // y (32 fp32) = elements [32 g, 32 g + 32) of the row at `row` of a type
