@@ -66,6 +66,13 @@ const void* prepared(const KernelTable& t, bool packed, WorkspaceSlot slot, cons
 // Threads split output rows / columns in multiples of 64: whole cache lines
 // of y, whole SIMD blocks for prepare_x, whole packed-path panels.
 constexpr long SPLIT_ALIGN = 64;
+// Quantized weights below the packed switch split finer: 16 rows are a cache
+// line of y and two groups of interleaved rows, and the finer pieces let a
+// thread done early take more of a slowed one's work.
+constexpr long ROWS_SPLIT_ALIGN = 16;
+long split_align(bool packed) {
+    return packed ? SPLIT_ALIGN : ROWS_SPLIT_ALIGN;
+}
 
 std::atomic<bool> dnnl_allowed{true};
 
@@ -191,7 +198,7 @@ void matmul(const KernelTable& t, float* y, const float* x, const WeightView& w,
         return matmul_bf16(t, y, x, static_cast<const bf16*>(w.data), m, int(w.rows), int(w.cols), pool);
     bool packed = packed_for(t, w, m, false);
     const void* xa = prepare_for(t, w, packed, WS_X, x, m);
-    pool.parallel_for(w.rows, SPLIT_ALIGN,
+    pool.parallel_for(w.rows, split_align(packed),
                       [&](long r0, long r1) { view_rows(t, y, xa, w, m, packed, int(r0), int(r1)); });
 }
 
@@ -251,10 +258,10 @@ void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView
     bool p1 = packed_for(t, w1, m, true), p3 = packed_for(t, w3, m, true), p2 = packed_for(t, w2, m, true);
     const void* x1 = prepare_for(t, w1, p1, WS_X, x, m);
     const void* x3 = w3.type == w1.type && p3 == p1 ? x1 : prepare_for(t, w3, p3, WS_X3, x, m);
-    // Pass 1: w1 and w3 over the same rows, 64 rows of each in turn, then
-    // silu(h1) * h3 on this thread's columns. Pass 2: w2, its activations
+    // Pass 1: w1 and w3 over the same rows, up to 64 rows of each in turn,
+    // then silu(h1) * h3 on the piece's columns. Pass 2: w2, its activations
     // prepared once in between.
-    pool.parallel_for(hidden, SPLIT_ALIGN, [&](long r0, long r1) {
+    pool.parallel_for(hidden, split_align(p1 || p3), [&](long r0, long r1) {
         for (long r = r0; r < r1; r += SPLIT_ALIGN) {
             int re = int(std::min(r1, r + SPLIT_ALIGN));
             view_rows(t, h1, x1, w1, m, p1, int(r), re);
@@ -263,7 +270,7 @@ void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView
         for (int i = 0; i < m; i++) t.silu_mul(h1 + long(i) * hidden + r0, h3 + long(i) * hidden + r0, int(r1 - r0));
     });
     const void* h = prepare_for(t, w2, p2, WS_H, h1, m);
-    pool.parallel_for(dim, SPLIT_ALIGN, [&](long r0, long r1) { view_rows(t, y, h, w2, m, p2, int(r0), int(r1)); });
+    pool.parallel_for(dim, split_align(p2), [&](long r0, long r1) { view_rows(t, y, h, w2, m, p2, int(r0), int(r1)); });
 }
 
 void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,

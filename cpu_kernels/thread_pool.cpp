@@ -52,7 +52,7 @@ bool spin_until(Pred pred) {
 
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex needs a plain 32-bit word");
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), shares_(size_t(n_threads_)) {
     for (int i = 1; i < n_threads_; i++) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -99,13 +99,52 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
     }
 }
 
+namespace {
+
+// A share's unclaimed pieces [front, back) as one word.
+uint64_t span_of(uint32_t front, uint32_t back) {
+    return uint64_t(front) << 32 | back;
+}
+
+// Claims the front piece of a share (its owner) or the back one (a thief);
+// -1 when the share is empty.
+long claim(std::atomic<uint64_t>& span, bool front) {
+    uint64_t s = span.load(std::memory_order_relaxed);
+    for (;;) {
+        uint32_t f = uint32_t(s >> 32), b = uint32_t(s);
+        if (f >= b) return -1;
+        uint64_t next = front ? span_of(f + 1, b) : span_of(f, b - 1);
+        if (span.compare_exchange_weak(s, next, std::memory_order_relaxed)) return front ? long(f) : long(b - 1);
+    }
+}
+
+// Pieces per thread's share: enough that a thread done early finds work to
+// take, few enough that the claims cost nothing against the piece.
+constexpr long PIECES_PER_SHARE = 8;
+
+}  // namespace
+
 void ThreadPool::parallel_for(long n, long align, const std::function<void(long, long)>& fn) {
+    if (n <= 0) return;
     int t = n_threads_;
-    long chunk = (n + t - 1) / t;
-    chunk = (chunk + align - 1) / align * align;
+    long units = (n + align - 1) / align;  // aligned units of work
+    if (t == 1 || units == 1) return fn(0, n);
+    long per_share = (units + t - 1) / t;
+    long piece = std::max(1L, per_share / PIECES_PER_SHARE);  // in units
+    long n_pieces = (units + piece - 1) / piece;
+    long share_pieces = (n_pieces + t - 1) / t;
+    for (int i = 0; i < t; i++) {
+        long f = std::min(n_pieces, i * share_pieces), b = std::min(n_pieces, f + share_pieces);
+        shares_[size_t(i)].span.store(span_of(uint32_t(f), uint32_t(b)), std::memory_order_relaxed);
+    }
+    auto run_piece = [&](long p) { fn(p * piece * align, std::min(n, (p + 1) * piece * align)); };
+    // run()'s fork publishes the shares to the workers.
     run([&](int i) {
-        long b = std::min(n, i * chunk), e = std::min(n, b + chunk);
-        if (b < e) fn(b, e);
+        for (long p; (p = claim(shares_[size_t(i)].span, true)) >= 0;) run_piece(p);
+        for (int k = 1; k < t; k++) {
+            auto& other = shares_[size_t((i + k) % t)].span;
+            for (long p; (p = claim(other, false)) >= 0;) run_piece(p);
+        }
     });
 }
 

@@ -24,14 +24,25 @@ public:
     // (they spin for about SPIN_US after each job, then sleep on a futex).
     void run(const std::function<void(int)>& fn);
 
-    // Splits [0, n) into size() contiguous ranges, aligned to `align`, and
-    // calls fn(begin, end) for each non-empty range in parallel.
+    // Calls fn(begin, end) in parallel over pieces that cover [0, n) once,
+    // each piece starting at a multiple of `align`. Each thread owns a
+    // contiguous share and works it front to back a piece at a time; a thread
+    // done early takes pieces from the back of the others' shares, so one
+    // thread slowed by the machine (a busy neighbour, a slower memory path)
+    // does not keep the rest waiting. fn may run several times on a thread.
     void parallel_for(long n, long align, const std::function<void(long, long)>& fn);
 
 private:
     void worker(int index);
 
+    // One thread's share in parallel_for: its unclaimed pieces [front, back),
+    // packed into one word so the owner (front) and thieves (back) claim by CAS.
+    struct alignas(64) Share {
+        std::atomic<uint64_t> span{0};
+    };
+
     int n_threads_;
+    std::vector<Share> shares_;
     std::vector<std::thread> workers_;
     const std::function<void(int)>* job_ = nullptr;
     // Each on its own cache line: the caller writes generation_, workers

@@ -7,9 +7,13 @@
 # `llama-bench` (pp512 and tg64) and moe-server's `bench prefill --tokens 512`
 # / `bench decode --tokens 64` then run on each file with the same thread
 # count, alternating engine and type for --rounds rounds so a swing of this
-# machine's memory bandwidth hits both alike. Prints one JSON line per type
-# and round: both engines' figures, the ratios, the issue's targets, and the
-# read bandwidth and FMA peak moe-server measured in the same run.
+# machine's memory bandwidth hits both alike. Both engines' figures are the
+# best of their repeats (moe-server's bench reports its best; llama-bench's
+# samples_ts gives its own, its mean is printed beside). Prints one JSON line
+# per type and round: both engines' figures, the ratios, the issue's targets,
+# and the read bandwidth and FMA peak moe-server measured in the same run;
+# then one summary line per type: the median and range of the ratios over
+# the rounds.
 #
 # llama.cpp itself: the source of the release that the npm package
 # node-llama-cpp (pinned version and checksum below) carries as a git
@@ -79,6 +83,8 @@ for t in ${types//,/ }; do
 done
 
 # ---- the runs ---------------------------------------------------------------
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
 for round in $(seq 1 "$rounds"); do
   for t in ${types//,/ }; do
     f="${file[$t]}"
@@ -96,10 +102,10 @@ targets = {"q4_k_m": {"decode": 1.2, "prefill": 1.5}, "q8_0": {"decode": 1.1, "p
 out = {
     "bench": "vs_llamacpp", "type": t, "round": int(rnd), "file": path, "threads": d["threads"],
     "llamacpp_build": pp.get("build_commit"), "llamacpp_cpu_info": pp.get("cpu_info"),
-    "decode_tok_s": d["decode_tok_s"], "llamacpp_decode_tok_s": tg["avg_ts"],
-    "decode_ratio": d["decode_tok_s"] / tg["avg_ts"],
-    "prefill_tok_s": p["prefill_tok_s"], "llamacpp_prefill_tok_s": pp["avg_ts"],
-    "prefill_ratio": p["prefill_tok_s"] / pp["avg_ts"],
+    "decode_tok_s": d["decode_tok_s"], "llamacpp_decode_tok_s": max(tg["samples_ts"]),
+    "llamacpp_decode_mean_tok_s": tg["avg_ts"], "decode_ratio": d["decode_tok_s"] / max(tg["samples_ts"]),
+    "prefill_tok_s": p["prefill_tok_s"], "llamacpp_prefill_tok_s": max(pp["samples_ts"]),
+    "llamacpp_prefill_mean_tok_s": pp["avg_ts"], "prefill_ratio": p["prefill_tok_s"] / max(pp["samples_ts"]),
     "targets": targets,
     "read_gbs": d["read_gbs"], "decode_roofline_tok_s": d["roofline_tok_s"],
     "weight_bytes_per_token": d["weight_bytes_per_token"], "fma_peak_gflops": p["fma_peak_gflops"],
@@ -107,4 +113,15 @@ out = {
 print(json.dumps(out))
 EOF
   done
-done
+done | tee "$results"
+python3 - "$results" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for t in dict.fromkeys(r["type"] for r in rows):
+    rs = [r for r in rows if r["type"] == t]
+    out = {"bench": "vs_llamacpp_summary", "type": t, "rounds": len(rs), "targets": rs[0]["targets"]}
+    for k in ("decode_ratio", "prefill_ratio", "read_gbs"):
+        v = [r[k] for r in rs]
+        out[k] = {"median": statistics.median(v), "min": min(v), "max": max(v)}
+    print(json.dumps(out))
+EOF

@@ -122,22 +122,27 @@ int Sampler::sample(float* logits, std::span<const int> history) {
     }
     if (best < 0) throw MoeError("sampler: every logit is -inf or NaN");
     const double max_logit = logits[best];
+    // The log-probabilities are worked out only when asked for (ensure_logprobs).
+    std::copy_n(logits, n_vocab, logprobs_.begin());
+    max_logit_ = max_logit;
+    inv_temp_ = inv_temp;
+    has_logprobs_ = true;
+    logprobs_ready_ = false;
+    if (greedy) {
+        log_sum_ = std::nan("");
+        return best;
+    }
 
-    // Softmax and log-softmax over the whole vocabulary; the max is
-    // subtracted before scaling so no product overflows.
+    // Softmax over the whole vocabulary; the max is subtracted before scaling
+    // so no product overflows.
     double sum = 0.0;
     for (int i = 0; i < n_vocab; ++i) {
         double e = std::exp((double(logits[i]) - max_logit) * inv_temp);
         probs_[i] = float(e);
         sum += e;
     }
-    const double log_sum = std::log(sum);
-    for (int i = 0; i < n_vocab; ++i) {
-        logprobs_[i] = float((double(logits[i]) - max_logit) * inv_temp - log_sum);
-        probs_[i] = float(double(probs_[i]) / sum);
-    }
-    has_logprobs_ = true;
-    if (greedy) return best;
+    log_sum_ = std::log(sum);
+    for (int i = 0; i < n_vocab; ++i) probs_[i] = float(double(probs_[i]) / sum);
 
     // Candidate order: probability descending, then token id ascending. A
     // total order, so nth_element / sort give the same result everywhere.
@@ -193,17 +198,33 @@ int Sampler::sample(float* logits, std::span<const int> history) {
     return draw(n);
 }
 
-float Sampler::last_logprob(int token) const {
+// logprobs_ holds the last call's logits until this turns them into
+// log-softmax(logits * inv_temp), with the same sum (same order) as sampling.
+void Sampler::ensure_logprobs() {
+    if (logprobs_ready_) return;
+    if (std::isnan(log_sum_)) {
+        double sum = 0.0;
+        for (int i = 0; i < vocab_size_; ++i) sum += std::exp((double(logprobs_[i]) - max_logit_) * inv_temp_);
+        log_sum_ = std::log(sum);
+    }
+    for (int i = 0; i < vocab_size_; ++i)
+        logprobs_[i] = float((double(logprobs_[i]) - max_logit_) * inv_temp_ - log_sum_);
+    logprobs_ready_ = true;
+}
+
+float Sampler::last_logprob(int token) {
     if (!has_logprobs_) throw MoeError("sampler: last_logprob() called before sample()");
     if (token < 0 || token >= vocab_size_) {
         throw MoeError("sampler: logprob token " + std::to_string(token) + " outside vocabulary of " +
                        std::to_string(vocab_size_));
     }
+    ensure_logprobs();
     return logprobs_[token];
 }
 
 void Sampler::last_top_logprobs(int k, std::vector<std::pair<int, float>>& out) {
     if (!has_logprobs_) throw MoeError("sampler: last_top_logprobs() called before sample()");
+    ensure_logprobs();
     out.clear();
     k = std::clamp(k, 0, vocab_size_);
     // candidates_ is scratch between sample() calls.

@@ -39,7 +39,9 @@ public:
     // Log-probabilities (after penalties and temperature, before truncation;
     // temperature 1 when greedy) of the last sample() call, for logprobs in
     // the API. Throws MoeError before the first sample() or for a bad token.
-    float last_logprob(int token) const;
+    // Worked out on the first call after sample() (greedy decoding that asks
+    // for none never pays for a softmax over the vocabulary).
+    float last_logprob(int token);
     // The k most likely tokens of the last sample() call and their
     // log-probabilities (as last_logprob), most likely first, into out
     // (cleared; k capped at the vocabulary). Allocates nothing beyond out's
@@ -56,8 +58,13 @@ private:
     std::vector<float> probs_;     // vocab_size
     std::vector<int> counts_;      // occurrences per token in the penalty window, all 0 between calls
     std::vector<int> touched_;     // tokens with counts_ > 0 (capacity vocab_size)
-    std::vector<float> logprobs_;  // vocab_size
-    bool has_logprobs_ = false;
+    std::vector<float> logprobs_;  // vocab_size: the last logits until ensure_logprobs()
+    bool has_logprobs_ = false;    // sample() has run
+    bool logprobs_ready_ = false;  // logprobs_ holds log-probabilities
+    double max_logit_ = 0.0, inv_temp_ = 1.0;
+    double log_sum_ = 0.0;  // NaN until a softmax sum is known (greedy skips it)
+
+    void ensure_logprobs();
 
     void apply_penalties(float* logits, std::span<const int> history);
     int draw(int n_keep);

@@ -1,5 +1,6 @@
 // ThreadPool: every index runs exactly once per fork, ranges cover [0, n)
-// exactly once with the requested alignment, sleeping workers wake up, and
+// exactly once with the requested alignment, a slowed thread's pieces are
+// taken by the others, sleeping workers wake up, and
 // many back-to-back forks neither lose nor duplicate work; the physical core
 // count matches the kernel's topology in sysfs.
 #include <atomic>
@@ -28,7 +29,7 @@ TEST_CASE("run calls every thread index once", "[thread_pool]") {
 
 TEST_CASE("parallel_for covers the range once with aligned splits", "[thread_pool]") {
     ThreadPool pool(3);
-    for (long n : {0L, 1L, 15L, 16L, 17L, 100L, 1000L}) {
+    for (long n : {0L, 1L, 15L, 16L, 17L, 100L, 1000L, 100003L}) {
         std::vector<std::atomic<int>> hits(n);
         pool.parallel_for(n, 16, [&](long b, long e) {
             REQUIRE(b % 16 == 0);
@@ -37,6 +38,28 @@ TEST_CASE("parallel_for covers the range once with aligned splits", "[thread_poo
         });
         for (auto& h : hits) REQUIRE(h.load() == 1);
     }
+}
+
+TEST_CASE("parallel_for: a thread done early takes the slow thread's pieces", "[thread_pool]") {
+    // The caller (thread 0) is slowed on every piece it runs; the worker
+    // finishes its own share, then takes what is left of the caller's from
+    // the back. Without that the caller would run half the pieces.
+    ThreadPool pool(2);
+    const auto caller = std::this_thread::get_id();
+    const long n = 64 * 16;  // 16 pieces of 64
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<long> by_caller{0};
+    pool.parallel_for(n, 64, [&](long b, long e) {
+        REQUIRE(b % 64 == 0);
+        for (long i = b; i < e; i++) hits[i]++;
+        if (std::this_thread::get_id() == caller) {
+            by_caller += e - b;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    });
+    for (auto& h : hits) REQUIRE(h.load() == 1);
+    INFO("items run by the slowed caller: " << by_caller.load() << " of " << n);
+    REQUIRE(by_caller.load() < n / 2);
 }
 
 TEST_CASE("back-to-back forks and forks after sleeping", "[thread_pool]") {
