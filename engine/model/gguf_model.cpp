@@ -146,28 +146,30 @@ TensorView find_tensor(const GgufFile& f, const TensorEntry& t, const ModelConfi
     return slice;
 }
 
-// attn_q / attn_k in Hugging Face row order: each row's bytes copied from
-// the GGUF row that holds it.
-WeightView unpermute_rows(ModelWeights& w, const TensorView& t, int head_dim) {
+// A matrix in the layout the CPU's kernels read, copied into w's arena where
+// that differs from the file's: attn_q / attn_k rows put back in Hugging Face
+// order (head_dim > 0: each row's bytes from the GGUF row that holds it), and
+// Q4_K / Q6_K with 8 rows interleaved (Q4_K_R8 / Q6_K_R8, quant.h: the same
+// bytes, the layout read fastest). Anything else: the file's bytes in place.
+WeightView held_matrix(ModelWeights& w, const TensorView& t, int head_dim) {
     const WeightView g = weights_matrix(w, t);
-    auto out = std::make_unique_for_overwrite<std::byte[]>(g.bytes());
-    for (int64_t r = 0; r < g.rows; r++)
-        std::memcpy(out.get() + size_t(r) * g.row_bytes, g.row(gguf_llama_row(r, head_dim)), g.row_bytes);
-    w.owned_bytes.push_back(std::move(out));
-    return weight_view(g.type, w.owned_bytes.back().get(), g.rows, g.cols);
-}
-
-// A Q4_K / Q6_K matrix as Q4_K_R8 / Q6_K_R8 (quant.h: the same bytes, 8
-// rows interleaved), the layout the CPU's kernels read fastest, copied into
-// w (replacing v's memory when w owns it); others as they are.
-WeightView interleave_rows(ModelWeights& w, const WeightView& v) {
-    const std::optional<DType> r8 = dtype_interleaved(v.type);
-    if (!r8 || v.rows % 8 != 0) return v;
-    auto out = std::make_unique_for_overwrite<std::byte[]>(v.bytes());
-    quant_repack_r8(*r8, v.data, out.get(), v.rows, v.row_bytes);
-    if (!w.owned_bytes.empty() && w.owned_bytes.back().get() == v.data) w.owned_bytes.pop_back();
-    w.owned_bytes.push_back(std::move(out));
-    return weight_view(*r8, w.owned_bytes.back().get(), v.rows, v.cols);
+    const DType held = g.rows % 8 == 0 ? dtype_interleaved(g.type).value_or(g.type) : g.type;
+    const bool interleave = held != g.type;
+    if (!interleave && head_dim == 0) return g;
+    const void* src = g.data;
+    std::vector<std::byte> unpermuted;
+    if (head_dim > 0) {
+        // Interleaved afterwards: the reordered rows are only a step.
+        if (interleave) unpermuted.resize(g.bytes());
+        std::byte* rows = interleave ? unpermuted.data() : w.arena.alloc(g.bytes());
+        for (int64_t r = 0; r < g.rows; r++)
+            std::memcpy(rows + size_t(r) * g.row_bytes, g.row(gguf_llama_row(r, head_dim)), g.row_bytes);
+        if (!interleave) return weight_view(g.type, rows, g.rows, g.cols);
+        src = rows;
+    }
+    std::byte* out = w.arena.alloc(g.bytes());
+    quant_repack_r8(held, src, out, g.rows, g.row_bytes);
+    return weight_view(held, out, g.rows, g.cols);
 }
 
 }  // namespace
@@ -253,8 +255,8 @@ ModelWeights gguf_model_weights(const ModelConfig& config, const fs::path& path)
         weights_check_shape(t, entry);
         if (entry.shape.size() == 1) return weights_vector(w, t);
         if ((entry.role == TensorRole::WQ || entry.role == TensorRole::WK) && permuted_qk(config))
-            return interleave_rows(w, unpermute_rows(w, t, config.head_dim));
-        return interleave_rows(w, weights_matrix(w, t));
+            return held_matrix(w, t, config.head_dim);
+        return held_matrix(w, t, 0);
     });
     return w;
 }

@@ -13,6 +13,7 @@
 
 #include "cpu_kernels/bf16.h"
 #include "engine/model/gguf.h"
+#include "engine/model/host_memory.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_table.h"
@@ -60,7 +61,7 @@ struct ModelWeights {
     std::unique_ptr<GgufFile> gguf;
     std::vector<std::unique_ptr<float[]>> owned_f32;        // norm vectors (converted, or generated in memory)
     std::vector<std::unique_ptr<bf16[]>> owned_bf16;        // converted F16/F32 matrices, or generated in memory
-    std::vector<std::unique_ptr<std::byte[]>> owned_bytes;  // rows reordered in their own type (GGUF q/k)
+    HostArena arena;  // matrices held in a layout of their own (GGUF q/k rows reordered, Q4_K / Q6_K interleaved)
 };
 
 // Loads and checks all tensors of the model in dir. Throws MoeError with
