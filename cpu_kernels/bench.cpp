@@ -6,8 +6,6 @@
 // several repetitions.
 #include "cpu_kernels/bench.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernels/huge_pages.h"
 #include "cpu_kernels/kernels.h"
 #include "cpu_kernels/quant.h"
 
@@ -28,19 +27,22 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-};
-
-// n elements, 2 MiB aligned and advised for transparent huge pages (a hint:
-// where the kernel has them off the pages are 4 KiB).
+// n elements of T in huge-page-advised memory (huge_pages.h); aborts when the
+// kernel refuses (a benchmark has nothing to fall back to).
 template <class T>
-std::unique_ptr<T[], FreeDeleter> alloc_array(size_t n) {
-    constexpr size_t HUGE_PAGE = size_t(2) << 20;
-    size_t bytes = (n * sizeof(T) + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    void* p = std::aligned_alloc(HUGE_PAGE, bytes);
-    if (p) madvise(p, bytes, MADV_HUGEPAGE);
-    return std::unique_ptr<T[], FreeDeleter>(static_cast<T*>(p));
+HugeBuffer alloc_array(size_t n) {
+    HugeBuffer b = huge_alloc(n * sizeof(T));
+    if (!b) {
+        std::fprintf(stderr, "bench: cannot map %zu MiB\n", (n * sizeof(T)) >> 20);
+        std::abort();
+    }
+    return b;
+}
+
+// The buffer's bytes as T.
+template <class T>
+T* as(const HugeBuffer& b) {
+    return reinterpret_cast<T*>(b.get());
 }
 
 // Weights rotate over copies totalling at least this much (last-level caches
@@ -96,7 +98,7 @@ Ceiling bench_ceiling(ThreadPool& pool, bool print) {
     const KernelTable& t = kernel_table(widest_isa());
     auto buf = alloc_array<unsigned char>(CEILING_BUFFER_BYTES);
     pool.parallel_for(CEILING_BUFFER_BYTES, 4096, [&](long b, long e) {
-        for (long i = b; i < e; i += 4096) std::memset(buf.get() + i, int(i >> 12), 4096);
+        for (long i = b; i < e; i += 4096) std::memset(as<unsigned char>(buf) + i, int(i >> 12), 4096);
     });
     long slice = READ_WINDOW_BYTES / pool.size() / 4096 * 4096;
     long windows = CEILING_BUFFER_BYTES / READ_WINDOW_BYTES;
@@ -104,7 +106,7 @@ Ceiling bench_ceiling(ThreadPool& pool, bool print) {
     for (int streams : {1, 2, 4}) {
         double read_s = best_time(
             [&](int rep) {
-                const unsigned char* base = buf.get() + (rep % windows) * READ_WINDOW_BYTES;
+                const unsigned char* base = as<unsigned char>(buf) + (rep % windows) * READ_WINDOW_BYTES;
                 pool.run([&](int i) { sinks[i] = t.read_stream(base + i * slice, slice, streams); });
             },
             3 * int(windows), 1.0);
@@ -154,12 +156,12 @@ struct Shape {
 // Rotating copies of one random matrix set of one type: rows of cols
 // elements each, matrices back to back.
 struct WeightCopies {
-    std::unique_ptr<unsigned char[], FreeDeleter> data;
+    HugeBuffer data;
     size_t bytes_per_copy = 0;
     int copies = 0;
     DType type = DType::BF16;
     long cols = 0;
-    const unsigned char* copy(int i) const { return data.get() + size_t(i % copies) * bytes_per_copy; }
+    const unsigned char* copy(int i) const { return as<unsigned char>(data) + size_t(i % copies) * bytes_per_copy; }
     // Matrix `first_row / rows` of copy i as a view: rows x cols from row first_row.
     WeightView view(int i, long first_row, long rows) const {
         return weight_view(type, copy(i) + size_t(first_row) * *dtype_row_bytes(type, cols), rows, cols);
@@ -185,14 +187,14 @@ WeightCopies make_weights(DType type, long rows, long cols, ThreadPool& pool) {
         }
     };
     if (type == DType::BF16) {
-        bf16* all = reinterpret_cast<bf16*>(w.data.get());
+        bf16* all = as<bf16>(w.data);
         pool.parallel_for(long(total / 2), 4096, [&](long b, long e) { fill(all + b, b, e); });
         return w;
     }
     // Rows in groups (the _R8 types): quantized in their plain type, then interleaved.
     const DType plain = dtype_plain(type);
     std::vector<unsigned char> plain_rows(plain == type ? 0 : bytes);
-    unsigned char* dst = plain == type ? w.data.get() : plain_rows.data();
+    unsigned char* dst = plain == type ? as<unsigned char>(w.data) : plain_rows.data();
     pool.parallel_for(rows, 1, [&](long r0, long r1) {
         std::vector<bf16> src(static_cast<size_t>(cols));
         std::vector<float> row(static_cast<size_t>(cols));
@@ -203,8 +205,10 @@ WeightCopies make_weights(DType type, long rows, long cols, ThreadPool& pool) {
             quantize_row(plain, row.data(), dst + size_t(r) * rb, cols);
         }
     });
-    if (plain != type) quant_repack_r8(type, plain_rows.data(), w.data.get(), rows, *dtype_row_bytes(type, cols));
-    for (int c = 1; c < w.copies; c++) std::memcpy(w.data.get() + size_t(c) * w.bytes_per_copy, w.data.get(), bytes);
+    if (plain != type)
+        quant_repack_r8(type, plain_rows.data(), as<unsigned char>(w.data), rows, *dtype_row_bytes(type, cols));
+    for (int c = 1; c < w.copies; c++)
+        std::memcpy(as<unsigned char>(w.data) + size_t(c) * w.bytes_per_copy, w.data.get(), bytes);
     return w;
 }
 

@@ -126,7 +126,7 @@ int Sampler::sample(float* logits, std::span<const int> history) {
     std::copy_n(logits, n_vocab, logprobs_.begin());
     max_logit_ = max_logit;
     inv_temp_ = inv_temp;
-    has_logprobs_ = true;
+    sampled_ = true;
     logprobs_ready_ = false;
     if (greedy) {
         log_sum_ = std::nan("");
@@ -213,7 +213,7 @@ void Sampler::ensure_logprobs() {
 }
 
 float Sampler::last_logprob(int token) {
-    if (!has_logprobs_) throw MoeError("sampler: last_logprob() called before sample()");
+    if (!sampled_) throw MoeError("sampler: last_logprob() called before sample()");
     if (token < 0 || token >= vocab_size_) {
         throw MoeError("sampler: logprob token " + std::to_string(token) + " outside vocabulary of " +
                        std::to_string(vocab_size_));
@@ -223,7 +223,7 @@ float Sampler::last_logprob(int token) {
 }
 
 void Sampler::last_top_logprobs(int k, std::vector<std::pair<int, float>>& out) {
-    if (!has_logprobs_) throw MoeError("sampler: last_top_logprobs() called before sample()");
+    if (!sampled_) throw MoeError("sampler: last_top_logprobs() called before sample()");
     ensure_logprobs();
     out.clear();
     k = std::clamp(k, 0, vocab_size_);

@@ -59,7 +59,7 @@ private:
     std::vector<int> counts_;      // occurrences per token in the penalty window, all 0 between calls
     std::vector<int> touched_;     // tokens with counts_ > 0 (capacity vocab_size)
     std::vector<float> logprobs_;  // vocab_size: the last logits until ensure_logprobs()
-    bool has_logprobs_ = false;    // sample() has run
+    bool sampled_ = false;         // sample() has run
     bool logprobs_ready_ = false;  // logprobs_ holds log-probabilities
     double max_logit_ = 0.0, inv_temp_ = 1.0;
     double log_sum_ = 0.0;  // NaN until a softmax sum is known (greedy skips it)
