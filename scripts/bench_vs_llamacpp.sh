@@ -62,7 +62,13 @@ if [ ! -x "$llama_bench" ]; then
   log "building llama-bench ($(cat "$tools/pkg/package/llama/llama.cpp.info.json" | tr -d ' \n'))"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # GGML_NATIVE turns on llama.cpp's AMX kernels where the CPU reports AMX;
+  # on this project's Intel VMs they die with SIGILL at their first
+  # tileloadd (Q8_0 prompt processing), so they are compiled out.
+  # moe-server does not use AMX either.
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   cmake -S "$tools/src" -B "$tools/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "${launcher[@]}" >"$tools/cmake.log" 2>&1
   cmake --build "$tools/build" --target llama-bench -j "$(nproc)" >"$tools/build.log" 2>&1 ||
     { log "llama-bench did not build; see $tools/build.log"; exit 1; }
