@@ -111,11 +111,21 @@ constexpr size_t GRAMMAR_MAX_CONTEXTS = 4096;
 // rather than looking up (and on a first visit, walking) a context each.
 constexpr size_t GRAMMAR_MAX_CONTEXT_STACKS = 64;
 
+// Most expansion steps one walk of the vocabulary trie may take (a mask's
+// tokens worked out, about 0.1 s here); MoeError past it. The tests' JSON
+// schema, tool-call and grammar walks take at most 75k with Mistral's
+// vocabulary; a pattern whose parses multiply at every character
+// (`^(.*.....ab|c)+$`, found by fuzz_json_schema) takes 8-13 million per
+// token and grows.
+constexpr size_t GRAMMAR_MAX_WALK_STEPS = size_t(1) << 22;
+
 // Buffers reused by expansion and walks.
 struct Scratch {
     std::vector<uint32_t> work, work_ends;  // expansion's stacks to do, back to back
     std::vector<uint32_t> cur, moved;
     StackSet a, b;
+    size_t steps = 0;             // expansion steps taken with this scratch
+    size_t max_steps = SIZE_MAX;  // MoeError past it (a walk's GRAMMAR_MAX_WALK_STEPS)
 };
 
 // The vocabulary trie: nodes in depth-first preorder, so a node's subtree is

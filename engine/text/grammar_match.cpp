@@ -183,6 +183,9 @@ void expand(const Grammar::Impl& g, std::span<const uint32_t> start, StackSet& o
         work.resize(b);
         while (true) {
             if (++steps > MAX_STEPS) throw MoeError("grammar: expansion too large (the grammar is too ambiguous)");
+            if (++sc.steps > sc.max_steps)
+                throw MoeError("grammar: the allowed tokens take more than " + std::to_string(sc.max_steps) +
+                               " expansion steps to work out (the grammar or pattern is too ambiguous)");
             if (cur.empty()) {
                 out.add(cur);
                 break;
@@ -283,6 +286,7 @@ void add_range(std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t b, u
 class WalkStates {
 public:
     static constexpr uint32_t DEAD = UINT32_MAX;
+    WalkStates() { sc_.max_steps = GRAMMAR_MAX_WALK_STEPS; }
     struct State {
         StackSet stacks;
         Utf8State u;

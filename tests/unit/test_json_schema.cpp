@@ -603,3 +603,30 @@ TEST_CASE("json_schema: every refusal names the schema's place and the problem",
     CHECK(refusal(R"({"$defs":{"a":{"type":"array","items":{"$ref":"#/$defs/a"}}},"$ref":"#/$defs/a"})").empty());
     CHECK(refusal(R"({"type":"object","properties":{"self":{"$ref":"#"}}})").empty());
 }
+
+TEST_CASE("json_schema: a pattern whose parses multiply at every character is refused by name", "[json_schema]") {
+    // Found by fuzz_json_schema (its walk, its picks from these bytes):
+    // without the walk's step bound the masks of this grammar took minutes.
+    const std::string input = R"({"pattern":"^(.*.......................................ab|c[0-9]{2,4})+$"})"
+                              "\n";
+    std::shared_ptr<const Grammar> g = compile(json_schema_gbnf(ojson::parse(input), "schema"));
+    std::vector<int> ends = {tokenizer().eos_id()};
+    GrammarMatcher m(g, ends, input[0] & 1);
+    std::vector<float> logits(tokenizer().vocab_size());
+    std::string error = moe_error_of([&] {
+        for (int step = 0; step < 24 && !m.must_end(); step++) {
+            std::fill(logits.begin(), logits.end(), 0.0f);
+            m.mask(logits.data());
+            std::vector<int> allowed;
+            for (int id = 0; id < int(logits.size()); id++)
+                if (logits[id] == 0.0f) allowed.push_back(id);
+            REQUIRE(!allowed.empty());
+            const int pick =
+                allowed[(size_t(uint8_t(input[size_t(step) % input.size()])) * 131 + size_t(step)) % allowed.size()];
+            if (pick == tokenizer().eos_id()) break;
+            m.accept(pick);
+        }
+    });
+    INFO(error);
+    CHECK(error.find("too ambiguous") != std::string::npos);
+}
