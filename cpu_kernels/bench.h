@@ -35,7 +35,8 @@ struct BenchExpertShape {
 // of weights (matmul_bytes: the type's own bytes), GFLOP/s and both ratios
 // to the ceiling; then the fused expert FFN of each shape and type (and
 // Q4_K w1/w3 with a Q6_K w2, as in Q4_K_M files; the same as Q4_K_R8 /
-// Q6_K_R8, as moe-server holds them) at m = 1 (decode) and 128.
+// Q6_K_R8, as moe-server holds them) at m = 1 (decode) and 128. Q8_0_R8,
+// Q4_K_R8 and Q6_K_R8 are the forms moe-server holds Q8_0, Q4_K and Q6_K in.
 // Quantized weights are one random matrix quantized once, copied. Each
 // line also carries read_gbs_paired: a plain read of as many bytes timed
 // alternately with the kernel, so bw_ratio_paired compares like moments of a
@@ -45,7 +46,7 @@ struct BenchExpertShape {
 void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
                    const std::vector<BenchExpertShape>& shapes,
                    const std::vector<DType>& types = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
-                                                      DType::Q6_K, DType::Q4_K_R8, DType::Q6_K_R8});
+                                                      DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8});
 
 // Every path this CPU runs, scalar first.
 std::vector<Isa> bench_supported_isas();

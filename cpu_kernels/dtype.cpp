@@ -20,6 +20,7 @@ constexpr DTypeInfo kInfo[] = {
     {"Q6_K", 14, 256, 210, 1, DType::Q6_K, true},      // see above
     {"Q4_K_R8", 12, 256, 144, 8, DType::Q4_K, false},  // Q4_K, 8 rows interleaved (memory only)
     {"Q6_K_R8", 14, 256, 210, 8, DType::Q6_K, false},  // Q6_K, 8 rows interleaved (memory only)
+    {"Q8_0_R8", 8, 32, 34, 8, DType::Q8_0, false},     // Q8_0, 8 rows interleaved (memory only)
 };
 
 // ggml's type names by id (ggml.h's enum ggml_type); nullptr for ids it

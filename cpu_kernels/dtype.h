@@ -6,18 +6,18 @@
 // type is a "block" of one element. WeightView is how a weight matrix of any
 // of them is handed around: its type, its pointer and its row size.
 //
-// Two types exist only in memory, never in a file: Q4_K_R8 and Q6_K_R8,
-// the blocks of 8 consecutive rows interleaved (quant.h), the layouts the
-// CPU's kernels read fastest. A matrix of one keeps its plain type's row
-// size, but its rows go in groups of 8 (row_group): group g's bytes are the
-// 8 * row_bytes from data + 8 g * row_bytes. Its `plain` type, that of one
-// row taken out of the group, is Q4_K / Q6_K.
+// Three types exist only in memory, never in a file: Q8_0_R8, Q4_K_R8 and
+// Q6_K_R8, the blocks of 8 consecutive rows interleaved (quant.h), the
+// layouts the CPU's kernels read fastest. A matrix of one keeps its plain
+// type's row size, but its rows go in groups of 8 (row_group): group g's
+// bytes are the 8 * row_bytes from data + 8 g * row_bytes. Its `plain` type, that of one
+// row taken out of the group, is Q8_0 / Q4_K / Q6_K.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8 };
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8, Q8_0_R8 };
 
 struct DTypeInfo {
     const char* name;     // "BF16", "Q4_K", ...: safetensors' spelling for the float types, ggml's for the rest
@@ -38,7 +38,7 @@ inline int dtype_row_group(DType dtype) {
 inline DType dtype_plain(DType dtype) {
     return dtype_info(dtype).plain;
 }
-// The row-interleaved form of a type (Q4_K -> Q4_K_R8, Q6_K -> Q6_K_R8), if it has one.
+// The row-interleaved form of a type (Q8_0 -> Q8_0_R8, Q4_K -> Q4_K_R8, Q6_K -> Q6_K_R8), if it has one.
 std::optional<DType> dtype_interleaved(DType dtype);
 
 // Bytes of a row of n elements; nullopt when n is negative or not a multiple

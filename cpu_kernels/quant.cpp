@@ -7,6 +7,8 @@
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "cpu_kernels/bf16.h"
 
@@ -260,15 +262,44 @@ const void* quant_row_plain(DType type, const void* data, size_t row_bytes, int6
 }
 
 void quant_repack_r8(DType type, const void* src, void* dst, int64_t rows, size_t row_bytes) {
-    const size_t bytes = size_t(r8_block_bytes(type));
-    assert(dtype_row_group(type) == 8 && rows % 8 == 0 && row_bytes % bytes == 0);
+    const int bytes = r8_block_bytes(type);
+    assert(dtype_row_group(type) == 8 && rows % 8 == 0 && row_bytes % size_t(bytes) == 0);
+    // The inverse of r8_take, its moves worked out once: a run of 2 or 4
+    // bytes from j in lane l's block to `at` in the group block, XORed with
+    // a byte repeated.
+    struct Move {
+        uint16_t j, at;
+        uint8_t run, flip;
+    };
+    std::vector<Move> moves[8];
+    for (int l = 0; l < 8; l++)
+        for (int j = 0; j < bytes; j += r8_run(type, j))
+            moves[l].push_back(
+                {uint16_t(j), uint16_t(r8_offset(type, l, j)), uint8_t(r8_run(type, j)), r8_flip(type, j)});
     const uint8_t* s = static_cast<const uint8_t*>(src);
     uint8_t* d = static_cast<uint8_t*>(dst);
-    for (int64_t r = 0; r < rows; r++) {
-        uint8_t* group = d + size_t(r / 8) * 8 * row_bytes;
-        for (size_t i = 0; i < row_bytes / bytes; i++)
-            r8_put(type, group + 8 * i * bytes, int(r % 8), s + size_t(r) * row_bytes + i * bytes);
-    }
+    const size_t blocks = row_bytes / size_t(bytes);
+    // Group block by group block, so the output is written in order.
+    for (int64_t g = 0; g < rows / 8; g++)
+        for (size_t i = 0; i < blocks; i++) {
+            uint8_t* gb = d + size_t(g) * 8 * row_bytes + 8 * i * size_t(bytes);
+            for (int l = 0; l < 8; l++) {
+                const uint8_t* b = s + size_t(8 * g + l) * row_bytes + i * size_t(bytes);
+                for (const Move& mv : moves[l]) {
+                    if (mv.run == 4) {
+                        uint32_t v;
+                        std::memcpy(&v, b + mv.j, 4);
+                        v ^= 0x01010101u * mv.flip;
+                        std::memcpy(gb + mv.at, &v, 4);
+                    } else {
+                        uint16_t v;
+                        std::memcpy(&v, b + mv.j, 2);
+                        v = uint16_t(v ^ 0x0101u * mv.flip);
+                        std::memcpy(gb + mv.at, &v, 2);
+                    }
+                }
+            }
+        }
 }
 
 void quantize_row(DType type, const float* src, void* dst, int64_t n) {
@@ -325,6 +356,7 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
         }
         case DType::Q4_K_R8:
         case DType::Q6_K_R8:
+        case DType::Q8_0_R8:
             std::abort();  // rows in groups: quantize to the plain type, then quant_repack_r8
         }
     }

@@ -154,8 +154,15 @@ MOE_HD static inline int q6_k_level(const uint8_t* b, int i) {
 // (lanes 0..7 of a row group) at one block index, interleaved in 4-byte
 // words into one group block, so that a 256-bit vector of it holds 4
 // elements of each of the 8 rows and a kernel's int32 lanes are rows (one
-// scale per lane). Same bytes as the 8 blocks. A group's blocks follow each
-// other: block i of group g is at data + 8 g row_bytes + 8 i block_bytes.
+// scale per lane). Same bytes as the 8 blocks (Q8_0_R8's levels with their
+// top bit flipped). A group's blocks follow each other: block i of group g
+// is at data + 8 g row_bytes + 8 i block_bytes.
+// Q8_0_R8, its levels stored as unsigned bytes w + 128 (w ^ 0x80), the
+// operand vpdpbusd multiplies unsigned:
+struct BlockQ8_0x8 {
+    uint16_t d[8];      // lane l's d (fp16)
+    uint8_t qs[8][32];  // qs[k][4l + i] = lane l's qs[4k + i] ^ 0x80
+};
 // Q4_K_R8:
 struct BlockQ4_Kx8 {
     uint16_t d[8], dmin[8];  // lane l's d and dmin (fp16)
@@ -171,8 +178,12 @@ struct BlockQ6_Kx8 {
     // q[8h + k][0][4l + i] = lane l's ql[64h + 4k + i], [1]: ql[64h + 32 + 4k + i], [2]: qh[32h + 4k + i]
     uint8_t q[16][3][32];
 };
-static_assert(sizeof(BlockQ4_Kx8) == 8 * sizeof(BlockQ4_K) && sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K));
+static_assert(sizeof(BlockQ4_Kx8) == 8 * sizeof(BlockQ4_K) && sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K) &&
+              sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 // Where byte j of lane l's block lies in its group block.
+MOE_HD static inline int q8_0_r8_offset(int l, int j) {
+    return j < 2 ? 2 * l + j : 16 + 32 * ((j - 2) / 4) + 4 * l + (j - 2) % 4;
+}
 MOE_HD static inline int q4_k_r8_offset(int l, int j) {
     if (j < 4) return 2 * (8 * (j / 2) + l) + j % 2;
     if (j < 16) return 32 + 4 * (8 * ((j - 4) / 4) + l) + (j - 4) % 4;
@@ -187,24 +198,38 @@ MOE_HD static inline int q6_k_r8_offset(int l, int j) {
     const int word = j < 128 ? 3 * (8 * (w / 16) + w % 8) + (w / 8) % 2 : 3 * w + 2;
     return 144 + 32 * word + 4 * l + j % 4;
 }
-// An _R8 type's plain block bytes, and lane l's block out of / into a group block.
+// Whether a type is one of the _R8 ones (dtype.h's row_group 8; this form
+// also compiles for the device), and the type of one of its rows.
+MOE_HD static inline bool r8_type(DType type) {
+    return type == DType::Q8_0_R8 || type == DType::Q4_K_R8 || type == DType::Q6_K_R8;
+}
+MOE_HD static inline DType r8_plain(DType type) {
+    return type == DType::Q8_0_R8 ? DType::Q8_0 : type == DType::Q4_K_R8 ? DType::Q4_K : DType::Q6_K;
+}
+// An _R8 type's plain block bytes, and where byte j of lane l's block lies in a group block.
 MOE_HD static inline int r8_block_bytes(DType type) {
-    return type == DType::Q4_K_R8 ? int(sizeof(BlockQ4_K)) : int(sizeof(BlockQ6_K));
+    return type == DType::Q8_0_R8   ? int(sizeof(BlockQ8_0))
+           : type == DType::Q4_K_R8 ? int(sizeof(BlockQ4_K))
+                                    : int(sizeof(BlockQ6_K));
 }
 MOE_HD static inline int r8_offset(DType type, int l, int j) {
-    return type == DType::Q4_K_R8 ? q4_k_r8_offset(l, j) : q6_k_r8_offset(l, j);
+    return type == DType::Q8_0_R8   ? q8_0_r8_offset(l, j)
+           : type == DType::Q4_K_R8 ? q4_k_r8_offset(l, j)
+                                    : q6_k_r8_offset(l, j);
 }
-// Bytes from j on that stay together: a word, or an fp16 (Q4_K's d and dmin, Q6_K's d).
+// Bytes from j on that stay together: a word, or an fp16 (the d of Q8_0 and
+// Q6_K, Q4_K's d and dmin).
 MOE_HD static inline int r8_run(DType type, int j) {
-    return (type == DType::Q4_K_R8 ? j < 4 : j >= 208) ? 2 : 4;
+    return (type == DType::Q8_0_R8 ? j < 2 : type == DType::Q4_K_R8 ? j < 4 : j >= 208) ? 2 : 4;
 }
+// What byte j is XORed with in the group block: Q8_0_R8's levels 0x80.
+MOE_HD static inline uint8_t r8_flip(DType type, int j) {
+    return type == DType::Q8_0_R8 && j >= 2 ? 0x80 : 0;
+}
+// Lane l's plain block b out of group block gb.
 MOE_HD static inline void r8_take(DType type, const uint8_t* gb, int l, uint8_t* b) {
     for (int j = 0; j < r8_block_bytes(type); j += r8_run(type, j))
-        memcpy(b + j, gb + r8_offset(type, l, j), r8_run(type, j));
-}
-MOE_HD static inline void r8_put(DType type, uint8_t* gb, int l, const uint8_t* b) {
-    for (int j = 0; j < r8_block_bytes(type); j += r8_run(type, j))
-        memcpy(gb + r8_offset(type, l, j), b + j, r8_run(type, j));
+        for (int i = 0; i < r8_run(type, j); i++) b[j + i] = gb[r8_offset(type, l, j) + i] ^ r8_flip(type, j);
 }
 
 // y (32 fp32) = elements [32 g, 32 g + 32) of the row at `row` of a type
@@ -262,12 +287,12 @@ MOE_HD static inline void quant_group32_row(DType type, const uint8_t* row, int6
 // alignment. Every quantized type's dequantization, CPU and GPU alike.
 MOE_HD static inline void quant_group32(DType type, const uint8_t* data, size_t row_bytes, int64_t r, int64_t g,
                                         float* y) {
-    if (type != DType::Q4_K_R8 && type != DType::Q6_K_R8)
-        return quant_group32_row(type, data + size_t(r) * row_bytes, g, y);
+    if (!r8_type(type)) return quant_group32_row(type, data + size_t(r) * row_bytes, g, y);
     uint8_t b[sizeof(BlockQ6_K)];
     const int bytes = r8_block_bytes(type);
-    r8_take(type, data + size_t(r / 8) * 8 * row_bytes + size_t(g / 8) * 8 * bytes, int(r % 8), b);
-    quant_group32_row(type == DType::Q4_K_R8 ? DType::Q4_K : DType::Q6_K, b, g % 8, y);
+    const int64_t per_block = r8_plain(type) == DType::Q8_0 ? 1 : 8;  // groups of 32 in one block
+    r8_take(type, data + size_t(r / 8) * 8 * row_bytes + size_t(g / per_block) * 8 * bytes, int(r % 8), b);
+    quant_group32_row(r8_plain(type), b, g % per_block, y);
 }
 
 // ---------------------------------------------------------------------------

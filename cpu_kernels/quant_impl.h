@@ -35,7 +35,7 @@ inline float fp16_at(const void* p) {
 #if defined(MOE_SIMDE)
     return fp16_to_f32(h);
 #else
-    return _cvtsh_ss(h);  // F16C: exact, as fp16_to_f32
+    return _cvtsh_ss(h);                                                      // F16C: exact, as fp16_to_f32
 #endif
 }
 // 8 fp16 at p (any alignment) -> 8 fp32.
@@ -78,6 +78,14 @@ struct DotMadd {
     }
     // 16 int16 pairs a * b summed into 8 int32 lanes.
     static __m256i dot16(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+    // Signed levels stored as u = w + 128 (Q8_0_R8) times s: the sum of
+    // (u - 128 + BIAS) * s. Here w itself, its sign moved onto s (pair sums
+    // of |w| <= 128 and |s| <= 127 do not saturate), so BIAS is 0.
+    static constexpr int BIAS = 0;
+    static __m256i dot_biased(__m256i acc, __m256i u, __m256i s) {
+        const __m256i w = _mm256_xor_si256(u, _mm256_set1_epi8(char(0x80)));
+        return dot(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(s, w));
+    }
 };
 
 #if defined(__AVX512VNNI__) || defined(MOE_SIMDE)
@@ -91,6 +99,9 @@ struct DotVnni {
         return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc);
     }
     static __m256i dot16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+    // u * s as stored, one vpdpbusd: the caller takes off 128 * sum(s).
+    static constexpr int BIAS = 128;
+    static __m256i dot_biased(__m256i acc, __m256i u, __m256i s) { return dot(acc, u, s); }
 };
 #endif
 
@@ -317,6 +328,27 @@ void qrows_range(float* y, const void* xq, const void* w, size_t row_bytes, int 
 }
 
 // ---------------------------------------------------------------------------
+// The _R8 types' rows kernels: run<Q, M> for M tokens of a group of 8 rows,
+// reading activation blocks X of QB elements.
+struct Q80R8 {
+    using X = XBlock32;
+    static constexpr int QB = 32;
+    template <class Q, int M>
+    static void run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0);
+};
+struct Q4KR8 {
+    using X = XBlock256;
+    static constexpr int QB = 256;
+    template <class Q, int M>
+    static void run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0);
+};
+struct Q6KR8 {
+    using X = XBlock256;
+    static constexpr int QB = 256;
+    template <class Q, int M>
+    static void run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0);
+};
+
 // Q4_K_R8 (quant.h): 8 rows at once, their int32 lanes the rows. A vector
 // of a group block's nibbles holds 4 elements of each row, dotted with the
 // same 4 activations broadcast; each sub-block's sums then take their rows'
@@ -331,7 +363,7 @@ inline __m256i bcast32(const int8_t* p) {
 }
 
 template <class Q, int M>
-void qrows_q4_k_r8(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
+void Q4KR8::run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
     const XBlock256* xr[M];
     for (int t = 0; t < M; t++) xr[t] = reinterpret_cast<const XBlock256*>(xq + size_t(i0 + t) * xrow);
     const __m256i m4 = _mm256_set1_epi8(15), m6 = _mm256_set1_epi8(0x3f), m2 = _mm256_set1_epi8(3);
@@ -411,7 +443,7 @@ void qrows_q4_k_r8(float* y, int n, const char* xq, size_t xrow, const uint8_t* 
 // one multiply, and the -32 offset is 8 int16 dot products of the scales
 // with x's sums of 16 per block.
 template <class Q, int M>
-void qrows_q6_k_r8(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
+void Q6KR8::run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
     const XBlock256* xr[M];
     for (int t = 0; t < M; t++) xr[t] = reinterpret_cast<const XBlock256*>(xq + size_t(i0 + t) * xrow);
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
@@ -485,32 +517,55 @@ void qrows_q6_k_r8(float* y, int n, const char* xq, size_t xrow, const uint8_t* 
     for (int t = 0; t < M; t++) _mm256_storeu_ps(y + long(i0 + t) * n + r, acc[t]);
 }
 
+// Q8_0_R8: per block, 8 vectors of 4 levels of each row dotted with 4
+// activations broadcast (one vpdpbusd each with VNNI: the levels are
+// stored unsigned, w + 128, and 128 * d * sum(x) per block comes off at
+// the end); the 8 rows' d in one conversion.
+template <class Q, int M>
+void Q80R8::run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
+    const XBlock32* xr[M];
+    for (int t = 0; t < M; t++) xr[t] = reinterpret_cast<const XBlock32*>(xq + size_t(i0 + t) * xrow);
+    __m256 acc[M], bias[M];
+    for (int t = 0; t < M; t++) acc[t] = bias[t] = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        const BlockQ8_0x8* b = reinterpret_cast<const BlockQ8_0x8*>(wg) + ib;
+        const char* pf = reinterpret_cast<const char*>(b) + 4 * sizeof(BlockQ8_0x8);
+        for (int o = 0; o < int(sizeof(BlockQ8_0x8)); o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+        __m256i s[M][2];
+        for (int t = 0; t < M; t++) s[t][0] = s[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i v = load256(b->qs[k]);
+            for (int t = 0; t < M; t++) s[t][k % 2] = Q::dot_biased(s[t][k % 2], v, bcast32(xr[t][ib].q + 4 * k));
+        }
+        const __m256 d = fp16x8_at(b->d);
+        for (int t = 0; t < M; t++) {
+            const XBlock32& xb = xr[t][ib];
+            const __m256 sum = _mm256_cvtepi32_ps(_mm256_add_epi32(s[t][0], s[t][1]));
+            acc[t] = _mm256_fmadd_ps(sum, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
+            if (Q::BIAS) bias[t] = _mm256_fmadd_ps(d, _mm256_set1_ps(xb.ds), bias[t]);
+        }
+    }
+    for (int t = 0; t < M; t++) {
+        __m256 out = acc[t];
+        if (Q::BIAS) out = _mm256_fnmadd_ps(_mm256_set1_ps(float(Q::BIAS)), bias[t], out);
+        _mm256_storeu_ps(y + long(i0 + t) * n + r, out);
+    }
+}
+
 // All m tokens of rows [r0, r1) (whole groups of 8) of an _R8 type.
-template <class Q, template <class, int> class K>
+template <class Q, class K>
 void qr8_range(float* y, const void* xq, const void* w, size_t row_bytes, int m, int n, int k, int r0, int r1) {
     assert(r0 % 8 == 0 && r1 % 8 == 0);
-    int nb = k / 256;
-    size_t xrow = size_t(nb) * sizeof(XBlock256);
-    const QRowsFn fns[4] = {K<Q, 1>::run, K<Q, 2>::run, K<Q, 3>::run, K<Q, 4>::run};
+    int nb = k / K::QB;
+    size_t xrow = size_t(nb) * sizeof(typename K::X);
+    const QRowsFn fns[4] = {K::template run<Q, 1>, K::template run<Q, 2>, K::template run<Q, 3>, K::template run<Q, 4>};
     const char* x = static_cast<const char*>(xq);
     for (int r = r0; r < r1; r += 8) {
         const uint8_t* wg = static_cast<const uint8_t*>(w) + size_t(r) * row_bytes;
         for (int i = 0; i < m; i += 4) fns[imin(4, m - i) - 1](y, n, x, xrow, wg, nb, r, i);
     }
 }
-template <class Q, int M>
-struct Q4KR8 {
-    static void run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
-        qrows_q4_k_r8<Q, M>(y, n, xq, xrow, wg, nb, r, i0);
-    }
-};
-template <class Q, int M>
-struct Q6KR8 {
-    static void run(float* y, int n, const char* xq, size_t xrow, const uint8_t* wg, int nb, int r, int i0) {
-        qrows_q6_k_r8<Q, M>(y, n, xq, xrow, wg, nb, r, i0);
-    }
-};
-
 // ---------------------------------------------------------------------------
 // Dequantization into bf16 rows (the packed path's input): each block into
 // fp32 first, then rounded to bf16 eight at a time.
@@ -588,21 +643,31 @@ inline void take8(const BlockQ6_Kx8* gb, uint8_t (*out)[sizeof(BlockQ6_K)]) {
             lanes_from_words8(gb->q[8 * h][part], 3 * 32, out, part < 2 ? 64 * h + 32 * part : 128 + 32 * h);
 }
 
-// An _R8 type (X8: its group block, T: its plain format): a group block's 8
-// blocks taken out at once, then decoded as the plain type.
-template <class X8, class T>
+inline void take8(const BlockQ8_0x8* gb, uint8_t (*out)[sizeof(BlockQ8_0)]) {
+    for (int l = 0; l < 8; l++) memcpy(out[l], &gb->d[l], 2);
+    alignas(32) uint8_t lanes[8][32];
+    lanes_from_words8(gb->qs[0], 32, lanes, 0);
+    for (int l = 0; l < 8; l++)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[l] + 2),
+                            _mm256_xor_si256(load256(lanes[l]), _mm256_set1_epi8(char(0x80))));
+}
+
+// An _R8 type (X8: its group block, T: its plain format, QB elements per
+// block, Block its decoder): a group block's 8 blocks taken out at once,
+// then decoded as the plain type.
+template <class X8, class T, int QB, void (*Block)(const uint8_t*, float*)>
 void dequant_r8_bf16(bf16* dst, const void* w, size_t row_bytes, int k, int r0, int r1) {
-    alignas(32) float f[256];
+    alignas(32) float f[QB];
     alignas(32) uint8_t blk[8][T::BYTES];
     for (int g = r0 / 8; g * 8 < r1; g++) {
         const auto* group = reinterpret_cast<const X8*>(static_cast<const uint8_t*>(w) + size_t(g) * 8 * row_bytes);
         const int l0 = r0 > 8 * g ? r0 - 8 * g : 0, l1 = imin(r1 - 8 * g, 8);
-        for (int ib = 0; ib < k / 256; ib++) {
+        for (int ib = 0; ib < k / QB; ib++) {
             take8(group + ib, blk);
             for (int l = l0; l < l1; l++) {
-                dequant_block_k<T>(blk[l], f);
-                bf16* d = dst + long(8 * g + l - r0) * k + ib * 256;
-                for (int i = 0; i < 256; i += 8) store_bf16x8(d + i, _mm256_load_ps(f + i));
+                Block(blk[l], f);
+                bf16* d = dst + long(8 * g + l - r0) * k + ib * QB;
+                for (int i = 0; i < QB; i += 8) store_bf16x8(d + i, _mm256_load_ps(f + i));
             }
         }
     }
@@ -694,6 +759,8 @@ void quant_rows(DType wtype, float* y, const void* xq, const void* w, size_t row
         return qr8_range<Q, Q4KR8>(y, xq, w, row_bytes, m, n, k, r0, r1);
     case DType::Q6_K_R8:
         return qr8_range<Q, Q6KR8>(y, xq, w, row_bytes, m, n, k, r0, r1);
+    case DType::Q8_0_R8:
+        return qr8_range<Q, Q80R8>(y, xq, w, row_bytes, m, n, k, r0, r1);
     default:
         std::abort();
     }
@@ -712,9 +779,12 @@ void dequant_bf16_vec(DType wtype, bf16* dst, const void* w, size_t row_bytes, i
     case DType::Q6_K:
         return dequant_rows_bf16<FmtQ6_K, 256, dequant_block_k<FmtQ6_K>>(dst, w, row_bytes, k, r0, r1);
     case DType::Q4_K_R8:
-        return dequant_r8_bf16<BlockQ4_Kx8, FmtK45<false>>(dst, w, row_bytes, k, r0, r1);
+        return dequant_r8_bf16<BlockQ4_Kx8, FmtK45<false>, 256, dequant_block_k<FmtK45<false>>>(dst, w, row_bytes, k,
+                                                                                                r0, r1);
     case DType::Q6_K_R8:
-        return dequant_r8_bf16<BlockQ6_Kx8, FmtQ6_K>(dst, w, row_bytes, k, r0, r1);
+        return dequant_r8_bf16<BlockQ6_Kx8, FmtQ6_K, 256, dequant_block_k<FmtQ6_K>>(dst, w, row_bytes, k, r0, r1);
+    case DType::Q8_0_R8:
+        return dequant_r8_bf16<BlockQ8_0x8, FmtQ8_0, 32, FmtQ8_0::dequant>(dst, w, row_bytes, k, r0, r1);
     default:
         std::abort();
     }

@@ -149,7 +149,7 @@ TensorView find_tensor(const GgufFile& f, const TensorEntry& t, const ModelConfi
 // A matrix in the layout the CPU's kernels read, copied into w's arena where
 // that differs from the file's: attn_q / attn_k rows put back in Hugging Face
 // order (head_dim > 0: each row's bytes from the GGUF row that holds it), and
-// Q4_K / Q6_K with 8 rows interleaved (Q4_K_R8 / Q6_K_R8, quant.h: the same
+// Q8_0 / Q4_K / Q6_K with 8 rows interleaved (their _R8 types, quant.h: the same
 // bytes, the layout read fastest). Anything else: the file's bytes in place.
 WeightView held_matrix(ModelWeights& w, const TensorView& t, int head_dim) {
     const WeightView g = weights_matrix(w, t);

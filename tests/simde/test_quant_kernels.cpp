@@ -23,8 +23,8 @@
 
 namespace {
 
-const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0,    DType::Q4_K,   DType::Q5_K,
-                             DType::Q6_K, DType::Q4_K_R8, DType::Q6_K_R8};
+const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0,    DType::Q4_K,    DType::Q5_K,
+                             DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8};
 
 std::vector<float> rand_normal(std::mt19937& rng, size_t n, float sigma = 1.0f) {
     std::normal_distribution<float> d(0.0f, sigma);
@@ -70,7 +70,7 @@ struct Reference {
 
 Reference reference(const float* x, const std::vector<float>& w, DType type, int m, int n, int k) {
     Reference ref{std::vector<double>(size_t(m) * n), std::vector<double>(size_t(m) * n)};
-    int block = type == DType::Q8_0 || type == DType::Q4_0 ? 32 : 256;
+    const int block = dtype_info(type).block;
     std::vector<double> half_step(static_cast<size_t>(k));
     for (int i = 0; i < m; i++) {
         const float* xi = x + size_t(i) * k;
@@ -190,7 +190,7 @@ TEST_CASE("quant kernels: float views, bf16 views run matmul_bf16, weight_row_f3
     TestWeight q = make_weight(rng, DType::Q4_K, 3, 256);
     weight_row_f32(row.data(), q.view, 2);
     CHECK(std::memcmp(row.data(), q.values.data() + 512, 256 * 4) == 0);
-    for (DType type : {DType::Q4_K_R8, DType::Q6_K_R8}) {
+    for (DType type : {DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8}) {
         TestWeight q8 = make_weight(rng, type, 16, 256);
         for (int r : {0, 5, 11}) {
             weight_row_f32(row.data(), q8.view, r);
@@ -205,11 +205,9 @@ TEST_CASE("quant kernels: expert_ffn with mixed types equals its three matmuls a
     struct Mix {
         DType w13, w2;
     };
-    const Mix mixes[] = {{DType::Q4_K, DType::Q6_K},
-                         {DType::Q8_0, DType::Q8_0},
-                         {DType::Q5_K, DType::BF16},
-                         {DType::BF16, DType::Q4_0},
-                         {DType::Q4_K_R8, DType::Q6_K_R8}};
+    const Mix mixes[] = {{DType::Q4_K, DType::Q6_K},       {DType::Q8_0, DType::Q8_0},
+                         {DType::Q5_K, DType::BF16},       {DType::BF16, DType::Q4_0},
+                         {DType::Q4_K_R8, DType::Q6_K_R8}, {DType::Q8_0_R8, DType::Q8_0_R8}};
     std::vector<NamedTable> tables = tables_under_test();
     tables.insert(tables.begin(), {"scalar", &kernel_table_scalar()});
     for (const Mix& mix : mixes) {

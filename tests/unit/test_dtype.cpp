@@ -42,8 +42,9 @@ TEST_CASE("dtype: rows that are not whole blocks, and types not read", "[dtype]"
     CHECK(!dtype_from_ggml(1000).has_value());
 }
 
-TEST_CASE("dtype: Q4_K_R8 and Q6_K_R8 are Q4_K and Q6_K in groups of 8 rows, in memory only", "[dtype]") {
-    for (auto [r8, plain, name, id] : {std::tuple{DType::Q4_K_R8, DType::Q4_K, "Q4_K_R8", 12u},
+TEST_CASE("dtype: the _R8 types are Q8_0, Q4_K and Q6_K in groups of 8 rows, in memory only", "[dtype]") {
+    for (auto [r8, plain, name, id] : {std::tuple{DType::Q8_0_R8, DType::Q8_0, "Q8_0_R8", 8u},
+                                       std::tuple{DType::Q4_K_R8, DType::Q4_K, "Q4_K_R8", 12u},
                                        std::tuple{DType::Q6_K_R8, DType::Q6_K, "Q6_K_R8", 14u}}) {
         INFO(name);
         CHECK(std::string(dtype_name(r8)) == name);
@@ -59,7 +60,9 @@ TEST_CASE("dtype: Q4_K_R8 and Q6_K_R8 are Q4_K and Q6_K in groups of 8 rows, in 
         CHECK(dtype_row_group(t) == 1);
         CHECK(dtype_plain(t) == t);
     }
-    CHECK(!dtype_interleaved(DType::Q8_0).has_value());
+    CHECK(!dtype_interleaved(DType::Q4_0).has_value());
+    CHECK(!dtype_interleaved(DType::Q5_K).has_value());
+    CHECK(!dtype_interleaved(DType::BF16).has_value());
 }
 
 TEST_CASE("dtype: a weight view's rows", "[dtype]") {

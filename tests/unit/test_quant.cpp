@@ -289,13 +289,16 @@ TEST_CASE("quant: round trips of rows a few blocks long", "[quant]") {
 
 TEST_CASE("quant: the _R8 types interleave 8 rows' blocks and give every row back", "[quant]") {
     // The offsets are a permutation of a group block's bytes.
-    for (DType type : {DType::Q4_K_R8, DType::Q6_K_R8}) {
+    for (DType type : {DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8}) {
         const int bytes = r8_block_bytes(type);
         std::vector<int> seen(size_t(8 * bytes), 0);
         for (int l = 0; l < 8; l++)
             for (int j = 0; j < bytes; j++) seen[size_t(r8_offset(type, l, j))]++;
         CHECK(std::count(seen.begin(), seen.end(), 1) == 8 * bytes);
     }
+    // Q8_0_R8: the 8 lanes' d, then word k of every lane's levels.
+    CHECK(q8_0_r8_offset(3, 1) == 7);
+    CHECK(q8_0_r8_offset(6, 2 + 4 * 5 + 3) == 16 + 32 * 5 + 4 * 6 + 3);
     // Q4_K_R8: lane l's d is the l-th fp16 of the group block; word k of
     // its nibbles of sub-blocks 2c / 2c+1 sits beside the other lanes' word k.
     CHECK(q4_k_r8_offset(3, 0) == 6);
@@ -312,7 +315,7 @@ TEST_CASE("quant: the _R8 types interleave 8 rows' blocks and give every row bac
 
     std::mt19937 rng(8);
     const int64_t rows = 24, cols = 256 * 3;
-    for (DType type : {DType::Q4_K_R8, DType::Q6_K_R8}) {
+    for (DType type : {DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8}) {
         INFO(dtype_name(type));
         const DType plain = dtype_plain(type);
         std::vector<uint8_t> q = quantize(plain, rand_normal(rng, size_t(rows * cols)), cols);
@@ -320,6 +323,11 @@ TEST_CASE("quant: the _R8 types interleave 8 rows' blocks and give every row bac
         std::vector<uint8_t> r8(q.size()), scratch(row);
         quant_repack_r8(type, q.data(), r8.data(), rows, row);
         CHECK(r8 != q);
+        if (type == DType::Q8_0_R8) {
+            // Levels stored as w + 128: row 9's level 4 of block 2 (w ^ 0x80).
+            const uint8_t* group = r8.data() + 8 * row + 2 * 8 * 34;
+            CHECK(group[q8_0_r8_offset(1, 2 + 4)] == uint8_t(q[9 * row + 2 * 34 + 2 + 4] ^ 0x80));
+        }
         for (int64_t r = 0; r < rows; r++) {
             INFO("row " << r);
             const void* back = quant_row_plain(type, r8.data(), row, r, scratch.data());
