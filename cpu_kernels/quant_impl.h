@@ -35,7 +35,8 @@ inline float fp16_at(const void* p) {
 #if defined(MOE_SIMDE)
     return fp16_to_f32(h);
 #else
-    return _cvtsh_ss(h);                                                      // F16C: exact, as fp16_to_f32
+    // F16C: exact, as fp16_to_f32
+    return _cvtsh_ss(h);
 #endif
 }
 // 8 fp16 at p (any alignment) -> 8 fp32.
@@ -45,7 +46,8 @@ inline __m256 fp16x8_at(const void* p) {
     for (int i = 0; i < 8; i++) f[i] = fp16_at(static_cast<const char*>(p) + 2 * i);
     return _mm256_load_ps(f);
 #else
-    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));  // F16C: exact
+    // F16C: exact
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 #endif
 }
 inline int hsum8i(__m256i v) {
