@@ -10,8 +10,8 @@
 // Q6_K_R8, the blocks of 8 consecutive rows interleaved (quant.h), the
 // layouts the CPU's kernels read fastest. A matrix of one keeps its plain
 // type's row size, but its rows go in groups of 8 (row_group): group g's
-// bytes are the 8 * row_bytes from data + 8 g * row_bytes. Its `plain` type, that of one
-// row taken out of the group, is Q8_0 / Q4_K / Q6_K.
+// bytes are the 8 * row_bytes from data + 8 g * row_bytes. Its `plain`
+// type, that of one row taken out of the group, is Q8_0 / Q4_K / Q6_K.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -55,9 +55,8 @@ ModelConfig gguf_model_config(const std::filesystem::path& path);
 // Maps the file and views every tensor in place, but for what the CPU reads
 // in a layout of its own, copied into the result's HostArena: attn_q /
 // attn_k rows reordered, Q8_0 / Q4_K / Q6_K interleaved (Q8_0_R8 / Q4_K_R8 /
-// Q6_K_R8). The
-// mapping lives in the result. MoeError
-// "FILE: TENSOR: what is wrong" for a missing or mis-shaped tensor.
+// Q6_K_R8). The mapping lives in the result. MoeError "FILE: TENSOR: what
+// is wrong" for a missing or mis-shaped tensor.
 ModelWeights gguf_model_weights(const ModelConfig& config, const std::filesystem::path& path);
 
 // The GGUF row that holds Hugging Face row `hf_row` of a q or k projection
