@@ -38,6 +38,8 @@
 #include "placement/expert_cache.h"
 #include "profiles/errors.h"
 
+struct ModelWeights;  // engine/model/weights.h
+
 // Where the model runs: a CUDA device when there is one (dense weights, KV
 // cache and the popular experts on it), else the CPU; or the emulated device
 // as a dry run of placement.
@@ -84,6 +86,11 @@ struct EngineOptions {
     // the prediction is right (ForwardPass::set_predict_next_layer; the
     // figures are in routing_counts()). Changes no result.
     bool predict_next_layer = false;
+    // model_dir's weights, already loaded (model_source_weights of the same
+    // source): the engine reads them and loads nothing, so several engines
+    // made one after another share one copy (`bench suite`). Null: the
+    // engine loads them.
+    std::shared_ptr<const ModelWeights> weights = nullptr;
 };
 
 // The device experts may run on. NONE: every expert on the CPU, with no

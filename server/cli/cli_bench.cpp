@@ -1,4 +1,4 @@
-// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency|placement|cache`:
+// `moe-server bench ceiling|kernels|decode|prefill|beam|server|latency|placement|cache|gpu|suite`:
 // benchmarks print JSON lines holding each figure beside the machine's
 // ceiling measured in the same run, so the ratios hold on a noisy shared
 // machine (for placement the ceiling is the best static plan for the
@@ -10,7 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
@@ -154,9 +158,10 @@ void add_prediction_fields(json& line, const Engine& engine) {
                                      {"per_layer_accuracy", per_layer}};
 }
 
-int bench_decode(Args& args, bool prefill) {
+int bench_decode(Args& args, bool prefill, std::shared_ptr<const ModelWeights> loaded = nullptr) {
     EngineOptions o;
     o.model_dir = parse_model_flag(args).text;
+    o.weights = std::move(loaded);
     o.threads = bench_threads_flag(args);
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
@@ -273,9 +278,10 @@ std::vector<int> parse_widths(const std::string& text) {
 // `bench beam`: per width, the returned sequence's tok/s, forward passes per
 // second against the roofline of the weights one pass reads (its routed
 // experts counted once each), and the tokens per routed expert per step.
-int bench_beam(Args& args) {
+int bench_beam(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) {
     EngineOptions o;
     o.model_dir = parse_model_flag(args).text;
+    o.weights = std::move(loaded);
     o.threads = bench_threads_flag(args);
     std::vector<int> widths = parse_widths(args.get("--widths", "1,4,8,16"));
     int n_tokens = int(args.get_int("--tokens", 32, 2, 1 << 14));
@@ -666,7 +672,7 @@ int bench_cache(Args& args) {
 // bench gpu: the CUDA device's raw rates (copies, memory, GEMM) and the
 // expert FFN at n = 1..256 with its weights resident, beside the roofline
 // from those rates; the expert shape of --model (default Mixtral-8x7B's).
-int bench_gpu(Args& args) {
+int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) {
     std::optional<ModelSource> source = parse_optional_model_flag(args);
     const int gpu_device = parse_gpu_device_flag(args);
     int reps = int(args.get_int("--reps", 7, 1, 1000));
@@ -681,19 +687,21 @@ int bench_gpu(Args& args) {
     // is read from files, else random bf16 weights of its shape (default
     // Mixtral-8x7B's).
     int dim = 4096, hidden = 14336;
-    ModelWeights weights;
+    std::shared_ptr<const ModelWeights> weights = std::make_shared<const ModelWeights>();
     if (source) {
         ModelConfig c = model_source_config(*source);
         dim = c.dim;
         hidden = c.hidden_dim;
-        if (!source->synthetic) weights = model_source_weights(*source, c, 1);
+        if (!source->synthetic)
+            weights =
+                loaded ? std::move(loaded) : std::make_shared<const ModelWeights>(model_source_weights(*source, c, 1));
     }
     std::vector<bf16> random;
     ExpertWeights expert;
     // The first layer with experts (a MoE model's dense layers have none).
-    auto with_experts = std::find_if(weights.layers.begin(), weights.layers.end(),
+    auto with_experts = std::find_if(weights->layers.begin(), weights->layers.end(),
                                      [](const LayerWeights& L) { return !L.experts.empty(); });
-    if (with_experts != weights.layers.end()) {
+    if (with_experts != weights->layers.end()) {
         expert = with_experts->experts[0];
     } else {
         const size_t mat = size_t(dim) * hidden;
@@ -747,7 +755,7 @@ int bench_gpu(Args& args) {
                             .c_str());
     return 0;
 #else
-    (void)source, (void)gpu_device, (void)reps;
+    (void)source, (void)gpu_device, (void)reps, (void)loaded;
     throw MoeError("bench gpu: this build has no CUDA (configure with a CUDA toolkit present)");
 #endif
 }
@@ -767,12 +775,112 @@ std::vector<BenchExpertShape> bench_expert_shapes(Args& args) {
     return shapes;
 }
 
+// The benchmarks a `bench suite` step may be, each given the suite's loaded
+// weights (calibrate is the subcommand of that name).
+struct SuiteStep {
+    const char* name;
+    int (*run)(Args&, std::shared_ptr<const ModelWeights>);
+    bool threads;  // takes --threads (the suite's, unless the step gives its own)
+};
+constexpr SuiteStep SUITE_STEPS[] = {
+    {"decode", [](Args& a, std::shared_ptr<const ModelWeights> w) { return bench_decode(a, false, std::move(w)); },
+     true},
+    {"prefill", [](Args& a, std::shared_ptr<const ModelWeights> w) { return bench_decode(a, true, std::move(w)); },
+     true},
+    {"beam", bench_beam, true},
+    {"latency", bench_latency, true},
+    {"gpu", bench_gpu, false},
+    {"calibrate", calibrate_run, true},
+};
+
+// "decode --tokens 32" -> {"decode", "--tokens", "32"}: words between spaces
+// (no quoting: no step flag takes a value with a space).
+std::vector<std::string> split_words(const std::string& text) {
+    std::vector<std::string> words;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t start = text.find_first_not_of(" \t", pos);
+        if (start == std::string::npos) break;
+        size_t end = text.find_first_of(" \t", start);
+        if (end == std::string::npos) end = text.size();
+        words.push_back(text.substr(start, end - start));
+        pos = end;
+    }
+    return words;
+}
+
+// bench suite: benchmarks of one model in one process, its weights loaded
+// once and read by every step (a step's engine loads nothing): building
+// synth:mixtral-8x7b's 93 GB takes longer than most of its benchmarks.
+// Each --step is one benchmark's words without --model; the steps run in
+// order, one after another (each one's engine gone before the next), and a
+// failed step is reported on stderr without stopping the rest.
+int bench_suite(Args& args) {
+    ModelSource source = parse_model_flag(args, "bench suite: ");
+    const int threads = bench_threads_flag(args);
+    std::vector<std::string> step_texts = args.get_all("--step");
+    args.finish();
+    if (step_texts.empty())
+        throw MoeError(
+            "bench suite: give at least one --step, e.g. --step \"decode --tokens 32\" (one of decode, "
+            "prefill, beam, latency, gpu, calibrate)");
+    // Every step's name checked before the model loads.
+    std::vector<std::pair<const SuiteStep*, std::vector<std::string>>> steps;
+    for (const std::string& text : step_texts) {
+        std::vector<std::string> words = split_words(text);
+        const SuiteStep* step = nullptr;
+        for (const SuiteStep& s : SUITE_STEPS)
+            if (!words.empty() && words[0] == s.name) step = &s;
+        if (!step)
+            throw MoeError("bench suite: --step '" + text +
+                           "' is not one of decode, prefill, beam, latency, gpu, calibrate with its flags");
+        auto gives = [&](const std::string& flag) {
+            return std::any_of(words.begin(), words.end(),
+                               [&](const std::string& w) { return w == flag || w.rfind(flag + "=", 0) == 0; });
+        };
+        if (gives("--model"))
+            throw MoeError("bench suite: --step '" + text + "' names a model: the suite's --model is every step's");
+        if (step->threads && !gives("--threads")) words.insert(words.end(), {"--threads", std::to_string(threads)});
+        words.erase(words.begin());
+        words.insert(words.end(), {"--model", source.text});
+        steps.emplace_back(step, std::move(words));
+    }
+
+    auto t0 = std::chrono::steady_clock::now();
+    auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
+    ModelConfig config = model_source_config(source);
+    auto weights = std::make_shared<const ModelWeights>(model_source_weights(source, config, threads));
+    std::fprintf(stderr, "bench suite: %s loaded in %.1f s\n", model_source_id(source).c_str(), seconds_since(t0));
+    int failed = 0;
+    for (size_t i = 0; i < steps.size(); i++) {
+        auto t = std::chrono::steady_clock::now();
+        std::string outcome = "ok";
+        try {
+            Args step_args(steps[i].second);
+            if (steps[i].first->run(step_args, weights) != 0) outcome = "failed";
+        } catch (const std::exception& e) {
+            outcome = std::string("failed: ") + e.what();
+        }
+        std::fflush(stdout);
+        if (outcome != "ok") failed++;
+        std::fprintf(stderr, "bench suite: step %zu/%zu '%s' %s (%.1f s)\n", i + 1, steps.size(), step_texts[i].c_str(),
+                     outcome.c_str(), seconds_since(t));
+    }
+    if (failed)
+        throw MoeError("bench suite: " + std::to_string(failed) + " of " + std::to_string(steps.size()) +
+                       " steps failed (their lines above)");
+    return 0;
+}
+
 }  // namespace
 
 int cli_bench(const std::vector<std::string>& words) {
     if (words.empty())
         throw MoeError(
-            "bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement, cache, gpu");
+            "bench: give one of ceiling, kernels, decode, prefill, beam, server, latency, placement, cache, gpu, "
+            "suite");
     const std::string& what = words[0];
     std::vector<std::string> rest(words.begin() + 1, words.end());
     if (what == "server") return bench_server_main(rest);
@@ -784,6 +892,7 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what == "placement") return bench_placement(args);
     if (what == "cache") return bench_cache(args);
     if (what == "gpu") return bench_gpu(args);
+    if (what == "suite") return bench_suite(args);
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");

@@ -54,21 +54,24 @@ std::vector<int> token_counts() {
 // A loaded model, this machine's ceiling and the expert's roofline curve.
 struct CalibrationRun {
     ModelConfig config;
-    ModelWeights weights;
+    std::shared_ptr<const ModelWeights> weights;
     Ceiling ceiling;
     LatencyCurve roofline;
 };
 
-CalibrationRun calibration_load(const ModelSource& source, ThreadPool& pool) {
+// The source's weights: `loaded` when given (bench suite), else loaded now.
+CalibrationRun calibration_load(const ModelSource& source, ThreadPool& pool,
+                                std::shared_ptr<const ModelWeights> loaded) {
     CalibrationRun run;
     run.config = model_source_config(source);
-    run.weights = model_source_weights(source, run.config, pool.size());
+    run.weights = loaded ? std::move(loaded)
+                         : std::make_shared<const ModelWeights>(model_source_weights(source, run.config, pool.size()));
     return run;
 }
 
 void calibration_start(CalibrationRun& run, ThreadPool& pool, bool print_ceiling) {
     run.ceiling = bench_ceiling(pool, print_ceiling);
-    StageCost one = cost_expert(run.config, 1, weight_format(run.weights));
+    StageCost one = cost_expert(run.config, 1, weight_format(*run.weights));
     run.roofline = latency_curve_roofline(one.bytes, one.flops, run.ceiling.read_gbs, run.ceiling.fma_gflops);
 }
 
@@ -170,6 +173,10 @@ void measure_device(Calibration& cal, const ExpertWeights& expert, int gpu_devic
 
 int cli_calibrate(const std::vector<std::string>& words) {
     Args args(words);
+    return calibrate_run(args, nullptr);
+}
+
+int calibrate_run(Args& args, std::shared_ptr<const ModelWeights> loaded) {
     ModelSource source = parse_model_flag(args, "calibrate: ");
     int threads = bench_threads_flag(args);
     apply_isa_flag(args);
@@ -184,8 +191,8 @@ int cli_calibrate(const std::vector<std::string>& words) {
     // The weights first: the key names the experts' types (memory-mapped
     // files cost nothing here; synthetic ones are generated).
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_load(source, pool);
-    std::string key = engine_calibration_key(run.config, weights_expert_dtypes(run.weights), threads, gpu_device);
+    CalibrationRun run = calibration_load(source, pool, std::move(loaded));
+    std::string key = engine_calibration_key(run.config, weights_expert_dtypes(*run.weights), threads, gpu_device);
     fs::path path = calibration_cache_path(key);
     if (!force) {
         std::optional<Calibration> cached;
@@ -205,19 +212,19 @@ int cli_calibrate(const std::vector<std::string>& words) {
     calibration_start(run, pool, false);
     std::vector<TimingPoint> points = measure_expert_ffn(
         run.config,
-        {expert_cycle(run.weights, cost_expert(run.config, 1, weight_format(run.weights)).bytes, 1, 0, CYCLE_BYTES)},
+        {expert_cycle(*run.weights, cost_expert(run.config, 1, weight_format(*run.weights)).bytes, 1, 0, CYCLE_BYTES)},
         token_counts(), reps, pool)[0];
     LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
 
-    Calibration cal = calibration_key_fields(run.config, weights_expert_dtypes(run.weights), threads, gpu_device);
+    Calibration cal = calibration_key_fields(run.config, weights_expert_dtypes(*run.weights), threads, gpu_device);
     cal.read_gbs = run.ceiling.read_gbs;
     cal.fma_gflops = run.ceiling.fma_gflops;
-    StageCost one = cost_expert(run.config, 1, weight_format(run.weights));
+    StageCost one = cost_expert(run.config, 1, weight_format(*run.weights));
     cal.expert_bytes = one.bytes;
     cal.expert_flops_per_token = one.flops;
     cal.cpu_points = points;
     cal.cpu = fit;
-    measure_device(cal, run.weights.layers.at(0).experts.at(0), gpu_device, reps);
+    measure_device(cal, run.weights->layers.at(0).experts.at(0), gpu_device, reps);
     print_table(cal);
     calibration_write(cal, path);
     std::printf("wrote %s\n", path.c_str());
@@ -225,7 +232,7 @@ int cli_calibrate(const std::vector<std::string>& words) {
     return 0;
 }
 
-int bench_latency(Args& args) {
+int bench_latency(Args& args, std::shared_ptr<const ModelWeights> loaded) {
     ModelSource source = parse_model_flag(args, "bench latency: ");
     int threads = bench_threads_flag(args);
     apply_isa_flag(args);
@@ -233,14 +240,14 @@ int bench_latency(Args& args) {
     args.finish();
 
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_load(source, pool);
+    CalibrationRun run = calibration_load(source, pool, std::move(loaded));
     calibration_start(run, pool, true);
     // Fit on the even (layer, expert) pairs, check on the odd ones (their
     // sweeps interleaved, so both see the same load on a shared machine); a
     // model with a single expert checks on the same one (said in the output).
-    double bytes = cost_expert(run.config, 1, weight_format(run.weights)).bytes;
-    std::vector<ExpertWeights> fit_set = expert_cycle(run.weights, bytes, 2, 0, CYCLE_BYTES);
-    std::vector<ExpertWeights> check_set = expert_cycle(run.weights, bytes, 2, 1, CYCLE_BYTES);
+    double bytes = cost_expert(run.config, 1, weight_format(*run.weights)).bytes;
+    std::vector<ExpertWeights> fit_set = expert_cycle(*run.weights, bytes, 2, 0, CYCLE_BYTES);
+    std::vector<ExpertWeights> check_set = expert_cycle(*run.weights, bytes, 2, 1, CYCLE_BYTES);
     bool independent = !check_set.empty();
     if (!independent) check_set = fit_set;
     std::vector<int> ns = token_counts();

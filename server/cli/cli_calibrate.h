@@ -4,14 +4,19 @@
 // math lives in placement/ (fits) and profiles/ (the file); this is the
 // measuring and the printing. MoeError propagates to main().
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/model/weights.h"
 #include "server/cli/args.h"
 
 int cli_calibrate(const std::vector<std::string>& words);
-// `bench latency` (its flags, after the word "latency").
-int bench_latency(Args& args);
+// calibrate's flags in args. loaded: --model's weights, already loaded (a
+// `bench suite` step); null: loaded here.
+int calibrate_run(Args& args, std::shared_ptr<const ModelWeights> loaded);
+// `bench latency` (its flags, after the word "latency"); loaded as above.
+int bench_latency(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr);
 
 // --threads for the benchmarks and calibrate (defined in cli_bench.cpp):
 // 0 or absent means physical cores. (--cpu-isa: apply_isa_flag, server/cli/cli.h.)

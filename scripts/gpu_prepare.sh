@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Run HERE (a machine with Debian's package archive and the CUDA toolkit),
+# before scripts/gpu_check.sh runs on a lent GPU machine that has no network,
+# none of our Debian build dependencies and minutes of device time:
+#   1. downloads the .deb files of those dependencies (headers, pkg-config
+#      files and the libraries they link) into .gpu-deps/debs/;
+#   2. copies the shared data the GPU tests and benchmarks read (the Mistral
+#      tokenizer, the ShareGPT prompts) into .gpu-deps/shared-data/;
+#   3. builds moe-server and the gpu tests for Hopper (sm_90: H100, H200)
+#      into build-gpu/, keeps only what `ctest -L gpu` and the benchmarks run
+#      (binaries, CTest files) and stamps it with this checkout's path and
+#      scripts/gpu_source_hash.sh, so gpu_check.sh there runs it instead of
+#      spending device minutes on a build (and on a compiler of another
+#      version). It builds there after all when the stamp does not match.
+# Both folders are git-ignored; the device tool carries them:
+#   carry [".gpu-deps", "build-gpu"]   (about 45 MB together; the limit is 64 MiB)
+# MOE_GPU_PREPARE_BUILD=0 skips step 3.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$root/.gpu-deps"
+mkdir -p "$out/debs" "$out/shared-data/prompts"
+
+PACKAGES=(
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 zlib1g-dev libbrotli-dev libbrotli1
+  nlohmann-json3-dev libsentencepiece-dev libsentencepiece0 catch2 libsimde-dev
+  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2
+  libdnnl-dev libdnnl2 ocl-icd-libopencl1
+  pkgconf pkgconf-bin pkg-config libpkgconf3
+)
+apt_opts=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64)
+if ! apt-cache show libcpp-httplib-dev >/dev/null 2>&1; then apt-get "${apt_opts[@]}" update -qq; fi
+rm -f "$out/debs"/*.deb
+(cd "$out/debs" && apt-get "${apt_opts[@]}" download "${PACKAGES[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+for p in "${PACKAGES[@]}"; do
+  ls "$out/debs/${p}_"*.deb >/dev/null 2>&1 || { echo "gpu_prepare: $p was not downloaded" >&2; exit 1; }
+done
+
+shared="$root/../shared/data"
+if [ -d "$shared" ]; then
+  cp "$shared/prompts/sharegpt_v3_filtered_1000.json" "$out/shared-data/prompts/"
+  rm -rf "$out/shared-data/tokenizers"
+  mkdir -p "$out/shared-data/tokenizers"
+  cp "$shared/tokenizers/mistral-v1.model" "$out/shared-data/tokenizers/"
+fi
+
+if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
+  build="$root/build-gpu"
+  rm -rf "$build"
+  configured=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+  grep -q "CUDA executor ON" <<<"$configured" || { echo "gpu_prepare: no CUDA toolkit here (nvcc)" >&2; exit 1; }
+  cmake --build "$build" -j "$(nproc)" --target moe-server test_gpu
+  # Keep the binaries and every CTest file (ctest reads them; the tests of
+  # the labels not built register as not built and -L gpu leaves them out).
+  find "$build" -type f ! -name 'CTestTestfile.cmake' ! -name '*_tests.cmake' ! -name '*_include.cmake' \
+    ! -path "$build/moe-server" ! -path "$build/test_gpu" -delete
+  find "$build" -type d -empty -delete
+  strip "$build/moe-server" "$build/test_gpu"
+  printf 'root=%s\nsources=%s\n' "$root" "$(bash "$root/scripts/gpu_source_hash.sh" "$root")" >"$build/prebuilt.stamp"
+  du -sh "$build" | awk '{print "gpu_prepare: build-gpu holds " $1 " (sm_90)"}'
+fi
+du -sh "$out" | awk '{print "gpu_prepare: .gpu-deps holds " $1}'
