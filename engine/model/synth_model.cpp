@@ -679,8 +679,11 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
     const std::vector<SynthTensor> ts = synth_tensors(c);
     const std::vector<float> common = common_direction(seed, c.dim);
     ModelWeights w;
-    // One allocation per tensor, left uninitialised: the generating threads
-    // touch every page first, so page faults are spread over them too.
+    // One allocation per tensor in the huge-page arena, as the GGUF loader
+    // lays out its matrices (the experts stream at the bus speed the read
+    // ceiling measures; 4 KiB pages would stop the prefetchers at every
+    // page). The arena's pages are zero until touched: the generating
+    // threads touch every page first, so page faults are spread over them.
     std::vector<void*> out(ts.size());
     std::unordered_map<std::string, const void*> by_name;
     // Work items: a router or a norm vector whole, any other tensor in chunks.
@@ -690,13 +693,7 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
     std::vector<Item> items;
     for (size_t i = 0; i < ts.size(); i++) {
         const size_t n = ts[i].view.nbytes / sizeof(bf16);
-        if (ts[i].view.shape.size() == 1) {
-            w.owned_f32.push_back(std::make_unique_for_overwrite<float[]>(n));
-            out[i] = w.owned_f32.back().get();
-        } else {
-            w.owned_bf16.push_back(std::make_unique_for_overwrite<bf16[]>(n));
-            out[i] = w.owned_bf16.back().get();
-        }
+        out[i] = w.arena.alloc(n * (ts[i].view.shape.size() == 1 ? sizeof(float) : sizeof(bf16)));
         by_name[ts[i].view.name] = out[i];
         const size_t chunk = ts[i].init == Init::ROUTER || ts[i].view.shape.size() == 1 ? n : CHUNK_ELEMENTS;
         for (size_t start = 0; start < n; start += chunk) items.push_back({i, start, std::min(chunk, n - start)});

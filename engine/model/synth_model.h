@@ -71,7 +71,8 @@ uint64_t synth_memory_bytes(const ModelConfig& config);
 
 // The weights synth_model_write writes for this config and seed, bit for bit,
 // generated in memory on `threads` threads with no file (the benchmark aid
-// behind --model synth:PRESET[:SEED]). They live in the result's owned_bf16
-// (matrices, one allocation per tensor) and owned_f32 (norms); files stays
-// null. Checks no memory budget (engine/model/model_source.h does).
+// behind --model synth:PRESET[:SEED]). They live in the result's arena (one
+// allocation per tensor, in 2 MiB pages as the GGUF loader's matrices: bf16
+// matrices, fp32 norms); files stays null. Checks no memory budget
+// (engine/model/model_source.h does).
 ModelWeights synth_weights(const ModelConfig& config, uint64_t seed, int threads);

@@ -59,9 +59,10 @@ struct ModelWeights {
     // weights) and the memory of converted or generated tensors.
     std::unique_ptr<SafetensorsSet> files;
     std::unique_ptr<GgufFile> gguf;
-    std::vector<std::unique_ptr<float[]>> owned_f32;        // norm vectors (converted, or generated in memory)
-    std::vector<std::unique_ptr<bf16[]>> owned_bf16;        // converted F16/F32 matrices, or generated in memory
-    HostArena arena;  // matrices held in a layout of their own (GGUF q/k rows reordered, Q4_K / Q6_K interleaved)
+    std::vector<std::unique_ptr<float[]>> owned_f32;        // norm vectors converted to fp32
+    std::vector<std::unique_ptr<bf16[]>> owned_bf16;        // F16/F32 matrices converted to bf16
+    HostArena arena;  // matrices held in a layout of their own (GGUF q/k rows reordered, Q4_K / Q6_K interleaved),
+                      // and synthetic weights generated in memory
 };
 
 // Loads and checks all tensors of the model in dir. Throws MoeError with
