@@ -49,7 +49,7 @@ note() { echo "$*" | tee -a "$summary"; }
 left() { echo $((budget - ($(date +%s) - t_start))); }
 
 # step NAME SECONDS COMMAND...: runs it with a time limit (cut to the budget
-# left), its output to $work/step.out and the log.
+# left), its output to the log and to $work/step.out.
 step() {
   local name="$1" limit="$2"
   shift 2
@@ -64,9 +64,9 @@ step() {
   local t0
   t0=$(date +%s)
   echo "=== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >>"$log"
-  timeout --kill-after=10 "$limit" "$@" >"$work/step.out" 2>&1
-  local rc=$?
-  cat "$work/step.out" >>"$log"
+  # Into the log as it comes (a call cut short still brings back what ran).
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$work/step.out" >>"$log"
+  local rc=${PIPESTATUS[0]}
   local dt=$(($(date +%s) - t0))
   if [ $rc -eq 0 ]; then
     note "ok      $name (${dt}s)"
