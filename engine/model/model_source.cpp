@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -111,6 +112,16 @@ ModelWeights model_source_weights(const ModelSource& s, const ModelConfig& confi
     if (!s.synthetic) return weights_load(config, s.dir);
     model_source_check_memory(s, config, host_memory_available());
     return synth_weights(config, s.seed, threads);
+}
+
+std::shared_ptr<const ModelWeights> model_source_shared_weights(const ModelSource& s, const ModelConfig& config,
+                                                                int threads,
+                                                                std::shared_ptr<const ModelWeights> loaded) {
+    if (!loaded) return std::make_shared<const ModelWeights>(model_source_weights(s, config, threads));
+    if (loaded->layers.size() != size_t(config.n_layers))
+        throw MoeError("the weights given have " + std::to_string(loaded->layers.size()) + " layers, " +
+                       model_source_id(s) + " has " + std::to_string(config.n_layers));
+    return loaded;
 }
 
 Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config) {

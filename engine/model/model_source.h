@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -68,6 +69,14 @@ void model_source_check_memory(const ModelSource& source, const ModelConfig& con
 // The folder's weights (weights_load), or the synthetic ones generated on
 // `threads` threads after model_source_check_memory against MemAvailable.
 ModelWeights model_source_weights(const ModelSource& source, const ModelConfig& config, int threads);
+
+// The same, shared: `loaded` when given (weights loaded earlier for this
+// source, read by several engines or benchmarks one after another: `bench
+// suite`), else model_source_weights now. MoeError when `loaded` has another
+// layer count than config.
+std::shared_ptr<const ModelWeights> model_source_shared_weights(const ModelSource& source, const ModelConfig& config,
+                                                                int threads,
+                                                                std::shared_ptr<const ModelWeights> loaded = nullptr);
 
 // The folder's tokenizer.model (else its tokenizer.json), the GGUF file's
 // vocabulary, or the embedded Mistral tokenizer. MoeError naming the

@@ -112,9 +112,7 @@ struct Engine::Impl {
     Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
         : source(std::move(src)),
           config(std::move(cfg)),
-          weights_held(o.weights
-                           ? o.weights
-                           : std::make_shared<const ModelWeights>(model_source_weights(source, config, n_threads))),
+          weights_held(model_source_shared_weights(source, config, n_threads, o.weights)),
           weights(*weights_held),
           tokenizer(model_source_tokenizer(source, config)),
           chat(source, tokenizer, &template_warning),
@@ -229,9 +227,6 @@ Engine::Engine(const EngineOptions& options) {
     if (options.max_batch < 1) throw MoeError("max_batch must be at least 1");
     ModelSource source = model_source_parse(options.model_dir.string());
     ModelConfig config = model_source_config(source);
-    if (options.weights && options.weights->layers.size() != size_t(config.n_layers))
-        throw MoeError("engine: the weights given have " + std::to_string(options.weights->layers.size()) +
-                       " layers, " + model_source_id(source) + " has " + std::to_string(config.n_layers));
     int threads = options.threads > 0 ? options.threads : physical_core_count();
     impl_ = std::make_unique<Impl>(options, std::move(source), std::move(config), threads);
 }

@@ -692,9 +692,7 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
         ModelConfig c = model_source_config(*source);
         dim = c.dim;
         hidden = c.hidden_dim;
-        if (!source->synthetic)
-            weights =
-                loaded ? std::move(loaded) : std::make_shared<const ModelWeights>(model_source_weights(*source, c, 1));
+        if (!source->synthetic) weights = model_source_shared_weights(*source, c, 1, std::move(loaded));
     }
     std::vector<bf16> random;
     ExpertWeights expert;
@@ -851,7 +849,7 @@ int bench_suite(Args& args) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     };
     ModelConfig config = model_source_config(source);
-    auto weights = std::make_shared<const ModelWeights>(model_source_weights(source, config, threads));
+    std::shared_ptr<const ModelWeights> weights = model_source_shared_weights(source, config, threads);
     std::fprintf(stderr, "bench suite: %s loaded in %.1f s\n", model_source_id(source).c_str(), seconds_since(t0));
     int failed = 0;
     for (size_t i = 0; i < steps.size(); i++) {

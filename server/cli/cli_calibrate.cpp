@@ -59,13 +59,12 @@ struct CalibrationRun {
     LatencyCurve roofline;
 };
 
-// The source's weights: `loaded` when given (bench suite), else loaded now.
+// loaded: the source's weights when a bench suite loaded them, else null.
 CalibrationRun calibration_load(const ModelSource& source, ThreadPool& pool,
                                 std::shared_ptr<const ModelWeights> loaded) {
     CalibrationRun run;
     run.config = model_source_config(source);
-    run.weights = loaded ? std::move(loaded)
-                         : std::make_shared<const ModelWeights>(model_source_weights(source, run.config, pool.size()));
+    run.weights = model_source_shared_weights(source, run.config, pool.size(), std::move(loaded));
     return run;
 }
 
