@@ -61,8 +61,8 @@ std::string numeric_address(const sockaddr_storage& a, int* port) {
 
 class ConnectionStream final : public httplib::Stream, public HttpConnection {
 public:
-    ConnectionStream(int fd, const ConnectionLimits& limits, bool over_cap)
-        : fd_(fd), limits_(limits), over_cap_(over_cap) {
+    ConnectionStream(int fd, const ConnectionLimits& limits, bool over_cap, const std::atomic<bool>& stopping)
+        : fd_(fd), limits_(limits), over_cap_(over_cap), stopping_(stopping) {
         sockaddr_storage a{};
         socklen_t len = sizeof a;
         if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) remote_ = numeric_address(a, &remote_port_);
@@ -82,7 +82,8 @@ public:
     void begin_request(milliseconds timeout) {
         deadline_ = Clock::now() + timeout;
         in_headers_ = true;
-        header_bytes_ = header_lines_ = line_length_ = body_bytes_ = 0;
+        line_cut_ = false;
+        header_bytes_ = header_lines_ = line_length_ = line_bytes_ = body_bytes_ = 0;
     }
 
     bool closing() const { return fault_ != ConnectionFault::NONE || close_after_; }
@@ -90,7 +91,7 @@ public:
     // HttpConnection
     ConnectionFault fault() const override { return fault_; }
     bool over_cap() const override { return over_cap_; }
-    bool peer_finished_sending() const override { return peer_eof_; }
+    bool peer_finished_sending() const override { return peer_eof_ && !stopping_.load(); }
     bool gone() const override {
         int ev = poll_one(fd_, POLLRDHUP, milliseconds(0));
         if (ev > 0 && (ev & POLLRDHUP)) peer_eof_ = true;
@@ -112,19 +113,21 @@ public:
     }
 
     ssize_t read(char* ptr, size_t size) override {
-        if (fault_ != ConnectionFault::NONE) return -1;
+        if (fault_ != ConnectionFault::NONE) return fault_read();
         if (pos_ == len_) {
             ssize_t got = fill();
+            if (fault_ != ConnectionFault::NONE) return fault_read();
             if (got <= 0) return got;
         }
         size_t n = std::min(size, len_ - pos_);
-        if (in_headers_)
+        if (in_headers_) {
             n = count_header_bytes(n);
-        else if (body_bytes_ + n > limits_.max_body_bytes)
+        } else if (body_bytes_ + n > limits_.max_body_bytes) {
             fault_ = ConnectionFault::BODY_TOO_LARGE;
-        else
+            return -1;
+        } else {
             body_bytes_ += n;
-        if (fault_ != ConnectionFault::NONE) return -1;
+        }
         std::memcpy(ptr, buffer_ + pos_, n);
         pos_ += n;
         return ssize_t(n);
@@ -182,25 +185,43 @@ private:
         return n;
     }
 
+    // The read after a limit was hit. While the request line is read, the
+    // first such read ends the line (0, as at EOF): the library then answers
+    // the request (its 414 for a line over its limit, else 400), and the
+    // error handler names the fault. Every other one fails.
+    ssize_t fault_read() {
+        if (in_headers_ && header_lines_ == 0 && !line_cut_) {
+            line_cut_ = true;
+            return 0;
+        }
+        return -1;
+    }
+
     // Counts up to n buffered header bytes; stops after the empty line that
-    // ends the headers, so the body's count starts there. Returns how many
-    // bytes may be handed out.
+    // ends the headers, so the body's count starts there, or after the byte
+    // that hits a limit. Returns how many bytes may be handed out.
     size_t count_header_bytes(size_t n) {
         for (size_t i = 0; i < n; i++) {
             char c = buffer_[pos_ + i];
-            if (++header_bytes_ > limits_.max_header_bytes) fault_ = ConnectionFault::HEADERS_TOO_LARGE;
+            if (++header_bytes_ > limits_.max_header_bytes)
+                fault_ = ConnectionFault::HEADERS_TOO_LARGE;
+            else if (++line_bytes_ > limits_.max_line_bytes)
+                fault_ =
+                    header_lines_ == 0 ? ConnectionFault::REQUEST_LINE_TOO_LONG : ConnectionFault::HEADER_LINE_TOO_LONG;
+            if (fault_ != ConnectionFault::NONE) return i + 1;
             if (c == '\n') {
                 if (line_length_ == 0) {
                     in_headers_ = false;
                     return i + 1;
                 }
-                line_length_ = 0;
-                if (++header_lines_ > limits_.max_headers + 1)
+                line_length_ = line_bytes_ = 0;
+                if (++header_lines_ > limits_.max_headers + 1) {
                     fault_ = ConnectionFault::TOO_MANY_HEADERS;  // + request line
+                    return i + 1;
+                }
             } else if (c != '\r') {
                 line_length_++;
             }
-            if (fault_ != ConnectionFault::NONE) return i;
         }
         return n;
     }
@@ -208,13 +229,16 @@ private:
     int fd_;
     const ConnectionLimits& limits_;
     bool over_cap_;
+    const std::atomic<bool>& stopping_;
     std::string remote_, local_;
     int remote_port_ = -1, local_port_ = -1;
     char buffer_[16384];
     size_t pos_ = 0, len_ = 0;
     Clock::time_point deadline_ = Clock::now();
     bool in_headers_ = true;
-    size_t header_bytes_ = 0, header_lines_ = 0, line_length_ = 0, body_bytes_ = 0;
+    bool line_cut_ = false;  // fault_read() ended the request line
+    // line_length_ without CR and LF (0 at the empty line), line_bytes_ with them.
+    size_t header_bytes_ = 0, header_lines_ = 0, line_length_ = 0, line_bytes_ = 0, body_bytes_ = 0;
     ConnectionFault fault_ = ConnectionFault::NONE;
     mutable bool peer_eof_ = false;
     bool close_after_ = false;
@@ -324,7 +348,7 @@ void HttpListener::accept_one(int listen_fd) {
 void HttpListener::run_connection(Connection& c) {
     int fd = c.fd;
     {
-        ConnectionStream stream(fd, limits_, c.over_cap);
+        ConnectionStream stream(fd, limits_, c.over_cap, stopping_);
         t_connection = &stream;
         int left = c.over_cap ? 1 : KEEP_ALIVE_MAX;
         while (left-- > 0 && !stopping_.load()) {
@@ -332,8 +356,11 @@ void HttpListener::run_connection(Connection& c) {
             stream.begin_request(c.over_cap ? OVER_CAP_TIMEOUT : limits_.request_timeout);
             bool http10 = false;
             bool closed = false;
-            bool ok = process_request(stream, left == 0, closed,
-                                      [&](httplib::Request& req) { http10 = req.version == "HTTP/1.0"; });
+            bool ok = process_request(stream, left == 0, closed, [&](httplib::Request& req) {
+                http10 = req.version == "HTTP/1.0";
+                // Bodies are bytes to the handlers: no form or multipart parsing.
+                req.headers.erase("Content-Type");
+            });
             // HTTP/1.0: one request per connection, its body ends with the close.
             if (!ok || closed || http10 || stream.closing()) break;
         }

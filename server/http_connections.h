@@ -12,14 +12,20 @@
 // total deadline for its headers and body (not per read), counts header
 // lines and bytes and the body's bytes as they cross the wire (chunk framing
 // included, so chunked bodies obey the same limit), and treats a client that
-// half-closes as one that still listens. A limit hit fails the library's
-// read; the request's handlers learn why from http_connection() (this
-// thread's connection) and answer 408, 413 or 431, and the connection is
-// closed after the response. Closing lingers: our side shuts down writing
-// and drains what the client still sends for a moment, so the client reads
-// the error instead of a reset. stop() shuts the reading side of every
-// connection (idle and slow clients end at once, answers in progress still
-// go out), gives them a short grace, then shuts them down entirely.
+// half-closes as one that still listens (but not while stop() is closing
+// the connections: their reading side is shut by us then, not by the
+// client). A limit hit fails the library's read (one hit while the request
+// line is read ends that line instead, so the library still answers it);
+// the request's handlers learn why from http_connection() (this thread's
+// connection) and answer 408, 413, 414 or 431, and the connection is closed
+// after the response. Bodies reach the handlers as bytes: the request's
+// Content-Type is dropped before routing, so the library never applies its
+// form (8 KiB) or multipart parsing to them. Closing lingers: our side shuts
+// down writing and drains what the client still sends for a moment, so the
+// client reads the error instead of a reset. stop() shuts the reading side
+// of every connection (idle and slow clients end at once, answers in
+// progress still go out), gives them a short grace, then shuts them down
+// entirely.
 // Knows nothing of routes, JSON or the engine.
 #pragma once
 #include <httplib.h>
@@ -33,19 +39,32 @@
 #include <string>
 #include <thread>
 
+// One limit for a line of the request head: the library's limits on the
+// request line (then 414) and on a header line.
+static_assert(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH == CPPHTTPLIB_HEADER_MAX_LENGTH);
+
 struct ConnectionLimits {
-    std::chrono::milliseconds request_timeout{30000};    // headers and body of one request, total
-    std::chrono::milliseconds keep_alive_timeout{5000};  // idle time between requests
-    std::chrono::milliseconds write_timeout{10000};      // a client that reads nothing this long is dropped
-    size_t max_header_bytes = size_t(64) << 10;          // request line and headers
-    size_t max_headers = 100;                            // header lines
-    size_t max_body_bytes = size_t(8) << 20;             // as sent, chunk framing included
-    size_t max_connections = 256;                        // open connections, all clients
-    size_t max_client_connections = 32;                  // open connections from one address
+    std::chrono::milliseconds request_timeout{30000};      // headers and body of one request, total
+    std::chrono::milliseconds keep_alive_timeout{5000};    // idle time between requests
+    std::chrono::milliseconds write_timeout{10000};        // a client that reads nothing this long is dropped
+    size_t max_header_bytes = size_t(64) << 10;            // request line and headers
+    size_t max_line_bytes = CPPHTTPLIB_HEADER_MAX_LENGTH;  // one line of them, CRLF included (the library's own)
+    size_t max_headers = 100;                              // header lines
+    size_t max_body_bytes = size_t(8) << 20;               // as sent, chunk framing included
+    size_t max_connections = 256;                          // open connections, all clients
+    size_t max_client_connections = 32;                    // open connections from one address
 };
 
 // Why the library's read of a request failed, when a limit made it fail.
-enum class ConnectionFault { NONE, TIMEOUT, TOO_MANY_HEADERS, HEADERS_TOO_LARGE, BODY_TOO_LARGE };
+enum class ConnectionFault {
+    NONE,
+    TIMEOUT,
+    REQUEST_LINE_TOO_LONG,
+    HEADER_LINE_TOO_LONG,
+    TOO_MANY_HEADERS,
+    HEADERS_TOO_LARGE,
+    BODY_TOO_LARGE
+};
 
 // What a handler may learn of, and ask of, the connection its thread serves.
 class HttpConnection {
@@ -54,6 +73,7 @@ public:
     // The connection was over a cap: its one request must be refused.
     virtual bool over_cap() const = 0;
     // The client shut down its sending side (or is gone; only a write tells).
+    // False while the server stops (it shuts the reading side itself then).
     virtual bool peer_finished_sending() const = 0;
     // Looks at the socket now: true when the client reset the connection or
     // it failed. A client that only finished sending is not gone (it marks

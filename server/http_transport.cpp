@@ -78,14 +78,24 @@ bool has_body(const httplib::Request& req) {
            (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
 }
 
-// A request answered before routing, its body unread: the connection closes
-// after the answer, so the body is not taken for the next request.
+// The methods whose body the library reads (for DELETE only with a
+// Content-Length, so it is not one of them here). A body on any other
+// method would be read as the next request.
+bool takes_body(const std::string& method) {
+    return method == "POST" || method == "PUT" || method == "PATCH";
+}
+
+// The connection closes after this response.
+void close_after(httplib::Response& res) {
+    if (HttpConnection* connection = http_connection()) connection->close_after_response();
+    if (!res.has_header("Connection")) res.set_header("Connection", "close");
+}
+
+// A request answered before routing (a 401, a preflight), its body unread:
+// the connection closes after the answer, so the body is not taken for the
+// next request.
 void close_if_unread(const httplib::Request& req, httplib::Response& res) {
-    HttpConnection* connection = http_connection();
-    if (connection && (has_body(req) || connection->over_cap())) {
-        connection->close_after_response();
-        res.set_header("Connection", "close");
-    }
+    if (has_body(req)) close_after(res);
 }
 
 // The error a failed read of the request comes from, when a limit made it fail.
@@ -97,6 +107,14 @@ std::optional<ApiError> fault_error(const ServerOptions& o) {
             408,
             "The request's headers and body did not arrive within " + std::to_string(o.request_timeout_s) + " seconds.",
             "", "request_timeout");
+    case ConnectionFault::REQUEST_LINE_TOO_LONG:
+        return ApiError(
+            414, "The request line is longer than " + std::to_string(ConnectionLimits{}.max_line_bytes) + " bytes.", "",
+            "uri_too_long");
+    case ConnectionFault::HEADER_LINE_TOO_LONG:
+        return ApiError(431,
+                        "A header line is longer than " + std::to_string(ConnectionLimits{}.max_line_bytes) + " bytes.",
+                        "", "headers_too_large");
     case ConnectionFault::TOO_MANY_HEADERS:
         return ApiError(431,
                         "The request has more than " + std::to_string(ConnectionLimits{}.max_headers) + " headers.", "",
@@ -114,6 +132,56 @@ std::optional<ApiError> fault_error(const ServerOptions& o) {
         break;
     }
     return std::nullopt;
+}
+
+// The error handler: an OpenAI error body for the library's own errors
+// (a handler's error already has its body).
+httplib::Server::HandlerResponse library_error(const ServerOptions& o, const httplib::Request& req,
+                                               httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+    // Only an unknown route (404) comes after the request was read to its
+    // end; after any other error of the library the connection closes, so
+    // what follows is never taken for a request.
+    if (res.status != 404) close_after(res);
+    if (std::optional<ApiError> error = fault_error(o)) {
+        send_error(res, *error);
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    std::string message;
+    std::string code;
+    switch (res.status) {
+    case 400:
+        // The request line did not parse (not METHOD TARGET HTTP/1.x,
+        // or a method the library does not know), the library routes
+        // no such method (CONNECT, TRACE), or it could not read the
+        // headers or the chunks of the body.
+        if (req.path.empty()) {
+            message = "The request line is malformed (expected METHOD TARGET HTTP/1.1, a method the server knows).";
+        } else if (req.method == "CONNECT" || req.method == "TRACE" || req.method == "PRI") {
+            send_error(res, ApiError(501, "The method " + req.method + " is not supported.", "", "unsupported_method"));
+            return httplib::Server::HandlerResponse::Handled;
+        } else {
+            message = "The request's headers or body are malformed.";
+        }
+        code = "invalid_request";
+        break;
+    case 404:
+        message = "Invalid URL (" + req.method + " " + req.path + ")";
+        code = "unknown_url";
+        break;
+    case 413:
+        message = "The request body is larger than the limit of " + std::to_string(o.max_body_bytes) + " bytes.";
+        code = "request_too_large";
+        break;
+    case 414:
+        message = "The request line is longer than " + std::to_string(ConnectionLimits{}.max_line_bytes) + " bytes.";
+        code = "uri_too_long";
+        break;
+    default:
+        message = "The request could not be handled (HTTP " + std::to_string(res.status) + ").";
+    }
+    send_error(res, ApiError(res.status, message, "", code));
+    return httplib::Server::HandlerResponse::Handled;
 }
 
 ConnectionLimits connection_limits(const ServerOptions& o) {
@@ -230,38 +298,14 @@ HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics)
         if (handled == httplib::Server::HandlerResponse::Handled) close_if_unread(req, res);
         return handled;
     });
+    // The library adds Keep-Alive unless the request asked to close; a
+    // response that closes the connection says only that.
+    server_.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+        if (res.get_header_value("Connection") == "close") res.headers.erase("Keep-Alive");
+    });
 
-    server_.set_error_handler(
-        httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-            if (!res.body.empty() || res.is_chunked_content_provider_)
-                return httplib::Server::HandlerResponse::Unhandled;
-            if (std::optional<ApiError> error = fault_error(options_)) {
-                // The request was not read to its end: the connection closes.
-                send_error(res, *error);
-                res.set_header("Connection", "close");
-                return httplib::Server::HandlerResponse::Handled;
-            }
-            std::string message;
-            std::string code;
-            switch (res.status) {
-            case 404:
-                message = "Invalid URL (" + req.method + " " + req.path + ")";
-                code = "unknown_url";
-                break;
-            case 413:
-                message = "The request body is larger than the limit of " + std::to_string(options_.max_body_bytes) +
-                          " bytes.";
-                code = "request_too_large";
-                break;
-            case 414:
-                message = "The request URI is too long.";
-                break;
-            default:
-                message = "The request could not be handled (HTTP " + std::to_string(res.status) + ").";
-            }
-            send_error(res, ApiError(res.status, message, "", code));
-            return httplib::Server::HandlerResponse::Handled;
-        }));
+    server_.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) { return library_error(options_, req, res); }));
 
     server_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";
@@ -285,6 +329,7 @@ HttpTransport::HttpTransport(const ServerOptions& options, Metrics& metrics)
 httplib::Server::HandlerResponse HttpTransport::pre_route(const httplib::Request& req, httplib::Response& res) const {
     if (std::optional<ApiError> error = refusal(req)) {
         send_error(res, *error);
+        close_after(res);
         return httplib::Server::HandlerResponse::Handled;
     }
     if (!options_.cors_origin.empty()) {
@@ -379,10 +424,25 @@ std::optional<ApiError> HttpTransport::refusal(const httplib::Request& req) cons
                             "", "forbidden_origin");
     }
     size_t lengths = req.get_header_value_count("Content-Length");
-    if (lengths > 1 || (lengths == 1 && req.has_header("Transfer-Encoding")))
+    size_t codings = req.get_header_value_count("Transfer-Encoding");
+    if (lengths > 1 || (lengths == 1 && codings > 0))
         return ApiError(
             400, "The request has more than one body length (Content-Length repeated or with Transfer-Encoding).", "",
             "invalid_request");
+    // RFC 9112 6.1: a transfer coding the server does not understand is 501.
+    // Only chunked alone is read (the library would read any other to EOF).
+    if (codings > 1 || (codings == 1 && lower(req.get_header_value("Transfer-Encoding")) != "chunked"))
+        return ApiError(501,
+                        "Transfer-Encoding '" + req.get_header_value("Transfer-Encoding") +
+                            (codings > 1 ? ", ..." : "") + "' is not supported: only 'chunked' is.",
+                        "", "unsupported_transfer_encoding");
+    if (has_body(req) && !takes_body(req.method))
+        return ApiError(400, "A " + req.method + " request must not have a body.", "", "invalid_request");
+    // RFC 9112 6.3: without either, a request has no body; the library would
+    // read one to EOF.
+    if (takes_body(req.method) && lengths == 0 && codings == 0)
+        return ApiError(411, "A " + req.method + " request needs a Content-Length (or Transfer-Encoding: chunked).", "",
+                        "length_required");
     if (lengths == 1) {
         const std::string length = req.get_header_value("Content-Length");
         bool digits = !length.empty() && length.size() <= 19 &&

@@ -1,13 +1,15 @@
 // HTTP transport: the cpp-httplib server and everything about the wire. The
 // connections, their limits and the request deadline (http_connections.h);
 // before routing, the Host and Origin checks against DNS rebinding and
-// cross-site pages, the header sanity checks (one Content-Length, the body
-// limit), CORS headers and preflights, and the API key; an OpenAI error body
-// for every failure (a handler's exception, 403, 404, 408, 413, 431, 503);
-// the request log line (control characters escaped) and the per-route
-// request counts; and writing a queued task's answer (SSE frames, or one
-// JSON object with the status that fits) while watching for the client to
-// hang up. Knows nothing of the engine or of what a route means.
+// cross-site pages, the header sanity checks (one body length, no transfer
+// coding but chunked, a body only on POST, PUT and PATCH, the body limit),
+// CORS headers and preflights, and the API key; an OpenAI error body for
+// every failure (a handler's exception, 400, 403, 404, 408, 411, 413, 414,
+// 431, 501, 503), after which the connection closes unless the request was
+// read to its end; the request log line (control characters escaped) and the
+// per-route request counts; and writing a queued task's answer (SSE frames,
+// or one JSON object with the status that fits) while watching for the
+// client to hang up. Knows nothing of the engine or of what a route means.
 #pragma once
 #include <httplib.h>
 

@@ -4,7 +4,11 @@
 // connections; the body limit holds for chunked bodies; header count and
 // size are bounded; pipelined, half-closed and HTTP/1.0 requests are
 // answered; Host and Origin are checked against DNS rebinding and cross-site
-// pages; a repeated Content-Length is refused; the listen backlog is sane.
+// pages; a repeated Content-Length is refused; the listen backlog is sane;
+// a body on a method that takes none is never read as a request; a refused
+// or malformed request closes its connection, and an overlong request line
+// is 414; a transfer coding other than chunked is 501 at once; a body is
+// JSON whatever its Content-Type says.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -99,6 +103,13 @@ TEST_CASE("a request's headers and body must arrive within --request-timeout", "
         INFO(reply);
         CHECK(reply.rfind("HTTP/1.1 408", 0) == 0);
         CHECK(reply.find("request_timeout") != std::string::npos);
+        CHECK(conn.closed());
+    }
+    SECTION("request line") {
+        RawConnection conn(server.port());
+        std::string reply = trickle(conn, "GET /health?slow=", 200ms);
+        INFO(reply);
+        CHECK(reply.rfind("HTTP/1.1 408", 0) == 0);
         CHECK(conn.closed());
     }
     SECTION("body") {
@@ -327,4 +338,132 @@ TEST_CASE("a repeated Content-Length is refused, and the listen backlog is sane"
     long recv_q = 0, send_q = 0;
     REQUIRE(std::sscanf(line, "%63s %ld %ld", state, &recv_q, &send_q) == 3);
     CHECK(send_q >= 128);
+}
+
+TEST_CASE("a body on a method that takes none is refused and never read as the next request", "[server]") {
+    ServerProcess server(test_model_dir("tiny"));
+    const std::string smuggled = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    SECTION("Content-Length") {
+        RawConnection conn(server.port());
+        conn.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + std::to_string(smuggled.size()) +
+                  "\r\n\r\n" + smuggled);
+        std::string reply = conn.read_until_close();
+        INFO(reply);
+        CHECK(reply.rfind("HTTP/1.1 400", 0) == 0);
+        CHECK(reply.find("must not have a body") != std::string::npos);
+        CHECK(count_of(reply, "HTTP/1.1 ") == 1);
+        CHECK(reply.find("\"object\":\"list\"") == std::string::npos);
+        CHECK(conn.closed());
+    }
+    SECTION("chunked, on a DELETE") {
+        char size_line[32];
+        std::snprintf(size_line, sizeof size_line, "%zx\r\n", smuggled.size());
+        RawConnection conn(server.port());
+        conn.send("DELETE /health HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                  std::string(size_line) + smuggled + "\r\n0\r\n\r\n");
+        std::string reply = conn.read_until_close();
+        INFO(reply);
+        CHECK(reply.rfind("HTTP/1.1 400", 0) == 0);
+        CHECK(count_of(reply, "HTTP/1.1 ") == 1);
+        CHECK(conn.closed());
+    }
+    SECTION("an empty body is no body") {
+        RawConnection conn(server.port());
+        conn.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n" + HEALTH_CLOSE);
+        std::string reply = conn.read_until_close();
+        INFO(reply);
+        CHECK(count_of(reply, "HTTP/1.1 200") == 2);
+    }
+}
+
+TEST_CASE("a refused or malformed request closes its connection and a long request line is 414", "[server]") {
+    ServerProcess server(test_model_dir("tiny"));
+    struct Case {
+        const char* name;
+        std::string request;
+        const char* status;
+    };
+    const Case cases[] = {
+        {"unknown method", "FOO /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 400"},
+        {"garbage request line", "hello there\r\n\r\n", "HTTP/1.1 400"},
+        {"TRACE", "TRACE /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 501"},
+        {"20 KB header line",
+         "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(20000, 'v') + "\r\n\r\n", "HTTP/1.1 431"},
+        {"100 KB request line", "GET /health?q=" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+         "HTTP/1.1 414"},
+        {"forbidden Host", "GET /health HTTP/1.1\r\nHost: evil.example\r\n\r\n", "HTTP/1.1 403"},
+    };
+    for (const Case& c : cases) {
+        INFO(c.name);
+        RawConnection conn(server.port());
+        conn.send(c.request + HEALTH);  // a second request the server must not answer
+        std::string reply = conn.read_until_close();
+        INFO(reply.substr(0, 600));
+        CHECK(reply.rfind(c.status, 0) == 0);
+        CHECK(reply.find("Connection: close") != std::string::npos);
+        CHECK(count_of(reply, "HTTP/1.1 ") == 1);
+        CHECK(conn.closed());
+    }
+    // A request line just within the limit is served.
+    RawConnection conn(server.port());
+    conn.send("GET /health?q=" + std::string(8000, 'q') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + HEALTH_CLOSE);
+    CHECK(count_of(conn.read_until_close(), "HTTP/1.1 200") == 2);
+}
+
+TEST_CASE("a transfer coding other than chunked is answered 501 at once", "[server]") {
+    ServerProcess server(test_model_dir("tiny"), {"--request-timeout", "30"});
+    SECTION("unsupported codings") {
+        for (std::string codings :
+             {"Transfer-Encoding: gzip, chunked\r\n", "Transfer-Encoding: foo\r\n", "Transfer-Encoding: identity\r\n",
+              "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"}) {
+            INFO(codings);
+            RawConnection conn(server.port());
+            // Headers and part of a body; the client keeps the connection open.
+            conn.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + codings + "\r\n5\r\nhello\r\n");
+            // Answered without waiting for the request timeout (30 s); the
+            // bound only catches that wait, it does not measure speed.
+            CHECK(conn.readable(10s));
+            std::string reply = conn.read_until_close(20s);
+            INFO(reply);
+            CHECK(reply.rfind("HTTP/1.1 501", 0) == 0);
+            CHECK(reply.find("unsupported_transfer_encoding") != std::string::npos);
+            CHECK(conn.closed());
+        }
+    }
+    SECTION("a POST with no body length is 411, not read to EOF") {
+        RawConnection conn(server.port());
+        conn.send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + SMALL_CHAT);
+        CHECK(conn.readable(10s));
+        std::string reply = conn.read_until_close(20s);
+        INFO(reply);
+        CHECK(reply.rfind("HTTP/1.1 411", 0) == 0);
+        CHECK(conn.closed());
+    }
+    SECTION("chunked, in any case, is read") {
+        char size_line[32];
+        std::snprintf(size_line, sizeof size_line, "%zx\r\n", SMALL_CHAT.size());
+        RawConnection conn(server.port());
+        conn.send(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            "Transfer-Encoding: Chunked\r\n\r\n" +
+            std::string(size_line) + SMALL_CHAT + "\r\n0\r\n\r\n");
+        std::string reply = conn.read_until_close();
+        INFO(reply);
+        CHECK(reply.rfind("HTTP/1.1 200", 0) == 0);
+        CHECK(reply.find("\"chat.completion\"") != std::string::npos);
+    }
+}
+
+TEST_CASE("a body is JSON whatever its Content-Type says up to the body limit", "[server]") {
+    ServerProcess server(test_model_dir("tiny"));
+    auto c = server.client();
+    const std::string body = json{{"content", std::string(9000, 'a')}}.dump();  // over the library's 8 KiB form limit
+    for (std::string type :
+         {"application/x-www-form-urlencoded", "multipart/form-data; boundary=xyz", "text/plain", "application/json"}) {
+        INFO(type);
+        JsonReply r = post_raw(c, "/tokenize", body, type);
+        INFO(r.raw.substr(0, 400));
+        CHECK(r.status == 200);
+        CHECK(r.body.contains("tokens"));
+    }
 }

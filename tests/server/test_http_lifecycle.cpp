@@ -1,8 +1,9 @@
 // The server's life over real HTTP: a client that disconnects cancels its
 // generation and the next request is served; a full queue answers 503 with
 // Retry-After; a multi-turn chat reuses the KV cache of its history;
-// SIGTERM / SIGINT stop the process cleanly with exit code 0; bad flags and a
-// bad model folder fail at start-up with exit code 2.
+// SIGTERM / SIGINT stop the process cleanly with exit code 0, and SIGTERM
+// answers a running non-streamed request 503 with Retry-After; bad flags and
+// a bad model folder fail at start-up with exit code 2.
 #include <sys/wait.h>
 
 #include <atomic>
@@ -201,6 +202,32 @@ TEST_CASE("SIGTERM during a stream and SIGINT when idle stop the server with exi
         ServerProcess server(test_model_dir("tiny"));
         CHECK(server.stop(SIGINT) == 0);
     }
+}
+
+TEST_CASE("SIGTERM answers a running non-streamed request 503 with Retry-After", "[server]") {
+    // The shutdown shuts the reading side of every connection: that must not
+    // be taken for the client's half-close (which sends the answer as it
+    // comes, status 200 with an error in the body).
+    ServerProcess server(test_model_dir("tiny"), {"--ctx", "16384"});
+    JsonReply reply;
+    std::thread requester([&] {
+        auto c = server.client();
+        json body = long_stream("Go on forever.");
+        body["stream"] = false;
+        body["max_tokens"] = 16000;  // seconds of work: it is still running at SIGTERM
+        reply = post_json(c, "/v1/chat/completions", body);
+    });
+    auto m = server.client();
+    const bool running = eventually([&] { return metric_value(m, "moe_requests_running") == 1; });
+    CHECK(running);  // CHECK, not REQUIRE: the server must stop before the thread is joined
+    CHECK(server.stop(SIGTERM) == 0);
+    requester.join();
+    INFO("reply: " << reply.raw);
+    CHECK(reply.status == 503);
+    CHECK(reply.headers.count("Retry-After") == 1);
+    REQUIRE(reply.body.is_object());
+    CHECK(reply.body["error"]["type"] == "server_error");
+    CHECK(reply.body["error"]["message"].get<std::string>().find("shutting down") != std::string::npos);
 }
 
 TEST_CASE("bad flags and a bad model folder fail at start-up with exit code 2", "[server]") {
