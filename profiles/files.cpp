@@ -52,6 +52,7 @@ nlohmann::json file_read_json(const fs::path& path) {
 }
 
 fs::path file_write_target(const fs::path& path) {
+    if (path.empty()) throw MoeError("an empty path: no file to write");
     fs::path target = path;
     fs::file_type type = type_at(path, false);
     if (type == fs::file_type::symlink) {
@@ -65,6 +66,21 @@ fs::path file_write_target(const fs::path& path) {
                        ": exists and is not a regular file (a folder, device or pipe); refusing to "
                        "replace it");
     return target;
+}
+
+void file_check_output(const std::string& flag, const fs::path& path) {
+    if (path.empty()) throw MoeError(flag + ": empty (give the file to write)");
+    if (!path.has_filename()) throw MoeError(flag + ": " + path.string() + " names a folder, not a file");
+    fs::path target;
+    try {
+        target = file_write_target(path);
+    } catch (const MoeError& e) {
+        throw MoeError(flag + ": " + e.what());
+    }
+    std::error_code ec;
+    const fs::path dir = fs::absolute(target, ec).parent_path();
+    if (ec || type_at(dir, true) != fs::file_type::directory || ::access(dir.c_str(), W_OK | X_OK) != 0)
+        throw MoeError(flag + ": cannot write into " + dir.string());
 }
 
 void file_write_atomic(const fs::path& path, const std::string& text) {

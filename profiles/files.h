@@ -29,6 +29,11 @@ nlohmann::json file_read_json(const std::filesystem::path& path);
 // folder), for a link to nothing, and when it cannot be looked at: callers
 // may check --out flags with it before long work.
 std::filesystem::path file_write_target(const std::filesystem::path& path);
+// An output flag's path checked before any long work, so that the work is
+// not done for nothing: MoeError "<flag>: ..." for an empty path, a name
+// ending in '/', what file_write_target refuses, and a parent folder that is
+// missing, not a folder or not writable ("<flag>: cannot write into DIR").
+void file_check_output(const std::string& flag, const std::filesystem::path& path);
 // Writes text to a temporary name beside file_write_target(path), then
 // renames it over that target: a reader never sees half a file, and a
 // device, pipe or folder at path is never replaced.

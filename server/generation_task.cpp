@@ -54,6 +54,10 @@ void release_tokenizer_memory(size_t text_bytes) {
 #endif
 }
 
+ApiError grammar_error(const MoeError& error, const std::string& param) {
+    return ApiError(400, "Invalid '" + param + "': " + error.what(), param, "invalid_value");
+}
+
 ApiError invalid_messages(const MoeError& error) {
     return ApiError(400, std::string("Invalid 'messages': ") + error.what(), "messages", "invalid_value");
 }
@@ -78,11 +82,16 @@ auto render_chat(const Engine& e, const ChatInput& chat, Render render) {
     }
 }
 
+// The request field an output format came from ("response_format", "grammar", ...).
+std::string output_grammar_param(const OutputFormat& f) {
+    return f.param.substr(0, f.param.find('.'));
+}
+
 // The grammar a request's output format asks for (none for text), parsed
 // against the model's vocabulary: 400 naming the field for a schema or
 // grammar the engine refuses.
 std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputFormat& f) {
-    const std::string param = f.param.substr(0, f.param.find('.'));
+    const std::string param = output_grammar_param(f);
     try {
         switch (f.kind) {
         case OutputFormat::Kind::TEXT: return nullptr;
@@ -92,7 +101,7 @@ std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputForma
         case OutputFormat::Kind::GRAMMAR: return e.grammar(f.gbnf, f.param);
         }
     } catch (const MoeError& err) {
-        throw ApiError(400, std::string("Invalid '") + param + "': " + err.what(), param, "invalid_value");
+        throw grammar_error(err, param);
     }
     return nullptr;
 }
@@ -112,7 +121,7 @@ std::shared_ptr<const Grammar> tool_grammar(const Engine& e, const ChatRequest& 
             tool_call_grammar(format, r.chat.tools, named ? r.tool_choice.name : "", !named && r.parallel_tool_calls),
             "tool_choice");
     } catch (const MoeError& err) {
-        throw ApiError(400, std::string("Invalid 'tools': ") + err.what(), "tools", "invalid_value");
+        throw grammar_error(err, "tools");
     }
 }
 
@@ -140,11 +149,11 @@ GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& chat) {
     const size_t bytes = chat_input_bytes(chat.chat);
     check_text_length(e, bytes, "messages");
-    std::shared_ptr<const Grammar> grammar;
+    RequestGrammar grammar;
     switch (chat.tool_choice.kind) {
     case ToolChoice::Kind::REQUIRED:
-    case ToolChoice::Kind::NAMED: grammar = tool_grammar(e, chat); break;
-    default: grammar = output_grammar(e, chat.options.format);
+    case ToolChoice::Kind::NAMED: grammar = {tool_grammar(e, chat), "tools"}; break;
+    default: grammar = {output_grammar(e, chat.options.format), output_grammar_param(chat.options.format)};
     }
     std::vector<int> prompt = chat_prompt_of(e, chat.chat).ids;
     release_tokenizer_memory(bytes);
@@ -155,11 +164,12 @@ std::shared_ptr<Task> GenerationTasks::completion(const Engine& e, const Complet
     if (!c.has_prompt_tokens) check_text_length(e, c.prompt.size(), "prompt");
     std::vector<int> prompt = c.has_prompt_tokens ? c.prompt_tokens : text_tokens(e.tokenizer(), c.prompt, true);
     release_tokenizer_memory(c.prompt.size());
-    return make(e, Endpoint::COMPLETION, std::move(prompt), c.options, output_grammar(e, c.options.format));
+    return make(e, Endpoint::COMPLETION, std::move(prompt), c.options,
+                {output_grammar(e, c.options.format), output_grammar_param(c.options.format)});
 }
 
 std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, std::vector<int> prompt,
-                                            const GenerationOptions& o, std::shared_ptr<const Grammar> grammar) {
+                                            const GenerationOptions& o, RequestGrammar grammar) {
     try {
         e.check_prompt(prompt);
     } catch (const ContextLengthError& err) {
@@ -176,7 +186,15 @@ std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, 
     g.top_logprobs = o.top_logprobs;
     g.reuse_prefix = o.cache_prompt;
     g.continues_prompt = endpoint == Endpoint::COMPLETION;
-    g.grammar = std::move(grammar);
+    g.grammar = std::move(grammar.grammar);
+    // The grammar is matched from its start here, on the HTTP thread, so a
+    // grammar that cannot even start is a 400 before a stream's 200 goes
+    // out; one found too ambiguous later is a 400 too (run_sampling).
+    try {
+        e.check_grammar(g);
+    } catch (const GrammarError& err) {
+        throw grammar_error(err, grammar.param);
+    }
 
     const bool is_chat = endpoint == Endpoint::CHAT;
     if (o.beam_width > 0) {
@@ -184,21 +202,32 @@ std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, 
         return std::make_shared<Task>(
             [this, b, is_chat](Engine& engine, Task& task) { run_beam_search(engine, task, b, is_chat); });
     }
-    return std::make_shared<Task>(
-        [this, g, is_chat](Engine& engine, Task& task) { run_sampling(engine, task, g, is_chat); });
+    return std::make_shared<Task>([this, g, is_chat, param = grammar.param](Engine& engine, Task& task) {
+        run_sampling(engine, task, g, is_chat, param);
+    });
 }
 
-void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest& g, bool is_chat) {
+void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest& g, bool is_chat,
+                                   const std::string& grammar_param) {
     bool first = true;
-    GenerateResult result = e.generate(g, [&](const TokenEvent& ev) {
-        metrics_.add_generated_tokens(1);
-        if (first) {
-            first = false;
-            metrics_.observe_ttft(seconds_since(task.admitted()));
-        }
-        task.push(ev);
-        return !task.cancelled();
-    });
+    GenerateResult result;
+    try {
+        result = e.generate(g, [&](const TokenEvent& ev) {
+            metrics_.add_generated_tokens(1);
+            if (first) {
+                first = false;
+                metrics_.observe_ttft(seconds_since(task.admitted()));
+            }
+            task.push(ev);
+            return !task.cancelled();
+        });
+    } catch (const GrammarError& err) {
+        // The grammar's fault, found while decoding: the client's error (a
+        // stream whose 200 is out gets it as its error event).
+        const ApiError api = grammar_error(err, grammar_param);
+        task.push(TaskError{api.status, api.what(), api.param});
+        return;
+    }
     if (is_chat && result.finish_reason != FinishReason::CANCELLED) e.remember_reply(result.text, result.tokens);
     metrics_.add_prompt_tokens(result.n_prompt, result.n_cached);
     metrics_.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(), result.decode_tok_s());

@@ -33,6 +33,16 @@ void release_tokenizer_memory(size_t text_bytes);
 
 // The ApiError (400, param "messages") for messages the chat template refuses.
 ApiError invalid_messages(const MoeError& error);
+// The ApiError (400, invalid_value) for a grammar, schema or tool set the
+// engine refuses; param names the field it came from ("grammar",
+// "response_format", "tools", ...).
+ApiError grammar_error(const MoeError& error, const std::string& param);
+
+// A request's grammar (none for plain text) and the field it came from.
+struct RequestGrammar {
+    std::shared_ptr<const Grammar> grammar;
+    std::string param;
+};
 
 // A chat request's prompt ids (Engine::chat_prompt) or text
 // (Engine::chat_text, for /apply-template), with the engine's refusals as
@@ -70,10 +80,14 @@ public:
     std::shared_ptr<Task> completion(const Engine& engine, const CompletionRequest& request);
 
 private:
+    // Checks the grammar from its start (Engine::check_grammar) before the
+    // task is queued: 400 naming grammar.param.
     std::shared_ptr<Task> make(const Engine& engine, Endpoint endpoint, std::vector<int> prompt,
-                               const GenerationOptions& options, std::shared_ptr<const Grammar> grammar);
-    // Engine thread: the tasks' work.
-    void run_sampling(Engine& engine, Task& task, const GenerateRequest& request, bool is_chat);
+                               const GenerationOptions& options, RequestGrammar grammar);
+    // Engine thread: the tasks' work. A GrammarError while decoding ends the
+    // task in TaskError 400 naming grammar_param.
+    void run_sampling(Engine& engine, Task& task, const GenerateRequest& request, bool is_chat,
+                      const std::string& grammar_param);
     void run_beam_search(Engine& engine, Task& task, const BeamRequest& request, bool is_chat);
 
     Metrics& metrics_;

@@ -357,6 +357,11 @@ HttpServer::HttpServer(ServerOptions options) {
     impl_ = std::make_unique<Impl>(std::move(options));
 }
 
+std::string http_url(const std::string& host, int port) {
+    const bool ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+    return "http://" + (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/";
+}
+
 HttpServer::~HttpServer() {
     impl_->stop();
     impl_->worker.join();
@@ -375,8 +380,9 @@ void HttpServer::run() {
     bind();
     m.worker.start(
         [&m](const Engine& engine) {
-            std::fprintf(stderr, "moe-server: model '%s' ready (context %d tokens, %d threads) on http://%s:%d/\n",
-                         m.model_id.c_str(), engine.ctx(), engine.threads(), m.options.host.c_str(), m.http.port());
+            std::fprintf(stderr, "moe-server: model '%s' ready (context %d tokens, %d threads) on %s\n",
+                         m.model_id.c_str(), engine.ctx(), engine.threads(),
+                         http_url(m.options.host, m.http.port()).c_str());
         },
         [&m] { m.stop(); });
     m.http.listen();

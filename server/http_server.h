@@ -34,6 +34,11 @@ struct ServerOptions {
     DeviceOptions device;                     // --emulate-gpu, --profile
 };
 
+// The URL of host:port's root, "http://127.0.0.1:8080/", an IPv6 address
+// in brackets ("http://[::1]:8080/"): every URL the CLI prints or a client
+// of the server builds comes from here.
+std::string http_url(const std::string& host, int port);
+
 class HttpServer {
 public:
     // Ignores SIGPIPE process-wide: cpp-httplib writes to sockets without

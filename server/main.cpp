@@ -1,5 +1,7 @@
-// moe-server entry point: subcommand dispatch. Every MoeError ends here (or in
-// the server's own handler) as one line on stderr and exit code 2.
+// moe-server entry point: subcommand dispatch. Every error of a subcommand
+// ends here as one line on stderr (control characters escaped: the message
+// may quote a model file, e.g. a chat template's raise_exception) and exit
+// code 2 (1 for an internal error).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -12,6 +14,7 @@
 #include "server/cli/cli_calibrate.h"
 #include "server/cli/cli_profile.h"
 #include "server/cli/serve.h"
+#include "server/openai_request.h"
 
 namespace {
 
@@ -79,6 +82,12 @@ const Subcommand SUBCOMMANDS[] = {
     {"profile", cli_profile},       {"quantize", cli_quantize},
 };
 
+// The one printer of a subcommand's error: "moe-server: <kind>: <what>".
+int print_error(const char* kind, const char* what, int exit_code) {
+    std::fprintf(stderr, "moe-server: %s: %s\n", kind, escape_control(what).c_str());
+    return exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,20 +103,18 @@ int main(int argc, char** argv) {
             return 0;
         }
     try {
+        apply_isa_env();
         for (const Subcommand& s : SUBCOMMANDS)
             if (name == s.name) return s.run(words);
-        std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n\n%s", name.c_str(), USAGE);
+        std::fprintf(stderr, "moe-server: unknown subcommand '%s'\n\n%s", escape_control(name).c_str(), USAGE);
         return 2;
     } catch (const MoeError& e) {
-        std::fprintf(stderr, "moe-server: error: %s\n", e.what());
-        return 2;
+        return print_error("error", e.what(), 2);
     } catch (const std::filesystem::filesystem_error& e) {
         // A path the user gave that the loaders missed turning into MoeError:
         // still the user's file, so the same one line and exit code.
-        std::fprintf(stderr, "moe-server: error: %s\n", e.what());
-        return 2;
+        return print_error("error", e.what(), 2);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "moe-server: internal error: %s\n", e.what());
-        return 1;
+        return print_error("internal error", e.what(), 1);
     }
 }

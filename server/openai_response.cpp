@@ -304,7 +304,8 @@ std::string OpenAiResponder::on(const TaskDone&) {
 
 std::string OpenAiResponder::on(const TaskError& error) {
     status_ = error.status;
-    json body = api_error_json(ApiError(error.status, error.message));
+    json body = api_error_json(ApiError(error.status, error.message, error.param,
+                                        error.param.empty() ? "" : "invalid_value"));
     return options_.stream ? sse_data(body) + SSE_DONE : json_dump(body);
 }
 

@@ -25,8 +25,9 @@ inline constexpr const char* SHUTTING_DOWN = "The server is shutting down; the r
 
 // The task failed, was cancelled or never ran.
 struct TaskError {
-    int status = 500;     // the HTTP status that fits
-    std::string message;  // one-line reason
+    int status = 500;        // the HTTP status that fits
+    std::string message;     // one-line reason
+    std::string param = {};  // the request field at fault (a 4xx's), empty for none
 };
 
 // Work with nothing to send back is over (HttpServer::with_engine).

@@ -308,8 +308,12 @@ DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const Mod
 #endif
         if (o.device.gpu_required) throw MoeError("--gpu-device/--gpu-memory: " + why_cpu);
     }
-    if (!o.device.profile.empty())
-        throw MoeError("--profile: needs a device (a GPU, or --emulate-gpu) to place experts on (" + why_cpu + ")");
+    // One rule for every placement flag: without a device there is nothing to place.
+    const std::string flag = !o.device.placement_flags.empty() ? o.device.placement_flags.front()
+                             : !o.device.profile.empty()       ? "--profile"
+                                                               : "";
+    if (!flag.empty())
+        throw MoeError(flag + ": needs a device (a GPU, or --emulate-gpu) to place experts on (" + why_cpu + ")");
     // Whatever a failed CUDA attempt left behind goes; the CPU serves.
     std::string warning = info.warning;
     s = DeviceSetup{};

@@ -284,6 +284,17 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
     const json* eos = field(j, "eos_token_id");
     c.eos_token_ids = eos ? eos_ids(*eos, source) : default_eos;
     const bool mistral_family = arch == Arch::MIXTRAL || arch == Arch::MISTRAL;
+    if (mistral_family) {
+        // Mixtral-8x7B's config says null (no window). A window no shorter
+        // than max_position_embeddings, which caps the context, never slides:
+        // the same as none. A shorter one would need sliding-window attention.
+        const int window = optional_int(j, source, "sliding_window", 0);
+        if (window != 0 && window < c.max_position_embeddings)
+            config_fail(source, "field 'sliding_window' = " + std::to_string(window) +
+                                    ": sliding-window attention is not supported (only null, or a window of at least "
+                                    "max_position_embeddings " +
+                                    std::to_string(c.max_position_embeddings) + ")");
+    }
     c.bos_token_id = optional_int(j, source, "bos_token_id", mistral_family ? 1 : c.eos_token_ids[0]);
 
     validate(c, source);

@@ -345,6 +345,32 @@ bool reply_keeps_leading_space(const Tokenizer& tokenizer, std::span<const int> 
            std::any_of(prompt.begin(), prompt.end(), [&](int id) { return !tokenizer.is_control(id); });
 }
 
+namespace {
+
+// The matcher of a request's grammar (none without one), as generate() runs
+// it: the model's end tokens unless ignore_eos, the reply's first space
+// stripped as the Detokenizer strips it.
+std::optional<GrammarMatcher> request_grammar_matcher(const GenerateRequest& request, const Tokenizer& tokenizer,
+                                                      const GrammarVocab* vocab, const std::vector<int>& eos) {
+    if (!request.grammar) return std::nullopt;
+    if (&request.grammar->vocab() != vocab) throw MoeError("the request's grammar was parsed for another model's vocabulary");
+    std::span<const int> ends;
+    if (!request.ignore_eos) ends = eos;
+    return GrammarMatcher(request.grammar, ends,
+                          !reply_keeps_leading_space(tokenizer, request.prompt, request.continues_prompt));
+}
+
+}  // namespace
+
+void Engine::check_grammar(const GenerateRequest& request) const {
+    const Impl& m = *impl_;
+    std::optional<GrammarMatcher> grammar =
+        request_grammar_matcher(request, m.tokenizer, m.grammar_vocab.get(), m.config.eos_token_ids);
+    if (!grammar) return;
+    std::vector<float> logits(size_t(m.tokenizer.vocab_size()), 0.0f);
+    grammar->mask(logits.data());
+}
+
 GenerateResult Engine::generate(const GenerateRequest& request,
                                 const std::function<bool(const TokenEvent&)>& on_token) {
     Impl& m = *impl_;
@@ -371,15 +397,8 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     std::vector<float> work(vocab);
     Clock::time_point t_first{};
     TokenEvent event;
-    std::optional<GrammarMatcher> grammar;
-    if (request.grammar) {
-        if (&request.grammar->vocab() != m.grammar_vocab.get())
-            throw MoeError("the request's grammar was parsed for another model's vocabulary");
-        std::span<const int> ends;
-        if (!request.ignore_eos) ends = m.config.eos_token_ids;
-        grammar.emplace(request.grammar, ends, !reply_keeps_leading_space(m.tokenizer, request.prompt,
-                                                                           request.continues_prompt));
-    }
+    std::optional<GrammarMatcher> grammar =
+        request_grammar_matcher(request, m.tokenizer, m.grammar_vocab.get(), m.config.eos_token_ids);
 
     for (;;) {
         std::copy_n(logits, vocab, work.data());

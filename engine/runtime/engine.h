@@ -74,6 +74,11 @@ struct DeviceOptions {
     double cache_share = 0.25;
     CacheScope cache_scope = CacheScope::GLOBAL;
     bool prefetch = true;
+    // The placement flags the user gave (--profile, --cache-policy,
+    // --cache-share, --cache-scope, --prefetch), in order: they place experts
+    // on a device, so without one (no GPU, --gpu-device none, a dense model)
+    // the load fails naming the first, as it does for a profile set here.
+    std::vector<std::string> placement_flags;
 };
 
 struct EngineOptions {
@@ -234,6 +239,13 @@ public:
     // it; a server calls it before queueing, to answer at once. Reads only
     // what loading fixed: any thread may call it while a request runs.
     void check_prompt(const std::vector<int>& prompt) const;
+    // The same for a request's grammar: starts its matcher and works out the
+    // first token's mask as generate() would (the masks are cached in the
+    // Grammar, so the generation reuses the work). Throws GrammarError for a
+    // grammar that cannot be matched from the start (too ambiguous, an end
+    // token as a <[piece]>, no first token); one that turns out too
+    // ambiguous later throws it from generate(). Any thread may call it.
+    void check_grammar(const GenerateRequest& request) const;
 
     // Chat: messages rendered with the model's chat template, once (BOS
     // first, ending where the reply begins); each assistant message that is a

@@ -27,6 +27,17 @@
 
 class Tokenizer;
 
+// A grammar that parsed but cannot be matched: too ambiguous (too many
+// parses alive, an expansion or a mask that takes too many steps), asking
+// for an end token, or allowing no token of the vocabulary. Like a parse
+// error it is the grammar's fault, so the request's (a 400 naming the
+// field), not the server's. GrammarMatcher throws it from its constructor
+// (the start), from mask() (any step) and accept().
+class GrammarError : public MoeError {
+public:
+    using MoeError::MoeError;
+};
+
 // Per tokenizer: the tokens' bytes and their trie. Immutable once built;
 // shared by every grammar parsed against it. The tokenizer must outlive it.
 class GrammarVocab {
@@ -81,7 +92,9 @@ private:
 class GrammarMatcher {
 public:
     // end_tokens: the ids that end a generation (EOS and the model's other
-    // end ids), allowed exactly when the text so far is a complete `root`.
+    // end ids), allowed exactly when the text so far is a complete `root`;
+    // a grammar naming one as a <[piece]> could never be matched
+    // (GrammarError here, at the start).
     // strip_first_space: the reply's first token loses a leading space
     // (the Detokenizer's rule for a reply that is a text of its own), so the
     // grammar sees the text the user sees.
@@ -90,8 +103,9 @@ public:
     GrammarMatcher(GrammarMatcher&&) noexcept;
 
     // Sets the logit of every token the grammar does not allow next to
-    // -infinity (logits: vocab_size floats). Throws MoeError when it allows
-    // none (a grammar no token sequence of this vocabulary can continue).
+    // -infinity (logits: vocab_size floats). Throws GrammarError when it
+    // allows none (a grammar no token sequence of this vocabulary can
+    // continue) or when working the mask out is past the grammar's limits.
     void mask(float* logits);
     // Advances past `token`, which mask() allowed; MoeError otherwise.
     void accept(int token);

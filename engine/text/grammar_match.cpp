@@ -130,7 +130,7 @@ void StackSet::add(std::span<const uint32_t> s) {
     for (uint32_t x : s) h = (h ^ x) * 1099511628211ull;
     if (find(s, h)) return;
     if (ends_.size() >= GRAMMAR_MAX_STACKS)
-        throw MoeError("grammar: more than " + std::to_string(GRAMMAR_MAX_STACKS) +
+        throw GrammarError("grammar: more than " + std::to_string(GRAMMAR_MAX_STACKS) +
                        " parses alive at once (the grammar is too ambiguous)");
     data_.insert(data_.end(), s.begin(), s.end());
     ends_.push_back(static_cast<uint32_t>(data_.size()));
@@ -182,9 +182,9 @@ void expand(const Grammar::Impl& g, std::span<const uint32_t> start, StackSet& o
         cur.assign(work.begin() + b, work.end());
         work.resize(b);
         while (true) {
-            if (++steps > MAX_STEPS) throw MoeError("grammar: expansion too large (the grammar is too ambiguous)");
+            if (++steps > MAX_STEPS) throw GrammarError("grammar: expansion too large (the grammar is too ambiguous)");
             if (++sc.steps > sc.max_steps)
-                throw MoeError("grammar: the allowed tokens take more than " + std::to_string(sc.max_steps) +
+                throw GrammarError("grammar: the allowed tokens take more than " + std::to_string(sc.max_steps) +
                                " expansion steps to work out (the grammar or pattern is too ambiguous)");
             if (cur.empty()) {
                 out.add(cur);
@@ -482,6 +482,12 @@ struct GrammarMatcher::State {
           v(grammar->vocab().impl()),
           end_tokens(ends.begin(), ends.end()),
           strip_pending(strip) {
+        for (const Elem& e : g.elems) {
+            if (e.type == ElemType::TOKEN && is_end(static_cast<int>(e.value)))
+                throw GrammarError("grammar: <[" + v.tokenizer->id_to_piece(static_cast<int>(e.value)) +
+                                   "]> ends the generation, so no text can match it (the reply ends by itself "
+                                   "where the grammar is complete)");
+        }
         for (uint32_t a : g.rules[g.root].alts) {
             const uint32_t s[1] = {a};
             expand(g, s, stacks, sc);
@@ -621,7 +627,7 @@ void GrammarMatcher::mask(float* logits) {
         if (id >= 0 && id < v.n_vocab) logits[id] = ninf;
     }
     for (const auto& [id, value] : kept) logits[id] = value;
-    if (!any) throw MoeError("grammar: no token of the vocabulary can continue the text here");
+    if (!any) throw GrammarError("grammar: no token of the vocabulary can continue the text here");
 }
 
 void GrammarMatcher::accept(int token) {

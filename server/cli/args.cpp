@@ -90,6 +90,16 @@ bool Args::flag(const std::string& name) {
     return seen;
 }
 
+bool Args::has(const std::string& name) const {
+    for (size_t i = 0; i < words_.size(); i++) {
+        const std::string& w = words_[i];
+        if (!used_[i] && (w == name || (w.size() > name.size() && w.compare(0, name.size(), name) == 0 &&
+                                        w[name.size()] == '=')))
+            return true;
+    }
+    return false;
+}
+
 void Args::finish() const {
     for (size_t i = 0; i < words_.size(); i++)
         if (!used_[i])

@@ -30,6 +30,8 @@ public:
     static std::optional<long> integer(const std::string& text);
     static std::optional<double> number(const std::string& text);
     bool flag(const std::string& name);  // a switch without a value
+    // Whether the flag is given (as --name or --name=value), without using it.
+    bool has(const std::string& name) const;
     // Throws for the first unused word (unknown flag or stray argument).
     void finish() const;
 

@@ -150,9 +150,9 @@ double mean(const std::vector<double>& v) {
 }
 
 // Prints the server_decode and server_ttft lines.
-void run_benchmarks(HttpServer& server, int port, const std::vector<Conversation>& convs, int tokens, int repeats,
-                    int reply_tokens) {
-    httplib::Client client("127.0.0.1", port);
+void run_benchmarks(HttpServer& server, const std::string& host, int port, const std::vector<Conversation>& convs,
+                    int tokens, int repeats, int reply_tokens) {
+    httplib::Client client(host, port);  // the server's own address (an IPv6 one unbracketed, as httplib takes it)
     client.set_read_timeout(600, 0);
 
     // ---- decode tok/s: HTTP + SSE vs the engine's own loop ----
@@ -251,48 +251,43 @@ void run_benchmarks(HttpServer& server, int port, const std::vector<Conversation
 }  // namespace
 
 int bench_server_main(const std::vector<std::string>& words) {
-    try {
-        Args args(words);
-        ServerOptions options;
-        if (std::optional<ModelSource> source = parse_optional_model_flag(args)) options.model_dir = source->text;
-        int tokens = int(args.get_int("--tokens", 128, 2, 1 << 16));
-        options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
-        options.threads = int(args.get_int("--threads", 0, 0, 1024));
-        int conversations = int(args.get_int("--conversations", 5, 1, 80));
-        int repeats = int(args.get_int("--repeats", 3, 1, 100));
-        int reply_tokens = int(args.get_int("--reply-tokens", 64, 1, 4096));
-        fs::path prompts = args.get("--prompts", default_prompts_file().string());
-        options.device = parse_device_flags(args);
-        args.finish();
-        if (options.model_dir.empty()) options.model_dir = demo_model_ensure();
-        std::vector<Conversation> convs = read_mt_bench(prompts, conversations);
+    Args args(words);
+    ServerOptions options;
+    if (std::optional<ModelSource> source = parse_optional_model_flag(args)) options.model_dir = source->text;
+    int tokens = int(args.get_int("--tokens", 128, 2, 1 << 16));
+    options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
+    options.threads = int(args.get_int("--threads", 0, 0, 1024));
+    int conversations = int(args.get_int("--conversations", 5, 1, 80));
+    int repeats = int(args.get_int("--repeats", 3, 1, 100));
+    int reply_tokens = int(args.get_int("--reply-tokens", 64, 1, 4096));
+    fs::path prompts = args.get("--prompts", default_prompts_file().string());
+    options.device = parse_device_flags(args);
+    args.finish();
+    if (options.model_dir.empty()) options.model_dir = demo_model_ensure();
+    std::vector<Conversation> convs = read_mt_bench(prompts, conversations);
 
-        options.host = "127.0.0.1";
-        options.port = 0;
-        options.log_requests = false;
-        HttpServer server(options);
-        int port = server.bind();
-        std::string serve_error;
-        std::thread serving([&] {
-            try {
-                server.run();
-            } catch (const std::exception& e) {
-                serve_error = e.what();
-            }
-        });
-        std::string bench_error;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.log_requests = false;
+    HttpServer server(options);
+    int port = server.bind();
+    std::string serve_error;
+    std::thread serving([&] {
         try {
-            run_benchmarks(server, port, convs, tokens, repeats, reply_tokens);
+            server.run();
         } catch (const std::exception& e) {
-            bench_error = e.what();
+            serve_error = e.what();
         }
-        server.stop();
-        serving.join();
-        if (!serve_error.empty()) throw MoeError(serve_error);
-        if (!bench_error.empty()) throw MoeError(bench_error);
-        return 0;
-    } catch (const MoeError& e) {
-        std::fprintf(stderr, "moe-server bench server: %s\n", e.what());
-        return 2;
+    });
+    std::string bench_error;
+    try {
+        run_benchmarks(server, options.host, port, convs, tokens, repeats, reply_tokens);
+    } catch (const std::exception& e) {
+        bench_error = e.what();
     }
+    server.stop();
+    serving.join();
+    if (!serve_error.empty()) throw MoeError(serve_error);
+    if (!bench_error.empty()) throw MoeError(bench_error);
+    return 0;
 }

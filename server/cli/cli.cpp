@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -46,12 +47,20 @@ ModelSource parse_model_flag(Args& args, const std::string& context) {
     return model_flag_source(args.required("--model", context));
 }
 
+Isa parse_isa(const std::string& source, const std::string& name) {
+    std::optional<Isa> isa = isa_parse(name);
+    if (!isa) throw MoeError(source + ": unknown path '" + name + "' (scalar, avx2, avx512, avx512bf16)");
+    if (!isa_supported(*isa)) throw MoeError(source + ": this CPU cannot run the " + name + " path");
+    return *isa;
+}
+
+void apply_isa_env() {
+    const char* name = std::getenv("MOE_CPU_ISA");
+    if (name && *name) isa_select(parse_isa("MOE_CPU_ISA", name));
+}
+
 void apply_isa_flag(Args& args) {
-    auto name = args.get("--cpu-isa");
-    if (!name) return;
-    auto isa = isa_parse(*name);
-    if (!isa) throw MoeError("--cpu-isa: unknown path '" + *name + "' (scalar, avx2, avx512, avx512bf16)");
-    if (!isa_select(*isa)) throw MoeError("--cpu-isa: this CPU cannot run the " + *name + " path");
+    if (std::optional<std::string> name = args.get("--cpu-isa")) isa_select(parse_isa("--cpu-isa", *name));
 }
 
 SamplingParams parse_sampling_flags(Args& args) {
@@ -160,6 +169,10 @@ DeviceOptions parse_device_flags(Args& args) {
     if ((d.emulate_gpu_bytes > 0 || d.emulate_gpu_expert_share > 0) && d.gpu_required)
         throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
                        "--gpu-device");
+    // The placement flags: each given one is remembered, refused at load
+    // when no device takes experts (device_setup).
+    for (const char* flag : {"--profile", "--cache-policy", "--cache-share", "--cache-scope", "--prefetch"})
+        if (args.has(flag)) d.placement_flags.push_back(flag);
     d.profile = args.get("--profile", "");
     // The dynamic cache: the policy, its share of the device's experts, its
     // scope, prefetch (on by default with a policy, refused without one).

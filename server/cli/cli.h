@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernels/isa.h"
 #include "engine/text/chat_template.h"
 #include "engine/runtime/engine.h"
 #include "engine/model/model_source.h"
@@ -26,8 +27,14 @@ int cli_bench(const std::vector<std::string>& words);
 ModelSource parse_model_flag(Args& args, const std::string& context = "");
 // The same where --model may be left out (serve, bench server): nothing then.
 std::optional<ModelSource> parse_optional_model_flag(Args& args);
-// --cpu-isa NAME: this process runs that kernel path (MoeError when unknown
-// or not supported by this CPU).
+// A kernel path's name as the user gave it (source: "--cpu-isa" or
+// "MOE_CPU_ISA"): MoeError naming the source when it is unknown or this CPU
+// cannot run it. The one check of both.
+Isa parse_isa(const std::string& source, const std::string& name);
+// MOE_CPU_ISA (when set and not empty): this process runs that path; main()
+// applies it before any subcommand, so a bad value is an error, not ignored.
+void apply_isa_env();
+// --cpu-isa NAME: this process runs that kernel path (overrides MOE_CPU_ISA).
 void apply_isa_flag(Args& args);
 // Sampling flags shared by the subcommands that generate.
 SamplingParams parse_sampling_flags(Args& args);

@@ -898,9 +898,7 @@ int cli_bench(const std::vector<std::string>& words) {
     args.finish();
     std::vector<Isa> isas = bench_supported_isas();
     if (isa) {
-        auto parsed = isa_parse(*isa);
-        if (!parsed || !isa_supported(*parsed)) throw MoeError("--cpu-isa: '" + *isa + "' is not a path this CPU runs");
-        isas = {*parsed};
+        isas = {parse_isa("--cpu-isa", *isa)};
     }
     ThreadPool pool(threads);
     Ceiling ceiling = bench_ceiling(pool, true);

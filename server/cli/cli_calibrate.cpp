@@ -185,7 +185,7 @@ int calibrate_run(Args& args, std::shared_ptr<const ModelWeights> loaded) {
     // Hidden (not in the usage text), for quick tests: fewer sweeps.
     int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
     args.finish();
-    if (out) file_write_target(*out);  // a device or folder at --out: refused before measuring
+    if (out) file_check_output("--out", *out);  // refused before measuring
 
     // The weights first: the key names the experts' types (memory-mapped
     // files cost nothing here; synthetic ones are generated).

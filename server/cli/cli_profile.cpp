@@ -152,13 +152,8 @@ int cli_profile(const std::vector<std::string>& words) {
     args.finish();
 
     // Refuse an unwritable --out or --trace now, not after the whole workload has run.
-    const auto check_writable = [](const char* flag, const std::string& path) {
-        const std::filesystem::path dir = std::filesystem::absolute(file_write_target(path)).parent_path();
-        if (file_type_at(dir) != std::filesystem::file_type::directory || access(dir.c_str(), W_OK) != 0)
-            throw MoeError(std::string(flag) + ": cannot write into " + dir.string());
-    };
-    check_writable("--out", out_path);
-    if (trace_path) check_writable("--trace", *trace_path);
+    file_check_output("--out", out_path);
+    if (trace_path) file_check_output("--trace", *trace_path);
 
     PromptSet set = prompts_read(prompts_path, *format);
     std::vector<int> selected = select_prompts(int(set.prompts.size()), limit, spread);

@@ -43,7 +43,7 @@ int cli_quantize(const std::vector<std::string>& words) {
     std::optional<QuantMix> mix = quant_mix_parse(type);
     if (!mix) throw MoeError("--type: '" + type + "' is not one of bf16, q8_0, q4_0, q4_k_m, q5_k_m");
     o.mix = *mix;
-    file_write_target(out);  // a folder or device at --out: refused before any work
+    file_check_output("--out", out);  // refused before any work
 
     auto t0 = std::chrono::steady_clock::now();
     ModelConfig config = model_source_config(source);

@@ -456,3 +456,84 @@ TEST_CASE("every numeric flag refuses non-finite negative or overflowing values"
         }
     }
 }
+
+TEST_CASE("serve refuses an empty --api-key or --host, and prints an IPv6 address in brackets", "[cli]") {
+    const std::string tiny = test_model_dir("tiny").string();
+    // An empty key would turn authentication off without a word.
+    require_clean_error(moe({"serve", "--model", tiny, "--api-key", ""}), "--api-key: empty");
+    require_clean_error(moe({"serve", "--model", tiny, "--api-key="}), "--api-key: empty");
+    // An empty host listened on [::1] only and printed http://:PORT/.
+    require_clean_error(moe({"serve", "--model", tiny, "--host", ""}), "--host: empty");
+    // The start line's URL is one a browser opens: [::1], not :::1. The
+    // server is stopped by SIGTERM once it has printed it.
+    CommandResult r = run_command({"/usr/bin/timeout", "--preserve-status", "-s", "TERM", "2", moe_server_binary().string(), "serve",
+                                   "--model", tiny, "--host", "::1", "--port", "0"});
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("listening on http://[::1]:") != std::string::npos);
+    CHECK(r.err.find("http://::1") == std::string::npos);
+}
+
+TEST_CASE("MOE_CPU_ISA is checked as --cpu-isa is", "[cli]") {
+    const std::string tiny = test_model_dir("tiny").string();
+    const std::vector<std::string> generate = {"generate", "--model", tiny, "--prompt", "x", "--max-tokens", "1"};
+    auto with_env = [&](const std::string& value) {
+        std::vector<std::string> argv = {"/usr/bin/env", "MOE_CPU_ISA=" + value, moe_server_binary().string()};
+        argv.insert(argv.end(), generate.begin(), generate.end());
+        return run_command(argv);
+    };
+    require_clean_error(with_env("bogus"), "MOE_CPU_ISA: unknown path 'bogus' (scalar, avx2, avx512, avx512bf16)");
+    std::vector<std::string> flag = generate;
+    flag.insert(flag.end(), {"--cpu-isa", "bogus"});
+    require_clean_error(moe(flag), "--cpu-isa: unknown path 'bogus' (scalar, avx2, avx512, avx512bf16)");
+    // Every CPU runs the scalar path.
+    CommandResult scalar = with_env("scalar");
+    INFO(scalar.err);
+    CHECK(scalar.exit_code == 0);
+}
+
+TEST_CASE("every placement flag without a device is refused by the same rule", "[cli]") {
+    const std::string tiny = test_model_dir("tiny").string();
+    const std::vector<std::vector<std::string>> flags = {
+        {"--cache-policy", "lru"}, {"--cache-share", "0.5"}, {"--cache-scope", "layer"},
+        {"--prefetch", "off"},     {"--profile", "/nonexistent.json"},
+    };
+    for (const std::vector<std::string>& f : flags) {
+        std::vector<std::string> words = {"generate",     "--model", tiny, "--prompt", "x", "--max-tokens", "1",
+                                          "--gpu-device", "none"};
+        words.insert(words.end(), f.begin(), f.end());
+        require_clean_error(moe(words), f[0] + ": needs a device (a GPU, or --emulate-gpu) to place experts on");
+    }
+}
+
+TEST_CASE("quantize checks --out before any work", "[cli]") {
+    const fs::path dir = test_temp_dir("quantize-out");
+    const std::string tiny = test_model_dir("tiny").string();
+    auto quantize = [&](const std::string& out) {
+        return moe({"quantize", "--model", tiny, "--type", "q8_0", "--out", out});
+    };
+    // No progress bar (the work) before the refusal: one line only.
+    require_clean_error(quantize(""), "--out: empty");
+    require_clean_error(quantize(dir.string()), "not a regular file");
+    require_clean_error(quantize(dir.string() + "/"), "names a folder");
+    require_clean_error(quantize((dir / "missing" / "x.gguf").string()),
+                        "--out: cannot write into " + (dir / "missing").string());
+    std::ofstream(dir / "file") << "x";
+    require_clean_error(quantize((dir / "file" / "x.gguf").string()),
+                        "--out: cannot write into " + (dir / "file").string());
+    for (const auto& e : fs::directory_iterator(fs::current_path()))
+        CHECK(e.path().filename().string().find(".tmp.") != 0);  // no temporary file left in the working folder
+}
+
+TEST_CASE("a CLI error quoting a template's control characters prints them escaped", "[cli]") {
+    const std::string esc = "\x1b[31m";
+    const fs::path dir =
+        tokenizer_json_model_dir("cli-esc", "{{ raise_exception('stop here " + esc + "red\x07') }}");
+    CommandResult r = moe({"generate", "--model", dir.string(), "--user", "hi", "--max-tokens", "1"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(one_line(r.err));
+    CHECK(r.err.find('\x1b') == std::string::npos);
+    CHECK(r.err.find('\x07') == std::string::npos);
+    CHECK(r.err.find("stop here \\x1b[31mred\\x07") != std::string::npos);
+}

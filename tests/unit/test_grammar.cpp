@@ -249,6 +249,43 @@ TEST_CASE("grammar: matcher state, end tokens and errors", "[grammar]") {
           "grammar: no token of the vocabulary can continue the text here");
 }
 
+TEST_CASE("grammar: what cannot be matched is a GrammarError, at the start where it shows there", "[grammar]") {
+    const int eos = mistral().eos_id();
+    const int ends[] = {eos};
+    std::vector<float> logits(static_cast<size_t>(mistral().vocab_size()), 0.0f);
+    // The start and the first mask, as Engine::check_grammar runs them before a request is queued.
+    const auto start = [&](std::string_view gbnf, std::span<const int> end_tokens) {
+        std::string error;
+        try {
+            GrammarMatcher m(Grammar::parse(gbnf, mistral_vocab()), end_tokens, false);
+            m.mask(logits.data());
+        } catch (const GrammarError& e) {
+            error = e.what();
+        }
+        return error;
+    };
+    // An end token as a <[piece]>: the generation would end there, so no text matches it.
+    const std::string end_piece = start("root ::= <[</s>]> \"a\"", ends);
+    CHECK(end_piece.find("grammar: <[</s>]> ends the generation") == 0);
+    // ... unless the request ignores EOS: then </s> is a token like any other.
+    CHECK(start("root ::= <[</s>]> \"a\"", {}).empty());
+    CHECK(start("root ::= \"b\" <[</s>]>", ends).find("ends the generation") != std::string::npos);
+    // Nested repetitions whose expansion explodes at the first character.
+    CHECK(start("root ::= ((\"a\"{0,1000}){0,1000})", ends).find("too ambiguous") != std::string::npos);
+    // No token can start it.
+    CHECK(start("root ::= [] \"a\"", ends) == "grammar: no token of the vocabulary can continue the text here");
+    // Too many parses alive later on is a GrammarError too.
+    const auto g =
+        Grammar::parse("root ::= a*\na ::= \"x\" | \"x\" a \"y\" | \"x\" a \"z\" | \"x\" a \"w\"\n", mistral_vocab());
+    GrammarMatcher m(g, ends, false);
+    const int x = mistral().piece_to_id("x");
+    CHECK_THROWS_AS(
+        [&] {
+            for (int i = 0; i < 20; i++) m.accept(x);
+        }(),
+        GrammarError);
+}
+
 TEST_CASE("grammar: the first token's leading space is stripped when asked", "[grammar]") {
     const auto g = Grammar::parse("root ::= \"{\" [a-z ]* \"}\"", mistral_vocab());
     const int brace = mistral().piece_to_id("▁{");
