@@ -203,13 +203,7 @@ void calibration_validate(const Calibration& c, std::string_view source) {
 
 Calibration calibration_read(const fs::path& path) {
     std::string source = path.string();
-    std::string text = file_read_text(path);
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        throw MoeError(source + ": not valid JSON: " + e.what());
-    }
+    json j = file_read_json(path);
     Reader r(source);
     Calibration c;
     c.version = r.integer(j, "", "version");

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include "profiles/errors.h"
@@ -35,21 +34,29 @@ bool file_exists(const fs::path& path) {
     return file_type_at(path) != fs::file_type::not_found;
 }
 
-std::string file_read_text(const fs::path& path) {
+std::string file_read_text(const fs::path& path, size_t max_bytes) {
     if (file_type_at(path) == fs::file_type::directory) throw MoeError(path.string() + ": is a folder, not a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw MoeError(path.string() + ": cannot open file (" + std::strerror(errno) + ")");
-    std::ostringstream ss;
-    ss << in.rdbuf();
+    std::string text;
+    char buffer[1 << 16];
+    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+        if (size_t(in.gcount()) > max_bytes - text.size())
+            throw MoeError(path.string() + ": larger than " + std::to_string(max_bytes) +
+                           " bytes, the limit for this file");
+        text.append(buffer, size_t(in.gcount()));
+    }
     if (in.bad()) throw MoeError(path.string() + ": cannot read file");
-    return ss.str();
+    return text;
 }
 
-nlohmann::json file_read_json(const fs::path& path) {
-    nlohmann::json j = nlohmann::json::parse(file_read_text(path), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) throw MoeError(path.string() + ": not valid JSON");
-    return j;
+template <class Json>
+Json file_read_json(const fs::path& path, const JsonLimits& limits) {
+    return json_parse_bounded<Json>(file_read_text(path, limits.max_bytes), limits, path.string());
 }
+
+template nlohmann::json file_read_json<nlohmann::json>(const fs::path&, const JsonLimits&);
+template nlohmann::ordered_json file_read_json<nlohmann::ordered_json>(const fs::path&, const JsonLimits&);
 
 fs::path file_write_target(const fs::path& path) {
     if (path.empty()) throw MoeError("an empty path: no file to write");

@@ -7,9 +7,12 @@
 #pragma once
 #include <filesystem>
 #include <functional>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+
+#include "profiles/json_bounded.h"
 
 // What is at path, following symbolic links: file_type::not_found when
 // nothing is (or a parent is not a folder); MoeError "<path>: cannot access
@@ -18,10 +21,13 @@ std::filesystem::file_type file_type_at(const std::filesystem::path& path);
 // file_type_at(path) != not_found.
 bool file_exists(const std::filesystem::path& path);
 // "<path>: cannot open file (<reason>)" when it cannot be opened, "<path>: is
-// a folder, not a file" for a folder. Pipes and devices are read as streams.
-std::string file_read_text(const std::filesystem::path& path);
-// file_read_text, then "<path>: not valid JSON" when it does not parse.
-nlohmann::json file_read_json(const std::filesystem::path& path);
+// a folder, not a file" for a folder, "<path>: larger than N bytes" past
+// max_bytes (checked as it reads). Pipes and devices are read as streams.
+std::string file_read_text(const std::filesystem::path& path, size_t max_bytes = SIZE_MAX);
+// file_read_text, then json_parse_bounded (nlohmann::json or ordered_json)
+// under limits: a JsonError "<path>: not valid JSON: ..." or naming the limit.
+template <class Json = nlohmann::json>
+Json file_read_json(const std::filesystem::path& path, const JsonLimits& limits = JSON_FILE_LIMITS);
 // The file file_write_atomic(path) replaces: path itself when it is a
 // regular file or nothing, the file a symbolic link at path points to when
 // that is a regular file (the link stays a link). MoeError when the target

@@ -303,14 +303,7 @@ Profile profile_parse(const json& j, const std::string& source) {
 }
 
 Profile profile_read(const fs::path& path) {
-    std::string text = file_read_text(path);
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        throw MoeError(path.string() + ": not JSON: " + e.what());
-    }
-    return profile_parse(j, path.string());
+    return profile_parse(file_read_json(path), path.string());
 }
 
 json fingerprint_to_json(const ModelFingerprint& m) {

@@ -48,9 +48,9 @@ void keep(PromptSet& set, std::string text) {
 void read_sharegpt(const std::string& text, const std::string& source, PromptSet& set) {
     json j;
     try {
-        j = json::parse(text);
-    } catch (const json::exception& e) {
-        throw MoeError(source + ": not JSON (sharegpt format): " + e.what());
+        j = json_parse_bounded(text, JSON_FILE_LIMITS, source);
+    } catch (const JsonError& e) {
+        throw MoeError(source + ": not JSON (sharegpt format): " + e.detail);
     }
     if (!j.is_array()) throw MoeError(source + ": sharegpt format: the top level must be an array of conversations");
     for (size_t i = 0; i < j.size(); i++) {
@@ -86,9 +86,9 @@ void for_each_json_line(const std::string& text, const std::string& source, cons
         std::string where = source + ":" + std::to_string(i + 1);
         json j;
         try {
-            j = json::parse(lines[i]);
-        } catch (const json::exception& e) {
-            throw MoeError(where + ": not JSON (" + format + " format): " + e.what());
+            j = json_parse_bounded(lines[i], JSON_FILE_LIMITS, where);
+        } catch (const JsonError& e) {
+            throw MoeError(where + ": not JSON (" + format + " format): " + e.detail);
         }
         if (!j.is_object()) throw MoeError(where + ": " + format + " format: each line must be a JSON object");
         fn(j, where);
@@ -145,7 +145,11 @@ void read_text(const std::string& text, PromptSet& set) {
 PromptFormat detect_json_lines(const std::string& text) {
     for (std::string_view line : lines_of(text)) {
         if (blank(line)) continue;
-        json j = json::parse(line, nullptr, false);
+        json j;
+        try {
+            j = json_parse_bounded(line, JSON_FILE_LIMITS, "");
+        } catch (const JsonError&) {
+        }
         bool mtbench = j.is_object() && j.contains("turns") && !j.contains("prompt") && !j.contains("text") &&
                        !j.contains("question");
         return mtbench ? PromptFormat::MTBENCH : PromptFormat::JSONL;

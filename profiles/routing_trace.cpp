@@ -170,8 +170,12 @@ RoutingTrace routing_trace_read(const std::filesystem::path& path) {
         line++;
         if (ended) fail(path, line, "text after the end line");
         if (!complete) fail(path, line, "truncated (the line does not end)");
-        json j = json::parse(piece, nullptr, false);
-        if (j.is_discarded() || !j.is_object()) fail(path, line, "not a JSON object (a damaged or truncated line?)");
+        json j;
+        try {
+            j = json_parse_bounded(piece, JSON_FILE_LIMITS, path.string());
+        } catch (const JsonError&) {
+        }
+        if (!j.is_object()) fail(path, line, "not a JSON object (a damaged or truncated line?)");
         if (line == 1) {
             const json& format = field(path, line, j, "format");
             if (format != TRACE_FORMAT) fail(path, line, "format: expected '" + std::string(TRACE_FORMAT) + "'");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 #include <random>
+#include <unordered_set>
 
 #include "engine/runtime/beam_search.h"
 
@@ -381,99 +382,43 @@ ApiError json_syntax_error(const std::string& what) {
         "", "invalid_json");
 }
 
-// A SAX pass over the body before the DOM is built: refuses nesting deeper
-// than MAX_JSON_DEPTH and more than MAX_JSON_ELEMENTS values, and names the
-// field of a number that overflows a double ("temperature": 1e400). Keeps
-// only the path to the current value.
-class JsonShapeCheck final : public json::json_sax_t {
-public:
-    bool null() override { return value(); }
-    bool boolean(bool) override { return value(); }
-    bool number_integer(number_integer_t) override { return value(); }
-    bool number_unsigned(number_unsigned_t) override { return value(); }
-    bool number_float(number_float_t, const string_t&) override { return value(); }
-    bool string(string_t&) override { return value(); }
-    bool binary(binary_t&) override { return value(); }
-    bool start_object(std::size_t) override { return open(true); }
-    bool key(string_t& key) override {
-        path_.back().key = key.substr(0, MAX_KEY_BYTES);
-        return true;
+// The 400 for a JSON text of a request (the body, or `param`'s string inside
+// it) that json_parse_bounded refused: it names the field of a number that
+// overflows a double ("temperature": 1e400), and `param` (the body: none)
+// for the rest.
+ApiError request_json_error(const JsonError& e, const std::string& param) {
+    if (e.kind == JsonError::Kind::NUMBER) {
+        const std::string name = json_path_join(param, e.path);
+        return ApiError(400, "Invalid '" + name + "': " + e.reason + ".", name, "invalid_value");
     }
-    bool end_object() override { return close(); }
-    bool start_array(std::size_t) override { return open(false); }
-    bool end_array() override { return close(); }
-    bool parse_error(std::size_t, const std::string& token, const nlohmann::detail::exception& e) override {
-        if (e.id == 406) {  // a number out of a double's range
-            if (!path_.empty() && !path_.back().object) path_.back().index++;
-            std::string name = path();
-            error_ = ApiError(400,
-                              "Invalid '" + name + "': the number " + token.substr(0, MAX_KEY_BYTES) +
-                                  " is outside the range of a double.",
-                              name, "invalid_value");
-        } else {
-            std::string what = e.what();
-            if (what.size() > MAX_ERROR_BYTES) what = what.substr(0, MAX_ERROR_BYTES) + "...";
-            error_ = json_syntax_error(what);
-        }
-        return false;
+    if (param.empty()) {
+        if (e.kind == JsonError::Kind::SYNTAX) return json_syntax_error(e.reason);
+        return ApiError(400, "The request body is refused: " + e.detail + ".", "", "invalid_json");
     }
+    if (e.kind == JsonError::Kind::SYNTAX)
+        return ApiError(400, "Invalid '" + param + "': not a JSON text (" + e.reason + ").", param, "invalid_value");
+    return ApiError(400, "Invalid '" + param + "': " + e.detail + ".", param, "invalid_value");
+}
 
-    const ApiError& error() const { return error_; }
-
-private:
-    static constexpr size_t MAX_KEY_BYTES = 64;     // of a key or number quoted in an error
-    static constexpr size_t MAX_ERROR_BYTES = 300;  // of a syntax error's text
-
-    struct Level {
-        bool object;
-        std::string key;  // object: the current key
-        long index = -1;  // array: the current element
-    };
-
-    bool value() {
-        if (++elements_ > MAX_JSON_ELEMENTS) {
-            error_ = ApiError(400,
-                              "The request body holds more than " + std::to_string(MAX_JSON_ELEMENTS) +
-                                  " JSON elements (values, arrays and objects), the limit of this server.",
-                              "", "invalid_json");
-            return false;
-        }
-        if (!path_.empty() && !path_.back().object) path_.back().index++;
-        return true;
+// The bytes of j as JSON text, escapes aside.
+size_t json_text_bytes(const json& j) {
+    switch (j.type()) {
+    case json::value_t::string:
+        return j.get_ref<const std::string&>().size() + 2;
+    case json::value_t::array: {
+        size_t bytes = 2;
+        for (const json& e : j) bytes += json_text_bytes(e) + 1;
+        return bytes;
     }
-    bool open(bool object) {
-        if (!value()) return false;
-        if (path_.size() >= MAX_JSON_DEPTH) {
-            error_ = ApiError(400,
-                              "The request body nests arrays and objects deeper than the limit of " +
-                                  std::to_string(MAX_JSON_DEPTH) + " levels (nesting depth).",
-                              "", "invalid_json");
-            return false;
-        }
-        path_.push_back({object, "", -1});
-        return true;
+    case json::value_t::object: {
+        size_t bytes = 2;
+        for (auto it = j.begin(); it != j.end(); ++it) bytes += it.key().size() + 4 + json_text_bytes(it.value());
+        return bytes;
     }
-    bool close() {
-        path_.pop_back();
-        return true;
+    default:
+        return j.dump().size();
     }
-    // "messages[0].content": the keys and indices below the body object.
-    std::string path() const {
-        std::string out;
-        for (size_t i = 0; i < path_.size(); i++) {
-            const Level& l = path_[i];
-            if (!l.object)
-                out += "[" + std::to_string(l.index) + "]";
-            else if (i + 1 < path_.size() || !l.key.empty())
-                out += (out.empty() ? "" : ".") + l.key;
-        }
-        return out;
-    }
-
-    std::vector<Level> path_;
-    size_t elements_ = 0;
-    ApiError error_{400, "The request body could not be parsed.", "", "invalid_json"};
-};
+}
 
 }  // namespace
 
@@ -535,17 +480,25 @@ std::string utf8_sanitize(std::string_view text) {
 size_t chat_input_bytes(const ChatInput& chat) {
     size_t bytes = 0;
     for (const ChatMessage& m : chat.messages) bytes += m.content.size();
-    if (!chat.tools.is_null()) bytes += chat.tools.dump().size();
+    for (const json& m : chat.messages_json) {
+        if (!m.is_object()) continue;
+        for (auto it = m.begin(); it != m.end(); ++it)
+            if (it.key() != "role" && it.key() != "content") bytes += it.key().size() + json_text_bytes(it.value());
+    }
+    if (!chat.tools.is_null()) bytes += json_text_bytes(chat.tools);
+    if (!chat.extras.empty()) bytes += json_text_bytes(chat.extras);
     return bytes;
 }
 
 json parse_json_body(const std::string& body) {
     if (!utf8_valid(body)) throw ApiError(400, "The request body is not valid UTF-8.", "", "invalid_utf8");
-    // Checked before the DOM is built: 4 MiB of '[' would cost ~300 MB as a DOM.
-    JsonShapeCheck check;
-    if (!json::sax_parse(body, &check)) throw check.error();
-    json j = json::parse(body, nullptr, false);
-    if (j.is_discarded()) throw json_syntax_error("the body could not be parsed");
+    // Checked as it is parsed: 4 MiB of '[' would cost ~300 MB as a DOM.
+    json j;
+    try {
+        j = json_parse_bounded<json>(body, JSON_BODY_LIMITS, "request body");
+    } catch (const JsonError& e) {
+        throw request_json_error(e, "");
+    }
     if (!j.is_object())
         throw ApiError(400, std::string("The request body must be a JSON object, but got ") + json_type_name(j) + ".",
                        "", "invalid_json");
@@ -610,7 +563,7 @@ void check_function_name(const json& name, const std::string& where) {
 // template as sent, and no call to it can be forced.
 void check_tools(const json& tools) {
     if (!tools.is_array()) type_error("tools", "an array", tools);
-    std::vector<std::string> names;
+    std::unordered_set<std::string> names;
     for (size_t i = 0; i < tools.size(); i++) {
         const std::string at = "tools[" + std::to_string(i) + "]";
         const json& t = tools[i];
@@ -633,18 +586,18 @@ void check_tools(const json& tools) {
             type_error(at + ".function.parameters", "an object (a JSON Schema)", *p);
         if (const json* st = field(*f, "strict"); st && !st->is_boolean())
             type_error(at + ".function.strict", "a boolean", *st);
-        if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
+        if (!names.insert(name->get<std::string>()).second)
             throw ApiError(400, "Invalid '" + at + ".function.name': '" + name->get<std::string>() +
                                     "' names two tools.",
                            at + ".function.name", "invalid_value");
-        names.push_back(name->get<std::string>());
     }
 }
 
 // A message's tool parts: a tool message's tool_call_id, an assistant's
 // tool_calls (whose string arguments become objects for the template:
 // Hugging Face templates are written for dicts, OpenAI sends JSON text).
-void check_tool_parts(json& m, const std::string& where, const std::string& role) {
+// The arguments' JSON texts share *elements_left of the request's elements.
+void check_tool_parts(json& m, const std::string& where, const std::string& role, size_t* elements_left) {
     if (role == "tool") {
         const json* id = field(m, "tool_call_id");
         if (!id) missing(where + ".tool_call_id");
@@ -675,11 +628,22 @@ void check_tool_parts(json& m, const std::string& where, const std::string& role
         auto args = f->find("arguments");
         if (args == f->end() || args->is_null()) missing(at + ".function.arguments");
         if (args->is_string()) {
-            json parsed = json::parse(args->get<std::string>(), nullptr, false);
-            if (parsed.is_discarded())
-                throw ApiError(400, "Invalid '" + at + ".function.arguments': not a JSON text.",
-                               at + ".function.arguments", "invalid_value");
-            *args = std::move(parsed);
+            const std::string param = at + ".function.arguments";
+            JsonLimits limits = JSON_BODY_LIMITS;
+            limits.max_elements = *elements_left;
+            size_t used = 0;
+            try {
+                *args = json_parse_bounded<json>(args->get_ref<const std::string&>(), limits, param, &used);
+            } catch (const JsonError& e) {
+                if (e.kind == JsonError::Kind::ELEMENTS && limits.max_elements < MAX_JSON_ELEMENTS)
+                    throw ApiError(400,
+                                   "Invalid '" + param + "': the tool calls' arguments of this request hold more than " +
+                                       std::to_string(MAX_JSON_ELEMENTS) +
+                                       " JSON elements (values, arrays and objects) together, the limit.",
+                                   param, "invalid_value");
+                throw request_json_error(e, param);
+            }
+            *elements_left -= used;
         } else if (!args->is_object()) {
             type_error(at + ".function.arguments", "a string (JSON text)", *args);
         }
@@ -695,8 +659,10 @@ ChatInput chat_input_parse(const json& body) {
     ChatInput in;
     in.messages = chat_messages_parse(body);
     in.messages_json = body.at("messages");
+    size_t elements_left = MAX_JSON_ELEMENTS;
     for (size_t i = 0; i < in.messages.size(); i++)
-        check_tool_parts(in.messages_json[i], "messages[" + std::to_string(i) + "]", in.messages[i].role);
+        check_tool_parts(in.messages_json[i], "messages[" + std::to_string(i) + "]", in.messages[i].role,
+                         &elements_left);
     if (const json* v = field(body, "tools")) {
         check_tools(*v);
         in.tools = *v;
@@ -704,7 +670,7 @@ ChatInput chat_input_parse(const json& body) {
     // tool_choice "none": the template is not told of the tools (the reply is text).
     if (const json* c = field(body, "tool_choice"); c && *c == "none") in.tools = nullptr;
     // llama.cpp's and vLLM's top-level switch; chat_template_kwargs wins.
-    if (auto b = get_bool(body, "enable_thinking")) in.extras["enable_thinking"] = *b;
+    const std::optional<bool> thinking = get_bool(body, "enable_thinking");
     if (const json* v = field(body, "chat_template_kwargs")) {
         if (!v->is_object()) type_error("chat_template_kwargs", "an object", *v);
         for (auto it = v->begin(); it != v->end(); ++it) {
@@ -714,9 +680,10 @@ ChatInput chat_input_parse(const json& body) {
                                    "Invalid 'chat_template_kwargs." + it.key() +
                                        "': the request sets it in its own field, not as a template variable.",
                                    "chat_template_kwargs", "invalid_value");
-            in.extras[it.key()] = it.value();
         }
+        in.extras = *v;  // a copy, not one insertion (a search of the keys so far) per key
     }
+    if (thinking && !in.extras.contains("enable_thinking")) in.extras["enable_thinking"] = *thinking;
     in.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
     return in;
 }

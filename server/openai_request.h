@@ -14,10 +14,18 @@
 
 #include "engine/text/chat_template.h"
 #include "engine/runtime/sampler.h"
+#include "profiles/json_bounded.h"
 
-// Limits of a request body's JSON, checked before its DOM is built.
+// Limits of a request body's JSON, checked as it is parsed, before anything
+// is built (json_parse_bounded). The JSON texts a body carries (tool calls'
+// string `arguments`) are parsed under the same limits, their elements
+// counted together against one more MAX_JSON_ELEMENTS per request.
 inline constexpr size_t MAX_JSON_DEPTH = 64;           // nested arrays and objects
 inline constexpr size_t MAX_JSON_ELEMENTS = 1u << 18;  // values, arrays and objects
+inline constexpr size_t MAX_JSON_KEYS = 1u << 13;      // members of one object
+inline constexpr size_t MAX_JSON_BYTES = size_t(8) << 20;  // the HTTP layer's body limit
+inline constexpr JsonLimits JSON_BODY_LIMITS = {MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_ELEMENTS, MAX_JSON_KEYS,
+                                                MAX_JSON_BYTES};
 // The longest text /tokenize encodes (the tokenizer needs ~70 bytes per byte).
 inline constexpr size_t MAX_TOKENIZE_BYTES = 256u << 10;
 
@@ -50,8 +58,8 @@ std::string escape_control(std::string_view text);
 // fragment of a character).
 std::string utf8_sanitize(std::string_view text);
 
-// Request body -> JSON object: 400 for invalid UTF-8, malformed JSON or a
-// value that is not an object.
+// Request body -> JSON object: 400 for invalid UTF-8, malformed JSON, a JSON
+// limit (JSON_BODY_LIMITS) or a value that is not an object.
 nlohmann::ordered_json parse_json_body(const std::string& body);
 
 // What the reply must parse as (constrained decoding, engine/text/grammar.h):
@@ -127,7 +135,10 @@ std::vector<ChatMessage> chat_messages_parse(const nlohmann::ordered_json& body)
 // wins), and `add_generation_prompt` (default true). With `tool_choice`
 // "none" the tools are left out: the template is not told of them.
 ChatInput chat_input_parse(const nlohmann::ordered_json& body);
-// The bytes of text a chat input holds (messages' content, tools' JSON).
+// The bytes of text a chat input brings to the template, counted before it
+// is rendered: messages' content, every other field of a message (tool
+// calls' names and arguments, reasoning_content ...) as JSON text, the tools
+// and the template variables (chat_template_kwargs) as JSON text.
 size_t chat_input_bytes(const ChatInput& chat);
 
 struct TokenizeRequest {

@@ -160,8 +160,9 @@ std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const
     }
     const int eos = config.eos_token_ids.at(0);
     if (s.synthetic && synth_uses_standin_tokenizer(config)) {
-        kv = gguf_bpe_tokenizer_metadata(nlohmann::json::parse(synth_standin_tokenizer_json()),
-                                         "synth-model's stand-in tokenizer.json", config.bos_token_id, eos);
+        const std::string source = "synth-model's stand-in tokenizer.json";
+        kv = gguf_bpe_tokenizer_metadata(json_parse_bounded(synth_standin_tokenizer_json(), JSON_FILE_LIMITS, source),
+                                         source, config.bos_token_id, eos);
         kv.push_back({"tokenizer.chat_template", synth_chat_template(config)});
         return kv;
     }

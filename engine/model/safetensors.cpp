@@ -126,11 +126,11 @@ SafetensorsHeader safetensors_parse_header(std::string_view head, uint64_t file_
     const char* text = head.data() + 8;
     json j;
     try {
-        j = json::parse(text, text + header_len);
-    } catch (const json::parse_error& e) {
-        throw MoeError(file + ": header is not valid JSON (parse error at byte " + std::to_string(e.byte) + ")");
-    } catch (const json::exception& e) {  // out_of_range: a number beyond double's range
-        throw MoeError(file + ": header is not valid JSON (" + printable(e.what()) + ")");
+        j = json_parse_bounded(std::string_view(text, header_len), JSON_FILE_LIMITS, file);
+    } catch (const JsonError& e) {
+        const bool syntax = e.kind == JsonError::Kind::SYNTAX || e.kind == JsonError::Kind::NUMBER;
+        throw MoeError(file + (syntax ? ": header is not valid JSON (" : ": header refused (") + printable(e.detail) +
+                       ")");
     }
     if (!j.is_object()) throw MoeError(file + ": header is not a JSON object");
 

@@ -280,13 +280,7 @@ ChatTemplate ChatTemplate::from_model_dir(const std::filesystem::path& dir, std:
     std::string jinja, note;
     std::string where = config_path.string();
     if (std::filesystem::is_regular_file(config_path, ec)) {
-        nlohmann::json config;
-        try {
-            config = nlohmann::json::parse(file_read_text(config_path));
-        } catch (const nlohmann::json::exception& e) {
-            throw MoeError(where + ": invalid JSON: " + e.what());
-        }
-        jinja = chat_template_from_config(config, where, &note);
+        jinja = chat_template_from_config(file_read_json(config_path), where, &note);
     }
     if (!note.empty()) {  // a list of templates without "default"
         if (warning) *warning = note + FALLBACK_NOTE;

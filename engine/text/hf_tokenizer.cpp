@@ -787,9 +787,9 @@ Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, con
 Tokenizer hf_tokenizer_parse(std::string_view text, const std::string& source, const HfSpecialTokens& specials) {
     json doc;
     try {
-        doc = json::parse(text);
-    } catch (const json::exception& e) {
-        fail(source, "(document)", std::string("not valid JSON: ") + e.what());
+        doc = json_parse_bounded(text, JSON_FILE_LIMITS, source);
+    } catch (const JsonError& e) {
+        fail(source, "(document)", e.detail);
     }
     return hf_tokenizer_from_json(doc, source, specials);
 }
@@ -815,5 +815,5 @@ Tokenizer hf_tokenizer_load_dir(const std::filesystem::path& dir) {
             specials.add_bos = it->get<bool>();
         }
     }
-    return hf_tokenizer_parse(file_read_text(path), path.string(), specials);
+    return hf_tokenizer_parse(file_read_text(path, JSON_FILE_LIMITS.max_bytes), path.string(), specials);
 }

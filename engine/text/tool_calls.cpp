@@ -8,6 +8,7 @@
 #include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/errors.h"
+#include "profiles/json_bounded.h"
 
 namespace {
 
@@ -55,12 +56,16 @@ bool id_fits(const std::string& id, ToolCallIdStyle style) {
     return style != ToolCallIdStyle::ALNUM9 || id.size() == 9;
 }
 
-// Whether every bracket of a JSON text nests at most MAX_DEPTH deep.
-bool depth_ok(std::string_view text) {
-    JsonBrackets brackets;
-    for (char c : text)
-        if (brackets.step(c) > 0 && brackets.depth > MAX_DEPTH) return false;
-    return true;
+// A reply's call JSON (the model's text: bounded as any outside JSON, no
+// deeper than MAX_DEPTH); nullopt when it is not JSON or exceeds a limit.
+std::optional<ojson> call_json(std::string_view text) {
+    static constexpr JsonLimits LIMITS = {JSON_FILE_LIMITS.max_bytes, MAX_DEPTH, JSON_FILE_LIMITS.max_elements,
+                                          JSON_FILE_LIMITS.max_keys, JSON_FILE_LIMITS.max_string_bytes};
+    try {
+        return json_parse_bounded<ojson>(text, LIMITS, "tool call");
+    } catch (const JsonError&) {
+        return std::nullopt;
+    }
 }
 
 // The arguments as compact JSON text: an object, or a string holding one
@@ -70,10 +75,9 @@ std::optional<std::string> arguments_text(const ojson* args) {
     if (args->is_object()) return args->dump();
     if (!args->is_string()) return std::nullopt;
     const std::string& text = args->get_ref<const std::string&>();
-    if (!depth_ok(text)) return std::nullopt;
-    ojson parsed = ojson::parse(text, nullptr, false);
-    if (parsed.is_discarded() || !parsed.is_object()) return std::nullopt;
-    return parsed.dump();
+    std::optional<ojson> parsed = call_json(text);
+    if (!parsed || !parsed->is_object()) return std::nullopt;
+    return parsed->dump();
 }
 
 // {"name": ..., ARGS_KEY: ...} as a call (its "id" kept when it fits the style).
@@ -101,9 +105,10 @@ std::optional<ToolCall> call_of(const ojson& j, const ToolCallFormat& format) {
 
 // The calls of a complete JSON value after a trigger; empty when malformed.
 std::vector<ToolCall> calls_of(std::string_view text, const ToolCallFormat& format) {
-    ojson j = ojson::parse(text, nullptr, false);
+    std::optional<ojson> parsed = call_json(text);
     std::vector<ToolCall> calls;
-    if (j.is_discarded()) return calls;
+    if (!parsed) return calls;
+    const ojson& j = *parsed;
     if (j.is_array()) {
         for (const ojson& e : j) {
             std::optional<ToolCall> call = call_of(e, format);

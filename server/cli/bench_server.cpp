@@ -19,6 +19,7 @@
 
 #include "engine/runtime/engine.h"
 #include "profiles/errors.h"
+#include "profiles/json_bounded.h"
 #include "server/cli/args.h"
 #include "server/cli/cli.h"
 #include "server/cli/demo_model.h"
@@ -63,12 +64,7 @@ std::vector<Conversation> read_mt_bench(const fs::path& path, int n) {
     while (int(out.size()) < n && std::getline(in, line)) {
         line_no++;
         if (line.empty()) continue;
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception& e) {
-            throw MoeError(path.string() + ":" + std::to_string(line_no) + ": " + e.what());
-        }
+        const json j = json_parse_bounded<json>(line, JSON_FILE_LIMITS, path.string() + ":" + std::to_string(line_no));
         auto turns = j.find("turns");
         if (turns == j.end() || !turns->is_array() || turns->size() < 2 || !(*turns)[0].is_string() ||
             !(*turns)[1].is_string())
@@ -98,8 +94,12 @@ StreamStats stream_chat(httplib::Client& client, const json& body) {
     SseResponse res = sse_post(client, "/v1/chat/completions", body.dump(), {}, [&](const std::string& data) {
         Clock::time_point now = Clock::now();
         if (data == "[DONE]") return true;
-        json chunk = json::parse(data, nullptr, false);
-        if (chunk.is_discarded() || !chunk.is_object()) {
+        json chunk;
+        try {
+            chunk = json_parse_bounded<json>(data, JSON_FILE_LIMITS, "event");
+        } catch (const JsonError&) {
+        }
+        if (!chunk.is_object()) {
             error = "malformed event: " + data;
             return false;
         }

@@ -207,12 +207,7 @@ DeviceOptions parse_device_flags(Args& args) {
 }
 
 ChatInput read_chat_file(const std::string& path) {
-    nlohmann::ordered_json j;
-    try {
-        j = nlohmann::ordered_json::parse(file_read_text(path));
-    } catch (const json::exception& e) {
-        throw MoeError(path + ": not valid JSON: " + e.what());
-    }
+    const nlohmann::ordered_json j = file_read_json<nlohmann::ordered_json>(path);
     const nlohmann::ordered_json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
     if (!list.is_array() || list.empty()) throw MoeError(path + ": expected a non-empty \"messages\" array");
     ChatInput input;
@@ -341,9 +336,7 @@ int cli_generate(const std::vector<std::string>& words) {
     std::string gbnf;
     if (grammar_file) gbnf = file_read_text(*grammar_file);
     if (schema_file) {
-        auto schema = nlohmann::ordered_json::parse(file_read_text(*schema_file), nullptr, false);
-        if (schema.is_discarded()) throw MoeError(*schema_file + ": not valid JSON");
-        gbnf = json_schema_gbnf(schema, *schema_file);
+        gbnf = json_schema_gbnf(file_read_json<nlohmann::ordered_json>(*schema_file), *schema_file);
     }
     if (json_object) gbnf = json_object_gbnf();
     args.finish();

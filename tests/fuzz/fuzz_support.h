@@ -16,6 +16,7 @@
 #include "embedded_files.h"
 #include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"
+#include "profiles/json_bounded.h"
 #include "server/openai_request.h"
 
 inline std::string fuzz_text(const uint8_t* data, size_t size) {
@@ -45,7 +46,11 @@ void fuzz_file_head(const uint8_t* data, size_t size, F check) {
 // The input parsed as JSON the way the model-file readers parse it; a
 // discarded value when it is not JSON.
 inline nlohmann::json fuzz_json(const uint8_t* data, size_t size) {
-    return nlohmann::json::parse(data, data + size, nullptr, false);
+    try {
+        return json_parse_bounded(std::string_view(reinterpret_cast<const char*>(data), size), JSON_FILE_LIMITS, "input");
+    } catch (const JsonError&) {
+        return nlohmann::json(nlohmann::json::value_t::discarded);
+    }
 }
 
 // ids (valid for t) decoded whole and streamed through a Detokenizer; a

@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${MOE_SHARED_DATA:-$root/../shared/data}"
 [ -d "$data" ] || { echo "seeds: $data missing (see tests/README.md)" >&2; exit 1; }
 rm -rf "$out"
-for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request chat_template tokenizer hf_tokenizer grammar json_schema; do mkdir -p "$out/$t"; done
+for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request tool_call_arguments chat_template tokenizer hf_tokenizer grammar json_schema; do mkdir -p "$out/$t"; done
 
 # 8 bytes little-endian.
 le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
@@ -138,6 +138,22 @@ for body in \
   '{"tokens":[1,22557,28808]}' \
   '{"messages":[{"role":"user","content":"Hi"}],"temperature":1e400,"top_k":-1,"max_tokens":1e20}'; do
   printf '%s' "$body" | seed openai_request
+done
+
+# tool_call_arguments: the arguments of the tool calls in mistral-common's
+# samples (JSON text, as OpenAI's clients send it); hand-made ones: nested,
+# repeated keys (the last wins, at the first one's place), escapes, numbers
+# at a double's edge, deep brackets.
+for f in "$data"/reference/mistral-common/*__sample.json; do
+  python3 -c 'import json, sys
+for m in json.load(open(sys.argv[1])).get("messages", []):
+    for c in m.get("tool_calls") or []:
+        a = c.get("function", {}).get("arguments")
+        print(a if isinstance(a, str) else json.dumps(a), end="\0")' "$f" |
+    while IFS= read -r -d '' args; do printf '%s' "$args" | seed tool_call_arguments; done
+done
+for args in   '{"location":"Paris, France","unit":"celsius"}'   '{"a":{"b":[1,2.5,-3e-7,true,false,null]},"c":"\u00e9\n\"q\""}'   '{"k":1,"j":2,"k":3,"l":{"x":0,"x":{"y":[]}}}'   '{"big":1.7976931348623157e308,"small":-1e-320,"int":18446744073709551615,"neg":-9223372036854775808}'   '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]'   '{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18,"r":19}'   '{}' '""' '{"x":' ; do
+  printf '%s' "$args" | seed tool_call_arguments
 done
 
 # chat_template: family, flags, then role byte + content per message, from real prompts.

@@ -253,7 +253,7 @@ TEST_CASE("config: file errors name the file", "[config]") {
     write_text(dir / "config.json", "{\"hidden_size\": 4096,");
     m = load_error(dir);
     check_one_line(m);
-    CHECK(m == (dir / "config.json").string() + ": not valid JSON");
+    CHECK(m.rfind((dir / "config.json").string() + ": not valid JSON: parse error at line 1, column 22", 0) == 0);
 
     write_text(dir / "config.json", "[1, 2]");
     m = load_error(dir);
@@ -277,7 +277,7 @@ TEST_CASE("config: file errors name the file", "[config]") {
     CHECK(m.rfind((dir / "generation_config.json").string() + ": field 'eos_token_id' = 40000 is outside", 0) == 0);
 
     write_text(dir / "generation_config.json", "not json");
-    CHECK(load_error(dir) == (dir / "generation_config.json").string() + ": not valid JSON");
+    CHECK(load_error(dir).rfind((dir / "generation_config.json").string() + ": not valid JSON: ", 0) == 0);
 }
 
 namespace {

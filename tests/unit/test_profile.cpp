@@ -140,7 +140,7 @@ TEST_CASE("profile validator refuses each kind of bad file with a message that s
     REQUIRE(read_error(good.dump()) == "");
 
     const auto with = [&](const std::function<void(json&)>& change) { return read_error_after(good, change); };
-    require_has(read_error("{\"format\": "), "not JSON");
+    require_has(read_error("{\"format\": "), "not valid JSON");
     require_has(read_error("[1, 2]"), "the top level must be a JSON object");
     require_has(read_error("{\"counts\": 1}"),
                 "neither a moe-server profile (no \"format\") nor a Fiddler popularity file");
