@@ -103,6 +103,14 @@ void repr_string_to(const Put& put, const std::string& s) {
     const char escaped_quote[2] = {'\\', quote};
     put(std::string_view(&quote, 1));
     for (size_t i = 0; i < s.size();) {
+        // A run of printable ASCII that needs no escape goes as one piece.
+        size_t run = i;
+        while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '\\' && s[run] != quote) ++run;
+        if (run > i) {
+            put(std::string_view(s).substr(i, run - i));
+            i = run;
+            continue;
+        }
         size_t len;
         uint32_t c = utf8_decode(s, i, &len);
         char buf[16];
@@ -133,6 +141,13 @@ void json_string_to(const Put& put, const std::string& s, bool ensure_ascii) {
     put("\"");
     char buf[16];
     for (size_t i = 0; i < s.size();) {
+        size_t run = i;  // printable ASCII without '"' or '\\': one piece
+        while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '\\' && s[run] != '"') ++run;
+        if (run > i) {
+            put(std::string_view(s).substr(i, run - i));
+            i = run;
+            continue;
+        }
         size_t len;
         uint32_t c = utf8_decode(s, i, &len);
         switch (c) {
@@ -181,7 +196,6 @@ void add_escaped(Text& out, const Write& write) {
     size_t n = 0;
     write([&n](std::string_view piece) { n += piece.size(); });
     work_charge_grow(out.out.size(), n);
-    out.out.reserve(out.out.size() + n);
     write([&out](std::string_view piece) { out.out.append(piece); });
 }
 
