@@ -332,9 +332,9 @@ void Tokenizer::check_id(int id) const {
 
 WorkLimits tokenize_limits(size_t text_bytes) {
     WorkLimits limits;
-    limits.max_steps = 4'000'000 + 64 * uint64_t(text_bytes);
-    limits.max_bytes = (uint64_t(16) << 20) + 128 * uint64_t(text_bytes);
-    limits.max_buffer_bytes = (uint64_t(4) << 20) + 16 * uint64_t(text_bytes);
+    limits.max_steps = 1'000'000 + 64 * uint64_t(text_bytes);
+    limits.max_bytes = (uint64_t(4) << 20) + 256 * uint64_t(text_bytes);
+    limits.max_buffer_bytes = (uint64_t(1) << 20) + 16 * uint64_t(text_bytes);
     limits.max_time = std::chrono::seconds(30);
     return limits;
 }
