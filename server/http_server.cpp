@@ -21,6 +21,7 @@
 #include "embedded_files.h"
 #include "engine/model/model_source.h"
 #include "engine/runtime/engine.h"
+#include "engine/text/work_budget.h"
 #include "profiles/errors.h"
 #include "server/engine_worker.h"
 #include "server/generation_task.h"
@@ -354,6 +355,11 @@ HttpServer::HttpServer(ServerOptions options) {
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
 #endif
     if (options.model_dir.empty()) throw MoeError("serve: no model folder given");
+    // A render or tokenization on a request's thread stops when its client is gone.
+    work_budget_set_cancel_probe([] {
+        const HttpConnection* c = http_connection();
+        return c && c->gone();
+    });
     impl_ = std::make_unique<Impl>(std::move(options));
 }
 
@@ -393,6 +399,7 @@ void HttpServer::run() {
 }
 
 void HttpServer::stop() {
+    work_budget_stop_all();  // a render or tokenization in flight ends now
     impl_->stop();
 }
 

@@ -5,6 +5,10 @@
 // text between matched added tokens) is normalized, split into pieces by the
 // pre-tokenizers in order, and every piece is merged by BPE on its own, the
 // lowest merge rank first and the leftmost of equal ranks first.
+// The file is untrusted: every step charges the thread's WorkBudget (the
+// encode's, see tokenizer.h, or the load's, LOAD_LIMITS) before it builds a
+// string, by the size it will have (a Replace by a long string, stacked
+// ByteLevel steps each doubling the text), and a step per match and merge.
 #include "engine/text/hf_tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -21,12 +25,18 @@
 #include <utility>
 #include <vector>
 
+#include "engine/text/work_budget.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 
 namespace {
 
 using json = nlohmann::json;
+
+// What loading may spend: every id's decoded bytes (a decoder Replace may
+// lengthen them) and the vocabulary's table. One token decodes to at most
+// max_buffer_bytes; real vocabularies are far below all three.
+const WorkLimits LOAD_LIMITS{0, uint64_t(256) << 20, uint64_t(64) << 10, std::chrono::milliseconds(60'000)};
 
 constexpr std::string_view GPT2_REGEX =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -136,8 +146,11 @@ const ByteLevelAlphabet& alphabet() {
 }
 
 std::string to_byte_level(std::string_view text) {
+    size_t n = 0;
+    for (char c : text) n += alphabet().chars[static_cast<unsigned char>(c)].size();
+    work_charge_grow(0, n);
     std::string out;
-    out.reserve(text.size() * 2);
+    out.reserve(n);
     for (char c : text) out += alphabet().chars[static_cast<unsigned char>(c)];
     return out;
 }
@@ -195,6 +208,7 @@ public:
             }
             const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
             const size_t start = ov[0], end = ov[1];
+            work_charge_steps(1);
             if (end > start) {
                 out.emplace_back(start, end);
                 pos = end;
@@ -225,14 +239,22 @@ struct Pattern {
         if (regex) return regex->find_all(text);
         std::vector<std::pair<size_t, size_t>> out;
         if (literal.empty()) return out;
-        for (size_t p = text.find(literal); p != std::string_view::npos; p = text.find(literal, p + literal.size()))
+        for (size_t p = text.find(literal); p != std::string_view::npos; p = text.find(literal, p + literal.size())) {
+            work_charge_steps(1);
             out.emplace_back(p, p + literal.size());
+        }
         return out;
     }
+    // Charged by the size of the result before it is built.
     std::string replace_all(std::string_view text, std::string_view content) const {
+        const std::vector<std::pair<size_t, size_t>> matches = find_all(text);
+        uint64_t size = text.size();
+        for (const auto& [s, e] : matches) size = size - (e - s) + content.size();
+        work_charge_grow(0, size);
         std::string out;
+        out.reserve(size);
         size_t prev = 0;
-        for (const auto& [s, e] : find_all(text)) {
+        for (const auto& [s, e] : matches) {
             out.append(text, prev, s - prev);
             out.append(content);
             prev = e;
@@ -329,8 +351,10 @@ void split_piece(const Piece& piece, const std::vector<std::pair<size_t, size_t>
         break;
     }
     for (const Span& s : merged)
-        if (s.end > s.start)
+        if (s.end > s.start) {
+            work_charge_bytes(s.end - s.start + sizeof(Piece));
             out->push_back(Piece{piece.text.substr(s.start, s.end - s.start), piece.first && s.start == 0});
+        }
 }
 
 PreTokenizeStep split_step(Pattern pattern, SplitBehavior behavior, bool invert) {
@@ -390,7 +414,10 @@ void parse_pre_tokenizer(const Node& n, std::vector<PreTokenizeStep>* steps, int
             steps->push_back([](std::vector<Piece>* pieces, const EncodeFlags& f) {
                 if (f.add_dummy_prefix)
                     for (Piece& p : *pieces)
-                        if (!p.text.starts_with(' ')) p.text.insert(0, 1, ' ');
+                        if (!p.text.starts_with(' ')) {
+                            work_charge_grow(p.text.size(), 1);
+                            p.text.insert(0, 1, ' ');
+                        }
             });
         if (n.flag("use_regex", true))
             steps->push_back(
@@ -412,7 +439,10 @@ void parse_pre_tokenizer(const Node& n, std::vector<PreTokenizeStep>* steps, int
                 // which changes the ids of such texts from the model's own).
                 const bool prepend =
                     f.add_dummy_prefix && (scheme == Prepend::ALWAYS || (scheme == Prepend::FIRST && q.first));
-                if (prepend) q.text.insert(0, replacement);
+                if (prepend) {
+                    work_charge_grow(q.text.size(), replacement.size());
+                    q.text.insert(0, replacement);
+                }
                 if (split)
                     split_piece(q, Pattern{replacement, nullptr}.find_all(q.text), SplitBehavior::MERGED_WITH_NEXT,
                                 false, &out);
@@ -430,11 +460,19 @@ void parse_pre_tokenizer(const Node& n, std::vector<PreTokenizeStep>* steps, int
 
 NormalizeStep unicode_form(utf8proc_option_t options) {
     return [options](std::string* text, const EncodeFlags&) {
+        work_charge_grow(0, text->size());
         utf8proc_uint8_t* out = nullptr;
         const utf8proc_ssize_t n =
             utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text->data()), utf8proc_ssize_t(text->size()), &out,
                          utf8proc_option_t(options | UTF8PROC_STABLE));
         if (n < 0) throw MoeError(std::string("cannot normalize text: ") + utf8proc_errmsg(n));
+        try {
+            // What utf8proc built, beyond the text's size charged before.
+            work_charge_grow(text->size(), size_t(n) > text->size() ? size_t(n) - text->size() : 0);
+        } catch (...) {
+            std::free(out);
+            throw;
+        }
         text->assign(reinterpret_cast<const char*>(out), size_t(n));
         std::free(out);
     };
@@ -458,7 +496,10 @@ void parse_normalizer(const Node& n, std::vector<NormalizeStep>* steps, int dept
         steps->push_back(unicode_form(utf8proc_option_t(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT)));
     } else if (type == "Prepend") {
         steps->push_back([prepend = n.str("prepend")](std::string* text, const EncodeFlags& f) {
-            if (f.add_dummy_prefix && !text->empty()) text->insert(0, prepend);
+            if (f.add_dummy_prefix && !text->empty()) {
+                work_charge_grow(text->size(), prepend.size());
+                text->insert(0, prepend);
+            }
         });
     } else if (type == "Replace") {
         steps->push_back([pattern = parse_pattern(n.at("pattern")), content = n.str("content")](
@@ -541,6 +582,7 @@ public:
 
     void encode(std::string_view text, bool at_start, bool add_dummy_prefix, std::vector<int>* ids) const override {
         const EncodeFlags flags{add_dummy_prefix};
+        work_charge_grow(0, text.size());
         std::string normalized(text);
         if (normalized.empty()) return;
         for (const auto& step : normalizer) step(&normalized, flags);
@@ -567,6 +609,7 @@ private:
                 ids->push_back(it->second);
                 return;
             }
+        work_charge_bytes(word.size() * (sizeof(Symbol) + 2 * sizeof(Candidate) + sizeof(int)));
         std::vector<Symbol> sym;
         sym.reserve(word.size());
         bool last_unk = false;
@@ -606,6 +649,7 @@ private:
         };
         for (int i = 0; i + 1 < count; ++i) consider(i);
         while (!queue.empty()) {
+            work_charge_steps(1);
             const Candidate c = queue.top();
             queue.pop();
             Symbol& left = sym[c.pos];
@@ -644,7 +688,10 @@ std::unique_ptr<BpeModel> parse_bpe(const Node& m, TokenizerVocab* v) {
         const int64_t id = id_json.get<int64_t>();
         if (id < 0 || id >= (int64_t(1) << 24))
             fail(m.source, vocab.key + "[\"" + piece + "\"]", "id " + std::to_string(id) + " is out of range");
-        if (size_t(id) >= v->pieces.size()) v->pieces.resize(size_t(id) + 1);
+        if (size_t(id) >= v->pieces.size()) {
+            work_charge_bytes((size_t(id) + 1 - v->pieces.size()) * sizeof(std::string));
+            v->pieces.resize(size_t(id) + 1);
+        }
         if (!v->pieces[id].empty())
             fail(m.source, vocab.key + "[\"" + piece + "\"]",
                  "id " + std::to_string(id) + " is also '" + v->pieces[id] + "'");
@@ -706,7 +753,25 @@ const std::string& byte_level_char(unsigned char b) {
     return alphabet().chars[b];
 }
 
+namespace {
+
+Tokenizer from_json_budgeted(const json& doc, const std::string& source, const HfSpecialTokens& specials);
+
+}  // namespace
+
 Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, const HfSpecialTokens& specials) {
+    WorkBudget budget(LOAD_LIMITS, "loading");
+    WorkBudget::Scope scope(budget);
+    try {
+        return from_json_budgeted(doc, source, specials);
+    } catch (const WorkBudgetError& e) {
+        throw MoeError(source + ": " + e.what());
+    }
+}
+
+namespace {
+
+Tokenizer from_json_budgeted(const json& doc, const std::string& source, const HfSpecialTokens& specials) {
     const Node root{doc, "", source};
     if (!doc.is_object()) fail(source, "(document)", "not a JSON object");
 
@@ -726,7 +791,10 @@ Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, con
                          t.flag("special", false), t.flag("lstrip", false),
                          t.flag("rstrip", false),  t.flag("single_word", false)};
             if (a.content.empty()) fail(source, t.sub("content"), "empty");
-            if (size_t(id) >= v.pieces.size()) v.pieces.resize(size_t(id) + 1);
+            if (size_t(id) >= v.pieces.size()) {
+                work_charge_bytes((size_t(id) + 1 - v.pieces.size()) * sizeof(std::string));
+                v.pieces.resize(size_t(id) + 1);
+            }
             if (v.pieces[id].empty())
                 v.pieces[id] = a.content;
             else if (v.pieces[id] != a.content)
@@ -783,6 +851,8 @@ Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, con
     v.add_bos = specials.add_bos.value_or(true);
     return Tokenizer::from_parts(source, std::move(v), std::move(model));
 }
+
+}  // namespace
 
 Tokenizer hf_tokenizer_parse(std::string_view text, const std::string& source, const HfSpecialTokens& specials) {
     json doc;

@@ -2,11 +2,16 @@
 // jinja2: a for loop's body and a macro's body are scopes of their own (what
 // they set is gone after them), if blocks are not; a macro sees its own
 // scope and the template's top level. Python's operator semantics (int
-// overflow is an error rather than a big integer). Each statement, expression
-// and loop iteration costs one step, and strings, lists and output built cost
-// by their size (JinjaLimits), so time and memory are bounded by max_steps;
-// output by max_output_bytes; recursion by max_call_depth (macros), the
-// parser's depth limit (expressions) and MAX_NESTING (both together).
+// overflow is an error rather than a big integer). The render runs under a
+// WorkBudget made from JinjaLimits and current on its thread: each
+// statement, expression and loop iteration costs a step, strings, lists and
+// output are charged by their size before they are built (repeat, concat,
+// repr, tojson, iteration; a builtin's result as it returns), so time and
+// memory are bounded by max_steps, max_bytes and max_time, any one string by
+// max_output_bytes; recursion by max_call_depth (macros), the parser's depth
+// limit (expressions) and MAX_NESTING (both together). The namespaces a
+// render makes are kept and cleared when it ends: their attributes are the
+// only values that change, so they are the only way to a reference cycle.
 #include "engine/text/jinja.h"
 
 #include <chrono>
@@ -15,6 +20,7 @@
 
 #include "engine/text/jinja_builtins.h"
 #include "engine/text/jinja_parser.h"
+#include "engine/text/work_budget.h"
 #include "profiles/errors.h"
 
 namespace {
@@ -35,9 +41,26 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 class Renderer {
 public:
-    Renderer(const JinjaRenderOptions& options) : opt_(options) {
+    Renderer(const JinjaRenderOptions& options)
+        : opt_(options),
+          budget_(WorkLimits{options.limits.max_steps, options.limits.max_bytes, options.limits.max_output_bytes,
+                             options.limits.max_time},
+                  "rendering"),
+          scope_(budget_) {
         limits_.max_bytes = options.limits.max_output_bytes;
         limits_.max_items = options.limits.max_list_items;
+    }
+    Renderer(const Renderer&) = delete;
+    Renderer& operator=(const Renderer&) = delete;
+
+    // A namespace may hold itself (or a value that holds it): its attributes
+    // go here, while every namespace is still held, so nothing is left in a
+    // cycle and no destructor recurses through a chain of namespaces.
+    ~Renderer() {
+        for (const auto& ns : namespaces_) {
+            std::vector<std::pair<JinjaValue, JinjaValue>> items;
+            items.swap(ns->items);
+        }
     }
 
     int line = 0;
@@ -58,11 +81,13 @@ public:
 private:
     using Frame = std::unordered_map<std::string, JinjaValue>;
     const JinjaRenderOptions& opt_;
+    WorkBudget budget_;
+    WorkBudget::Scope scope_;  // budget_ is the thread's current one while rendering
+    std::vector<std::shared_ptr<JinjaDict>> namespaces_;  // every namespace() made
     JinjaBuiltinLimits limits_;
     std::vector<Frame> frames_;
     size_t floor_ = 1;  // lookups see frames [floor_, top] then frame 0
     std::string* out_ = nullptr;
-    size_t steps_ = 0;
     int call_depth_ = 0;
     int nesting_ = 0;  // statements and expressions being evaluated, one inside another
 
@@ -81,34 +106,40 @@ private:
         ~Nest() { --n; }
     };
 
-    void step(size_t n = 1) {
-        steps_ += n;
-        if (steps_ > opt_.limits.max_steps) {
-            throw JinjaError("rendering took more than " + std::to_string(opt_.limits.max_steps) +
-                             " steps (a runaway loop?)");
-        }
-    }
+    void step(size_t n = 1) { budget_.step(n); }
 
-    // A value just built: strings and lists cost by size.
+    // Bytes of a list of n items.
+    static uint64_t list_bytes(size_t n) { return uint64_t(n) * sizeof(JinjaValue); }
+
+    // A value a builtin or a macro just built (each held its strings to
+    // max_output_bytes as it grew them): strings and lists cost by size.
     JinjaValue charge(JinjaValue v) {
         if (v.type == JinjaType::STRING) {
             if (v.text().size() > limits_.max_bytes)
                 throw JinjaError("a string exceeds the render limit of " + std::to_string(limits_.max_bytes) +
                                  " bytes");
-            step(v.text().size() / 64);
+            budget_.bytes(v.text().size());
         } else if (v.type == JinjaType::LIST) {
-            step(v.list->size() / 4);
+            budget_.bytes(list_bytes(v.list->size()));
         }
         return v;
     }
 
     void emit(const std::string& s) {
-        out_->append(s);
-        step(s.size() / 256);
-        if (out_->size() > opt_.limits.max_output_bytes) {
+        if (out_->size() + s.size() > opt_.limits.max_output_bytes) {
             throw JinjaError("output exceeds the render limit of " + std::to_string(opt_.limits.max_output_bytes) +
                              " bytes");
         }
+        budget_.bytes(s.size());
+        out_->append(s);
+    }
+
+    // A string of a bytes about to grow by b.
+    void charge_string(size_t a, size_t b) {
+        if (a + b > limits_.max_bytes)
+            throw JinjaError("a string would exceed the render limit of " + std::to_string(limits_.max_bytes) +
+                             " bytes");
+        budget_.bytes(b);
     }
 
     void install_globals() {
@@ -116,14 +147,17 @@ private:
         g["raise_exception"] = JinjaValue::from_function("raise_exception", [](JinjaArgs& a) -> JinjaValue {
             throw TemplateRaised(a.positional.empty() ? std::string() : jinja_str(a.positional[0]));
         });
-        g["namespace"] = JinjaValue::from_function("namespace", [](JinjaArgs& a) {
+        g["namespace"] = JinjaValue::from_function("namespace", [this](JinjaArgs& a) {
             JinjaDict attrs;
             for (const auto& p : a.positional) {
                 if (p.type != JinjaType::DICT) throw JinjaError("namespace() takes a dict or keyword arguments");
                 for (const auto& [k, v] : p.dict->items) attrs.set(k, v);
             }
             for (const auto& [k, v] : a.keyword) attrs.set(k, v);
-            return JinjaValue::new_namespace(std::move(attrs));
+            budget_.bytes(list_bytes(2 * attrs.items.size() + 1));
+            JinjaValue ns = JinjaValue::new_namespace(std::move(attrs));
+            namespaces_.push_back(ns.dict);
+            return ns;
         });
         g["dict"] = JinjaValue::from_function("dict", [](JinjaArgs& a) {
             JinjaDict d;
@@ -135,7 +169,7 @@ private:
             return JinjaValue::from_dict(std::move(d));
         });
         size_t max_items = limits_.max_items;
-        g["range"] = JinjaValue::from_function("range", [max_items](JinjaArgs& a) {
+        g["range"] = JinjaValue::from_function("range", [this, max_items](JinjaArgs& a) {
             std::vector<int64_t> n;
             for (const auto& p : a.positional) {
                 if (p.type != JinjaType::INT && p.type != JinjaType::BOOL) throw JinjaError("range() takes integers");
@@ -149,7 +183,9 @@ private:
                 std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(stride));
             if (count > static_cast<double>(max_items))
                 throw JinjaError("range() of more than " + std::to_string(max_items) + " items");
+            budget_.bytes(list_bytes(count > 0 ? static_cast<size_t>(count) : 0));
             JinjaList items;
+            items.reserve(count > 0 ? static_cast<size_t>(count) : 0);
             for (int64_t i = start; stride > 0 ? i < stop : i > stop; i += stride)
                 items.push_back(JinjaValue::from_int(i));
             return JinjaValue::from_list(std::move(items));
@@ -427,11 +463,13 @@ private:
             return lookup(e.name);
         case JinjaExprKind::LIST:
         case JinjaExprKind::TUPLE: {
+            budget_.bytes(list_bytes(e.args.size()));
             JinjaList items;
             for (const auto& a : e.args) items.push_back(eval(*a));
             return JinjaValue::from_list(std::move(items), e.kind == JinjaExprKind::TUPLE);
         }
         case JinjaExprKind::DICT: {
+            budget_.bytes(list_bytes(e.args.size()));
             JinjaDict d;
             for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
                 JinjaValue k = eval(*e.args[i]);
@@ -509,14 +547,19 @@ private:
         size_t cap = seq.type == JinjaType::STRING ? limits_.max_bytes : limits_.max_items;
         if (unit > 0 && static_cast<uint64_t>(times) > cap / unit)
             throw JinjaError("a repeated value exceeds the render limit");
+        const size_t total = unit * static_cast<size_t>(times);
         if (seq.type == JinjaType::STRING) {
+            charge_string(0, total);
             std::string out;
+            out.reserve(total);
             for (int64_t i = 0; i < times; ++i) out += seq.text();
-            return charge(JinjaValue::from_string(std::move(out)));
+            return JinjaValue::from_string(std::move(out));
         }
+        budget_.bytes(list_bytes(total));
         JinjaList out;
+        out.reserve(total);
         for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.list->begin(), seq.list->end());
-        return charge(JinjaValue::from_list(std::move(out), seq.tuple));
+        return JinjaValue::from_list(std::move(out), seq.tuple);
     }
 
     JinjaValue eval_binary(const JinjaExpr& e) {
@@ -526,7 +569,13 @@ private:
         if (op == "or") return jinja_truthy(a) ? a : eval(*e.args[1]);
         JinjaValue b = eval(*e.args[1]);
         line = e.line;
-        if (op == "~") return charge(JinjaValue::from_string(jinja_str(a) + jinja_str(b)));
+        if (op == "~") {
+            std::string text = jinja_str(a);
+            const std::string right = jinja_str(b);
+            charge_string(text.size(), right.size());
+            text += right;
+            return JinjaValue::from_string(std::move(text));
+        }
         if (op == "==") return JinjaValue::from_bool(jinja_equal(a, b));
         if (op == "!=") return JinjaValue::from_bool(!jinja_equal(a, b));
         if (op == "<" || op == "<=" || op == ">" || op == ">=") {
@@ -541,6 +590,7 @@ private:
                 if (a.type != JinjaType::STRING)
                     throw JinjaError("'in <string>' requires string as left operand, not " +
                                      std::string(jinja_type_name(a)));
+                step((b.text().size() / 64 + 1) * (a.text().size() / 64 + 1));  // the search's worst case
                 found = b.text().find(a.text()) != std::string::npos;
             } else if (b.type == JinjaType::DICT) {
                 found = b.dict->find(a) != nullptr;
@@ -553,12 +603,21 @@ private:
             return JinjaValue::from_bool(found == (op == "in"));
         }
         if (op == "+") {
-            if (a.type == JinjaType::STRING && b.type == JinjaType::STRING)
-                return charge(JinjaValue::from_string(a.text() + b.text()));
+            if (a.type == JinjaType::STRING && b.type == JinjaType::STRING) {
+                charge_string(0, a.text().size() + b.text().size());
+                return JinjaValue::from_string(a.text() + b.text());
+            }
             if (a.type == JinjaType::LIST && b.type == JinjaType::LIST && a.tuple == b.tuple) {
-                JinjaList items = *a.list;
+                const size_t n = a.list->size() + b.list->size();
+                if (n > limits_.max_items)
+                    throw JinjaError("a list would exceed the render limit of " + std::to_string(limits_.max_items) +
+                                     " items");
+                budget_.bytes(list_bytes(n));
+                JinjaList items;
+                items.reserve(n);
+                items.insert(items.end(), a.list->begin(), a.list->end());
                 items.insert(items.end(), b.list->begin(), b.list->end());
-                return charge(JinjaValue::from_list(std::move(items), a.tuple));
+                return JinjaValue::from_list(std::move(items), a.tuple);
             }
         }
         if (op == "%" && a.type == JinjaType::STRING)
@@ -650,6 +709,10 @@ std::string JinjaTemplate::render(const JinjaDict& variables, const JinjaRenderO
         std::string msg = where();
         msg += one_line(e.what());
         throw MoeError(msg);
+    } catch (const WorkBudgetError& e) {
+        throw MoeError(where() + e.what());
+    } catch (const std::bad_alloc&) {
+        throw MoeError(where() + "rendering ran out of memory");
     } catch (const std::logic_error& e) {
         // A library's own check (std::stoll out of range, ...): still the template's problem.
         std::string msg = where();

@@ -8,8 +8,14 @@
 // jinja_builtins.*; this file owns evaluation and the public entry points.
 // Every error (syntax, an unknown filter, raise_exception, a type error, a
 // limit) is one MoeError line naming the template and the line. Rendering is
-// bounded: steps, output bytes and macro call depth (JinjaLimits).
+// bounded (JinjaLimits): it runs under a WorkBudget (engine/text/
+// work_budget.h) of steps, bytes and wall time, charged before each value
+// is built, that work_budget_stop_all() (SIGTERM) and the server's cancel
+// probe (the client is gone) also end; values nest at most JINJA_MAX_DEPTH
+// deep, and the namespaces a render made are cleared when it ends, so one
+// that holds itself is freed.
 #pragma once
+#include <chrono>
 #include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,16 +28,19 @@
 
 struct JinjaStmt;
 
-// What one render may spend. Steps bound time and memory together: each
-// statement, expression and loop iteration is a step, and so is every 64
-// bytes of a string built, every 256 bytes of output and every 4 items of a
-// list built (a template copying a growing list pays for each copy: mistral-
-// common's v1 template spends about n*n/4 steps on n messages).
+// What one render may spend (its WorkBudget). Steps bound time: each
+// statement, expression, loop iteration and value a walk (repr, tojson, ==,
+// sort) visits is a step, and so is every 64 bytes allocated (a template
+// copying a growing list pays for each copy: mistral-common's v1 template
+// spends about n*n/4 steps on n messages). Bytes bound memory: every string
+// and list the render builds is charged, before it is built, by its size.
 struct JinjaLimits {
     size_t max_steps = 10'000'000;
+    size_t max_bytes = 256u << 20;        // allocated in all by the strings and lists built
     size_t max_output_bytes = 64u << 20;  // the rendered text, and any one string built on the way
     size_t max_list_items = 1'000'000;    // any one list built (range(), [x] * n)
     int max_call_depth = 100;             // nested macro calls
+    std::chrono::milliseconds max_time{10'000};  // wall time of one render
 };
 
 struct JinjaRenderOptions {

@@ -4,9 +4,12 @@
 #include "engine/text/jinja_builtins.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <optional>
+
+#include "engine/text/work_budget.h"
 
 namespace {
 
@@ -70,6 +73,7 @@ std::string need_string(const JinjaValue& v, const char* what) {
 }
 
 void check_bytes(size_t n, const Limits& limits) {
+    work_charge_steps(1);
     if (n > limits.max_bytes)
         fail("a string would exceed the render limit of " + std::to_string(limits.max_bytes) + " bytes");
 }
@@ -310,7 +314,14 @@ std::string py_format(const std::string& fmt, JinjaArgs& args) {
                 fail("format(): field " + py_quote(field) + " is not supported");
             const JinjaValue* v = nullptr;
             if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
-                size_t idx = field.empty() ? auto_index++ : static_cast<size_t>(std::stoul(field));
+                size_t idx = auto_index++;
+                if (!field.empty()) {
+                    const auto [end_digits, ec] = std::from_chars(field.data(), field.data() + field.size(), idx);
+                    if (ec == std::errc::result_out_of_range)
+                        fail("format(): field {" + field + "} is too large an index");
+                    if (ec != std::errc() || end_digits != field.data() + field.size())
+                        fail("format(): field " + py_quote(field) + " is not supported");
+                }
                 if (idx < args.positional.size()) v = &args.positional[idx];
             } else {
                 for (const auto& [k, kv] : args.keyword) {
@@ -318,7 +329,9 @@ std::string py_format(const std::string& fmt, JinjaArgs& args) {
                 }
             }
             if (!v) fail("format(): no argument for field {" + field + "}");
-            out += jinja_str(*v);
+            const std::string text = jinja_str(*v);
+            work_charge_grow(out.size(), text.size());
+            out += text;
             i = end;
         } else if (c == '}') {
             fail("format(): single '}' in the format string");
@@ -468,11 +481,11 @@ JinjaValue attribute_path(const JinjaValue& v, const std::string& path, const Li
     for (;;) {
         size_t dot = path.find('.', start);
         std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-        JinjaValue key =
-            !part.empty() && std::all_of(part.begin(), part.end(),
-                                         [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })
-                ? JinjaValue::from_int(std::stoll(part))
-                : JinjaValue::from_string(part);
+        int64_t index = 0;
+        const auto [end_digits, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+        JinjaValue key = !part.empty() && part[0] != '-' && ec == std::errc() && end_digits == part.data() + part.size()
+                             ? JinjaValue::from_int(index)
+                             : JinjaValue::from_string(part);
         cur = jinja_item(cur, key, limits);
         if (dot == std::string::npos) return cur;
         start = dot + 1;
@@ -603,7 +616,10 @@ JinjaValue to_float(const JinjaValue& v, const JinjaValue& fallback) {
 // The sort key of a value for sort/dictsort/unique: strings lower-cased
 // unless case_sensitive.
 JinjaValue sort_key(const JinjaValue& v, bool case_sensitive) {
-    if (!case_sensitive && v.type == JinjaType::STRING) return JinjaValue::from_string(ascii_lower(v.text()));
+    if (!case_sensitive && v.type == JinjaType::STRING) {
+        work_charge_bytes(v.text().size());
+        return JinjaValue::from_string(ascii_lower(v.text()));
+    }
     return v;
 }
 
@@ -718,8 +734,10 @@ JinjaList jinja_iterate(const JinjaValue& value, const Limits& limits) {
     case JinjaType::UNDEFINED:
         return {};
     case JinjaType::LIST:
+        work_charge_bytes(value.list->size() * sizeof(JinjaValue));
         return *value.list;
     case JinjaType::DICT: {
+        work_charge_bytes(value.dict->items.size() * sizeof(JinjaValue));
         JinjaList keys;
         for (const auto& kv : value.dict->items) keys.push_back(kv.first);
         return keys;
@@ -727,6 +745,7 @@ JinjaList jinja_iterate(const JinjaValue& value, const Limits& limits) {
     case JinjaType::STRING: {
         JinjaList chars;
         check_items(utf8_length(value.text()), limits);
+        work_charge_bytes(utf8_length(value.text()) * (sizeof(JinjaValue) + 64));
         std::vector<size_t> off = utf8_offsets(value.text());
         for (size_t i = 0; i + 1 < off.size(); ++i)
             chars.push_back(JinjaValue::from_string(value.text().substr(off[i], off[i + 1] - off[i])));

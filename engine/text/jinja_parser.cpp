@@ -111,8 +111,10 @@ private:
         if (sign == '-') {
             while (text_end > pos_ && is_space(src_[text_end - 1])) --text_end;
         } else if (sign != '+' && lstrip) {
-            size_t nl = src_.rfind('\n', tag == 0 ? 0 : tag - 1);
-            size_t l_pos = (nl == std::string::npos || nl < pos_) ? pos_ : nl + 1;
+            // The line's start, looked for back to pos_ only (not to the
+            // template's start: that made lexing quadratic).
+            size_t l_pos = tag;
+            while (l_pos > pos_ && src_[l_pos - 1] != '\n') --l_pos;
             if ((l_pos > pos_ || line_starting) && l_pos < tag) {
                 bool all_space = true;
                 for (size_t i = l_pos; i < tag; ++i) all_space = all_space && is_space(src_[i]);

@@ -1,7 +1,9 @@
 // Jinja values: construction, JSON in and out, and Python's str/repr/==/<
-// (see jinja_value.h). Recursive walks (repr, ==, <, json) stop at
-// MAX_NESTING levels, so a value a template nested without end is an error,
-// not a stack overflow.
+// (see jinja_value.h). Lists and dicts record their depth when built and
+// refuse more than JINJA_MAX_DEPTH levels; recursive walks (repr, ==, <,
+// json, hashing) stop at that depth too, and charge the current WorkBudget a
+// step per value and, for repr and json, the bytes of their text before
+// appending it.
 #include "engine/text/jinja_value.h"
 
 #include <algorithm>
@@ -9,15 +11,36 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/text/work_budget.h"
+
 namespace {
 
-constexpr int MAX_NESTING = 256;
-
+// One value visited by a walk `depth` levels down.
 void check_nesting(int depth) {
-    if (depth > MAX_NESTING) {
-        throw JinjaError("value nested more than " + std::to_string(MAX_NESTING) + " levels deep");
+    if (depth > JINJA_MAX_DEPTH) {
+        throw JinjaError("value nested more than " + std::to_string(JINJA_MAX_DEPTH) + " levels deep");
     }
+    work_charge_steps(1);
 }
+
+// The depth of a list or dict of items this deep.
+int container_depth(int deepest_item) {
+    if (deepest_item >= JINJA_MAX_DEPTH)
+        throw JinjaError("a list or dict nested more than " + std::to_string(JINJA_MAX_DEPTH) + " levels deep");
+    return deepest_item + 1;
+}
+
+// Text that repr and json build: each piece is charged to the current
+// budget before it is appended (a string longer than the budget allows
+// fails before it is built).
+struct Text {
+    std::string& out;
+    void add(std::string_view piece) {
+        work_charge_grow(out.size(), piece.size());
+        out.append(piece);
+    }
+    void add(char c) { add(std::string_view(&c, 1)); }
+};
 
 template <class Json>
 JinjaValue from_json_impl(const Json& j, int depth) {
@@ -73,109 +96,81 @@ bool py_printable(uint32_t c) {
     return true;
 }
 
-void repr_string(std::string& out, const std::string& s) {
-    char quote = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
-    out += quote;
+// Writes Python's repr of s through put(std::string_view).
+template <class Put>
+void repr_string_to(const Put& put, const std::string& s) {
+    const char quote = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+    const char escaped_quote[2] = {'\\', quote};
+    put(std::string_view(&quote, 1));
     for (size_t i = 0; i < s.size();) {
+        // A run of printable ASCII that needs no escape goes as one piece.
+        size_t run = i;
+        while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '\\' && s[run] != quote) ++run;
+        if (run > i) {
+            put(std::string_view(s).substr(i, run - i));
+            i = run;
+            continue;
+        }
         size_t len;
         uint32_t c = utf8_decode(s, i, &len);
         char buf[16];
         if (c == '\\') {
-            out += "\\\\";
+            put("\\\\");
         } else if (c == static_cast<uint32_t>(quote)) {
-            out += '\\';
-            out += quote;
+            put(std::string_view(escaped_quote, 2));
         } else if (c == '\n') {
-            out += "\\n";
+            put("\\n");
         } else if (c == '\r') {
-            out += "\\r";
+            put("\\r");
         } else if (c == '\t') {
-            out += "\\t";
+            put("\\t");
         } else if (!py_printable(c)) {
             std::snprintf(buf, sizeof buf, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x", c);
-            out += buf;
+            put(buf);
         } else {
-            out.append(s, i, len);
+            put(std::string_view(s).substr(i, len));
         }
         i += len;
     }
-    out += quote;
+    put(std::string_view(&quote, 1));
 }
 
-void repr_into(std::string& out, const JinjaValue& v, int depth) {
-    check_nesting(depth);
-    switch (v.type) {
-    case JinjaType::UNDEFINED:
-        out += "Undefined";
-        return;
-    case JinjaType::STRING:
-        repr_string(out, v.text());
-        return;
-    case JinjaType::LIST: {
-        out += v.tuple ? '(' : '[';
-        for (size_t i = 0; i < v.list->size(); ++i) {
-            if (i) out += ", ";
-            repr_into(out, (*v.list)[i], depth + 1);
-        }
-        if (v.tuple && v.list->size() == 1) out += ',';
-        out += v.tuple ? ')' : ']';
-        return;
-    }
-    case JinjaType::DICT: {
-        out += '{';
-        for (size_t i = 0; i < v.dict->items.size(); ++i) {
-            if (i) out += ", ";
-            repr_into(out, v.dict->items[i].first, depth + 1);
-            out += ": ";
-            repr_into(out, v.dict->items[i].second, depth + 1);
-        }
-        out += '}';
-        return;
-    }
-    case JinjaType::NAMESPACE: {
-        out += "<Namespace {";
-        for (size_t i = 0; i < v.dict->items.size(); ++i) {
-            if (i) out += ", ";
-            repr_into(out, v.dict->items[i].first, depth + 1);
-            out += ": ";
-            repr_into(out, v.dict->items[i].second, depth + 1);
-        }
-        out += "}>";
-        return;
-    }
-    default:
-        out += jinja_str(v);
-        return;
-    }
-}
-
-void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
-    out += '"';
+// json.dumps of s through put(std::string_view).
+template <class Put>
+void json_string_to(const Put& put, const std::string& s, bool ensure_ascii) {
+    put("\"");
     char buf[16];
     for (size_t i = 0; i < s.size();) {
+        size_t run = i;  // printable ASCII without '"' or '\\': one piece
+        while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '\\' && s[run] != '"') ++run;
+        if (run > i) {
+            put(std::string_view(s).substr(i, run - i));
+            i = run;
+            continue;
+        }
         size_t len;
         uint32_t c = utf8_decode(s, i, &len);
         switch (c) {
         case '"':
-            out += "\\\"";
+            put("\\\"");
             break;
         case '\\':
-            out += "\\\\";
+            put("\\\\");
             break;
         case '\n':
-            out += "\\n";
+            put("\\n");
             break;
         case '\r':
-            out += "\\r";
+            put("\\r");
             break;
         case '\t':
-            out += "\\t";
+            put("\\t");
             break;
         case '\b':
-            out += "\\b";
+            put("\\b");
             break;
         case '\f':
-            out += "\\f";
+            put("\\f");
             break;
         default:
             if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
@@ -185,19 +180,84 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
                 } else {
                     std::snprintf(buf, sizeof buf, "\\u%04x", c);
                 }
-                out += buf;
+                put(buf);
             } else {
-                out.append(s, i, len);
+                put(std::string_view(s).substr(i, len));
             }
         }
         i += len;
     }
-    out += '"';
+    put("\"");
 }
 
-void json_newline(std::string& out, int indent, int level) {
-    out += '\n';
-    out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
+// A string's escaped text: measured first, charged, then written.
+template <class Write>
+void add_escaped(Text& out, const Write& write) {
+    size_t n = 0;
+    write([&n](std::string_view piece) { n += piece.size(); });
+    work_charge_grow(out.out.size(), n);
+    write([&out](std::string_view piece) { out.out.append(piece); });
+}
+
+void repr_string(Text& out, const std::string& s) {
+    add_escaped(out, [&s](const auto& put) { repr_string_to(put, s); });
+}
+
+void json_string(Text& out, const std::string& s, bool ensure_ascii) {
+    add_escaped(out, [&s, ensure_ascii](const auto& put) { json_string_to(put, s, ensure_ascii); });
+}
+
+void repr_items(Text& out, const JinjaDict& dict, int depth);
+
+void repr_into(Text& out, const JinjaValue& v, int depth) {
+    check_nesting(depth);
+    switch (v.type) {
+    case JinjaType::UNDEFINED:
+        out.add("Undefined");
+        return;
+    case JinjaType::STRING:
+        repr_string(out, v.text());
+        return;
+    case JinjaType::LIST: {
+        out.add(v.tuple ? '(' : '[');
+        for (size_t i = 0; i < v.list->size(); ++i) {
+            if (i) out.add(", ");
+            repr_into(out, (*v.list)[i], depth + 1);
+        }
+        if (v.tuple && v.list->size() == 1) out.add(',');
+        out.add(v.tuple ? ')' : ']');
+        return;
+    }
+    case JinjaType::DICT:
+        out.add('{');
+        repr_items(out, *v.dict, depth);
+        out.add('}');
+        return;
+    case JinjaType::NAMESPACE:
+        out.add("<Namespace {");
+        repr_items(out, *v.dict, depth);
+        out.add("}>");
+        return;
+    default:
+        out.add(jinja_str(v));
+        return;
+    }
+}
+
+void repr_items(Text& out, const JinjaDict& dict, int depth) {
+    for (size_t i = 0; i < dict.items.size(); ++i) {
+        if (i) out.add(", ");
+        repr_into(out, dict.items[i].first, depth + 1);
+        out.add(": ");
+        repr_into(out, dict.items[i].second, depth + 1);
+    }
+}
+
+void json_newline(Text& out, int indent, int level) {
+    const size_t spaces = static_cast<size_t>(indent) * static_cast<size_t>(level);
+    work_charge_grow(out.out.size(), spaces + 1);
+    out.out += '\n';
+    out.out.append(spaces, ' ');
 }
 
 struct JsonStyle {
@@ -206,26 +266,26 @@ struct JsonStyle {
     std::string item_sep, key_sep;
 };
 
-void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, int depth) {
+void json_into(Text& out, const JinjaValue& v, const JsonStyle& style, int depth) {
     const int indent = style.indent;
     check_nesting(depth);
     switch (v.type) {
     case JinjaType::NONE:
-        out += "null";
+        out.add("null");
         return;
     case JinjaType::BOOL:
-        out += v.boolean ? "true" : "false";
+        out.add(v.boolean ? "true" : "false");
         return;
     case JinjaType::INT:
-        out += std::to_string(v.integer);
+        out.add(std::to_string(v.integer));
         return;
     case JinjaType::FLOAT:
         if (std::isnan(v.number)) {
-            out += "NaN";
+            out.add("NaN");
         } else if (std::isinf(v.number)) {
-            out += v.number > 0 ? "Infinity" : "-Infinity";
+            out.add(v.number > 0 ? "Infinity" : "-Infinity");
         } else {
-            out += jinja_float_repr(v.number);
+            out.add(jinja_float_repr(v.number));
         }
         return;
     case JinjaType::STRING:
@@ -233,22 +293,22 @@ void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, in
         return;
     case JinjaType::LIST: {
         if (v.list->empty()) {
-            out += "[]";
+            out.add("[]");
             return;
         }
-        out += '[';
+        out.add('[');
         for (size_t i = 0; i < v.list->size(); ++i) {
-            if (i) out += style.item_sep;
+            if (i) out.add(style.item_sep);
             if (indent >= 0) json_newline(out, indent, depth + 1);
             json_into(out, (*v.list)[i], style, depth + 1);
         }
         if (indent >= 0) json_newline(out, indent, depth);
-        out += ']';
+        out.add(']');
         return;
     }
     case JinjaType::DICT: {
         if (v.dict->items.empty()) {
-            out += "{}";
+            out.add("{}");
             return;
         }
         // json.dumps turns keys into strings: numbers as they print, true,
@@ -280,16 +340,16 @@ void json_into(std::string& out, const JinjaValue& v, const JsonStyle& style, in
             std::stable_sort(items.begin(), items.end(),
                              [](const auto& a, const auto& b) { return a.first < b.first; });
         }
-        out += '{';
+        out.add('{');
         for (size_t i = 0; i < items.size(); ++i) {
-            if (i) out += style.item_sep;
+            if (i) out.add(style.item_sep);
             if (indent >= 0) json_newline(out, indent, depth + 1);
             json_string(out, items[i].first, style.ensure_ascii);
-            out += style.key_sep;
+            out.add(style.key_sep);
             json_into(out, *items[i].second, style, depth + 1);
         }
         if (indent >= 0) json_newline(out, indent, depth);
-        out += '}';
+        out.add('}');
         return;
     }
     default: {
@@ -315,6 +375,7 @@ bool equal_impl(const JinjaValue& a, const JinjaValue& b, int depth) {
     case JinjaType::NONE:
         return true;
     case JinjaType::STRING:
+        if (a.text().size() == b.text().size()) work_charge_steps(a.text().size() / 256);
         return a.text() == b.text();
     case JinjaType::LIST:
         if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
@@ -350,6 +411,7 @@ int compare_impl(const JinjaValue& a, const JinjaValue& b, int depth) {
         return x < y ? -1 : (x > y ? 1 : 0);
     }
     if (a.type == JinjaType::STRING && b.type == JinjaType::STRING) {
+        work_charge_steps(std::min(a.text().size(), b.text().size()) / 256);
         int c = a.text().compare(b.text());
         return c < 0 ? -1 : (c > 0 ? 1 : 0);
     }
@@ -468,16 +530,22 @@ JinjaValue JinjaValue::from_string(std::string s) {
 }
 
 JinjaValue JinjaValue::from_list(JinjaList items, bool tuple) {
+    int deepest = 0;
+    for (const JinjaValue& item : items) deepest = std::max(deepest, item.depth);
     JinjaValue v;
     v.type = JinjaType::LIST;
     v.tuple = tuple;
+    v.depth = container_depth(deepest);
     v.list = std::make_shared<const JinjaList>(std::move(items));
     return v;
 }
 
 JinjaValue JinjaValue::from_dict(JinjaDict dict) {
+    int deepest = 0;
+    for (const auto& [key, value] : dict.items) deepest = std::max({deepest, key.depth, value.depth});
     JinjaValue v;
     v.type = JinjaType::DICT;
+    v.depth = container_depth(deepest);
     v.dict = std::make_shared<JinjaDict>(std::move(dict));
     return v;
 }
@@ -493,6 +561,7 @@ JinjaValue JinjaValue::from_function(std::string name, JinjaFunction f) {
 JinjaValue JinjaValue::new_namespace(JinjaDict attributes) {
     JinjaValue v = from_dict(std::move(attributes));
     v.type = JinjaType::NAMESPACE;
+    v.depth = 1;
     return v;
 }
 
@@ -614,17 +683,15 @@ std::string jinja_str(const JinjaValue& v) {
         s += '>';
         return s;
     }
-    default: {
-        std::string out;
-        repr_into(out, v, 0);
-        return out;
-    }
+    default:
+        return jinja_repr(v);
     }
 }
 
 std::string jinja_repr(const JinjaValue& v) {
     std::string out;
-    repr_into(out, v, 0);
+    Text text{out};
+    repr_into(text, v, 0);
     return out;
 }
 
@@ -643,7 +710,8 @@ std::string jinja_to_json(const JinjaValue& v, const JinjaJsonStyle& style) {
         s.key_sep = style.separators->second;
     }
     std::string out;
-    json_into(out, v, s, 0);
+    Text text{out};
+    json_into(text, v, s, 0);
     return out;
 }
 

@@ -8,6 +8,15 @@
 // only a namespace's attributes change. Nothing here knows of templates:
 // errors are JinjaError, which the interpreter turns into a MoeError with the
 // template line.
+// Hostile values: a list or dict is built at most JINJA_MAX_DEPTH levels
+// deep (its depth is known when it is built), and every recursive walk
+// (repr, json, ==, <, hashing) stops at that depth too, so no walk and no
+// destructor can overflow the stack; a namespace counts as one level (its
+// attributes change later; the render that made it clears them when it
+// ends, which also frees a namespace that holds itself). The walks charge
+// the thread's current WorkBudget (engine/text/work_budget.h): a step per
+// value visited, and the text repr and json build before they build it, so a
+// shared tree is priced by the size it would print as, not by its memory.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,6 +33,8 @@
 struct JinjaError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+constexpr int JINJA_MAX_DEPTH = 256;
 
 enum class JinjaType { UNDEFINED, NONE, BOOL, INT, FLOAT, STRING, LIST, DICT, FUNCTION, NAMESPACE };
 
@@ -50,6 +61,7 @@ struct JinjaDict {
 struct JinjaValue {
     JinjaType type = JinjaType::UNDEFINED;
     bool tuple = false;    // LIST: a Python tuple (repr uses parentheses)
+    int depth = 0;         // LIST, DICT: 1 + the deepest item's depth; NAMESPACE: 1; others 0
     bool boolean = false;  // BOOL
     int64_t integer = 0;   // INT
     double number = 0;     // FLOAT

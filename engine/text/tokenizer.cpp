@@ -330,8 +330,28 @@ void Tokenizer::check_id(int id) const {
                        std::to_string(vocab_size()) + ")");
 }
 
+WorkLimits tokenize_limits(size_t text_bytes) {
+    WorkLimits limits;
+    limits.max_steps = 1'000'000 + 64 * uint64_t(text_bytes);
+    limits.max_bytes = (uint64_t(4) << 20) + 256 * uint64_t(text_bytes);
+    limits.max_buffer_bytes = (uint64_t(1) << 20) + 16 * uint64_t(text_bytes);
+    limits.max_time = std::chrono::seconds(30);
+    return limits;
+}
+
 void Tokenizer::encode_parts(std::string_view text, bool add_dummy_prefix, bool allow_special,
                              std::vector<int>* ids) const {
+    WorkBudget budget(tokenize_limits(text.size()), "tokenizing");
+    WorkBudget::Scope scope(budget);
+    try {
+        encode_segments(text, add_dummy_prefix, allow_special, ids);
+    } catch (const WorkBudgetError& e) {
+        throw MoeError(source_ + ": " + e.what());
+    }
+}
+
+void Tokenizer::encode_segments(std::string_view text, bool add_dummy_prefix, bool allow_special,
+                                std::vector<int>* ids) const {
     const auto& trie = index_->trie;
     size_t seg = 0;  // start of the text not yet encoded
     const auto flush = [&](size_t end) {
@@ -356,6 +376,7 @@ void Tokenizer::encode_parts(std::string_view text, bool add_dummy_prefix, bool 
             best = a;
             best_len = i + 1 - pos;
         }
+        work_charge_steps(1 + best_len / 16);
         if (best < 0) {
             ++pos;
             continue;
@@ -381,13 +402,25 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool add_dummy_prefix,
 }
 
 std::string Tokenizer::decode(std::span<const int> ids) const {
-    for (int id : ids) check_id(id);
-    if (std::optional<std::string> text = model_->decode(ids)) return std::move(*text);
-    Detokenizer detok(*this, true);
-    std::string text;
-    for (int id : ids) text += detok.push(id);
-    text += detok.flush();
-    return text;
+    size_t bytes = 0;
+    for (int id : ids) {
+        check_id(id);
+        bytes += vocab_.bytes[id].size();
+    }
+    // The text is about `bytes` long (the model's own decoding may differ a little).
+    WorkBudget budget(tokenize_limits(bytes), "decoding");
+    WorkBudget::Scope scope(budget);
+    try {
+        budget.grow(0, bytes);
+        if (std::optional<std::string> text = model_->decode(ids)) return std::move(*text);
+        Detokenizer detok(*this, true);
+        std::string text;
+        for (int id : ids) text += detok.push(id);
+        text += detok.flush();
+        return text;
+    } catch (const WorkBudgetError& e) {
+        throw MoeError(source_ + ": " + e.what());
+    }
 }
 
 int Tokenizer::vocab_size() const {

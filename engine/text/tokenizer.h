@@ -8,6 +8,12 @@
 // caller; encode() treats its text as plain text unless the caller asks for
 // specials (SpecialTokens::PARSE), so a user typing "</s>" gets the tokens of
 // those characters, never id 2.
+// A tokenizer file is untrusted input: every encode and decode runs under a
+// WorkBudget (engine/text/work_budget.h) sized by its text (tokenize_limits),
+// which the backend charges before it allocates, so a file whose steps
+// amplify text (stacked byte-level steps, a Replace by a long string) fails
+// that call with "SOURCE: tokenizing used more than N bytes", never
+// exhausting memory or time; SIGTERM's work_budget_stop_all() ends it too.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -16,6 +22,13 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/text/work_budget.h"
+
+// What one encode or decode of `text_bytes` bytes (of text, or of the ids'
+// bytes) may spend: generous for any real tokenizer (they use ~70 bytes of
+// memory per byte of text), far below what amplification would.
+WorkLimits tokenize_limits(size_t text_bytes);
 
 // What an id is, for decoding and streaming.
 enum class PieceKind : unsigned char {
@@ -135,8 +148,10 @@ private:
     Tokenizer();
     void check_id(int id) const;  // MoeError when id is outside the vocabulary
     void index_vocab();           // piece_ids_ and the added-token trie from vocab_
-    // Appends the ids of `text` with added tokens matched first.
+    // Appends the ids of `text` with added tokens matched first, under the text's budget.
     void encode_parts(std::string_view text, bool add_dummy_prefix, bool allow_special, std::vector<int>* ids) const;
+    void encode_segments(std::string_view text, bool add_dummy_prefix, bool allow_special,
+                         std::vector<int>* ids) const;
 
     std::unique_ptr<const TokenizerModel> model_;
     std::string source_;  // file name for error messages

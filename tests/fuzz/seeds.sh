@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${MOE_SHARED_DATA:-$root/../shared/data}"
 [ -d "$data" ] || { echo "seeds: $data missing (see tests/README.md)" >&2; exit 1; }
 rm -rf "$out"
-for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request tool_call_arguments chat_template tokenizer hf_tokenizer grammar json_schema; do mkdir -p "$out/$t"; done
+for t in safetensors gguf gguf_tokenizer model_config tokenizer_config openai_request tool_call_arguments chat_template jinja tokenizer hf_tokenizer grammar json_schema; do mkdir -p "$out/$t"; done
 
 # 8 bytes little-endian.
 le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
@@ -164,6 +164,21 @@ while IFS= read -r line && [ $i -lt 8 ]; do
 done < "$data/prompts/vicuna_bench_question.jsonl"
 { printf '\x00\x01\x00You are kind.\x1e\x01'; cat "$data/reference/mistral-common/no_tools__text_v1.txt"; } | seed chat_template
 
+# jinja: every shared chat template, and the hostile shapes of issue 34 (nesting
+# without end, quadratic filters, values priced by their printed size, a
+# namespace holding itself, a huge format index, many statements on one line).
+for f in "$data"/chat_templates/*.jinja "$data"/reference/mistral-common/*.jinja; do
+  [ -f "$f" ] && seed jinja < "$f"
+done
+printf '%s' "{% set ns = namespace(x=[]) %}{% for i in range(200000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}" | seed jinja
+printf '%s' "{% set ns = namespace(h=none) %}{% for i in range(100000) %}{% set ns.h = namespace(next=ns.h) %}{% endfor %}{{ ns.h }}" | seed jinja
+printf '%s' "{{ range(1000000)|unique|list|length }}{% set a = range(100000) %}{{ a == a }}{{ [a, a]|sort }}" | seed jinja
+printf '%s' "{% set L = [0] * 1000000 %}{{ [L] * 300 }}" | seed jinja
+printf '%s' "{% set a = [1] * 1000 %}{% set b = [a] * 1000 %}{{ ([b] * 1000) | tojson(indent=2) }}" | seed jinja
+printf '%s' "{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.s = 'x' * 1000000 %}{{ ns }}" | seed jinja
+printf '%s' "{{ '{99999999999999999999999}'.format(1) }}{{ '{0}{1}'.format('a' * 100000, 'b') * 100 }}" | seed jinja
+for i in $(seq 400); do printf '{%% set x = %d %%}' "$i"; done | seed jinja
+
 # tokenizer: llama.cpp's tokenizer test strings, Mistral's reference text, real prompts.
 for f in "$data"/reference/llama-cpp-vocab/*.inp "$data"/reference/mistral-common/*.txt; do seed tokenizer < "$f"; done
 head -n 20 "$data/prompts/mt_bench_question.jsonl" | while IFS= read -r line; do printf '%s' "$line" | seed tokenizer; done
@@ -175,6 +190,15 @@ printf '\xf0\x9f\x98\x80 caf\xc3\xa9 \xe2\x80\x8b\t\n\r\x00\xff\xfe <s></s>[INST
 echo '{"model":{"type":"BPE","vocab":{"a":0,"b":1,"\u0120":2,"ab":3,"\u0120a":4},"merges":["a b",["\u0120","a"]]},"added_tokens":[{"id":5,"content":"<|end|>","special":true},{"id":6,"content":"<t>","rstrip":true}],"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},"decoder":{"type":"ByteLevel"}}' | seed hf_tokenizer
 echo '{"model":{"type":"BPE","byte_fallback":true,"unk_token":"<unk>","vocab":{"<unk>":0,"<0x41>":1,"\u2581":2,"h":3,"i":4,"\u2581h":5,"\u2581hi":6},"merges":["\u2581 h","\u2581h i"]},"added_tokens":[{"id":0,"content":"<unk>","special":true}],"normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Prepend","prepend":"\u2581"},{"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},{"type":"Split","pattern":{"Regex":"\\p{L}+"},"behavior":"Isolated","invert":false}]},"decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"\u2581"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]}}' | seed hf_tokenizer
 echo '{"model":{"type":"BPE","vocab":{"x":0,"\u2581":1,"\u2581x":2},"merges":["\u2581 x"]},"pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":true},"decoder":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first"}}' | seed hf_tokenizer
+# Amplifying documents (issue 34): stacked ByteLevel steps, a normalizer and a
+# decoder Replace by a long string, an id far past the vocabulary.
+bl='{"type":"ByteLevel","add_prefix_space":false}'
+printf '{"model":{"type":"BPE","vocab":{"a":0,"b":1,"\\u0120":2},"merges":[]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[%s]},"decoder":{"type":"ByteLevel"}}' \
+  "$(printf "$bl,%.0s" $(seq 21))$bl" | seed hf_tokenizer
+long="$(head -c 4000 /dev/zero | tr '\0' 'b')"
+printf '{"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]},"normalizer":{"type":"Replace","pattern":{"String":"a"},"content":"%s"}}' "$long" | seed hf_tokenizer
+printf '{"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]},"decoder":{"type":"Replace","pattern":{"String":"a"},"content":"%s"}}' "$long" | seed hf_tokenizer
+echo '{"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]},"added_tokens":[{"id":16777215,"content":"<x>"}]}' | seed hf_tokenizer
 
 # grammar: GBNF grammars (JSON, repetitions, classes, a token by its piece);
 # json_schema: the ten client schemas of the structured-output tests.

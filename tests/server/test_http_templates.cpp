@@ -6,8 +6,11 @@
 // template's special tokens into their ids, enable_thinking reaches the
 // template, a template error answers 400 and the server keeps serving, and
 // the config's vocab_size padded above the tokenizer's loads and generates.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <future>
 
 #include "server_fixture.h"
 #include "support/test_support.h"
@@ -216,6 +219,78 @@ TEST_CASE("a Jinja template error answers 400 naming it, and the server keeps se
     CHECK(ok.status == 200);
     CHECK(post_json(client, "/apply-template", {{"messages", {{{"role", "user"}, {"content", "u"}}}}}).body["prompt"] ==
           "<|im_start|>user\nu<|im_end|><|im_start|>assistant");
+}
+
+namespace {
+
+// A template that turns hostile on the first message's content (issue 34's
+// inputs), and renders ChatML otherwise, with a namespace that holds itself.
+std::string hostile_template() {
+    return "{%- set c = messages[0].content %}"
+           "{%- if c == 'deep' %}{% set ns = namespace(x=[]) %}"
+           "{% for i in range(200000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+           "{%- elif c == 'unique' %}{{ range(1000000) | unique | list | length }}"
+           "{%- elif c == 'big' %}{% set L = [0] * 1000000 %}{{ [L] * 300 }}"
+           "{%- elif c == 'tree' %}{% set a = [1] * 1000 %}{% set b = [a] * 1000 %}{{ ([b] * 1000) | tojson }}"
+           "{%- elif c == 'format' %}{{ '{99999999999999999999999}'.format(1) }}"
+           "{%- else %}{% set ns = namespace() %}{% set ns.me = ns %}"
+           "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+           "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}{%- endif %}";
+}
+
+json user_says(const std::string& content) {
+    return {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 2}};
+}
+
+}  // namespace
+
+TEST_CASE("a hostile Jinja template fails that request naming the template, and the server keeps serving",
+          "[server]") {
+    ServerProcess server(jinja_model("jinja-hostile", hostile_template()));
+    httplib::Client client = server.client();
+    // The quick ones on every path that renders, the slower ones on one each.
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"deep", {"/v1/chat/completions", "/apply-template", "/tokenize"}},
+        {"format", {"/v1/chat/completions", "/apply-template", "/tokenize"}},
+        {"unique", {"/apply-template"}},
+        {"big", {"/tokenize"}},
+        {"tree", {"/v1/chat/completions"}}};
+    for (const auto& [hostile, paths] : cases) {
+        for (const std::string& path : paths) {
+            INFO(hostile << " " << path);
+            const JsonReply r = post_json(client, path, user_says(hostile));
+            INFO(r.raw);
+            CHECK(r.status == 400);
+            CHECK(r.body["error"]["code"] == "template_error");
+            const std::string message = r.body["error"]["message"].get<std::string>();
+            CHECK(message.find("tokenizer_config.json chat_template line 1: ") != std::string::npos);
+        }
+    }
+    CHECK(post_json(client, "/apply-template", user_says("format")).body["error"]["message"].get<std::string>().find(
+              "format(): field {99999999999999999999999} is too large an index") != std::string::npos);
+    // Still serving, and the namespace that holds itself renders every time.
+    for (int i = 0; i < 3; ++i) CHECK(post_json(client, "/v1/chat/completions", user_says("hi")).status == 200);
+    CHECK(post_json(client, "/apply-template", user_says("hi")).body["prompt"] ==
+          "<|im_start|>user\nhi<|im_end|><|im_start|>assistant");
+}
+
+TEST_CASE("SIGTERM stops the server while a hostile template renders", "[server]") {
+    ServerProcess server(jinja_model("jinja-sigterm", hostile_template()));
+    auto reply = std::async(std::launch::async, [port = server.port()] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(std::chrono::seconds(120));
+        return post_json(c, "/v1/chat/completions", user_says("unique"));
+    });
+    // Let the render begin (it would run for hours without its budget).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const pid_t pid = server.pid();
+    auto stopped = std::async(std::launch::async, [&server] { return server.stop(SIGTERM); });
+    const bool exited = stopped.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    if (!exited) ::kill(pid, SIGKILL);
+    REQUIRE(exited);
+    CHECK(stopped.get() == 0);
+    const JsonReply r = reply.get();
+    CHECK(r.status != 200);
 }
 
 TEST_CASE("/apply-template on a model without Jinja: the built-in renderer's text", "[server]") {

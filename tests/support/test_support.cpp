@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "profiles/errors.h"
 
@@ -104,6 +106,19 @@ std::string moe_error_of(const std::function<void()>& f) {
         return e.what();
     }
     return "";
+}
+
+bool finishes_within(int seconds, std::function<void()> fn) {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    std::thread([done, fn = std::move(fn)] {
+        try {
+            fn();
+        } catch (...) {
+        }
+        done->set_value();
+    }).detach();
+    return finished.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready;
 }
 
 void check_error_line(const std::string& message, const fs::path& file, const std::string& what) {

@@ -51,6 +51,11 @@ std::filesystem::path moe_server_binary();
 
 // The message of the MoeError f() throws; "" when it throws none.
 std::string moe_error_of(const std::function<void()>& f);
+// Runs fn on a thread of its own and waits for it at most `seconds`: a
+// hostile input that would hang fails the test instead of stalling the run
+// (the thread is then left to the end of the process). Exceptions of fn are
+// swallowed: fn records what it needs.
+bool finishes_within(int seconds, std::function<void()> fn);
 // Checks (Catch2) that a reader's error is one line, starts with "FILE: "
 // and contains `what`.
 void check_error_line(const std::string& message, const std::filesystem::path& file, const std::string& what);

@@ -262,6 +262,51 @@ TEST_CASE("hf tokenizer: normalizers and pre-tokenizers", "[hf_tokenizer]") {
     CHECK(meta.encode("x x", false) == std::vector<int>{7, 8});
 }
 
+TEST_CASE("hf tokenizer: a tokenizer.json that amplifies text fails within its budget", "[hf_tokenizer]") {
+    // 22 stacked ByteLevel pre-tokenizers: each doubles the bytes of "é"
+    // (the issue saw 9 s and 448 MB for "hi é").
+    json stacked = small_doc();
+    json steps = json::array();
+    for (int i = 0; i < 22; ++i) steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}});
+    stacked["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", steps}};
+    const Tokenizer t = hf_tokenizer_from_json(stacked, "stacked.json");
+    auto error = std::make_shared<std::string>();
+    CHECK(finishes_within(60, [&t, error] { *error = message_of([&] { t.encode("hi \xC3\xA9"); }); }));
+    INFO(*error);
+    CHECK(error->starts_with("stacked.json: tokenizing "));
+    CHECK(error->find("more than") != std::string::npos);
+
+    // A normalizer Replace of "a" by 1 MB (the issue saw over 90 s).
+    json replace = small_doc();
+    replace["normalizer"] = {
+        {"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", std::string(1 << 20, 'b')}};
+    const Tokenizer r = hf_tokenizer_from_json(replace, "replace.json");
+    error = std::make_shared<std::string>();
+    CHECK(finishes_within(60, [&r, error] { *error = message_of([&] { r.encode(std::string(100, 'a')); }); }));
+    INFO(*error);
+    CHECK(error->starts_with("replace.json: tokenizing would build a string or list of more than "));
+    CHECK(r.encode("bcd") == std::vector<int>{1, 2, 3});
+
+    // A decoder Replace that makes every token's bytes 1 MB (the issue saw
+    // 4 GB allocated at load and bad_alloc): refused at load.
+    json decoder = small_doc();
+    decoder["decoder"] = {{"type", "Sequence"},
+                          {"decoders", json::array({{{"type", "ByteLevel"}},
+                                                    {{"type", "Replace"},
+                                                     {"pattern", {{"String", "a"}}},
+                                                     {"content", std::string(1 << 20, 'b')}}})}};
+    CHECK(message_of([&] { hf_tokenizer_from_json(decoder, "decoder.json"); }) ==
+          "decoder.json: loading would build a string or list of more than 65536 bytes");
+    // A vocabulary id far past the tokens: its table is charged before it is made.
+    json sparse = small_doc();
+    sparse["added_tokens"][0]["id"] = (1 << 24) - 1;
+    CHECK(message_of([&] { hf_tokenizer_from_json(sparse, "sparse.json"); })
+              .starts_with("sparse.json: loading used more than 268435456 bytes"));
+
+    // Text the steps do not amplify tokenizes as before.
+    CHECK(t.encode("ab") == std::vector<int>{6});
+}
+
 TEST_CASE("hf tokenizer: the Detokenizer streams byte-level tokens that split characters", "[hf_tokenizer]") {
     const Tokenizer tok = gguf_tokenizer(shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-gpt-2.gguf");
     const std::string text = "naïve café, 日本語のテキスト 😀🦙 and ∑ done";

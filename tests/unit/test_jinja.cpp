@@ -10,11 +10,15 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "alloc_count.h"
 #include "engine/text/jinja.h"
 #include "engine/text/jinja_chat.h"
+#include "engine/text/work_budget.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 
@@ -150,6 +154,18 @@ std::string render(const std::string& source, const JinjaDict& vars = {}, const 
 
 std::string render_error(const std::string& source, const JinjaRenderOptions& options = {}) {
     return moe_error_of([&] { render(source, {}, options); });
+}
+
+bool contains(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+}
+
+// The error of rendering `source` with the default limits, on a thread of
+// its own, or "(hang)" when it runs for more than a minute.
+std::string hostile_render_error(const std::string& source) {
+    auto error = std::make_shared<std::string>("(no MoeError)");
+    if (!finishes_within(60, [source, error] { *error = render_error(source); })) return "(hang)";
+    return *error;
 }
 
 }  // namespace
@@ -481,6 +497,132 @@ TEST_CASE("jinja rendering is bounded in steps, output, recursion and nesting", 
 
     // The default limits leave real templates room.
     CHECK(render("{% for i in range(100000) %}{% endfor %}ok") == "ok");
+}
+
+TEST_CASE("jinja: a value nested without end is refused when built, and freed without recursion", "[jinja]") {
+    // A list 200,000 deep through a namespace: refused at 256 levels, not a
+    // stack overflow when it is printed or freed.
+    std::string e = hostile_render_error(
+        "{% set ns = namespace(x=[]) %}{% for i in range(200000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+    CHECK(contains(e, "test template line 1: a list or dict nested more than 256 levels deep"));
+    e = hostile_render_error(
+        "{% set ns = namespace(x={}) %}{% for i in range(200000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}");
+    CHECK(contains(e, "nested more than 256 levels deep"));
+    // A chain of 50,000 namespaces (each counts as one level): freed when the
+    // render ends without recursing through the chain; printing it stops at
+    // the walk's depth limit.
+    const std::string chain =
+        "{% set ns = namespace(h=none) %}{% for i in range(50000) %}{% set ns.h = namespace(next=ns.h) %}"
+        "{% endfor %}";
+    auto out = std::make_shared<std::string>();
+    CHECK(finishes_within(60, [out, chain] { *out = render(chain + "ok"); }));
+    CHECK(*out == "ok");
+    CHECK(contains(hostile_render_error(chain + "{{ ns.h == ns.h }}{{ [ns.h] == [ns.h] }}{{ ns.h }}"),
+                   "value nested more than 256 levels deep"));
+}
+
+TEST_CASE("jinja: runaway work ends at the render's budget, deadline or stop", "[jinja]") {
+    // The issue's inputs with the default limits: an error, not a thread
+    // spinning for hours.
+    std::string e = hostile_render_error("{{ range(1000000)|unique|list|length }}");
+    CHECK(contains(e, "test template line 1: rendering used more than"));
+    e = hostile_render_error(
+        "{% set a = range(500000) %}{% set b = range(500000) %}"
+        "{% for i in range(100) %}{{ a == b }}{{ a < b }}{% endfor %}");
+    CHECK(contains(e, "rendering used more than 10000000 steps"));
+    e = hostile_render_error("{% set a = range(500000) %}{{ ([a] * 50)|sort|length }}");
+    CHECK(contains(e, "rendering used more than"));
+
+    // The deadline ends a render whatever its steps.
+    JinjaRenderOptions timed;
+    timed.limits.max_steps = 0;
+    timed.limits.max_time = std::chrono::milliseconds(50);
+    e = render_error("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", timed);
+    CHECK(contains(e, "test template line 1: rendering took more than 50 ms"));
+
+    // work_budget_stop_all() (the server's stop, on SIGTERM) ends a render in
+    // flight; renders begun after it are not affected.
+    JinjaRenderOptions endless;
+    endless.limits.max_steps = 0;
+    endless.limits.max_time = std::chrono::minutes(10);
+    auto error = std::make_shared<std::string>();
+    auto started = std::make_shared<std::promise<void>>();
+    JinjaDict vars;
+    vars.set("started", JinjaValue::from_function("started", [started](JinjaArgs&) {
+                 started->set_value();
+                 return JinjaValue::none();
+             }));
+    auto finished = std::async(std::launch::async, [&] {
+        *error = moe_error_of([&] {
+            render("{{ started() }}{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+                   vars, endless);
+        });
+    });
+    started->get_future().wait();
+    work_budget_stop_all();
+    REQUIRE(finished.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    CHECK(contains(*error, "test template line 1: rendering was stopped: the server is shutting down"));
+    CHECK(render("{% for i in range(1000) %}{% endfor %}ok") == "ok");
+}
+
+TEST_CASE("jinja: a value is charged by the size it would have before it is built", "[jinja]") {
+    // [L] * 300 is small, but prints as 300 million items: priced as that,
+    // it fails before its text is built (the issue saw 2.0 GB).
+    global_peak_reset();
+    long long before = global_live_bytes();
+    std::string e = render_error("{% set L = [0] * 1000000 %}{{ [L] * 300 }}");
+    CHECK(contains(e, "test template line 1: rendering"));
+    CHECK(global_peak_bytes() - before < (400ll << 20));
+    // A shared tree given to tojson (the issue saw 4.4 GB and bad_alloc).
+    global_peak_reset();
+    before = global_live_bytes();
+    e = render_error("{% set a = [1] * 1000 %}{% set b = [a] * 1000 %}{% set c = [b] * 1000 %}{{ c | tojson }}");
+    CHECK(contains(e, "test template line 1: rendering"));
+    CHECK(global_peak_bytes() - before < (400ll << 20));
+    JinjaRenderOptions small;
+    small.limits.max_output_bytes = 1 << 20;
+    e = render_error("{% set a = ['x' * 100000] * 1000 %}{{ a | tojson(indent=2) }}", small);
+    CHECK(contains(e, "rendering would build a string or list of more than 1048576 bytes"));
+    e = render_error("{% set a = ['\\n' * 100000] * 1000 %}{{ a }}", small);
+    CHECK(contains(e, "rendering would build a string or list of more than 1048576 bytes"));
+    // Memory in all, not just any one value: many strings kept alive.
+    small = {};
+    small.limits.max_bytes = 1 << 20;
+    e = render_error("{% set ns = namespace(k=[]) %}{% for i in range(1000) %}"
+                     "{% set ns.k = ns.k + ['x' * 10000] %}{% endfor %}",
+                     small);
+    CHECK(contains(e, "rendering used more than 1048576 bytes"));
+    CHECK(render("{% set ns = namespace(k=[]) %}{% for i in range(50) %}{% set ns.k = ns.k + ['x' * 1000] %}"
+                 "{% endfor %}{{ ns.k | length }}",
+                 {}, small) == "50");
+}
+
+TEST_CASE("jinja: a namespace that holds itself is freed when the render ends", "[jinja]") {
+    const std::string source =
+        "{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.s = 'x' * 8000000 %}"
+        "{% set other = namespace(a=ns) %}{% set ns.b = [other, ns] %}{{ ns.me.s | length }}";
+    CHECK(render(source) == "8000000");
+    const long long before = global_live_bytes();
+    for (int i = 0; i < 3; ++i) CHECK(render(source) == "8000000");
+    CHECK(global_live_bytes() - before < (1ll << 20));
+}
+
+TEST_CASE("jinja: parsing is linear in the template's length", "[jinja]") {
+    // 40,000 statements on one line (the issue's model took 5.4 s to load; the
+    // line's start was searched for back to the template's start at every
+    // tag, quadratic: about a minute on this input before).
+    std::string one_line;
+    for (int i = 0; i < 40000; ++i) one_line += "{% set x = " + std::to_string(i) + " %}";
+    auto out = std::make_shared<std::string>();
+    CHECK(finishes_within(30, [out, one_line] { *out = render(one_line + "{{ x }}"); }));
+    CHECK(*out == "39999");
+}
+
+TEST_CASE("jinja: str.format of a field index too large is a template error naming the field", "[jinja]") {
+    CHECK(render_error("\n{{ '{99999999999999999999999}'.format(1) }}") ==
+          "test template line 2: format(): field {99999999999999999999999} is too large an index");
+    CHECK(render("{{ '{1}{0}'.format('a', 'b') }}") == "ba");
+    CHECK(contains(render_error("{{ '{1x}'.format('a', 'b') }}"), "field '1x' is not supported"));
 }
 
 TEST_CASE("JinjaChat renders a model folder's template with its special tokens", "[jinja]") {
