@@ -1,9 +1,10 @@
 // Fuzzes a tool call's `arguments` (a JSON text inside a JSON string) through
 // the request parser (server/openai_request.h): the input, made valid UTF-8,
 // is the arguments string of an assistant message's tool call in a chat body
-// for /v1/chat/completions, /tokenize and /apply-template. Each must parse or
-// be refused with an ApiError of status 4xx that serialises; the chat's text
-// count must cover the arguments. The input is also parsed alone by
+// for /v1/chat/completions, /tokenize and /apply-template. Each must parse
+// (the arguments into the value their text holds) or be refused with an
+// ApiError of status 4xx that serialises; the chat's text count must cover
+// the arguments. The input is also parsed alone by
 // json_parse_bounded (profiles/json_bounded.h) under small limits and, when it
 // is accepted, must equal nlohmann's own parse (ordered and not), so the one
 // parser of the program builds what nlohmann builds, duplicate keys included.
@@ -58,7 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const nlohmann::ordered_json j = parse_json_body(body.dump());
             const ChatRequest chat = chat_request_parse(j, 4096);
             const auto& args = chat.chat.messages_json[1]["tool_calls"][0]["function"]["arguments"];
-            if (args.is_string()) std::abort();  // a string is parsed, or refused
+            // The text is parsed (the value it holds, whatever its type), or refused.
+            if (args != json_parse_bounded<nlohmann::ordered_json>(arguments, JSON_BODY_LIMITS, "arguments"))
+                std::abort();
             if (chat_input_bytes(chat.chat) < args.dump().size() / 2) std::abort();
             tokenize_request_parse(j);
             chat_input_parse(j);
