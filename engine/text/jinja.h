@@ -36,7 +36,7 @@ struct JinjaStmt;
 // and list the render builds is charged, before it is built, by its size.
 struct JinjaLimits {
     size_t max_steps = 10'000'000;
-    size_t max_bytes = 256u << 20;        // allocated in all by the strings and lists built
+    size_t max_bytes = 64u << 20;         // allocated in all by the strings and lists built
     size_t max_output_bytes = 64u << 20;  // the rendered text, and any one string built on the way
     size_t max_list_items = 1'000'000;    // any one list built (range(), [x] * n)
     int max_call_depth = 100;             // nested macro calls

@@ -22,7 +22,7 @@
 #include "profiles/errors.h"
 
 // A budget ran out, or its work was stopped. The message says which limit
-// ("used more than 268435456 bytes"), without the file's name.
+// ("used more than 67108864 bytes"), without the file's name.
 struct WorkBudgetError : MoeError {
     using MoeError::MoeError;
 };
