@@ -303,9 +303,14 @@ HOSTILE_TEMPLATES = {
     # item 7: a namespace that holds itself (rendered several times: the leak is per render)
     "template: namespace holding itself x10":
         "{% set ns = namespace() %}{% set ns.s = 'x' * 50000000 %}{% set ns.me = ns %}{{ ns.s | length }}",
+    # SIGTERM's case: no allocation, only loop turns, so it runs until its
+    # step budget (or deadline) ends it, the longest a render can run
+    "template: loops until the step budget ends them":
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
 }
 TEMPLATE_REPEATS = {"template: namespace holding itself x10": 10}
-SIGTERM_TEMPLATE = "template: range(1000000)|unique|list|length"
+SIGTERM_TEMPLATE = "template: loops until the step budget ends them"
+SIGTERM_AFTER_S = 0.05  # after the request is sent: the render is under way
 
 
 def run_case(server, name, make_request, linger, results):
@@ -408,11 +413,14 @@ def main():
                     run_case(server, name if i == 0 else f"{name} #{i + 1}", chat_request, 0, results)
                 if name == SIGTERM_TEMPLATE:
                     # A hostile render in flight, then SIGTERM: seconds to exit.
+                    answer = {}
                     sender = threading.Thread(
-                        target=lambda: http_exchange(server.port, chat_request(server.port), CASE_TIMEOUT_S),
+                        target=lambda: answer.update(
+                            zip(("status", "data", "closed"),
+                                http_exchange(server.port, chat_request(server.port), CASE_TIMEOUT_S))),
                         daemon=True)
                     sender.start()
-                    time.sleep(1.0)
+                    time.sleep(SIGTERM_AFTER_S)
                     t0 = time.monotonic()
                     sigterm_tried = True
                     server.proc.send_signal(signal.SIGTERM)
@@ -421,8 +429,13 @@ def main():
                         sigterm_s = round(time.monotonic() - t0, 3)
                     except subprocess.TimeoutExpired:
                         sigterm_s = None
+                    sender.join(timeout=5)
+                    body = answer.get("data", b"").partition(b"\r\n\r\n")[2]
                     row = {"case": "SIGTERM with a hostile render in flight", "sigterm_to_exit_s": sigterm_s,
-                           "exited": server.proc.poll() is not None, "exit_code": server.proc.poll()}
+                           "exited": server.proc.poll() is not None, "exit_code": server.proc.poll(),
+                           "in_flight_answer": answer.get("status"),
+                           "render_stopped_by_sigterm": b"shutting down" in body,
+                           "answer_body": body[:200].decode("utf-8", "replace")}
                     print(json.dumps(row), flush=True)
                 server.kill()
     finally:

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/text/json_schema.h"
+#include "engine/text/work_budget.h"
 
 namespace {
 
@@ -74,6 +75,9 @@ auto render_chat(const Engine& e, const ChatInput& chat, Render render) {
                        "tools", "unsupported_parameter");
     try {
         return render();
+    } catch (const WorkBudgetError& err) {
+        if (err.end == WorkEnd::STOPPED) throw;  // answered 503 by the transport
+        throw invalid_messages(err);
     } catch (const ChatTemplateError& err) {
         throw ApiError(400, std::string("The model's chat template failed on this request: ") + err.what(), "messages",
                        "template_error");

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/text/work_budget.h"
 #include "profiles/errors.h"
 
 using json = nlohmann::ordered_json;
@@ -363,6 +364,9 @@ HttpTransport::Handler HttpTransport::guarded(Handler handler) {
             handler(req, res);
         } catch (const ApiError& e) {
             send_error(res, e);
+        } catch (const WorkBudgetError& e) {
+            // A render or tokenization the server's stop ended: 503, as a queued request gets.
+            send_error(res, e.end == WorkEnd::STOPPED ? ApiError(503, SHUTTING_DOWN) : ApiError(400, e.what()));
         } catch (const MoeError& e) {
             send_error(res, ApiError(400, e.what()));
         } catch (const std::exception& e) {

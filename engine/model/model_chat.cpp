@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/text/work_budget.h"
+
 namespace {
 
 // A special token's text found in a request's own strings is replaced, before
@@ -101,6 +103,9 @@ std::string ModelChat::render_jinja(const ChatInput& chat, std::vector<std::stri
         escape_specials(tools, specials_, *found);
         escape_specials(extras, specials_, *found);
         return jinja_->render(messages, tools, chat.add_generation_prompt, extras);
+    } catch (const WorkBudgetError& e) {
+        if (e.end == WorkEnd::STOPPED) throw;  // the server's stop, not the template's fault
+        throw ChatTemplateError(e.what());
     } catch (const MoeError& e) {
         throw ChatTemplateError(e.what());
     }

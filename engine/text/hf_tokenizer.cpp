@@ -765,7 +765,7 @@ Tokenizer hf_tokenizer_from_json(const json& doc, const std::string& source, con
     try {
         return from_json_budgeted(doc, source, specials);
     } catch (const WorkBudgetError& e) {
-        throw MoeError(source + ": " + e.what());
+        throw WorkBudgetError(source + ": " + e.what(), e.end);
     }
 }
 

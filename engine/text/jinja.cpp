@@ -710,7 +710,7 @@ std::string JinjaTemplate::render(const JinjaDict& variables, const JinjaRenderO
         msg += one_line(e.what());
         throw MoeError(msg);
     } catch (const WorkBudgetError& e) {
-        throw MoeError(where() + e.what());
+        throw WorkBudgetError(where() + e.what(), e.end);
     } catch (const std::bad_alloc&) {
         throw MoeError(where() + "rendering ran out of memory");
     } catch (const std::logic_error& e) {

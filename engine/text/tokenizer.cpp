@@ -346,7 +346,7 @@ void Tokenizer::encode_parts(std::string_view text, bool add_dummy_prefix, bool 
     try {
         encode_segments(text, add_dummy_prefix, allow_special, ids);
     } catch (const WorkBudgetError& e) {
-        throw MoeError(source_ + ": " + e.what());
+        throw WorkBudgetError(source_ + ": " + e.what(), e.end);
     }
 }
 
@@ -419,7 +419,7 @@ std::string Tokenizer::decode(std::span<const int> ids) const {
         text += detok.flush();
         return text;
     } catch (const WorkBudgetError& e) {
-        throw MoeError(source_ + ": " + e.what());
+        throw WorkBudgetError(source_ + ": " + e.what(), e.end);
     }
 }
 

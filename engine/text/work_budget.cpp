@@ -30,7 +30,7 @@ WorkBudget::WorkBudget(const WorkLimits& limits, std::string what)
 void WorkBudget::check_now() {
     next_check_ = steps_ + CHECK_EVERY_STEPS;
     if (g_stop_epoch.load(std::memory_order_relaxed) != stop_epoch_)
-        throw WorkBudgetError(what_ + " was stopped: the server is shutting down");
+        throw WorkBudgetError(what_ + " was stopped: the server is shutting down", WorkEnd::STOPPED);
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline_)
         throw WorkBudgetError(what_ + " took more than " + std::to_string(limits_.max_time.count()) +
@@ -38,7 +38,7 @@ void WorkBudget::check_now() {
     if (now >= next_probe_) {
         next_probe_ = now + PROBE_EVERY;
         const WorkCancelProbe probe = g_probe.load(std::memory_order_relaxed);
-        if (probe && probe()) throw WorkBudgetError(what_ + " was cancelled: the client is gone");
+        if (probe && probe()) throw WorkBudgetError(what_ + " was cancelled: the client is gone", WorkEnd::CANCELLED);
     }
 }
 

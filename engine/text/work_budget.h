@@ -21,10 +21,17 @@
 
 #include "profiles/errors.h"
 
+// Why a piece of work ended early: a limit of its own (the input's fault),
+// the process-wide stop (the server is shutting down: a 503, not the
+// input's fault), or its cancel probe (the client is gone).
+enum class WorkEnd { LIMIT, STOPPED, CANCELLED };
+
 // A budget ran out, or its work was stopped. The message says which limit
-// ("used more than 67108864 bytes"), without the file's name.
+// ("used more than 67108864 bytes"), without the file's name; callers that
+// add the file's name throw it again with the same `end`.
 struct WorkBudgetError : MoeError {
-    using MoeError::MoeError;
+    explicit WorkBudgetError(const std::string& message, WorkEnd end = WorkEnd::LIMIT) : MoeError(message), end(end) {}
+    WorkEnd end;
 };
 
 struct WorkLimits {
