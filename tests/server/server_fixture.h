@@ -90,6 +90,9 @@ size_t count_of(const std::string& text, const std::string& needle);
 // A free TCP port on 127.0.0.1 right now (it may be taken again later).
 int free_port();
 
+// Resident set of a process in KiB, from /proc/PID/status; -1 when unreadable.
+long process_rss_kib(pid_t pid);
+
 // Polls until pred() holds; false after a generous deadline (it catches a
 // hang, it does not measure speed).
 template <class Pred>

@@ -25,15 +25,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// Resident set of a process in KiB, from /proc/PID/status; -1 when unreadable.
-long rss_kib(pid_t pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-}
-
 std::string repeat(const std::string& piece, size_t n) {
     std::string out;
     out.reserve(piece.size() * n);
@@ -65,7 +56,7 @@ TEST_CASE("JSON nesting, element counts and long texts are refused before they c
             CHECK(post_json(c, "/tokenize", {{"content", "warm up"}}).status == 200);
         }
     }
-    const long idle = rss_kib(server.pid());
+    const long idle = process_rss_kib(server.pid());
     REQUIRE(idle > 0);
 
     const std::string brackets(4u << 20, '[');
@@ -103,7 +94,7 @@ TEST_CASE("JSON nesting, element counts and long texts are refused before they c
         CHECK(post_json(c, "/tokenize", at_cap).status == 200);
         CHECK(post_json(c, "/v1/chat/completions", chat_at_cap).body["error"]["code"] == "context_length_exceeded");
     }
-    const long after = rss_kib(server.pid());
+    const long after = process_rss_kib(server.pid());
     INFO("idle RSS " << idle << " KiB, after 350 hostile requests " << after << " KiB");
 #if defined(__SANITIZE_ADDRESS__)
     // Under ASan (scripts/test.sh --sanitize) the server's memory is ASan's

@@ -77,14 +77,6 @@ ojson chat_with_arguments(const std::vector<std::string>& arguments) {
               {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}}}}};
 }
 
-long rss_kib(pid_t pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-}
-
 std::string message_of(const JsonReply& r) {
     return r.body.is_object() && r.body.contains("error") ? r.body["error"]["message"].get<std::string>() : r.raw;
 }
@@ -180,7 +172,7 @@ TEST_CASE("hostile tool call arguments over HTTP are a 400 naming the field and 
     CHECK(post_json(c, "/tokenize", {{"content", "warm up"}}).status == 200);
     CHECK(post_json(c, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}})
               .status == 200);
-    const long idle = rss_kib(server.pid());
+    const long idle = process_rss_kib(server.pid());
     REQUIRE(idle > 0);
 
     std::string objects = cat("[", repeat("{},", 2'700'000));
@@ -206,7 +198,7 @@ TEST_CASE("hostile tool call arguments over HTTP are a 400 naming the field and 
             CHECK(message_of(r).find("bytes") != std::string::npos);
         }
     }
-    const long after = rss_kib(server.pid());
+    const long after = process_rss_kib(server.pid());
     INFO("idle RSS " << idle << " KiB, after the hostile requests " << after << " KiB");
 #if defined(__SANITIZE_ADDRESS__)
     WARN("RSS bound not checked under AddressSanitizer: idle " << idle << " KiB, after " << after << " KiB");

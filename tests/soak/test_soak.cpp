@@ -183,14 +183,6 @@ void run_clients(ServerProcess& server, Tally& tally, int phase, int count) {
     for (auto& t : threads) t.join();
 }
 
-long rss_kb(pid_t pid) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(status, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-}
-
 // Sum of every sample of a metric family ("name{...} value" lines).
 double metric_family_sum(httplib::Client& client, const std::string& name) {
     auto res = client.Get("/metrics");
@@ -218,7 +210,7 @@ TEST_CASE("mixed clients, disconnects, a full queue and SIGTERM", "[soak]") {
     // Warm-up: every kind of request from every client.
     run_clients(server, tally, 0, 10);
     REQUIRE(eventually([&] { return metric_value(m, "moe_requests_running") == 0; }));
-    const long rss_warm = rss_kb(server.pid());
+    const long rss_warm = process_rss_kib(server.pid());
     REQUIRE(rss_warm > 0);
 
     // Full queue: A runs (a stream read until released), QUEUE plain chats
@@ -247,7 +239,7 @@ TEST_CASE("mixed clients, disconnects, a full queue and SIGTERM", "[soak]") {
     run_clients(server, tally, 2, 20);
     REQUIRE(eventually(
         [&] { return metric_value(m, "moe_requests_running") == 0 && metric_value(m, "moe_queue_depth") == 0; }));
-    const long rss_end = rss_kb(server.pid());
+    const long rss_end = process_rss_kib(server.pid());
 
     // Every request was answered, cancelled or refused.
     std::map<std::pair<std::string, int>, int> by_route_status;
