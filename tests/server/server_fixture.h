@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/openai_request.h"
+
 class ServerProcess {
 public:
     // model empty: no --model (the demo model). env: extra environment.
@@ -86,6 +88,17 @@ private:
 
 // How many times needle occurs in text.
 size_t count_of(const std::string& text, const std::string& needle);
+
+// The ApiError f() throws (a request parse), or status 0 when it did not throw.
+template <class F>
+ApiError error_of(F&& f) {
+    try {
+        f();
+    } catch (const ApiError& e) {
+        return e;
+    }
+    return ApiError(0, "no error");
+}
 
 // A free TCP port on 127.0.0.1 right now (it may be taken again later).
 int free_port();

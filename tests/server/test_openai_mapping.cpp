@@ -5,6 +5,7 @@
 
 #include "engine/text/tokenizer.h"
 #include "server/openai_request.h"
+#include "server_fixture.h"
 #include "server/openai_response.h"
 #include "server/request_queue.h"
 #include "support/test_support.h"
@@ -12,17 +13,6 @@
 using json = nlohmann::json;
 
 namespace {
-
-// The ApiError a parse throws, or status 0 when it did not throw.
-template <class F>
-ApiError error_of(F&& f) {
-    try {
-        f();
-    } catch (const ApiError& e) {
-        return e;
-    }
-    return ApiError(0, "no error");
-}
 
 const Tokenizer& tokenizer() {
     static Tokenizer t = Tokenizer::load(test_model_dir("tiny") / "tokenizer.model");

@@ -21,16 +21,6 @@ namespace {
 
 const std::string ARGS_PARAM = "messages[1].tool_calls[0].function.arguments";
 
-template <class F>
-ApiError error_of(F&& f) {
-    try {
-        f();
-    } catch (const ApiError& e) {
-        return e;
-    }
-    return ApiError(0, "no error");
-}
-
 // a then b (g++ 12 warns falsely on "literal" + std::string&&).
 std::string cat(const std::string& a, const std::string& b) {
     std::string out = a;
