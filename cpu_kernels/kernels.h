@@ -118,5 +118,4 @@ inline double matmul_bytes(const WeightView& w) {
 inline double matmul_flops(const WeightView& w, int m) {
     return 2.0 * double(m) * double(w.rows) * double(w.cols);
 }
-inline double matmul_bf16_bytes(int n, int k) { return 2.0 * double(n) * k; }
 inline double matmul_bf16_flops(int m, int n, int k) { return 2.0 * double(m) * n * k; }

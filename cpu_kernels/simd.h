@@ -17,10 +17,14 @@
 #else
 // GCC 12 reports its own _mm512_undefined_*() idiom (`__m512 __Y = __Y;`) as
 // uninitialised once inlined; the header lines are exempted, nothing else.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #define MOE_ISA_SYMBOL(name) name
 #endif

@@ -43,11 +43,6 @@ struct VecAvx2 {
         s = _mm_max_ss(s, _mm_movehdup_ps(s));
         return _mm_cvtss_f32(s);
     }
-    // W bf16 -> W fp32 in order.
-    static F load_bf16(const bf16* p) {
-        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    }
     // 2W bf16 -> the even-indexed and the odd-indexed elements as fp32: one
     // load, one shift, one and (a bf16 is the top half of an fp32).
     static void load_bf16_pairs(const bf16* p, F& even, F& odd) {

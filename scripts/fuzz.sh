@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz/ with clang into build-fuzz/
-# (address + undefined sanitizers, CUDA off; the main build/ is untouched)
+# Builds the libFuzzer targets of tests/fuzz/ in the address,undefined
+# sanitizer build (scripts/sanitize_build.sh: clang-14, CUDA off, build-asan/,
+# which scripts/test.sh --sanitize shares; the main build/ is untouched)
 # and runs each for SECONDS (default 60) from the seed corpus of
-# tests/fuzz/seeds.sh plus the corpus kept in build-fuzz/corpus/. Fails on any
+# tests/fuzz/seeds.sh plus the corpus kept in build-asan/corpus/. Fails on any
 # crash, leak, timeout, out-of-memory or sanitizer report (the input that did
-# it is left in build-fuzz/artifacts/), and prints the execs each target reached.
+# it is left in build-asan/artifacts/), and prints the execs each target reached.
 # --runs N runs each target for N executions instead (the long runs: each
 # target at its own speed, e.g. --runs 1000000).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
@@ -26,13 +27,7 @@ else
   what="${seconds} s"
   shift || true
 fi
-bash scripts/setup.sh >&2
-build="${MOE_FUZZ_BUILD_DIR:-build-fuzz}"
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_WITH_CUDA=OFF \
-    -DMOE_BUILD_TESTS=OFF -DMOE_FUZZ=ON -DMOE_SANITIZE=address,undefined >&2
-fi
-cmake --build "$build" -j "$(nproc)" --target fuzzers >&2
+build="$(bash scripts/sanitize_build.sh address,undefined fuzzers)"
 bash tests/fuzz/seeds.sh "$build/seeds" >&2
 
 targets=("$@")

@@ -52,7 +52,7 @@ if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
   cmake --build "$build" -j "$(nproc)" --target moe-server test_gpu
   # Keep the binaries and every CTest file (ctest reads them; the tests of
   # the labels not built register as not built and -L gpu leaves them out).
-  find "$build" -type f ! -name 'CTestTestfile.cmake' ! -name '*_tests-*.cmake' ! -name '*_include-*.cmake' \
+  find "$build" -type f ! -name 'CTestTestfile.cmake' ! -name '*_tests-*.cmake' ! -name '*_include-*.cmake' ! -name '*_slow_labels.cmake' \
     ! -path "$build/moe-server" ! -path "$build/test_gpu" -delete
   find "$build" -type d -empty -delete
   strip "$build/moe-server" "$build/test_gpu"

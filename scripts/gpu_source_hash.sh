@@ -8,6 +8,6 @@
 set -euo pipefail
 root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
 cd "$root"
-find . \( -path ./.git -o -path './build*' -o -path ./.gpu-deps -o -path ./scripts -o -path ./gpu_kernels/runs \
+find . \( -path ./.git -o -path './build*' -o -path ./.gpu-deps -o -path ./scripts -o -path ./docs \
   -o -name node_modules \) -prune -o -type f ! -name '*.md' ! -name '*.tmp*' -print0 |
   LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-32

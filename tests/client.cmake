@@ -19,8 +19,7 @@ target_compile_definitions(test_client PRIVATE
   MOE_NODE_EXECUTABLE="${MOE_NODE_EXECUTABLE}")
 target_link_libraries(test_client PRIVATE moe_test_support)
 add_dependencies(test_client moe-server)
-catch_discover_tests(test_client TEST_SPEC "~[gpu]" TEST_PREFIX "client: " PROPERTIES LABELS client TIMEOUT 600 FAIL_REGULAR_EXPRESSION "${MOE_CATCH_FAIL_REGEX}")
+moe_discover_tests(test_client client SPEC "~[gpu]" NO_SLOW)
 # The same SDK against a server on a CUDA device: labelled gpu, and
 # reported skipped (not passed) where there is none.
-catch_discover_tests(test_client TEST_SPEC "[gpu]" TEST_PREFIX "gpu: " PROPERTIES LABELS gpu TIMEOUT 600
-  FAIL_REGULAR_EXPRESSION "${MOE_CATCH_FAIL_REGEX}" SKIP_REGULAR_EXPRESSION "gpu: skipped")
+moe_discover_tests(test_client gpu SPEC "[gpu]" NO_SLOW PROPERTIES SKIP_REGULAR_EXPRESSION "gpu: skipped")

@@ -8,6 +8,5 @@ if(MOE_HAVE_CUDA)
   target_compile_options(test_gpu PRIVATE ${MOE_WARNINGS})
   target_link_libraries(test_gpu PRIVATE moe_test_support)
   add_dependencies(test_gpu moe-server)
-  catch_discover_tests(test_gpu TEST_PREFIX "gpu: " PROPERTIES LABELS gpu TIMEOUT 900
-    FAIL_REGULAR_EXPRESSION "${MOE_CATCH_FAIL_REGEX}" SKIP_REGULAR_EXPRESSION "gpu: skipped")
+  moe_discover_tests(test_gpu gpu TIMEOUT 900 NO_SLOW PROPERTIES SKIP_REGULAR_EXPRESSION "gpu: skipped")
 endif()

@@ -29,8 +29,9 @@ foreach(group chat stop experts experts-cpu errors tools)
     set(command sh -c "echo 'SKIP: node not found'; exit 77")
   endif()
   add_test(NAME "web: ui ${group}" COMMAND ${command})
+  # Each group starts Chromium and a server: 6-21 s, so also labelled slow (scripts/test.sh --quick skips them).
   set_tests_properties("web: ui ${group}" PROPERTIES
-    LABELS web
+    LABELS "web;slow"
     TIMEOUT 600
     SKIP_RETURN_CODE 77
     FIXTURES_REQUIRED moe_web_model

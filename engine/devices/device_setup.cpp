@@ -68,8 +68,6 @@ std::optional<Calibration> cached_calibration(const ModelConfig& c, const ModelW
 
 }  // namespace
 
-double device_margin_bytes(double budget_bytes) { return margin_for(budget_bytes); }
-
 double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int max_rows, bool quantized_dense) {
     constexpr double ALIGN = 256;  // each allocation rounds up to it
     const double mb = max_batch, q_dim = double(c.n_heads) * c.head_dim, kv_dim = double(c.n_kv_heads) * c.head_dim;

@@ -28,8 +28,6 @@ struct DeviceSetup {
 };
 
 // Shared by the emulated and the CUDA setups:
-// the margin kept free of a device budget (workspace, fragmentation);
-double device_margin_bytes(double budget_bytes);
 // the fp32 KV cache of one sequence of ctx positions;
 double kv_cache_bytes(const ModelConfig& c, int ctx);
 // the static plan of `capacity` resident experts (profile or even spread),

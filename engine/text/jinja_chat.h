@@ -40,8 +40,6 @@ public:
 
     // The source of the template a request with tools renders with ("tool_use" when the list has one).
     const std::string& tools_template_source() const { return (tool_use_ ? *tool_use_ : *default_).source(); }
-    bool has_default_template() const { return default_.has_value(); }
-    bool has_tool_use_template() const { return tool_use_.has_value(); }
     // The special tokens, by name (strings, additional_special_tokens a list).
     const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
     // Sets a special token's variable (a GGUF's bos_token / eos_token, whose

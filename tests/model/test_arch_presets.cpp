@@ -108,7 +108,7 @@ TEST_CASE("arch presets: each folder loads back as its preset's config and in-me
 }
 
 TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GPU holding a quarter of the experts",
-          "[arch]") {
+          "[arch][slow]") {
     for (const char* preset : PRESETS) {
         SECTION(preset) {
             const ModelConfig c = synth_preset(preset);

@@ -80,7 +80,7 @@ TEST_CASE("an engine given loaded weights holds them and generates as one that l
     CHECK(error.find("has 2") != std::string::npos);
 }
 
-TEST_CASE("bench suite runs its steps on one load of the model and prints each one's lines", "[cli]") {
+TEST_CASE("bench suite runs its steps on one load of the model and prints each one's lines", "[cli][slow]") {
     CommandResult r = moe({"bench", "suite", "--model", "synth:tiny", "--threads", "2",
                            "--step", "decode --tokens 4 --repeat 1 --threads=1",
                            "--step", "prefill --tokens 32 --repeat 1",

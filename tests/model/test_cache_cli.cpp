@@ -110,7 +110,7 @@ TEST_CASE("bench cache prints one line per budget and policy, Belady's hit rate 
     CHECK(bad.err.find("a routing trace of another model") != std::string::npos);
 }
 
-TEST_CASE("bench cache --eval-profile replays a draw from Fiddler's Mixtral counts on Mixtral's shape", "[cache_cli]") {
+TEST_CASE("bench cache --eval-profile replays a draw from Fiddler's Mixtral counts on Mixtral's shape", "[cache_cli][slow]") {
     const fs::path dir = shared_data_dir() / "profiles/fiddler-mixtral-8x7b-instruct";
     const std::string cs = (dir / "expert_popularity_college_computer_science.json").string();
     const std::string bio = (dir / "expert_popularity_high_school_biology.json").string();

@@ -25,7 +25,7 @@ constexpr double PLANTED_EXPERT_MS = 0.00123;
 
 }  // namespace
 
-TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[calibrate]") {
+TEST_CASE("calibrate writes, reuses and re-measures the cached calibration", "[calibrate][slow]") {
     fs::path cache = test_temp_dir("calibrate-cache");
     // The child inherits it. (ctest runs each test case in a process of its
     // own; run directly, later cases see this empty cache, which only

@@ -384,7 +384,7 @@ TEST_CASE("a vocab_size padded above the tokenizer loads, a smaller one is refus
                         "exceeds the model's vocab_size 31000");
 }
 
-TEST_CASE("every numeric flag refuses non-finite negative or overflowing values", "[cli]") {
+TEST_CASE("every numeric flag refuses non-finite negative or overflowing values", "[cli][slow]") {
     const std::string model = test_model_dir("tiny").string();
     struct Row {
         std::vector<std::string> command;  // up to the flag
@@ -538,4 +538,30 @@ TEST_CASE("a CLI error quoting a template's control characters prints them escap
     CHECK(r.err.find('\x1b') == std::string::npos);
     CHECK(r.err.find('\x07') == std::string::npos);
     CHECK(r.err.find("stop here \\x1b[31mred\\x07") != std::string::npos);
+}
+
+TEST_CASE("SUBCOMMAND --help prints that subcommand's flags and --help every subcommand's", "[cli]") {
+    CommandResult all = moe({"--help"});
+    REQUIRE(all.exit_code == 0);
+    for (const char* name :
+         {"serve", "generate", "tokenize", "perplexity", "synth-model", "quantize", "profile", "calibrate", "bench"}) {
+        INFO(name);
+        CHECK(all.out.find(std::string("  ") + name + " ") != std::string::npos);
+        CommandResult one = moe({name, "--help"});
+        CHECK(one.exit_code == 0);
+        CHECK(one.out.find(std::string("  ") + name + " ") != std::string::npos);
+        CHECK(one.out.size() < all.out.size());
+        for (const char* other : {"serve", "tokenize", "synth-model", "bench"})
+            if (std::string(other) != name) CHECK(one.out.find(std::string("  ") + other + "  ") == std::string::npos);
+    }
+    const std::string gen = moe({"generate", "--help"}).out;
+    CHECK(gen.find("--beam-width") != std::string::npos);
+    CHECK(gen.find("--gpu-memory") != std::string::npos);  // generate takes the device flags
+    CHECK(gen.find("synth:PRESET") != std::string::npos);
+    const std::string synth = moe({"synth-model", "--help"}).out;
+    CHECK(synth.find("--preset") != std::string::npos);
+    CHECK(synth.find("--gpu-memory") == std::string::npos);
+    CommandResult unknown = moe({"frobnicate", "--help"});
+    CHECK(unknown.exit_code == 2);
+    CHECK(unknown.err.find("unknown subcommand 'frobnicate'") != std::string::npos);
 }

@@ -223,7 +223,7 @@ std::vector<float> run(const ModelConfig& c, const ModelWeights& w, Arithmetic a
 }  // namespace
 
 TEST_CASE("the GPU tests' logit criterion holds for the device's bf16 arithmetic and fails for a stale expert slot",
-          "[device-rounding]") {
+          "[device-rounding][slow]") {
     for (const char* preset : {"tiny", "small", "mixtral-mini"}) {
         INFO(preset);
         // The weights of test_model_dir(preset) (seed 1), built in memory:

@@ -332,7 +332,7 @@ TEST_CASE("gguf model: quantize q8_0 writes llama.cpp's Q8_0 file tensor for ten
 }
 
 TEST_CASE("gguf model: perplexity from llama.cpp's files and our own quantizations tracks the folder's",
-          "[gguf_model]") {
+          "[gguf_model][slow]") {
     // Random weights make the distribution nearly flat (perplexity ~5e4 of
     // a 32000 vocabulary), so quantization moves it little: llama.cpp
     // measured +0.24 % for Q8_0 and +3.1 % for Q4_K_M against bf16 on its

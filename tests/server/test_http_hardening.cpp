@@ -45,7 +45,7 @@ bool has_raw_control(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("JSON nesting, element counts and long texts are refused before they cost memory", "[server]") {
+TEST_CASE("JSON nesting, element counts and long texts are refused before they cost memory", "[server][slow]") {
     ServerProcess server(test_model_dir("tiny"));
     {
         auto c = server.client();

@@ -304,7 +304,7 @@ TEST_CASE("malformed tools, tool_choice, schemas and grammars are refused by nam
 // 50 seeds x the 10 schemas of tests/data/json_schemas (every string
 // bounded, so a reply always ends), each reply finishes ("stop") and Python's
 // jsonschema validates it. Under a sanitizer (10x slower) 5 seeds.
-TEST_CASE("on the demo model every json_schema reply validates: 50 seeds x 10 schemas", "[server]") {
+TEST_CASE("on the demo model every json_schema reply validates: 50 seeds x 10 schemas", "[server][slow]") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     const int seeds = 5;
 #else

@@ -199,7 +199,7 @@ TEST_CASE("quant kernels: float views, bf16 views run matmul_bf16, weight_row_f3
     }
 }
 
-TEST_CASE("quant kernels: expert_ffn with mixed types equals its three matmuls and the reference", "[kernels][quant]") {
+TEST_CASE("quant kernels: expert_ffn with mixed types equals its three matmuls and the reference", "[kernels][quant][slow]") {
     std::mt19937 rng(24);
     ThreadPool pool(2);
     struct Mix {

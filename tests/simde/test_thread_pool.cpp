@@ -62,7 +62,7 @@ TEST_CASE("parallel_for: a thread done early takes the slow thread's pieces", "[
     REQUIRE(by_caller.load() < n / 2);
 }
 
-TEST_CASE("back-to-back forks and forks after sleeping", "[thread_pool]") {
+TEST_CASE("back-to-back forks and forks after sleeping", "[thread_pool][slow]") {
     ThreadPool pool(4);
     std::atomic<long> total{0};
     for (int rep = 0; rep < 20000; rep++) pool.run([&](int i) { total += i + 1; });

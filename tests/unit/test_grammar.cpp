@@ -350,7 +350,7 @@ TEST_CASE("grammar: a character split over byte tokens", "[grammar]") {
     CHECK(m.can_end());
 }
 
-TEST_CASE("grammar: masks equal a brute-force check along random walks", "[grammar]") {
+TEST_CASE("grammar: masks equal a brute-force check along random walks", "[grammar][slow]") {
     const std::vector<int> ends{mistral().eos_id()};
     struct Case {
         const char* name;

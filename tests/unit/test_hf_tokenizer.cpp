@@ -133,7 +133,7 @@ TEST_CASE("hf tokenizer: GGUF gpt2 vocabularies' pre-tokenizer names", "[hf_toke
     CHECK(error.find("tokenizer.ggml.pre: unknown pre-tokenizer 'no-such-pre'") != std::string::npos);
 }
 
-TEST_CASE("hf tokenizer: Mistral v3 tokenizer.json equals its tokenizer.model.v3", "[hf_tokenizer]") {
+TEST_CASE("hf tokenizer: Mistral v3 tokenizer.json equals its tokenizer.model.v3", "[hf_tokenizer][slow]") {
     const fs::path dir = shared_data_dir() / "tokenizers/mistral-7b-instruct-v0.3";
     const Tokenizer& hf = mistral_v3_json();
     const Tokenizer sp = Tokenizer::load(dir / "tokenizer.model.v3");
