@@ -94,7 +94,8 @@ const char* json_type_name(const json& v) {
 
 std::string format_number(double x) {
     json j = x;
-    if (x == double(static_cast<long long>(x)) && x > -1e15 && x < 1e15) j = static_cast<long long>(x);
+    // The range test first: a double outside long long's range must not be cast.
+    if (x > -1e15 && x < 1e15 && x == double(static_cast<long long>(x))) j = static_cast<long long>(x);
     return j.dump();
 }
 

@@ -305,7 +305,7 @@ TEST_CASE("malformed tools, tool_choice, schemas and grammars are refused by nam
 // bounded, so a reply always ends), each reply finishes ("stop") and Python's
 // jsonschema validates it. Under a sanitizer (10x slower) 5 seeds.
 TEST_CASE("on the demo model every json_schema reply validates: 50 seeds x 10 schemas", "[server][slow]") {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(MOE_TEST_SANITIZED)
     const int seeds = 5;
 #else
     const int seeds = 50;

@@ -6,6 +6,18 @@
 #include <string>
 #include <vector>
 
+// MOE_TEST_SANITIZED: built with AddressSanitizer or ThreadSanitizer (g++
+// and clang say so differently). Memory figures are then the sanitizer's
+// allocator's (its quarantine keeps freed blocks), and code runs about ten
+// times slower.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MOE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MOE_TEST_SANITIZED 1
+#endif
+#endif
+
 // ../shared/data beside the checkout (MOE_SHARED_DATA overrides).
 std::filesystem::path shared_data_dir();
 
