@@ -14,9 +14,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 sanitize=""
-quick=()
+exclude=()
 if [ "${1:-}" = "--quick" ]; then
-  quick=(-LE '^(slow|soak)$')
+  exclude=(-LE '^(slow|soak)$')
   shift
 fi
 if [ "${1:-}" = "--sanitize" ]; then
@@ -27,7 +27,7 @@ if [ -z "$sanitize" ]; then
   bash scripts/build.sh
   if [ -f scripts/setup_test_tools.sh ]; then bash scripts/setup_test_tools.sh; fi
   cd "${MOE_BUILD_DIR:-build}"
-  exec ctest --output-on-failure "${quick[@]}" "$@"
+  exec ctest --output-on-failure "${exclude[@]}" "$@"
 fi
 
 build="$(bash scripts/sanitize_build.sh "$sanitize")"
@@ -44,10 +44,10 @@ export TSAN_OPTIONS="halt_on_error=1:log_path=$logs/tsan:${TSAN_OPTIONS:-}"
 # 313 s), so the sanitized run leaves them out unless ctest args say otherwise.
 if [ $# -eq 0 ]; then
   set -- -L '^(unit|model|server)$'
-  [ ${#quick[@]} -gt 0 ] || quick=(-LE '^slow$')
+  [ ${#exclude[@]} -gt 0 ] || exclude=(-LE '^slow$')
 fi
 rc=0
-(cd "$build" && ctest --output-on-failure "${quick[@]}" "$@") || rc=$?
+(cd "$build" && ctest --output-on-failure "${exclude[@]}" "$@") || rc=$?
 if [ -n "$(ls -A "$logs")" ]; then
   for f in "$logs"/*; do
     echo "sanitizer report $f:"
