@@ -17,6 +17,7 @@
 
 #include "engine/devices/expert_executor.h"
 #include "engine/runtime/kv_cache.h"
+#include "engine/runtime/sequence_state.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
@@ -32,15 +33,16 @@ public:
     // MLPs every token runs, final norm, lm_head) as this backend reads them: host pointers on the CPU, device
     // pointers on CUDA. Expert pointers are not part of it.
     virtual const ModelWeights& weights() const = 0;
-    // Where the KV cache keeps its blocks (host or device memory).
-    virtual KvMemory& kv_memory() = 0;
+    // Where the sequence state (the KV cache's blocks) lives: host or device memory.
+    virtual StateMemory& state_memory() = 0;
     // n floats of this backend's memory, owned by the backend; for state
     // allocated once (a forward pass never allocates).
     virtual float* alloc(size_t n) = 0;
 
-    // A forward pass starts: the batch's tokens, positions and KV rows
-    // (cache.prepare_write has run for every entry) for the ops below.
-    virtual void begin(const Batch& batch, const KvCache& cache) = 0;
+    // A forward pass starts: the batch's tokens, positions and sequence
+    // state (state.prepare_write has run for every entry; its KvCache is
+    // what kv_store and attention use) for the ops below.
+    virtual void begin(const Batch& batch, const SequenceState& state) = 0;
     // x (n, dim) = embed[token] of the batch's entries.
     virtual void embed(float* x) = 0;
     // out (rows, dim) = rmsnorm of each row of x with weight (dim,).
@@ -49,11 +51,12 @@ public:
     virtual void matmul(float* y, const float* x, const WeightView& w, int m) = 0;
     // Rotate-half RoPE on x (n, n_heads * head_dim), entry i at its batch position.
     virtual void rope(float* x, int n_heads) = 0;
-    // Writes the batch's keys and values (n, kv_dim) of one layer into the cache.
-    virtual void kv_store(int layer, const float* k, const float* v) = 0;
+    // Writes the batch's keys and values (n, kv_dim) of KV-cache layer
+    // kv_layer (the attention layers' index among themselves) into the cache.
+    virtual void kv_store(int kv_layer, const float* k, const float* v) = 0;
     // out (n, n_heads * head_dim): each entry's query attends to positions
-    // [0, position] of its sequence in the cache (GQA, causal).
-    virtual void attention(int layer, float* out, const float* q) = 0;
+    // [0, position] of its sequence in KV-cache layer kv_layer (GQA, causal).
+    virtual void attention(int kv_layer, float* out, const float* q) = 0;
     // x (n,) += y (n,).
     virtual void add(float* x, const float* y, size_t n) = 0;
     // x (rows, width): each row += bias (width,) (q/k/v projection biases).

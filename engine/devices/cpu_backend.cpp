@@ -24,17 +24,17 @@ public:
 
     const char* name() const override { return "cpu"; }
     const ModelWeights& weights() const override { return weights_; }
-    KvMemory& kv_memory() override { return host_kv_memory(); }
+    StateMemory& state_memory() override { return host_state_memory(); }
 
     float* alloc(size_t n) override {
         buffers_.push_back(std::make_unique_for_overwrite<float[]>(n));
         return buffers_.back().get();
     }
 
-    void begin(const Batch& batch, const KvCache& cache) override {
+    void begin(const Batch& batch, const SequenceState& state) override {
         batch_ = &batch;
-        cache_ = &cache;
-        assert(int(att_scratch_.size()) >= pool_.size() * cache.ctx());
+        cache_ = state.kv();
+        assert(int(att_scratch_.size()) >= pool_.size() * state.ctx());
     }
 
     void embed(float* x) override {

@@ -30,9 +30,10 @@ size_t meta_bytes(int max_batch, int ctx) {
 
 // The KV cache's blocks in device memory; copy-on-write copies run on the
 // compute stream, so they are ordered before the attention that reads them.
-class CudaKvMemory final : public KvMemory {
+class CudaStateMemory final : public StateMemory {
 public:
-    explicit CudaKvMemory(GpuStream stream) : stream_(stream) {}
+    explicit CudaStateMemory(GpuStream stream) : stream_(stream) {}
+    StateHome home() const override { return StateHome::DEVICE; }
     float* alloc(size_t floats) override {
         GpuBuffer b(floats * sizeof(float));
         float* p = b.as<float>();
@@ -128,7 +129,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     : c_(config), device_((gpu_set_device(device), device)), ctx_(ctx), max_batch_(max_batch), max_rows_(max_rows),
       q_dim_(config.n_heads * config.head_dim), kv_dim_(config.n_kv_heads * config.head_dim) {
     blas_ = std::make_unique<GpuBlas>(stream_.get());
-    kv_memory_ = std::make_unique<CudaKvMemory>(stream_.get());
+    state_memory_ = std::make_unique<CudaStateMemory>(stream_.get());
 
     // Dense weights: one allocation, each tensor at an aligned offset,
     // copied from the host mapping once.
@@ -172,15 +173,15 @@ float* CudaBackend::alloc(size_t n) {
     return buffers_.back().as<float>();
 }
 
-void CudaBackend::begin(const Batch& batch, const KvCache& cache) {
+void CudaBackend::begin(const Batch& batch, const SequenceState& state) {
     const int n = batch.size();
     assert(n > 0 && n <= max_batch_);
     n_ = n;
-    cache_ = &cache;
+    cache_ = state.kv();
     gpu_set_device(device_);  // current per thread: the engine may run on another thread than the loader
-    if (int(seq_start_.size()) < cache.n_seqs()) {  // grows only with the cache
-        seq_start_.resize(cache.n_seqs());
-        seq_blocks_.resize(cache.n_seqs());
+    if (int(seq_start_.size()) < state.n_seqs()) {  // grows only with the state
+        seq_start_.resize(state.n_seqs());
+        seq_blocks_.resize(state.n_seqs());
     }
     std::fill(seq_start_.begin(), seq_start_.end(), -1);
 
@@ -196,8 +197,9 @@ void CudaBackend::begin(const Batch& batch, const KvCache& cache) {
     const size_t ptr_at = aligned(4 * sizeof(int) * size_t(max_batch_));
     float** row_base = reinterpret_cast<float**>(meta_.host.as<unsigned char>() + ptr_at);
     const float** blocks = const_cast<const float**>(row_base + max_batch_);
-    // Each sequence's table once, as long as its last position in the batch
-    // needs (prepare_write has made it that long).
+    // Each sequence's KV block table once, as long as its last position in
+    // the batch needs (prepare_write has made it that long); none without
+    // attention layers.
     for (int i = 0; i < n; i++) seq_blocks_[batch.seq_ids[i]] = -1;
     for (int i = 0; i < n; i++) {
         int& nb = seq_blocks_[batch.seq_ids[i]];
@@ -209,10 +211,10 @@ void CudaBackend::begin(const Batch& batch, const KvCache& cache) {
         tokens[i] = batch.tokens[i];
         positions[i] = pos;
         n_pos[i] = pos + 1;
-        row_base[i] = cache.row_base(seq, pos);
-        if (seq_start_[seq] < 0) {
+        row_base[i] = cache_ ? cache_->row_base(seq, pos) : nullptr;
+        if (cache_ && seq_start_[seq] < 0) {
             seq_start_[seq] = n_blocks;
-            const float* const* table = cache.blocks(seq);
+            const float* const* table = cache_->blocks(seq);
             for (int b = 0; b < seq_blocks_[seq]; b++) blocks[n_blocks++] = table[b];
         }
         block_start[i] = seq_start_[seq];
@@ -247,13 +249,14 @@ void CudaBackend::rope(float* x, int n_heads) {
     gpu_rope_rotate_half(x, d_positions_, n_, n_heads, c_.head_dim, c_.rope_theta, stream_.get());
 }
 
-void CudaBackend::kv_store(int layer, const float* k, const float* v) {
-    gpu_kv_store(k, v, d_row_base_, cache_->k_offset(layer), cache_->v_offset(layer), n_, kv_dim_, stream_.get());
+void CudaBackend::kv_store(int kv_layer, const float* k, const float* v) {
+    gpu_kv_store(k, v, d_row_base_, cache_->k_offset(kv_layer), cache_->v_offset(kv_layer), n_, kv_dim_,
+                 stream_.get());
 }
 
-void CudaBackend::attention(int layer, float* out, const float* q) {
-    gpu_attention_paged(out, q, d_blocks_, d_block_start_, d_n_pos_, cache_->k_offset(layer),
-                        cache_->v_offset(layer), KV_BLOCK, n_, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_,
+void CudaBackend::attention(int kv_layer, float* out, const float* q) {
+    gpu_attention_paged(out, q, d_blocks_, d_block_start_, d_n_pos_, cache_->k_offset(kv_layer),
+                        cache_->v_offset(kv_layer), KV_BLOCK, n_, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_,
                         stream_.get());
 }
 

@@ -27,16 +27,16 @@ public:
 
     const char* name() const override { return "cuda"; }
     const ModelWeights& weights() const override { return dev_weights_; }
-    KvMemory& kv_memory() override { return *kv_memory_; }
+    StateMemory& state_memory() override { return *state_memory_; }
     float* alloc(size_t n) override;
 
-    void begin(const Batch& batch, const KvCache& cache) override;
+    void begin(const Batch& batch, const SequenceState& state) override;
     void embed(float* x) override;
     void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) override;
     void matmul(float* y, const float* x, const WeightView& w, int m) override;
     void rope(float* x, int n_heads) override;
-    void kv_store(int layer, const float* k, const float* v) override;
-    void attention(int layer, float* out, const float* q) override;
+    void kv_store(int kv_layer, const float* k, const float* v) override;
+    void attention(int kv_layer, float* out, const float* q) override;
     void add(float* x, const float* y, size_t n) override;
     void add_bias(float* x, const float* bias, int rows, int width) override;
     void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override;
@@ -58,7 +58,7 @@ public:
     int device() const { return device_; }
     // Device bytes this backend holds: dense weights, and activations and
     // staging as cuda_activation_bytes (device_setup.h) counts them for the
-    // budget (the KV cache is the KvCache's, through kv_memory()).
+    // budget (the KV cache is the KvCache's, through state_memory()).
     size_t weight_bytes() const { return weight_bytes_; }
     size_t activation_bytes() const { return activation_bytes_; }
 
@@ -82,7 +82,7 @@ private:
     GpuStreamOwner stream_;       // compute
     GpuStreamOwner rows_stream_;  // CPU experts' rows to and from the host
     std::unique_ptr<GpuBlas> blas_;
-    std::unique_ptr<KvMemory> kv_memory_;
+    std::unique_ptr<StateMemory> state_memory_;
     GpuBuffer weight_memory_;     // every dense weight, one allocation
     ModelWeights dev_weights_;    // device pointers into weight_memory_; no experts
     size_t weight_bytes_ = 0, activation_bytes_ = 0;
@@ -101,7 +101,7 @@ private:
     int n_ = 0;                   // entries of the current batch
     std::vector<int> seq_start_;  // per sequence: its first entry in the blocks table, -1 when absent
     std::vector<int> seq_blocks_; // per sequence in the batch: blocks its entries read
-    const KvCache* cache_ = nullptr;
+    const KvCache* cache_ = nullptr;  // the batch state's; null without attention layers
 
     // Routing, gathers and combines.
     Upload gather_src_, combine_slots_, combine_weights_;

@@ -20,6 +20,7 @@
 #include "engine/model/fingerprint.h"
 #include "engine/model/host_memory.h"
 #include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "gpu_kernels/device.h"
 #include "gpu_kernels/gpu_limits.h"
 #include "placement/residency.h"
@@ -103,7 +104,7 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
     info.staging_slots = staging;
     info.expert_bytes = cost_expert(c, 0, f).bytes;
     info.dense_bytes = cost_dense_bytes(c, f);
-    info.kv_bytes = kv_cache_bytes(c, ctx);
+    info.kv_bytes = sequence_state_bytes(c, ctx);
     info.activation_bytes =
         cuda_activation_bytes(c, ctx, max_batch, max_batch * std::max(1, c.n_experts_active), f.quantized_dense);
     if (o.gpu_expert_share > 0) {
@@ -189,10 +190,6 @@ void setup_placement(DeviceSetup& s, const DeviceOptions& o, const ModelConfig& 
     info.cache_slots = s.placement->cache_slots();
 }
 
-double kv_cache_bytes(const ModelConfig& c, int ctx) {
-    return double(c.n_layers) * ctx * c.n_kv_heads * c.head_dim * 2.0 * sizeof(float);
-}
-
 LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
                                 const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
                                 std::string* source) {
@@ -220,7 +217,7 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
     info.device = DeviceKind::EMULATED;
     info.staging_slots = staging;
     info.dense_bytes = cost_dense_bytes(c, weight_format(weights));
-    info.kv_bytes = kv_cache_bytes(c, ctx);
+    info.kv_bytes = sequence_state_bytes(c, ctx);
     double device_expert_bytes = 0;
     if (o.device.emulate_gpu_bytes > 0) {
         info.budget_bytes = o.device.emulate_gpu_bytes;

@@ -28,8 +28,6 @@ struct DeviceSetup {
 };
 
 // Shared by the emulated and the CUDA setups:
-// the fp32 KV cache of one sequence of ctx positions;
-double kv_cache_bytes(const ModelConfig& c, int ctx);
 // the static plan of `capacity` resident experts (profile or even spread),
 // recorded in info (plan, profile, hit rate, resident flags); *counts gets
 // the profile's (n_layers, n_experts) counts (empty without one);

@@ -181,6 +181,12 @@ bool ModelConfig::layer_is_moe(int l) const {
     return is_moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), l);
 }
 
+int ModelConfig::n_attention_layers() const {
+    int n = 0;
+    for (int l = 0; l < n_layers; l++) n += layer_mixer(l) == MixerKind::ATTENTION;
+    return n;
+}
+
 int ModelConfig::layer_mlp_hidden(int l) const {
     if (!is_moe()) return 0;
     return layer_is_moe(l) ? shared_hidden_dim : dense_hidden_dim;

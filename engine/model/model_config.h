@@ -16,6 +16,12 @@ enum class QkNorm {
     FULL,      // OLMoE: q_norm (n_heads * head_dim,), k_norm (n_kv_heads * head_dim,), over the whole row
 };
 
+// What mixes a layer's positions (engine/runtime/token_mixer.h); the other
+// half of a layer is its FFN.
+enum class MixerKind {
+    ATTENTION,  // causal GQA self-attention over the KV cache, RoPE, the q/k norm and bias variants above
+};
+
 struct ModelConfig {
     std::string architecture;       // one of model_config_architectures()
     int dim = 0;                    // hidden_size
@@ -55,6 +61,11 @@ struct ModelConfig {
     // dense layer, or the shared expert); 0 when there is none. Mistral's
     // dense MLP is its expert 0 instead (it runs as a routed expert).
     int layer_mlp_hidden(int l) const;
+    // The token mixer of layer l: attention in every layer of the
+    // architectures read today.
+    MixerKind layer_mixer(int) const { return MixerKind::ATTENTION; }
+    // Layers whose mixer is attention (the KV cache holds theirs).
+    int n_attention_layers() const;
 };
 
 // The architectures model_config_parse accepts, for messages and docs.

@@ -65,7 +65,7 @@ public:
           n_prompt_(int(request.prompt.size())),
           vocab_(model.config.vocab_size),
           n_text_(std::min(vocab_, model.tokenizer.vocab_size())),
-          max_length_(std::min(request.max_tokens, model.cache.ctx() - n_prompt_)) {
+          max_length_(std::min(request.max_tokens, model.state.ctx() - n_prompt_)) {
         if (r_.allowed_tokens.empty()) {
             allowed_.resize(n_text_);
             std::iota(allowed_.begin(), allowed_.end(), 0);
@@ -96,7 +96,7 @@ public:
             if (live_.empty()) break;
             logits = forward();
             BeamStep info{step, int(live_.size()), int(finished_.size()), int(live_[0].tokens.size()),
-                          m_.cache.blocks_in_use()};
+                          m_.state.bytes_in_use()};
             if (!on_step(info)) {
                 cancelled = true;
                 break;
@@ -260,7 +260,7 @@ private:
 
     void release(int seq) {
         if (seq == prompt_seq_) return;
-        m_.cache.clear(seq);
+        m_.state.clear(seq);
         free_seqs_.push_back(seq);
     }
 
@@ -283,7 +283,7 @@ private:
             }
             next[j].seq = free_seqs_.back();
             free_seqs_.pop_back();
-            m_.cache.fork(next[j].seq, parent.seq, n_prompt_ + int(parent.tokens.size()));
+            m_.state.fork(next[j].seq, parent.seq, n_prompt_ + int(parent.tokens.size()));
         }
     }
 

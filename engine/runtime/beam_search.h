@@ -1,8 +1,8 @@
 // Beam search: the request, its result and the decode loop. All live beams
 // run as one batch per step (one forward pass over w tokens of w KV
 // sequences), so an MoE layer sees up to w tokens per expert; beams fork
-// their KV sequences with KvCache::fork (shared blocks, copy-on-write) and
-// never copy a whole cache. Scores are sums of log-softmax(raw logits):
+// their sequences with SequenceState::fork (KV: shared blocks, copy-on-write)
+// and never copy a whole cache. Scores are sums of log-softmax(raw logits):
 // temperature, truncation and penalties do not apply. Knows nothing of HTTP;
 // the prompt's prefill belongs to the Engine (engine.cpp).
 #pragma once
@@ -14,7 +14,7 @@
 #include "cpu_kernels/thread_pool.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/sequence_state.h"
 #include "engine/model/model_config.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/routing_stats.h"
@@ -64,7 +64,7 @@ struct BeamStep {
     int n_live = 0;         // beams in this step's batch
     int n_finished = 0;     // hypotheses kept so far (at most beam_width)
     int length = 0;         // generated tokens of every live beam, this step's included
-    int blocks_in_use = 0;  // KV-cache blocks held by the prompt and the live beams
+    size_t state_bytes = 0;  // sequence state (KV-cache blocks) held by the prompt and the live beams
 };
 
 struct BeamResult {
@@ -96,7 +96,7 @@ void beam_request_check(const BeamRequest& request, int vocab_size);
 struct BeamModel {
     const ModelConfig& config;
     const Tokenizer& tokenizer;
-    KvCache& cache;  // sequences first_seq .. first_seq + beam_width - 1 free
+    SequenceState& state;  // sequences first_seq .. first_seq + beam_width - 1 free
     int first_seq;
     // One forward pass; the routed counts of that pass are in step_stats after it.
     std::function<const float*(const Batch&)> forward;

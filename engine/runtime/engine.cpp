@@ -23,7 +23,8 @@
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/chat_replies.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/sequence_state.h"
+#include "engine/runtime/token_mixer.h"
 #include "profiles/errors.h"
 #include "profiles/routing_stats.h"
 
@@ -93,7 +94,7 @@ struct Engine::Impl {
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
-    KvCache cache;
+    std::unique_ptr<SequenceState> state;  // sequence 0 holds `cached`; beams use 1..
     CpuExpertExecutor cpu_executor;
     // With a device only: the planner, the device's experts beside the CPU's,
     // and the execution statistics it records. Without one the forward pass
@@ -120,13 +121,13 @@ struct Engine::Impl {
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
           device(device_setup(o, config, weights, ctx, pool)),
-          cache(config.n_layers, 1, ctx, config.n_kv_heads * config.head_dim, -1, device.backend->kv_memory()),
+          state(make_sequence_state(config, 1, ctx, device.backend->state_memory())),
           cpu_executor(config, weights, pool, o.max_batch),
           hybrid(device.device
                      ? std::make_unique<HybridExpertExecutor>(config, *device.backend, cpu_executor,
                                                               device.device.get(), std::move(device.placement))
                      : nullptr),
-          forward(config, *device.backend, cache, hybrid ? static_cast<ExpertExecutor&>(*hybrid) : cpu_executor,
+          forward(config, *device.backend, *state, hybrid ? static_cast<ExpertExecutor&>(*hybrid) : cpu_executor,
                   o.max_batch, o.max_batch),
           stats_total(config.n_layers, std::max(1, config.n_experts)),
           stats_last(config.n_layers, std::max(1, config.n_experts)),
@@ -158,17 +159,19 @@ struct Engine::Impl {
     }
 
     // Prefills the prompt into sequence 0 after the longest prefix shared
-    // with what the cache holds (when reuse; at least the last prompt token
-    // is run again so its logits exist). Returns those logits; sets n_cached.
+    // with what the state holds and can be cut back to (when reuse; at least
+    // the last prompt token is run again so its logits exist). Returns those
+    // logits; sets n_cached.
     const float* prefill_prompt(const std::vector<int>& prompt, bool reuse, int& n_cached) {
         const int n_prompt = int(prompt.size());
         int common = 0;
         if (reuse) {
             int limit = std::min<int>(int(cached.size()), n_prompt - 1);
             while (common < limit && cached[common] == prompt[common]) common++;
+            common = state->reusable_prefix(0, common);
         }
         n_cached = common;
-        cache.truncate(0, common);
+        state->truncate(0, common);
         cached.assign(prompt.begin(), prompt.begin() + common);
         const float* logits = nullptr;
         prefill(prompt, common, false, [&](int, int, const float* l) { logits = l; });
@@ -483,14 +486,13 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
     const float* logits = m.prefill_prompt(request.prompt, request.reuse_prefix, result.n_cached);
     result.prefill_ms = ms_since(t_start);
 
-    // Sequence 0 keeps the prompt (its blocks are all that is in use now);
-    // beams use 1..w. Blocks for the worst case: per beam its generated
-    // positions and one partial block copied on write.
+    // Sequence 0 keeps the prompt (its state is all that is in use now);
+    // beams use 1..w, room for the worst case: each beam writing its
+    // longest reply.
     const int longest = std::min(request.max_tokens, m.ctx - result.n_prompt);
-    const int beam_blocks = request.beam_width * ((longest + KV_BLOCK - 1) / KV_BLOCK + 1);
-    m.cache.reserve_seqs(1 + request.beam_width);
-    m.cache.reserve_blocks(m.cache.blocks_in_use() + beam_blocks);
-    BeamModel model{m.config, m.tokenizer, m.cache, 1,
+    m.state->reserve_seqs(1 + request.beam_width);
+    m.state->reserve_growth(request.beam_width, longest);
+    BeamModel model{m.config, m.tokenizer, *m.state, 1,
                     [&m](const Batch& batch) {
                         m.stats_step.clear();
                         const float* l = m.forward.run(batch, &m.stats_step);
@@ -509,8 +511,8 @@ Engine::Score Engine::score(const std::vector<int>& tokens, int window, bool chu
     if (window < 2) throw MoeError("--ctx: the scoring window must be at least 2 tokens");
     const int vocab = m.config.vocab_size;
     Score s;
-    m.cached.clear();  // the cache is overwritten window by window
-    m.cache.clear(0);
+    m.cached.clear();  // the state is overwritten window by window
+    m.state->clear(0);
     // Windows overlap by one token, so every token after the first is scored
     // exactly once, each window starting from an empty cache; chunks do not
     // overlap and score from their middle.

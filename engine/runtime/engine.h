@@ -116,7 +116,7 @@ struct PlacementInfo {
     std::string copy_source;          // CUDA: how copies reach the device (pinned staging or registered mapping, measured)
     double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
     double dense_bytes = 0;           // non-expert weights a GPU would hold
-    double kv_bytes = 0;              // the KV cache on the device (fp32 keys and values)
+    double kv_bytes = 0;              // the sequence state on the device (the fp32 KV cache; sequence_state_bytes)
     double activation_bytes = 0;      // activations, expert rows, batch metadata (CUDA)
     double margin_bytes = 0;          // workspace and fragmentation (emulated: activations too)
     double expert_bytes = 0;          // one expert

@@ -6,46 +6,22 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "cpu_kernels/kernels.h"
 
-void Batch::reserve(int n) {
-    tokens.reserve(n);
-    positions.reserve(n);
-    seq_ids.reserve(n);
-    want_logits.reserve(n);
-}
-
-void Batch::clear() {
-    tokens.clear();
-    positions.clear();
-    seq_ids.clear();
-    want_logits.clear();
-}
-
-void Batch::add(int token, int position, int seq_id, bool logits) {
-    tokens.push_back(token);
-    positions.push_back(position);
-    seq_ids.push_back(seq_id);
-    want_logits.push_back(logits ? 1 : 0);
-}
-
-ForwardPass::ForwardPass(const ModelConfig& config, Backend& backend, KvCache& cache, ExpertExecutor& executor,
-                         int max_batch, int max_logits)
-    : config_(config), backend_(backend), weights_(backend.weights()), cache_(cache), executor_(executor),
+ForwardPass::ForwardPass(const ModelConfig& config, Backend& backend, SequenceState& state, ExpertExecutor& executor,
+                         int max_batch, int max_logits, LayerMixers mixers)
+    : config_(config), backend_(backend), weights_(backend.weights()), state_(state), executor_(executor),
+      mixers_(mixers.empty() ? make_layer_mixers(config, backend, max_batch) : std::move(mixers)),
       max_batch_(max_batch), max_logits_(max_logits) {
     const ModelConfig& c = config;
-    q_dim_ = c.n_heads * c.head_dim;
-    kv_dim_ = c.n_kv_heads * c.head_dim;
+    assert(int(mixers_.size()) == c.n_layers);
     n_route_ = c.is_moe() ? c.n_experts_active : 1;
     int n_experts = c.is_moe() ? c.n_experts : 1;
     size_t mb = size_t(max_batch);
     x_ = backend.alloc(mb * c.dim);
     xb_ = backend.alloc(mb * c.dim);
-    q_ = backend.alloc(mb * q_dim_);
-    k_ = backend.alloc(mb * kv_dim_);
-    v_ = backend.alloc(mb * kv_dim_);
-    att_ = backend.alloc(mb * q_dim_);
     out_ = backend.alloc(mb * c.dim);
     router_ = backend.alloc(mb * n_experts);
     int widest_mlp = 0;
@@ -79,14 +55,14 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     const int dim = c.dim;
     Backend& b = backend_;
 
-    // Every entry's KV row is made writable before layer 0: a copy-on-write
+    // Every entry's state is made writable before layer 0: a KV copy-on-write
     // copies the whole block (all layers) once.
     for (int i = 0; i < n; i++) {
-        assert(batch.positions[i] >= 0 && batch.positions[i] < cache_.ctx());
+        assert(batch.positions[i] >= 0 && batch.positions[i] < state_.ctx());
         assert(batch.tokens[i] >= 0 && batch.tokens[i] < c.vocab_size);
-        cache_.prepare_write(batch.seq_ids[i], batch.positions[i]);
+        state_.prepare_write(batch.seq_ids[i], batch.positions[i]);
     }
-    b.begin(batch, cache_);
+    b.begin(batch, state_);
     if (observer_) observer_->on_pass(std::span<const int>(batch.positions.data(), size_t(n)));
     predicted_layer_ = -1;
 
@@ -94,29 +70,7 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     for (int l = 0; l < c.n_layers; l++) {
         const LayerWeights& lw = weights_.layers[l];
         b.rmsnorm(xb_, x_, lw.attn_norm, n, dim, c.rms_norm_eps);
-        // q (n, q_dim), k, v (n, kv_dim) = xb @ W^T
-        b.matmul(q_, xb_, lw.wq, n);
-        b.matmul(k_, xb_, lw.wk, n);
-        b.matmul(v_, xb_, lw.wv, n);
-        if (c.qkv_bias) {
-            b.add_bias(q_, lw.q_bias, n, q_dim_);
-            b.add_bias(k_, lw.k_bias, n, kv_dim_);
-            b.add_bias(v_, lw.v_bias, n, kv_dim_);
-        }
-        // q/k RMSNorm before RoPE: each head's vector (Qwen3) or the whole row (OLMoE).
-        if (c.qk_norm == QkNorm::PER_HEAD) {
-            b.rmsnorm(q_, q_, lw.q_norm, n * c.n_heads, c.head_dim, c.rms_norm_eps);
-            b.rmsnorm(k_, k_, lw.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_norm_eps);
-        } else if (c.qk_norm == QkNorm::FULL) {
-            b.rmsnorm(q_, q_, lw.q_norm, n, q_dim_, c.rms_norm_eps);
-            b.rmsnorm(k_, k_, lw.k_norm, n, kv_dim_, c.rms_norm_eps);
-        }
-        b.rope(q_, c.n_heads);
-        b.rope(k_, c.n_kv_heads);
-        b.kv_store(l, k_, v_);
-        b.attention(l, att_, q_);
-        // out (n, dim) = att (n, q_dim) @ Wo^T; residual add
-        b.matmul(out_, att_, lw.wo, n);
+        mixers_[size_t(l)]->run(l, batch, out_, xb_);  // out (n, dim)
         b.add(x_, out_, size_t(n) * dim);
 
         b.rmsnorm(xb_, x_, lw.ffn_norm, n, dim, c.rms_norm_eps);

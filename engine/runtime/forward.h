@@ -1,35 +1,26 @@
 // The forward pass: one batch of (token, position, sequence) entries through
 // every layer, Hugging Face semantics of Mixtral, Qwen3-MoE, Qwen2-MoE and
-// OLMoE (RMSNorm; q/k/v biases and q/k RMSNorm per head or full width; rotate-
-// half RoPE; GQA causal attention over the KV cache; softmax router + top-k,
+// OLMoE. A layer is a token mixer (token_mixer.h: attention, with its q/k
+// norm and bias variants) and an FFN (RMSNorm; softmax router + top-k,
 // renormalised or not; SwiGLU experts through an ExpertExecutor; the MLP
 // every token runs -- a dense layer's or a shared expert with its sigmoid
-// gate -- on the backend). Prefill, decode and beam search all use it. It says what happens; a Backend (backend.h: CPU
-// or CUDA) does each dense op in its own memory. All buffers are allocated in the constructor: run() never allocates.
+// gate -- on the backend), each added to the residual stream. Prefill,
+// decode and beam search all use it. It says what happens; a Backend
+// (backend.h: CPU or CUDA) does each dense op in its own memory. All
+// buffers are allocated in the constructor: run() never allocates.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/batch.h"
+#include "engine/runtime/sequence_state.h"
+#include "engine/runtime/token_mixer.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 #include "profiles/routing_stats.h"
 #include "profiles/routing_trace.h"
-
-// A batch is a list of entries; capacity is reserved once and reused.
-struct Batch {
-    std::vector<int> tokens;
-    std::vector<int> positions;
-    std::vector<int> seq_ids;             // KV-cache sequence of each entry
-    std::vector<uint8_t> want_logits;     // compute logits for this entry
-
-    void reserve(int n);
-    void clear();
-    void add(int token, int position, int seq_id, bool logits);
-    int size() const { return int(tokens.size()); }
-};
 
 class ForwardPass {
 public:
@@ -37,16 +28,19 @@ public:
     // entries with want_logits set.
     // The backend's expert_rows() must hold max_batch * experts-per-token
     // rows; executor computes from them (with a backend other than the CPU,
-    // a HybridExpertExecutor over the same backend).
-    ForwardPass(const ModelConfig& config, Backend& backend, KvCache& cache, ExpertExecutor& executor, int max_batch,
-                int max_logits);
+    // a HybridExpertExecutor over the same backend). state: the sequences'
+    // state (make_sequence_state for the config, in the backend's
+    // state_memory()). mixers: each layer's token mixer; empty: those the
+    // config names (make_layer_mixers).
+    ForwardPass(const ModelConfig& config, Backend& backend, SequenceState& state, ExpertExecutor& executor,
+                int max_batch, int max_logits, LayerMixers mixers = {});
 
-    // Runs the batch, writes its keys/values into the cache, and returns the
-    // logits (n_logits, vocab_size) of the entries with want_logits, in order.
-    // Entries of one sequence must come in position order; an entry attends
-    // to positions [0, position] of its sequence (writing a position makes
+    // Runs the batch, writes its sequences' state (keys/values), and returns
+    // the logits (n_logits, vocab_size) of the entries with want_logits, in
+    // order. Entries of one sequence must come in position order; an entry
+    // sees positions [0, position] of its sequence (writing a position makes
     // the sequence's own copy of a block it shares, see KvCache). Throws
-    // MoeError when the cache has no free block. Routed-token counts are
+    // MoeError when the state has no room left. Routed-token counts are
     // added to stats when it is not null.
     const float* run(const Batch& batch, RoutingStats* stats = nullptr);
 
@@ -74,19 +68,16 @@ private:
     const ModelConfig& config_;
     Backend& backend_;
     const ModelWeights& weights_;  // the backend's view of the dense weights
-    KvCache& cache_;
+    SequenceState& state_;
     ExpertExecutor& executor_;
+    LayerMixers mixers_;  // (n_layers)
     int max_batch_, max_logits_;
-    int q_dim_, kv_dim_, n_route_;  // n_route_: experts per token (1 for dense)
+    int n_route_;  // experts per token (1 for dense)
 
     // In the backend's memory:
     float* x_;          // (max_batch, dim) residual stream
     float* xb_;         // (max_batch, dim) normed input
-    float* q_;          // (max_batch, q_dim)
-    float* k_;          // (max_batch, kv_dim)
-    float* v_;          // (max_batch, kv_dim)
-    float* att_;        // (max_batch, q_dim)
-    float* out_;        // (max_batch, dim)
+    float* out_;        // (max_batch, dim) a mixer's or an FFN's output
     float* router_;     // (max_batch, n_experts)
     float* mlp_out_;    // (max_batch, dim) the shared expert's output; null without one
     float* mlp_scratch_;  // (2 * max_batch * widest layer_mlp_hidden); null without an always-run MLP

@@ -21,23 +21,7 @@ constexpr int SLAB_BLOCKS_MAX = 256;
 
 }  // namespace
 
-namespace {
-
-class HostKvMemory final : public KvMemory {
-public:
-    float* alloc(size_t floats) override { return new float[floats]; }
-    void free(float* p) override { delete[] p; }
-    void copy(float* dst, const float* src, size_t floats) override { std::copy_n(src, floats, dst); }
-};
-
-}  // namespace
-
-KvMemory& host_kv_memory() {
-    static HostKvMemory memory;
-    return memory;
-}
-
-KvCache::KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks, KvMemory& memory)
+KvCache::KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks, StateMemory& memory)
     : memory_(memory), n_layers_(n_layers), ctx_(ctx), kv_dim_(kv_dim),
       slab_blocks_(std::min(blocks_for(ctx), SLAB_BLOCKS_MAX)) {
     assert(n_layers > 0 && n_seqs > 0 && ctx > 0 && kv_dim > 0);
@@ -70,6 +54,10 @@ void KvCache::reserve_seqs(int n_seqs) {
         tables_.emplace_back().reserve(blocks_for(ctx_));
         bases_.emplace_back().reserve(blocks_for(ctx_));
     }
+}
+
+void KvCache::reserve_growth(int n_writers, int positions) {
+    reserve_blocks(blocks_in_use() + n_writers * (blocks_for(positions) + 1));
 }
 
 void KvCache::check_seq(int seq) const {

@@ -1,5 +1,6 @@
-// KvCache: fp32 keys and values of every layer for several sequences, in
-// paged blocks of KV_BLOCK positions taken from one pool. Each sequence has a
+// KvCache: fp32 keys and values of the attention layers (the SequenceCache
+// of attention, sequence_state.h; its layer l is the model's l-th attention
+// layer) for several sequences, in paged blocks of KV_BLOCK positions taken from one pool. Each sequence has a
 // block table (its blocks in position order); a block may belong to several
 // sequences (reference counts), so forking a sequence (a beam) copies its
 // table, not its keys and values, and a write into a shared block first
@@ -17,33 +18,21 @@
 #include <memory>
 #include <vector>
 
-// Where the blocks live: host memory (host_kv_memory()) or a device's
-// (the CUDA backend's). The cache keeps only pointers into it and asks it to
-// copy a block's rows on copy-on-write.
-class KvMemory {
-public:
-    virtual ~KvMemory() = default;
-    // floats of uninitialised memory; freed with free().
-    virtual float* alloc(size_t floats) = 0;
-    virtual void free(float* p) = 0;
-    // dst <- src, floats each; ordered before the next forward pass reads them.
-    virtual void copy(float* dst, const float* src, size_t floats) = 0;
-};
-// new[] / memcpy.
-KvMemory& host_kv_memory();
+#include "engine/runtime/sequence_state.h"
 
 // Positions per block: a fork shares all full blocks and copies at most the
 // one partial block it writes into.
 constexpr int KV_BLOCK = 16;
 
-class KvCache {
+class KvCache final : public SequenceCache {
 public:
     // n_seqs sequences of up to ctx positions each; a pool of n_blocks blocks
     // (-1: n_seqs * ceil(ctx / KV_BLOCK), every sequence full with nothing
     // shared), rounded up to whole slabs.
     // Blocks come from memory (host memory by default).
-    KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks = -1, KvMemory& memory = host_kv_memory());
-    ~KvCache();
+    KvCache(int n_layers, int n_seqs, int ctx, int kv_dim, int n_blocks = -1,
+            StateMemory& memory = host_state_memory());
+    ~KvCache() override;
     KvCache(const KvCache&) = delete;
     KvCache& operator=(const KvCache&) = delete;
 
@@ -51,7 +40,7 @@ public:
     // its block is shared, replaces it with a private copy of rows
     // [0, pos % KV_BLOCK) (writing pos invalidates the positions after it).
     // Throws MoeError when the pool has no free block.
-    void prepare_write(int seq, int pos);
+    void prepare_write(int seq, int pos) override;
     // Row pos (kv_dim floats) of a layer; for k/v writes after prepare_write.
     float* k(int layer, int seq, int pos) { return row(layer, seq, pos, 0); }
     float* v(int layer, int seq, int pos) { return row(layer, seq, pos, 1); }
@@ -71,15 +60,19 @@ public:
 
     // dst shares the first n_pos positions of src (its old blocks released).
     // Costs O(blocks) integers; no key or value is copied.
-    void fork(int dst, int src, int n_pos);
+    void fork(int dst, int src, int n_pos) override;
     // Keeps the blocks of seq's first n_pos positions, releases the rest.
-    void truncate(int seq, int n_pos);
+    void truncate(int seq, int n_pos) override;
     void clear(int seq) { truncate(seq, 0); }
+    // Any prefix can be kept.
+    int reusable_prefix(int, int n_pos) const override { return n_pos; }
     // Grows the pool to at least n blocks (whole slabs) and the sequences to
     // at least n_seqs; existing blocks and tables stay where they are.
     // Between forward passes only.
     void reserve_blocks(int n);
-    void reserve_seqs(int n_seqs);
+    void reserve_seqs(int n_seqs) override;
+    // Per writer its new positions' blocks and one partial block copied on write.
+    void reserve_growth(int n_writers, int positions) override;
 
     int blocks_in_use() const { return int(refs_.size() - free_.size()); }
     int n_blocks() const { return int(refs_.size()); }
@@ -88,7 +81,12 @@ public:
     int ctx() const { return ctx_; }
     int n_seqs() const { return int(tables_.size()); }
     int kv_dim() const { return kv_dim_; }
-    size_t bytes() const { return size_t(n_blocks()) * 2 * n_layers_ * KV_BLOCK * kv_dim_ * sizeof(float); }
+    const char* kind() const override { return "kv"; }
+    size_t bytes_per_position() const override { return size_t(2) * n_layers_ * kv_dim_ * sizeof(float); }
+    size_t bytes_per_sequence() const override { return 0; }
+    size_t bytes() const override { return size_t(n_blocks()) * KV_BLOCK * bytes_per_position(); }
+    size_t bytes_in_use() const override { return size_t(blocks_in_use()) * KV_BLOCK * bytes_per_position(); }
+    StateHome home() const override { return memory_.home(); }
 
 private:
     // Floats of one (layer, K or V) part of a slab: slab_blocks blocks of rows.
@@ -103,7 +101,7 @@ private:
     void release(int block);
     void check_seq(int seq) const;
 
-    KvMemory& memory_;
+    StateMemory& memory_;
     int n_layers_, ctx_, kv_dim_, slab_blocks_;
     std::vector<float*> slabs_;                    // from memory_, never moved once allocated
     std::vector<int> refs_;                        // per block: sequences holding it

@@ -30,6 +30,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
+#include "engine/runtime/token_mixer.h"
 #include "gpu_support.h"
 #include "logit_compare.h"
 #include "placement/latency_model.h"
@@ -75,7 +76,7 @@ struct Stack {
     ModelWeights weights;
     ThreadPool pool{2};
     std::unique_ptr<Backend> backend;
-    std::unique_ptr<KvCache> cache;
+    std::unique_ptr<SequenceState> cache;
     std::unique_ptr<CpuExpertExecutor> cpu;
     std::unique_ptr<ExpertDevice> device;
     std::unique_ptr<HybridExpertExecutor> hybrid;
@@ -106,8 +107,7 @@ struct Stack {
         } else {
             backend = make_cpu_backend(config, weights, pool, CTX, max_rows);
         }
-        cache = std::make_unique<KvCache>(config.n_layers, n_seqs, CTX, config.n_kv_heads * config.head_dim, -1,
-                                          backend->kv_memory());
+        cache = make_sequence_state(config, n_seqs, CTX, backend->state_memory());
         cpu = std::make_unique<CpuExpertExecutor>(config, weights, pool, MAX_BATCH);
         hybrid = std::make_unique<HybridExpertExecutor>(config, *backend, *cpu, device.get(), std::move(placement));
         forward = std::make_unique<ForwardPass>(config, *backend, *cache, *hybrid, MAX_BATCH, MAX_BATCH);

@@ -30,7 +30,7 @@
 #include "engine/model/synth_model.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "placement/residency.h"
 #include "profiles/errors.h"
@@ -275,7 +275,8 @@ TEST_CASE("arch presets: dense layers among MoE layers run their MLP on the back
     REQUIRE(w.layers[1].mlp.empty());
 
     ThreadPool pool(2);
-    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    auto state = make_sequence_state(c, 1, 64, host_state_memory());
+    SequenceState& cache = *state;
     CpuExpertExecutor executor(c, w, pool, 64);
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, 64 * c.n_experts_active);
     ForwardPass forward(c, *backend, cache, executor, 64, 64);
@@ -296,7 +297,8 @@ TEST_CASE("arch presets: dense layers among MoE layers run their MLP on the back
     ModelWeights no_mlp = synth_weights(c, 9, 2);
     no_mlp.layers[2].mlp.w2 = no_mlp.layers[0].mlp.w2;  // another down projection in layer 2
     std::unique_ptr<Backend> backend2 = make_cpu_backend(c, no_mlp, pool, 64, 64 * c.n_experts_active);
-    KvCache cache2(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    auto state2 = make_sequence_state(c, 1, 64, host_state_memory());
+    SequenceState& cache2 = *state2;
     CpuExpertExecutor executor2(c, no_mlp, pool, 64);
     ForwardPass forward2(c, *backend2, cache2, executor2, 64, 64);
     const std::vector<float> first(logits, logits + c.vocab_size);
@@ -317,7 +319,8 @@ TEST_CASE(
     const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30, 50257};
     auto run = [&](const Residency* residency) {
         ThreadPool pool(2);
-        KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+        auto state = make_sequence_state(c, 1, 64, host_state_memory());
+    SequenceState& cache = *state;
         CpuExpertExecutor cpu(c, w, pool, max_batch);
         std::unique_ptr<EmulatedDevice> device;
         const double expert_bytes = cost_expert(c, 0).bytes;

@@ -28,6 +28,7 @@
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
+#include "engine/runtime/token_mixer.h"
 #include "engine/runtime/kv_cache.h"
 #include "profiles/errors.h"
 #include "reference_model.h"
@@ -90,9 +91,9 @@ public:
         : config_(model_config_load(dir)),
           weights_(weights_load(config_, dir)),
           backend_(make_cpu_backend(config_, weights_, pool_, 128, 128 * config_.n_experts_active)),
-          cache_(config_.n_layers, 1, 128, config_.n_kv_heads * config_.head_dim),
+          state_(make_sequence_state(config_, 1, 128, host_state_memory())),
           executor_(config_, weights_, pool_, 128),
-          forward_(config_, *backend_, cache_, executor_, 128, 1) {}
+          forward_(config_, *backend_, *state_, executor_, 128, 1) {}
 
     const std::vector<double>& next_logprobs(const std::vector<int>& prompt, const std::vector<int>& prefix) {
         std::vector<int> key = prompt;
@@ -117,7 +118,7 @@ private:
     ModelWeights weights_;
     ThreadPool pool_{2};
     std::unique_ptr<Backend> backend_;
-    KvCache cache_;
+    std::unique_ptr<SequenceState> state_;
     CpuExpertExecutor executor_;
     ForwardPass forward_;
     std::map<std::vector<int>, std::vector<double>> memo_;
@@ -423,6 +424,8 @@ TEST_CASE("beam search with experts on the emulated device returns the same hypo
 
 TEST_CASE("beam KV memory stays within the prompt's and the live beams' own blocks", "[beam]") {
     Engine engine = make_engine("tiny", 512);
+    const ModelConfig& c = engine.config();
+    const size_t kv_bytes_per_position = size_t(2) * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float);
     for (int width : {1, 4, 16}) {
         INFO("width " << width);
         // 21 prompt tokens: a partial last block, shared by all beams.
@@ -432,7 +435,7 @@ TEST_CASE("beam KV memory stays within the prompt's and the live beams' own bloc
         BeamResult res = beam(engine, r, [&](const BeamStep& s) {
             int own = (s.length + KV_BLOCK - 1) / KV_BLOCK + 1;
             INFO("step " << s.step << " live " << s.n_live << " length " << s.length);
-            REQUIRE(s.blocks_in_use <= prompt_blocks + s.n_live * own);
+            REQUIRE(s.state_bytes <= size_t(prompt_blocks + s.n_live * own) * KV_BLOCK * kv_bytes_per_position);
             steps++;
             return true;
         });
@@ -453,7 +456,8 @@ TEST_CASE("forked sequences in one batch give the logits of separate sequences",
     ModelConfig config = model_config_load(dir);
     ModelWeights weights = weights_load(config, dir);
     ThreadPool pool(2);
-    KvCache cache(config.n_layers, 4, 128, config.n_kv_heads * config.head_dim);
+    std::unique_ptr<SequenceState> state = make_sequence_state(config, 4, 128, host_state_memory());
+    SequenceState& cache = *state;
     CpuExpertExecutor executor(config, weights, pool, 64);
     std::unique_ptr<Backend> backend = make_cpu_backend(config, weights, pool, 128, 64 * config.n_experts_active);
     ForwardPass forward(config, *backend, cache, executor, 64, 64);
@@ -494,7 +498,7 @@ TEST_CASE("forked sequences in one batch give the logits of separate sequences",
         REQUIRE(got_a[v] == Approx(want_a[v]).margin(1e-4));
         REQUIRE(got_b[v] == Approx(want_b[v]).margin(1e-4));
     }
-    REQUIRE(cache.cow_copies() == 2);  // one per forked sequence, of the shared partial block
+    REQUIRE(cache.kv()->cow_copies() == 2);  // one per forked sequence, of the shared partial block
 }
 
 TEST_CASE("bad beam parameters are refused by name", "[beam]") {

@@ -26,6 +26,7 @@
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/forward.h"
+#include "engine/runtime/token_mixer.h"
 #include "gpu_kernels/gpu_limits.h"
 #include "gpu_kernels/gpu_math.h"
 #include "logit_compare.h"
@@ -71,9 +72,9 @@ public:
     explicit RoundingBackend(std::unique_ptr<Backend> inner) : b_(std::move(inner)) {}
     const char* name() const override { return "cpu, GEMM inputs rounded to bf16"; }
     const ModelWeights& weights() const override { return b_->weights(); }
-    KvMemory& kv_memory() override { return b_->kv_memory(); }
+    StateMemory& state_memory() override { return b_->state_memory(); }
     float* alloc(size_t n) override { return b_->alloc(n); }
-    void begin(const Batch& batch, const KvCache& cache) override { b_->begin(batch, cache); }
+    void begin(const Batch& batch, const SequenceState& state) override { b_->begin(batch, state); }
     void embed(float* x) override { b_->embed(x); }
     void rmsnorm(float* out, const float* x, const float* w, int rows, int dim, float eps) override {
         b_->rmsnorm(out, x, w, rows, dim, eps);
@@ -198,11 +199,11 @@ std::vector<float> run(const ModelConfig& c, const ModelWeights& w, Arithmetic a
     ThreadPool pool(2);
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, CTX, MAX_BATCH * c.n_experts_active);
     if (a != Arithmetic::CPU) backend = std::make_unique<RoundingBackend>(std::move(backend));
-    KvCache cache(c.n_layers, 1, CTX, c.n_kv_heads * c.head_dim, -1, backend->kv_memory());
+    std::unique_ptr<SequenceState> cache = make_sequence_state(c, 1, CTX, backend->state_memory());
     CpuExpertExecutor cpu(c, w, pool, MAX_BATCH);
     RoundingExperts device(c, w, pool, a == Arithmetic::DEVICE_STALE_SLOT);
     ExpertExecutor& experts = a == Arithmetic::CPU ? static_cast<ExpertExecutor&>(cpu) : device;
-    ForwardPass forward(c, *backend, cache, experts, MAX_BATCH, MAX_BATCH);
+    ForwardPass forward(c, *backend, *cache, experts, MAX_BATCH, MAX_BATCH);
     const int vocab = c.vocab_size;
     Batch batch;
     batch.reserve(MAX_BATCH);

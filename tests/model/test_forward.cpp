@@ -23,7 +23,7 @@
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "logit_compare.h"
 #include "profiles/errors.h"
 #include "reference_model.h"
@@ -51,14 +51,14 @@ struct Loaded {
     ModelWeights weights;
     ThreadPool pool{2};
     std::unique_ptr<Backend> backend;
-    KvCache cache;
+    std::unique_ptr<SequenceState> state;
     CpuExpertExecutor executor;
     ForwardPass forward;
     explicit Loaded(const std::filesystem::path& dir, int slots = 2, int ctx = 256)
         : config(model_config_load(dir)), weights(weights_load(config, dir)),
           backend(make_cpu_backend(config, weights, pool, ctx, 64 * std::max(1, config.n_experts_active))),
-          cache(config.n_layers, slots, ctx, config.n_kv_heads * config.head_dim),
-          executor(config, weights, pool, 64), forward(config, *backend, cache, executor, 64, 64) {}
+          state(make_sequence_state(config, slots, ctx, host_state_memory())),
+          executor(config, weights, pool, 64), forward(config, *backend, *state, executor, 64, 64) {}
 };
 
 std::vector<int> prompt_tokens(int n, int salt) {

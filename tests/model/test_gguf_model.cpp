@@ -25,7 +25,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "test_support.h"
 #include "weights_compare.h"
 

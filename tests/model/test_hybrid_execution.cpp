@@ -22,7 +22,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "placement/cache_replay.h"
 #include "placement/residency.h"
 #include "profiles/errors.h"
@@ -84,7 +84,8 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     ThreadPool pool(2);
     const int max_batch = 512;
     const double eb = cost_expert(c, 0).bytes;
-    KvCache cache(c.n_layers, 1, n_prompt + n_decode + 1, c.n_kv_heads * c.head_dim);
+    auto state = make_sequence_state(c, 1, n_prompt + n_decode + 1, host_state_memory());
+    SequenceState& cache = *state;
     CpuExpertExecutor cpu(c, w, pool, max_batch);
     const Residency none(c.n_layers, c.n_experts);
     std::unique_ptr<CachedPlacement> placement = make_cached_placement(

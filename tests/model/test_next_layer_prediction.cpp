@@ -15,7 +15,7 @@
 #include "engine/devices/expert_executor.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "profiles/routing_stats.h"
 
 namespace {
@@ -28,7 +28,8 @@ struct Run {
 Run prefill(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens, bool predict) {
     const int n = int(tokens.size());
     ThreadPool pool(2);
-    KvCache cache(c.n_layers, 1, 64, c.n_kv_heads * c.head_dim);
+    auto state = make_sequence_state(c, 1, 64, host_state_memory());
+    SequenceState& cache = *state;
     CpuExpertExecutor executor(c, w, pool, n);
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, 64, n * c.n_experts_active);
     ForwardPass forward(c, *backend, cache, executor, n, n);

@@ -17,7 +17,7 @@
 #include "engine/model/synth_model.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 #include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"

@@ -8,13 +8,14 @@
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/token_mixer.h"
 
 std::vector<float> cpu_prefill_logits(const ModelConfig& c, const ModelWeights& w, const std::vector<int>& tokens) {
     const int n = int(tokens.size());
     const int ctx = std::max(64, n);
     ThreadPool pool(2);
-    KvCache cache(c.n_layers, 1, ctx, c.n_kv_heads * c.head_dim);
+    auto state = make_sequence_state(c, 1, ctx, host_state_memory());
+    SequenceState& cache = *state;
     CpuExpertExecutor executor(c, w, pool, n);
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, ctx, n * std::max(1, c.n_experts_active));
     ForwardPass forward(c, *backend, cache, executor, n, n);

@@ -1,0 +1,107 @@
+// The token mixers of today's models (attention) and the sequence state
+// they keep (see token_mixer.h).
+#include "engine/runtime/token_mixer.h"
+
+#include <cassert>
+
+#include "engine/devices/backend.h"
+#include "engine/runtime/kv_cache.h"
+
+namespace {
+
+// Causal GQA self-attention: q/k/v projections (with biases), q/k RMSNorm
+// per head or over the row, rotate-half RoPE, keys and values into the
+// KvCache, attention over the sequence's positions [0, position], output
+// projection. The KvCache's layer of model layer l is kv_layer_[l].
+class AttentionMixer final : public TokenMixer {
+public:
+    AttentionMixer(const ModelConfig& config, Backend& backend, int max_batch)
+        : c_(config), b_(backend), w_(backend.weights()) {
+        q_dim_ = c_.n_heads * c_.head_dim;
+        kv_dim_ = c_.n_kv_heads * c_.head_dim;
+        const size_t mb = size_t(max_batch);
+        q_ = backend.alloc(mb * q_dim_);
+        k_ = backend.alloc(mb * kv_dim_);
+        v_ = backend.alloc(mb * kv_dim_);
+        att_ = backend.alloc(mb * q_dim_);
+        int kv = 0;
+        kv_layer_.assign(size_t(c_.n_layers), -1);
+        for (int l = 0; l < c_.n_layers; l++)
+            if (c_.layer_mixer(l) == MixerKind::ATTENTION) kv_layer_[size_t(l)] = kv++;
+    }
+
+    const char* name() const override { return "attention"; }
+
+    void run(int layer, const Batch& batch, float* out, const float* xb) override {
+        const LayerWeights& lw = w_.layers[size_t(layer)];
+        const int n = batch.size();
+        const int kv = kv_layer_[size_t(layer)];
+        assert(kv >= 0);
+        Backend& b = b_;
+        // q (n, q_dim), k, v (n, kv_dim) = xb @ W^T
+        b.matmul(q_, xb, lw.wq, n);
+        b.matmul(k_, xb, lw.wk, n);
+        b.matmul(v_, xb, lw.wv, n);
+        if (c_.qkv_bias) {
+            b.add_bias(q_, lw.q_bias, n, q_dim_);
+            b.add_bias(k_, lw.k_bias, n, kv_dim_);
+            b.add_bias(v_, lw.v_bias, n, kv_dim_);
+        }
+        // q/k RMSNorm before RoPE: each head's vector (Qwen3) or the whole row (OLMoE).
+        if (c_.qk_norm == QkNorm::PER_HEAD) {
+            b.rmsnorm(q_, q_, lw.q_norm, n * c_.n_heads, c_.head_dim, c_.rms_norm_eps);
+            b.rmsnorm(k_, k_, lw.k_norm, n * c_.n_kv_heads, c_.head_dim, c_.rms_norm_eps);
+        } else if (c_.qk_norm == QkNorm::FULL) {
+            b.rmsnorm(q_, q_, lw.q_norm, n, q_dim_, c_.rms_norm_eps);
+            b.rmsnorm(k_, k_, lw.k_norm, n, kv_dim_, c_.rms_norm_eps);
+        }
+        b.rope(q_, c_.n_heads);
+        b.rope(k_, c_.n_kv_heads);
+        b.kv_store(kv, k_, v_);
+        b.attention(kv, att_, q_);
+        // out (n, dim) = att (n, q_dim) @ Wo^T
+        b.matmul(out, att_, lw.wo, n);
+    }
+
+private:
+    const ModelConfig& c_;
+    Backend& b_;
+    const ModelWeights& w_;
+    int q_dim_, kv_dim_;
+    std::vector<int> kv_layer_;  // (n_layers) the KvCache layer of each attention layer; -1 others
+    // In the backend's memory:
+    float* q_;    // (max_batch, q_dim)
+    float* k_;    // (max_batch, kv_dim)
+    float* v_;    // (max_batch, kv_dim)
+    float* att_;  // (max_batch, q_dim)
+};
+
+}  // namespace
+
+LayerMixers make_layer_mixers(const ModelConfig& config, Backend& backend, int max_batch) {
+    LayerMixers mixers(size_t(config.n_layers));
+    std::shared_ptr<TokenMixer> attention;
+    for (int l = 0; l < config.n_layers; l++) {
+        switch (config.layer_mixer(l)) {
+        case MixerKind::ATTENTION:
+            if (!attention) attention = std::make_shared<AttentionMixer>(config, backend, max_batch);
+            mixers[size_t(l)] = attention;
+            break;
+        }
+    }
+    return mixers;
+}
+
+std::unique_ptr<SequenceState> make_sequence_state(const ModelConfig& config, int n_seqs, int ctx,
+                                                   StateMemory& memory, int kv_blocks) {
+    auto state = std::make_unique<SequenceState>(n_seqs, ctx);
+    const int n_attention = config.n_attention_layers();
+    if (n_attention > 0)
+        state->add(std::make_unique<KvCache>(n_attention, n_seqs, ctx, config.n_kv_heads * config.head_dim,
+                                             kv_blocks, memory));
+    return state;
+}
+
+double sequence_state_bytes(const ModelConfig& config, int ctx) {
+    return double(config.n_attention_layers()) * ctx * config.n_kv_heads * config.head_dim * 2.0 * sizeof(float);
+}
