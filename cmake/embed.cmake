@@ -1,9 +1,12 @@
 # moe_embed_files(TARGET FILES f1 f2 ...): compiles the files into a static
 # library as byte arrays. Looked up at run time with embedded_file(name) from
 # "embedded_files.h" (name = file name without directories). A small host tool
-# writes the arrays, so building never needs xxd or Node.
+# writes the arrays, so building never needs xxd or Node. The tool and the
+# library are rooms of cmake/rooms.cmake (included before this file).
 if(NOT TARGET moe_embed_tool)
-  add_executable(moe_embed_tool ${CMAKE_CURRENT_LIST_DIR}/embed_tool.cpp)
+  moe_room_sources(moe_embed_tool EMBED_TOOL_SOURCES)
+  add_executable(moe_embed_tool ${EMBED_TOOL_SOURCES})
+  moe_room_link(moe_embed_tool)
 endif()
 
 function(moe_embed_files target)
@@ -15,6 +18,7 @@ function(moe_embed_files target)
     DEPENDS moe_embed_tool ${ARG_FILES}
     COMMENT "Embedding ${target}")
   add_library(${target} STATIC ${out})
-  target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR}/cmake)
+  # embedded_files.h's folder (cmake/) comes from the room's INCLUDE_DIRS.
+  moe_room_link(${target})
 endfunction()
 # embedded_file() is one function for the whole binary: call this once.

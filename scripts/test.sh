@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The one test command: installs dependencies, configures, builds, runs ctest.
+# The one test command: checks every #include against the graph of rooms
+# (scripts/check_rooms.cmake, seconds, before any build), installs
+# dependencies, configures, builds, runs ctest.
 # Usage: scripts/test.sh [extra ctest args, e.g. -L unit]
 #        scripts/test.sh --quick [extra ctest args]
 #        scripts/test.sh --sanitize address,undefined [extra ctest args]
@@ -13,6 +15,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+command -v cmake >/dev/null || bash scripts/setup.sh >&2
+cmake -P scripts/check_rooms.cmake
 sanitize=""
 exclude=()
 if [ "${1:-}" = "--quick" ]; then
