@@ -9,15 +9,15 @@
 #include "profiles/errors.h"
 #include "server/placement_text.h"
 
-EngineWorker::EngineWorker(EngineOptions options, size_t max_waiting)
-    : options_(std::move(options)), queue_(max_waiting) {}
+EngineWorker::EngineWorker(ModelOptions model, SessionOptions options, size_t max_waiting)
+    : model_(std::move(model)), options_(std::move(options)), queue_(max_waiting) {}
 
 EngineWorker::~EngineWorker() {
     stop();
     join();
 }
 
-void EngineWorker::start(std::function<void(const Engine&)> on_ready, std::function<void()> on_failed) {
+void EngineWorker::start(std::function<void(const Session&)> on_ready, std::function<void()> on_failed) {
     thread_ = std::thread(
         [this, on_ready = std::move(on_ready), on_failed = std::move(on_failed)] { main(on_ready, on_failed); });
 }
@@ -36,9 +36,9 @@ std::string EngineWorker::load_error() const {
     return load_error_;
 }
 
-void EngineWorker::main(const std::function<void(const Engine&)>& on_ready, const std::function<void()>& on_failed) {
+void EngineWorker::main(const std::function<void(const Session&)>& on_ready, const std::function<void()>& on_failed) {
     try {
-        engine_ = std::make_unique<Engine>(options_);
+        engine_ = std::make_unique<Session>(load_model(model_), options_);
     } catch (const std::exception& e) {
         {
             std::lock_guard lock(error_mutex_);
@@ -66,13 +66,13 @@ void EngineWorker::main(const std::function<void(const Engine&)>& on_ready, cons
     }
 }
 
-void EngineWorker::run_between_tasks(const std::function<void(Engine&)>& fn) {
+void EngineWorker::run_between_tasks(const std::function<void(Session&)>& fn) {
     while (!ready()) {
         if (stopped()) throw MoeError("the server stopped before the model was ready");
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     std::string error;
-    auto task = std::make_shared<Task>([&](Engine& e, Task& t) {
+    auto task = std::make_shared<Task>([&](Session& e, Task& t) {
         try {
             fn(e);
         } catch (const std::exception& ex) {

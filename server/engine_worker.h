@@ -1,8 +1,8 @@
 // The engine thread and the queue it drains: EngineWorker loads the model on
 // its own thread, then runs the queued Tasks (request_queue.h) one at a time
-// until it is stopped. It owns the Engine; once ready(), HTTP threads may
-// call what engine/runtime/engine.h lists as safe beside a running request
-// (config, tokenizer, chat template, check_prompt, chat_prompt, ...) and
+// until it is stopped. It owns the Session; once ready(), HTTP threads may
+// call what engine/runtime/session.h lists as safe beside a running request
+// (the model, check_prompt, chat_prompt, the statistics, ...) and
 // hand everything else to the engine thread as a Task. A task that
 // throws becomes its TaskError: 400 for a ContextLengthError (the client's
 // prompt), 500 for anything else (requests are validated before they are
@@ -18,13 +18,13 @@
 #include <string>
 #include <thread>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "server/request_queue.h"
 
 class EngineWorker {
 public:
     // max_waiting: tasks that may wait while one runs.
-    EngineWorker(EngineOptions options, size_t max_waiting);
+    EngineWorker(ModelOptions model, SessionOptions options, size_t max_waiting);
     // Stops and joins the thread.
     ~EngineWorker();
     EngineWorker(const EngineWorker&) = delete;
@@ -34,7 +34,7 @@ public:
     // warnings and the placement), sets ready(), calls on_ready, then runs
     // tasks until stop(). When loading fails it calls on_failed instead
     // (load_error() says why) and ends.
-    void start(std::function<void(const Engine&)> on_ready, std::function<void()> on_failed);
+    void start(std::function<void(const Session&)> on_ready, std::function<void()> on_failed);
     // Any thread: cancels the running and waiting tasks (each gets its
     // TaskError) and makes the engine thread end after the running one.
     void stop();
@@ -44,7 +44,7 @@ public:
     bool ready() const { return ready_.load(); }
     bool stopped() const { return stopped_.load(); }
     // Only once ready().
-    Engine& engine() { return *engine_; }
+    Session& engine() { return *engine_; }
     // Why loading failed; empty when it did not.
     std::string load_error() const;
 
@@ -57,14 +57,15 @@ public:
     // Runs fn on the engine thread between two tasks (past the queue's
     // bound) and waits for it; waits for the model first. Throws MoeError
     // when the worker stops first, or what fn threw.
-    void run_between_tasks(const std::function<void(Engine&)>& fn);
+    void run_between_tasks(const std::function<void(Session&)>& fn);
 
 private:
-    void main(const std::function<void(const Engine&)>& on_ready, const std::function<void()>& on_failed);
+    void main(const std::function<void(const Session&)>& on_ready, const std::function<void()>& on_failed);
 
-    EngineOptions options_;
+    ModelOptions model_;
+    SessionOptions options_;
     RequestQueue queue_;
-    std::unique_ptr<Engine> engine_;
+    std::unique_ptr<Session> engine_;
     std::thread thread_;
     std::atomic<bool> ready_{false};
     std::atomic<bool> stopped_{false};

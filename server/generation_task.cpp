@@ -28,7 +28,7 @@ ApiError context_length_error(const char* what, int ctx, const std::string& deta
 
 // Refuses text that cannot fit the context before it is tokenized (the
 // tokenizer needs ~70 bytes of memory per byte of text).
-void check_text_length(const Engine& e, size_t bytes, const char* what) {
+void check_text_length(const Session& e, size_t bytes, const char* what) {
     const size_t limit = size_t(e.ctx()) * MAX_TEXT_BYTES_PER_TOKEN;
     if (bytes > limit)
         throw context_length_error(what, e.ctx(),
@@ -66,12 +66,12 @@ ApiError invalid_messages(const MoeError& error) {
 namespace {
 
 template <class Render>
-auto render_chat(const Engine& e, const ChatInput& chat, Render render) {
-    if (chat.tools.is_array() && !chat.tools.empty() && !e.has_jinja_template())
+auto render_chat(const Session& e, const ChatInput& chat, Render render) {
+    if (chat.tools.is_array() && !chat.tools.empty() && !e.model().has_jinja_template())
         throw ApiError(400,
                        "'tools' (tool calling) needs the model's own Jinja chat_template, which this model lacks "
                        "(its chats use the " +
-                           e.chat_template_name() + " renderer).",
+                           e.model().chat_template_name() + " renderer).",
                        "tools", "unsupported_parameter");
     try {
         return render();
@@ -94,15 +94,15 @@ std::string output_grammar_param(const OutputFormat& f) {
 // The grammar a request's output format asks for (none for text), parsed
 // against the model's vocabulary: 400 naming the field for a schema or
 // grammar the engine refuses.
-std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputFormat& f) {
+std::shared_ptr<const Grammar> output_grammar(const Session& e, const OutputFormat& f) {
     const std::string param = output_grammar_param(f);
     try {
         switch (f.kind) {
         case OutputFormat::Kind::TEXT: return nullptr;
         case OutputFormat::Kind::JSON_OBJECT:
-            return e.grammar(json_object_gbnf(), f.param);
-        case OutputFormat::Kind::JSON_SCHEMA: return e.grammar(json_schema_gbnf(f.schema, f.param), f.param);
-        case OutputFormat::Kind::GRAMMAR: return e.grammar(f.gbnf, f.param);
+            return e.model().grammar(json_object_gbnf(), f.param);
+        case OutputFormat::Kind::JSON_SCHEMA: return e.model().grammar(json_schema_gbnf(f.schema, f.param), f.param);
+        case OutputFormat::Kind::GRAMMAR: return e.model().grammar(f.gbnf, f.param);
         }
     } catch (const MoeError& err) {
         throw grammar_error(err, param);
@@ -112,16 +112,16 @@ std::shared_ptr<const Grammar> output_grammar(const Engine& e, const OutputForma
 
 // The grammar of a forced tool_choice (required, or one named function):
 // the template family's call envelope around each tool's parameter schema.
-std::shared_ptr<const Grammar> tool_grammar(const Engine& e, const ChatRequest& r) {
-    const ToolCallFormat& format = e.tool_call_format();
+std::shared_ptr<const Grammar> tool_grammar(const Session& e, const ChatRequest& r) {
+    const ToolCallFormat& format = e.model().tool_call_format();
     if (format.family == ToolCallFamily::NONE)
         throw ApiError(400,
-                       "'tool_choice' cannot force a call: this model's chat template (" + e.chat_template_name() +
+                       "'tool_choice' cannot force a call: this model's chat template (" + e.model().chat_template_name() +
                            ") writes tool calls in no format this server knows.",
                        "tool_choice", "unsupported_parameter");
     const bool named = r.tool_choice.kind == ToolChoice::Kind::NAMED;
     try {
-        return e.grammar(
+        return e.model().grammar(
             tool_call_grammar(format, r.chat.tools, named ? r.tool_choice.name : "", !named && r.parallel_tool_calls),
             "tool_choice");
     } catch (const MoeError& err) {
@@ -131,16 +131,12 @@ std::shared_ptr<const Grammar> tool_grammar(const Engine& e, const ChatRequest& 
 
 }  // namespace
 
-bool parses_tool_calls(const Engine& e, const ChatRequest& chat) {
-    return chat.tool_choice.kind != ToolChoice::Kind::NONE && e.tool_call_format().family != ToolCallFamily::NONE;
-}
-
-ChatPrompt chat_prompt_of(const Engine& e, const ChatInput& chat) {
+ChatPrompt chat_prompt_of(const Session& e, const ChatInput& chat) {
     return render_chat(e, chat, [&] { return e.chat_prompt(chat); });
 }
 
-std::string chat_text_of(const Engine& e, const ChatInput& chat) {
-    return render_chat(e, chat, [&] { return e.chat_text(chat); });
+std::string chat_text_of(const Session& e, const ChatInput& chat) {
+    return render_chat(e, chat, [&] { return e.model().chat_text(chat); });
 }
 
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos) {
@@ -150,7 +146,7 @@ std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text
 
 GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 
-std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& chat) {
+ChatTask GenerationTasks::chat(const Session& e, const ChatRequest& chat) {
     const size_t bytes = chat_input_bytes(chat.chat);
     check_text_length(e, bytes, "messages");
     RequestGrammar grammar;
@@ -161,18 +157,24 @@ std::shared_ptr<Task> GenerationTasks::chat(const Engine& e, const ChatRequest& 
     }
     std::vector<int> prompt = chat_prompt_of(e, chat.chat).ids;
     release_tokenizer_memory(bytes);
-    return make(e, Endpoint::CHAT, std::move(prompt), chat.options, std::move(grammar));
+    ChatTask out{make(e, Endpoint::CHAT, std::move(prompt), chat.options, std::move(grammar))};
+    const ToolCallFormat& format = e.model().tool_call_format();
+    if (chat.tool_choice.kind != ToolChoice::Kind::NONE && format.family != ToolCallFamily::NONE) {
+        out.tool_calls = &format;
+        out.tool_trigger_token = e.model().tool_call_trigger_token();
+    }
+    return out;
 }
 
-std::shared_ptr<Task> GenerationTasks::completion(const Engine& e, const CompletionRequest& c) {
+std::shared_ptr<Task> GenerationTasks::completion(const Session& e, const CompletionRequest& c) {
     if (!c.has_prompt_tokens) check_text_length(e, c.prompt.size(), "prompt");
-    std::vector<int> prompt = c.has_prompt_tokens ? c.prompt_tokens : text_tokens(e.tokenizer(), c.prompt, true);
+    std::vector<int> prompt = c.has_prompt_tokens ? c.prompt_tokens : text_tokens(e.model().tokenizer(), c.prompt, true);
     release_tokenizer_memory(c.prompt.size());
     return make(e, Endpoint::COMPLETION, std::move(prompt), c.options,
                 {output_grammar(e, c.options.format), output_grammar_param(c.options.format)});
 }
 
-std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, std::vector<int> prompt,
+std::shared_ptr<Task> GenerationTasks::make(const Session& e, Endpoint endpoint, std::vector<int> prompt,
                                             const GenerationOptions& o, RequestGrammar grammar) {
     try {
         e.check_prompt(prompt);
@@ -200,18 +202,17 @@ std::shared_ptr<Task> GenerationTasks::make(const Engine& e, Endpoint endpoint, 
         throw grammar_error(err, grammar.param);
     }
 
-    const bool is_chat = endpoint == Endpoint::CHAT;
     if (o.beam_width > 0) {
         BeamRequest b = beam_request_from(g, o.beam_width, o.length_penalty, o.n);
         return std::make_shared<Task>(
-            [this, b, is_chat](Engine& engine, Task& task) { run_beam_search(engine, task, b, is_chat); });
+            [this, b](Session& engine, Task& task) { run_beam_search(engine, task, b); });
     }
-    return std::make_shared<Task>([this, g, is_chat, param = grammar.param](Engine& engine, Task& task) {
-        run_sampling(engine, task, g, is_chat, param);
+    return std::make_shared<Task>([this, g, param = grammar.param](Session& engine, Task& task) {
+        run_sampling(engine, task, g, param);
     });
 }
 
-void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest& g, bool is_chat,
+void GenerationTasks::run_sampling(Session& e, Task& task, const GenerateRequest& g,
                                    const std::string& grammar_param) {
     bool first = true;
     GenerateResult result;
@@ -232,17 +233,15 @@ void GenerationTasks::run_sampling(Engine& e, Task& task, const GenerateRequest&
         task.push(TaskError{api.status, api.what(), api.param});
         return;
     }
-    if (is_chat && result.finish_reason != FinishReason::CANCELLED) e.remember_reply(result.text, result.tokens);
     metrics_.add_prompt_tokens(result.n_prompt, result.n_cached);
     metrics_.count_generation(finish_reason_name(result.finish_reason), result.prefill_tok_s(), result.decode_tok_s());
     push_result(task, std::move(result));
 }
 
 // No token events: the choices come with the BeamResult.
-void GenerationTasks::run_beam_search(Engine& e, Task& task, const BeamRequest& b, bool is_chat) {
+void GenerationTasks::run_beam_search(Session& e, Task& task, const BeamRequest& b) {
     BeamResult result = e.beam_search(b, [&](const BeamStep&) { return !task.cancelled(); });
     const bool done = result.finish_reason != FinishReason::CANCELLED && !result.hypotheses.empty();
-    if (is_chat && done) e.remember_reply(result.hypotheses[0].text, result.hypotheses[0].tokens);
     if (done) metrics_.observe_ttft(seconds_since(task.admitted()));
     metrics_.add_generated_tokens(completion_tokens(result));
     metrics_.add_prompt_tokens(result.n_prompt, result.n_cached);

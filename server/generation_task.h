@@ -1,11 +1,11 @@
 // Request -> task mapping: turns a parsed OpenAI request (openai_request.h)
 // into the prompt's token ids and the engine Task (request_queue.h) that
 // runs its generation, sampled or beam search, and sends typed events back.
-// The prompt is checked here, once, by the engine (Engine::check_prompt),
+// The prompt is checked here, once, by the engine (Session::check_prompt),
 // before the task is queued: the HTTP status must be known before the
 // response starts. On the engine thread the task also keeps the server's
-// books: metrics, and the replies the engine remembers for prefix reuse
-// across chat turns (Engine::remember_reply). The way back, task events -> OpenAI JSON, is openai_response.h.
+// books (metrics); prefix reuse across chat turns is the session's own
+// business. The way back, task events -> OpenAI JSON, is openai_response.h.
 // A generation the server's shutdown cut short ends in TaskError 503, never
 // in a result. Must not know about HTTP transport or the queue's owner.
 #pragma once
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "profiles/errors.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -44,22 +44,28 @@ struct RequestGrammar {
     std::string param;
 };
 
-// A chat request's prompt ids (Engine::chat_prompt) or text
-// (Engine::chat_text, for /apply-template), with the engine's refusals as
+// A chat request's prompt ids (Session::chat_prompt) or text
+// (Session::chat_text, for /apply-template), with the engine's refusals as
 // ApiErrors: 400 "template_error" naming the template's problem
 // (ChatTemplateError), 400 invalid messages (invalid_messages), 400
 // unsupported 'tools' for a model without a Jinja template.
-ChatPrompt chat_prompt_of(const Engine& engine, const ChatInput& chat);
-std::string chat_text_of(const Engine& engine, const ChatInput& chat);
+ChatPrompt chat_prompt_of(const Session& engine, const ChatInput& chat);
+std::string chat_text_of(const Session& engine, const ChatInput& chat);
 
 // Tokenizer::encode_prompt (BOS first when the tokenizer adds one) with
 // add_bos, else the plain encoding of text.
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos);
 
-// Whether a chat request's reply is parsed for tool calls
-// (OpenAiResponder::parse_tool_calls): it has tools, tool_choice is not
-// "none" and the model's template has a known tool-call format.
-bool parses_tool_calls(const Engine& engine, const ChatRequest& chat);
+// A chat request's task and how its reply's tool calls are read, decided
+// in one place (GenerationTasks::chat) with the grammar that forces a call.
+struct ChatTask {
+    std::shared_ptr<Task> task;
+    // The format the reply's tool calls are parsed in
+    // (OpenAiResponder::parse_tool_calls): tool_choice is not "none" and the
+    // model's template has a known tool-call format; null: the reply is text.
+    const ToolCallFormat* tool_calls = nullptr;
+    int tool_trigger_token = -1;  // its trigger's control-token id (-1: text)
+};
 
 class GenerationTasks {
 public:
@@ -67,28 +73,28 @@ public:
     explicit GenerationTasks(Metrics& metrics);
 
     // HTTP thread: the task of a chat request; its prompt is
-    // Engine::chat_prompt (one rendering, remembered replies by their ids).
+    // Session::chat_prompt (one rendering, remembered replies by their ids).
     // Throws ApiError: 400 for messages the template refuses, 400
     // context_length_exceeded when the prompt leaves no room for a reply
     // or its text is longer than MAX_TEXT_BYTES_PER_TOKEN per position,
     // 400 naming the field for a schema, grammar or tool the engine refuses.
     // The reply is constrained by a forced tool_choice's envelope grammar
     // (each tool's parameters a schema), else by the output format.
-    std::shared_ptr<Task> chat(const Engine& engine, const ChatRequest& request);
+    ChatTask chat(const Session& engine, const ChatRequest& request);
     // HTTP thread: the task of a completion request (its token ids as
     // given, or BOS and the text's encoding). Throws as chat() does.
-    std::shared_ptr<Task> completion(const Engine& engine, const CompletionRequest& request);
+    std::shared_ptr<Task> completion(const Session& engine, const CompletionRequest& request);
 
 private:
-    // Checks the grammar from its start (Engine::check_grammar) before the
+    // Checks the grammar from its start (Session::check_grammar) before the
     // task is queued: 400 naming grammar.param.
-    std::shared_ptr<Task> make(const Engine& engine, Endpoint endpoint, std::vector<int> prompt,
+    std::shared_ptr<Task> make(const Session& engine, Endpoint endpoint, std::vector<int> prompt,
                                const GenerationOptions& options, RequestGrammar grammar);
     // Engine thread: the tasks' work. A GrammarError while decoding ends the
     // task in TaskError 400 naming grammar_param.
-    void run_sampling(Engine& engine, Task& task, const GenerateRequest& request, bool is_chat,
+    void run_sampling(Session& engine, Task& task, const GenerateRequest& request,
                       const std::string& grammar_param);
-    void run_beam_search(Engine& engine, Task& task, const BeamRequest& request, bool is_chat);
+    void run_beam_search(Session& engine, Task& task, const BeamRequest& request);
 
     Metrics& metrics_;
 };

@@ -20,7 +20,7 @@
 
 #include "embedded_files.h"
 #include "engine/model/model_source.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/text/work_budget.h"
 #include "profiles/errors.h"
 #include "server/engine_worker.h"
@@ -99,10 +99,8 @@ struct HttpServer::Impl {
               std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                   .count()),
           tasks(metrics),
-          worker({.model_dir = options.model_dir,
-                  .threads = options.threads,
-                  .ctx = options.ctx,
-                  .device = options.device},
+          worker({.model_dir = options.model_dir, .threads = options.threads},
+                 {.threads = options.threads, .ctx = options.ctx, .device = options.device},
                  size_t(std::max(0, options.max_queue))),
           http(options, metrics) {
         add_routes();
@@ -133,7 +131,7 @@ struct HttpServer::Impl {
         http.stop();
     }
 
-    Engine& require_engine() {
+    Session& require_engine() {
         if (!worker.ready()) throw ApiError(503, "The model is still loading; retry in a moment.", "", "model_loading");
         return worker.engine();
     }
@@ -180,35 +178,34 @@ struct HttpServer::Impl {
     }
 
     void handle_chat(const httplib::Request& req, httplib::Response& res) {
-        Engine& e = require_engine();
+        Session& e = require_engine();
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
-        std::shared_ptr<Task> task = tasks.chat(e, chat);
-        OpenAiResponder responder(Endpoint::CHAT, chat.options, model_id, e.tokenizer());
-        if (parses_tool_calls(e, chat))
-            responder.parse_tool_calls(e.tool_call_format(), e.tool_call_trigger_token());
-        answer(req, res, std::move(task), std::move(responder));
+        ChatTask task = tasks.chat(e, chat);
+        OpenAiResponder responder(Endpoint::CHAT, chat.options, model_id, e.model().tokenizer());
+        if (task.tool_calls) responder.parse_tool_calls(*task.tool_calls, task.tool_trigger_token);
+        answer(req, res, std::move(task.task), std::move(responder));
     }
 
     void handle_completion(const httplib::Request& req, httplib::Response& res) {
-        Engine& e = require_engine();
-        CompletionRequest c = completion_request_parse(parse_json_body(req.body), e.ctx(), e.tokenizer().vocab_size());
-        answer(req, res, tasks.completion(e, c), OpenAiResponder(Endpoint::COMPLETION, c.options, model_id, e.tokenizer()));
+        Session& e = require_engine();
+        CompletionRequest c = completion_request_parse(parse_json_body(req.body), e.ctx(), e.model().tokenizer().vocab_size());
+        answer(req, res, tasks.completion(e, c), OpenAiResponder(Endpoint::COMPLETION, c.options, model_id, e.model().tokenizer()));
     }
 
     void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
-        Engine& e = require_engine();
+        Session& e = require_engine();
         TokenizeRequest t = tokenize_request_parse(parse_json_body(req.body));
         std::vector<int> ids;
         if (t.has_messages) {
             ids = chat_prompt_of(e, t.chat).ids;
         } else {
-            ids = text_tokens(e.tokenizer(), t.content, t.add_special);
+            ids = text_tokens(e.model().tokenizer(), t.content, t.add_special);
         }
         release_tokenizer_memory(t.text_bytes);
         json tokens = json::array();
         for (int id : ids) {
             if (t.with_pieces)
-                tokens.push_back({{"id", id}, {"piece", utf8_sanitize(e.tokenizer().token_bytes(id))}});
+                tokens.push_back({{"id", id}, {"piece", utf8_sanitize(e.model().tokenizer().token_bytes(id))}});
             else
                 tokens.push_back(id);
         }
@@ -216,15 +213,15 @@ struct HttpServer::Impl {
     }
 
     void handle_detokenize(const httplib::Request& req, httplib::Response& res) {
-        Engine& e = require_engine();
-        std::vector<int> ids = detokenize_request_parse(parse_json_body(req.body), e.tokenizer().vocab_size());
-        send_json(res, {{"content", e.tokenizer().decode(ids)}});
+        Session& e = require_engine();
+        std::vector<int> ids = detokenize_request_parse(parse_json_body(req.body), e.model().tokenizer().vocab_size());
+        send_json(res, {{"content", e.model().tokenizer().decode(ids)}});
     }
 
     // llama.cpp's /apply-template: a chat request's prompt text, as the
     // model's template renders it, without generating.
     void handle_apply_template(const httplib::Request& req, httplib::Response& res) {
-        Engine& e = require_engine();
+        Session& e = require_engine();
         ChatInput chat = chat_input_parse(parse_json_body(req.body));
         const size_t bytes = chat_input_bytes(chat);
         if (bytes > MAX_TOKENIZE_BYTES)
@@ -236,7 +233,7 @@ struct HttpServer::Impl {
     }
 
     void handle_experts(const httplib::Request&, httplib::Response& res) {
-        Engine& e = require_engine();
+        Session& e = require_engine();
         RoutingCounts rc = e.routing_counts();
         auto matrix = [&](const std::vector<uint64_t>& v) {
             json rows = json::array();
@@ -248,7 +245,7 @@ struct HttpServer::Impl {
             return rows;
         };
         const PlacementInfo& p = e.placement();
-        Engine::Execution ex = e.execution_stats();
+        Session::Execution ex = e.execution_stats();
         // Where each expert is now: resident (pinned or cached) and, of
         // those, in a cache slot.
         const std::vector<uint8_t> slots = e.expert_slots();
@@ -257,8 +254,8 @@ struct HttpServer::Impl {
             json row = json::array(), cached_row = json::array();
             for (int x = 0; x < rc.n_experts; x++) {
                 const uint8_t where = slots.at(size_t(l) * rc.n_experts + x);
-                row.push_back(where != Engine::EXPERT_CPU);
-                cached_row.push_back(where == Engine::EXPERT_CACHED);
+                row.push_back(where != Session::EXPERT_CPU);
+                cached_row.push_back(where == Session::EXPERT_CACHED);
             }
             resident.push_back(row);
             cached.push_back(cached_row);
@@ -269,8 +266,8 @@ struct HttpServer::Impl {
                         {"model", model_id},
                         {"layers", rc.n_layers},
                         {"experts", rc.n_experts},
-                        {"top_k", e.config().n_experts_active},
-                        {"dense_layers", e.config().dense_layers},
+                        {"top_k", e.model().config().n_experts_active},
+                        {"dense_layers", e.model().config().dense_layers},
                         {"counts_total", matrix(rc.total)},
                         {"counts_last", matrix(rc.last)},
                         {"resident", resident},
@@ -305,22 +302,22 @@ struct HttpServer::Impl {
     json model_json() {
         json m{{"id", model_id}, {"object", "model"}, {"created", started_at}, {"owned_by", "moe-server"}};
         if (worker.ready()) {
-            const Engine& engine = worker.engine();
-            const ModelConfig& c = engine.config();
+            const Session& engine = worker.engine();
+            const ModelConfig& c = engine.model().config();
             m["meta"] = {{"n_ctx", engine.ctx()},
                          {"n_vocab", c.vocab_size},
                          {"n_layers", c.n_layers},
                          {"n_experts", c.n_experts},
                          {"n_experts_active", c.n_experts_active},
                          {"architecture", c.architecture},
-                         {"chat_template", engine.chat_template_name()},
-                         {"tokenizer", engine.tokenizer().source()}};
+                         {"chat_template", engine.model().chat_template_name()},
+                         {"tokenizer", engine.model().tokenizer().source()}};
         }
         return m;
     }
 
     ExpertMetrics expert_metrics() {
-        const Engine& engine = worker.engine();
+        const Session& engine = worker.engine();
         const PlacementInfo& p = engine.placement();
         return {device_kind_name(p.device),
                 placement_device_name(p),
@@ -385,7 +382,7 @@ void HttpServer::run() {
     Impl& m = *impl_;
     bind();
     m.worker.start(
-        [&m](const Engine& engine) {
+        [&m](const Session& engine) {
             std::fprintf(stderr, "moe-server: model '%s' ready (context %d tokens, %d threads) on %s\n",
                          m.model_id.c_str(), engine.ctx(), engine.threads(),
                          http_url(m.options.host, m.http.port()).c_str());
@@ -411,6 +408,6 @@ const std::string& HttpServer::model_id() const {
     return impl_->model_id;
 }
 
-void HttpServer::with_engine(const std::function<void(Engine&)>& fn) {
+void HttpServer::with_engine(const std::function<void(Session&)>& fn) {
     impl_->worker.run_between_tasks(fn);
 }

@@ -1,4 +1,4 @@
-// HttpServer: the OpenAI-compatible HTTP/SSE front of one Engine, and the
+// HttpServer: the OpenAI-compatible HTTP/SSE front of one Session, and the
 // server's public entry point. It owns the routes and their three rooms: the
 // transport (http_transport.h: cpp-httplib, auth, CORS, SSE), request -> task
 // mapping (generation_task.h) and the engine thread with its bounded queue
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 
 struct ServerOptions {
     std::filesystem::path model_dir;
@@ -69,7 +69,7 @@ public:
     // (benchmarks compare the engine's own speed with the HTTP path this
     // way). Waits for the model to load first. Throws MoeError when the
     // server stops first, or what fn threw.
-    void with_engine(const std::function<void(Engine&)>& fn);
+    void with_engine(const std::function<void(Session&)>& fn);
 
 private:
     struct Impl;

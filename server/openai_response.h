@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/text/tool_calls.h"
 #include "server/openai_request.h"
 #include "server/request_queue.h"

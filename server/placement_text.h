@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 
 // The device's name: the GPU's, "emulated GPU (test double, computes on the
 // CPU)", or for none why the CPU serves.

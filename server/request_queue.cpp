@@ -7,7 +7,7 @@
 
 Task::Task(Run run) : run_(std::move(run)), admitted_(std::chrono::steady_clock::now()) {}
 
-void Task::run(Engine& engine) {
+void Task::run(Session& engine) {
     run_(engine, *this);
 }
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 
 // The message of the TaskError (503) of a task the shutdown dropped or cut.
 inline constexpr const char* SHUTTING_DOWN = "The server is shutting down; the request did not finish.";
@@ -41,14 +41,14 @@ using TaskEvent = std::variant<TokenEvent, GenerateResult, BeamResult, TaskDone,
 
 class Task {
 public:
-    using Run = std::function<void(Engine& engine, Task& task)>;
+    using Run = std::function<void(Session& engine, Task& task)>;
     explicit Task(Run run);
 
     // Engine thread: runs the work; it pushes TokenEvents and one result.
     // finish() then guarantees a terminal event (a TaskError) even when
     // run() threw or the task never ran, so a waiting HTTP thread always
     // wakes up.
-    void run(Engine& engine);
+    void run(Session& engine);
     void finish(int error_status, const std::string& error);
 
     void push(TaskEvent event);

@@ -14,7 +14,7 @@
 #include "gpu_kernels/device.h"
 #include "profiles/errors.h"
 
-bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
                 const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not) {
     const int index = o.device.gpu_device;

@@ -12,6 +12,6 @@
 // false with *why_not set when there is no such device (the caller falls
 // back to the CPU or refuses). Throws MoeError for a budget that cannot work
 // and GpuError when CUDA fails.
-bool cuda_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
                 const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not);

@@ -205,7 +205,7 @@ namespace {
 
 // The dry run: an emulated device (a test double that computes on the
 // CPU) with a budget in GiB or a share of all experts.
-void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                     ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration) {
     PlacementInfo& info = s.info;
     if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
@@ -263,7 +263,7 @@ void emulated_setup(DeviceSetup& s, const EngineOptions& o, const ModelConfig& c
 
 }  // namespace
 
-DeviceSetup device_setup(const EngineOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                          ThreadPool& pool) {
     DeviceSetup s;
     PlacementInfo& info = s.info;

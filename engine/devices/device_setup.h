@@ -1,4 +1,4 @@
-// Device setup at load time: turns EngineOptions' device flags into a
+// Device setup at load time: turns SessionOptions' device flags into a
 // budget, a static plan (popularity profile or even spread), a latency model
 // and the device itself: a CUDA device when there is one (cuda_setup.h),
 // the emulated one for a dry run (a test double), or none (CPU only).
@@ -12,7 +12,7 @@
 #include "engine/devices/expert_device.h"
 #include "engine/model/cost.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "placement/cached_placement.h"
 #include "placement/latency_model.h"
 #include "placement/residency.h"
@@ -65,5 +65,5 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
 
 // Throws MoeError for a budget too small for one expert, a device on a dense
 // model, or a bad profile.
-DeviceSetup device_setup(const EngineOptions& options, const ModelConfig& config, const ModelWeights& weights,
+DeviceSetup device_setup(const SessionOptions& options, const ModelConfig& config, const ModelWeights& weights,
                          int ctx, ThreadPool& pool);

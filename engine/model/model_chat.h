@@ -12,7 +12,7 @@
 // conversations (no tools, tool messages or tool calls, no template
 // variables, a generation prompt) with the built-in renderer, whose ids are
 // mistral-common's; its Jinja template renders the rest. Models without a
-// template use the built-in renderer. Shared by the Engine (chat requests)
+// template use the built-in renderer. Shared by the Model (chat requests)
 // and `moe-server tokenize --chat`. Must not run the model.
 #pragma once
 #include <optional>

@@ -147,7 +147,7 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
                        " pieces exceeds the model's vocab_size " + std::to_string(config.vocab_size));
     // A vocab_size padded above the tokenizer (Qwen's: 151936 for 151669
     // tokens) is accepted: the ids above the tokenizer's are never sampled
-    // nor accepted in a prompt (Engine uses the tokenizer's size).
+    // nor accepted in a prompt (a Session uses the tokenizer's size).
     return t;
 }
 

@@ -11,8 +11,23 @@ struct Batch {
     std::vector<int> seq_ids;             // sequence (SequenceState slot) of each entry
     std::vector<uint8_t> want_logits;     // compute logits for this entry
 
-    void reserve(int n);
-    void clear();
-    void add(int token, int position, int seq_id, bool logits);
+    void reserve(int n) {
+        tokens.reserve(n);
+        positions.reserve(n);
+        seq_ids.reserve(n);
+        want_logits.reserve(n);
+    }
+    void clear() {
+        tokens.clear();
+        positions.clear();
+        seq_ids.clear();
+        want_logits.clear();
+    }
+    void add(int token, int position, int seq_id, bool logits) {
+        tokens.push_back(token);
+        positions.push_back(position);
+        seq_ids.push_back(seq_id);
+        want_logits.push_back(logits ? 1 : 0);
+    }
     int size() const { return int(tokens.size()); }
 };

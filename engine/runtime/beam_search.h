@@ -4,7 +4,7 @@
 // their sequences with SequenceState::fork (KV: shared blocks, copy-on-write)
 // and never copy a whole cache. Scores are sums of log-softmax(raw logits):
 // temperature, truncation and penalties do not apply. Knows nothing of HTTP;
-// the prompt's prefill belongs to the Engine (engine.cpp).
+// the prompt's prefill belongs to the Session (session.cpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cpu_kernels/thread_pool.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/sequence_state.h"
 #include "engine/model/model_config.h"

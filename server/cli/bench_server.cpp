@@ -1,7 +1,7 @@
 // `moe-server bench server`: the HTTP layer's cost, measured in one process.
 // It starts the server on a free loopback port and prints JSON lines, each
 // with its figure and the baseline beside it:
-//   server_decode: decode tok/s seen by an SSE client vs Engine::generate on
+//   server_decode: decode tok/s seen by an SSE client vs Session::generate on
 //                  the same prompt, engine thread and threads (target >= 0.97);
 //   server_ttft:   second-turn vs first-turn time to first token of MT-Bench
 //                  two-turn conversations, with the second turn's no-reuse
@@ -17,7 +17,7 @@
 #include <system_error>
 #include <thread>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "profiles/errors.h"
 #include "profiles/json_bounded.h"
 #include "server/cli/args.h"
@@ -160,7 +160,7 @@ void run_benchmarks(HttpServer& server, const std::string& host, int port, const
     double best_engine = 0, best_http = 0;
     int threads = 0, n_prompt = 0;
     for (int r = 0; r < repeats; r++) {
-        server.with_engine([&](Engine& engine) {
+        server.with_engine([&](Session& engine) {
             // The model's own template, as the server renders the HTTP request.
             GenerateRequest g;
             g.prompt = engine.chat_prompt(ChatInput::of({{"user", convs[0].turn1}})).ids;

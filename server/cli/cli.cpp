@@ -17,7 +17,7 @@
 #include "engine/model/model_chat.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/errors.h"
@@ -280,7 +280,7 @@ BeamFlags parse_beam_flags(Args& args) {
     return b;
 }
 
-void print_beam_result(const Engine& engine, const BeamResult& r, const std::optional<std::string>& prompt) {
+void print_beam_result(const Session& engine, const BeamResult& r, const std::optional<std::string>& prompt) {
     if (r.hypotheses.size() == 1) {
         if (prompt) std::fputs(prompt->c_str(), stdout);
         std::printf("%s\n", r.hypotheses[0].text.c_str());
@@ -307,8 +307,8 @@ void print_beam_result(const Engine& engine, const BeamResult& r, const std::opt
 
 int cli_generate(const std::vector<std::string>& words) {
     Args args(words);
-    EngineOptions options;
-    options.model_dir = parse_model_flag(args).text;
+    const std::string model_dir = parse_model_flag(args).text;
+    SessionOptions options;
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
     options.ctx = int(args.get_int("--ctx", 4096, 16, 1 << 20));
     auto prompt = args.get("--prompt");
@@ -341,13 +341,14 @@ int cli_generate(const std::vector<std::string>& words) {
     if (json_object) gbnf = json_object_gbnf();
     args.finish();
 
-    Engine engine(options);
+    check_session_options(options);
+    Session engine(load_model({model_dir, options.threads}), options);
     if (grammar_file || schema_file || json_object)
-        request.grammar = engine.grammar(gbnf, grammar_file ? *grammar_file : schema_file ? *schema_file : "--json");
+        request.grammar = engine.model().grammar(gbnf, grammar_file ? *grammar_file : schema_file ? *schema_file : "--json");
     if (!engine.load_warning().empty()) std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     if (prompt) {
-        request.prompt = engine.tokenizer().encode_prompt(*prompt);
+        request.prompt = engine.model().tokenizer().encode_prompt(*prompt);
         request.continues_prompt = true;
     } else {
         if (user) messages = ChatInput::of({{"user", *user}});
@@ -404,9 +405,8 @@ int cli_tokenize(const std::vector<std::string>& words) {
 
 int cli_perplexity(const std::vector<std::string>& words) {
     Args args(words);
-    EngineOptions options;
+    SessionOptions options;
     ModelSource source = parse_model_flag(args);
-    options.model_dir = source.text;
     std::string text_path = args.required("--text");
     long ctx = args.get_int("--ctx", 0, 0, 1 << 20);
     options.threads = int(args.get_int("--threads", 0, 0, 1024));
@@ -426,10 +426,11 @@ int cli_perplexity(const std::vector<std::string>& words) {
     int window = int(ctx > 0 ? ctx : std::min<long>(long(tokens.size()), max_pos));
     if (window < 2) throw MoeError("--ctx: must be at least 2");
     options.ctx = std::max(16, window);
-    Engine engine(options);
+    check_session_options(options);
+    Session engine(load_model({source.text, options.threads}), options);
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     auto t0 = std::chrono::steady_clock::now();
-    Engine::Score s = engine.score(tokens, window, chunks);
+    Session::Score s = engine.score(tokens, window, chunks);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double mean = s.nll_sum / double(s.n_scored);
     if (as_json) {

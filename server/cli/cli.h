@@ -8,7 +8,7 @@
 
 #include "cpu_kernels/isa.h"
 #include "engine/text/chat_template.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/model/model_source.h"
 #include "engine/runtime/sampler.h"
 #include "server/cli/args.h"

@@ -24,7 +24,7 @@
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/text/json_schema.h"
 #include "placement/cache_replay.h"
 #include "placement/residency.h"
@@ -54,11 +54,11 @@ namespace {
 
 // A prompt of n ordinary-text token ids (BOS first when the tokenizer adds
 // one), the same every run.
-std::vector<int> bench_prompt(const Engine& engine, int n) {
+std::vector<int> bench_prompt(const Session& engine, int n) {
     const std::string text = "The quick brown fox jumps over the lazy dog while the band plays on. ";
-    std::vector<int> ids = engine.tokenizer().encode_prompt(text);
+    std::vector<int> ids = engine.model().tokenizer().encode_prompt(text);
     while (int(ids.size()) < n) {
-        std::vector<int> more = engine.tokenizer().encode(text);
+        std::vector<int> more = engine.model().tokenizer().encode(text);
         ids.insert(ids.end(), more.begin(), more.end());
     }
     ids.resize(n);
@@ -68,14 +68,14 @@ std::vector<int> bench_prompt(const Engine& engine, int n) {
 // The machine's ceilings with the engine's thread count, measured on a pool
 // of its own that is gone before the engine runs (idle workers spin a while
 // after each job and would compete with the engine's threads).
-Ceiling engine_ceiling(const Engine& engine) {
+Ceiling engine_ceiling(const Session& engine) {
     ThreadPool pool(engine.threads());
     return bench_ceiling(pool, true);
 }
 
 // On a CUDA device: its ceilings measured now, beside the figure (64 MiB
 // copies, a 4096-cubed GEMM: about a second).
-void add_gpu_ceilings(json& line, const Engine& engine) {
+void add_gpu_ceilings(json& line, const Session& engine) {
 #ifdef MOE_HAVE_CUDA
     if (engine.placement().device != DeviceKind::CUDA) return;
     GpuCeilings g = gpu_measure_ceilings(size_t(64) << 20, 4096);
@@ -111,7 +111,7 @@ json execution_fields(const ExecutionStats& s, std::optional<int> steps = std::n
 // With a device (CUDA, or --emulate-gpu's dry run): the placement and where
 // the last run's experts went (the speed of an emulated device means
 // nothing), and a GPU's ceilings.
-void add_placement_fields(json& line, const Engine& engine) {
+void add_placement_fields(json& line, const Session& engine) {
     const PlacementInfo& p = engine.placement();
     if (p.device == DeviceKind::NONE) return;
     add_gpu_ceilings(line, engine);
@@ -142,7 +142,7 @@ void add_placement_fields(json& line, const Engine& engine) {
 // the ones it routed to, over the last request (prefill and decode). A
 // random router of a synthetic model is a poor stand-in for a trained one
 // here.
-void add_prediction_fields(json& line, const Engine& engine) {
+void add_prediction_fields(json& line, const Session& engine) {
     const RoutingCounts r = engine.routing_counts();
     uint64_t predicted = 0, right = 0;
     json per_layer = json::array();
@@ -159,10 +159,9 @@ void add_prediction_fields(json& line, const Engine& engine) {
 }
 
 int bench_decode(Args& args, bool prefill, std::shared_ptr<const ModelWeights> loaded = nullptr) {
-    EngineOptions o;
-    o.model_dir = parse_model_flag(args).text;
-    o.weights = std::move(loaded);
-    o.threads = bench_threads_flag(args);
+    ModelOptions m{parse_model_flag(args).text, 0, std::move(loaded)};
+    SessionOptions o;
+    o.threads = m.threads = bench_threads_flag(args);
     int n_tokens = int(args.get_int("--tokens", prefill ? 512 : 64, 1, 1 << 16));
     int repeats = int(args.get_int("--repeat", 3, 1, 100));
     o.device = parse_device_flags(args);
@@ -172,9 +171,9 @@ int bench_decode(Args& args, bool prefill, std::shared_ptr<const ModelWeights> l
     args.finish();
     o.ctx = std::max(256, n_tokens + 64);
     o.max_batch = prefill ? std::max(512, n_tokens) : 512;
-    Engine engine(o);
+    Session engine(load_model(m), o);
     Ceiling ceiling = engine_ceiling(engine);
-    const ModelConfig& c = engine.config();
+    const ModelConfig& c = engine.model().config();
 
     GenerateRequest req;
     req.sampling.temperature = 0;
@@ -189,10 +188,10 @@ int bench_decode(Args& args, bool prefill, std::shared_ptr<const ModelWeights> l
             best = std::max(best, res.prefill_tok_s());
             best_ttft_ms = r == 0 ? res.ttft_ms : std::min(best_ttft_ms, res.ttft_ms);
         }
-        StageCost cost = cost_prefill(c, n_tokens, engine.weight_format());
+        StageCost cost = cost_prefill(c, n_tokens, engine.model().weight_format());
         double gflops = cost.flops / (n_tokens / best) / 1e9;
         json line{{"bench", "prefill"},
-                  {"model", engine.model_id()},
+                  {"model", engine.model().model_id()},
                   {"isa", isa_name(isa_active())},
                   {"threads", engine.threads()},
                   {"tokens", n_tokens},
@@ -212,8 +211,8 @@ int bench_decode(Args& args, bool prefill, std::shared_ptr<const ModelWeights> l
         // plain one, so both see the same machine.
         GenerateRequest constrained = req;
         if (!grammar_flag.empty())
-            constrained.grammar = grammar_flag == "json" ? engine.grammar(json_object_gbnf(), "json")
-                                                         : engine.grammar(file_read_text(grammar_flag), grammar_flag);
+            constrained.grammar = grammar_flag == "json" ? engine.model().grammar(json_object_gbnf(), "json")
+                                                         : engine.model().grammar(file_read_text(grammar_flag), grammar_flag);
         double best_constrained = 0, cold_constrained = 0;  // cold: the first run, its token-mask cache empty
         int constrained_tokens = 0;
         for (int r = 0; r < repeats; r++) {
@@ -225,9 +224,9 @@ int bench_decode(Args& args, bool prefill, std::shared_ptr<const ModelWeights> l
             if (r == 0) cold_constrained = res.decode_tok_s();
             constrained_tokens = res.n_generated;
         }
-        double bytes = cost_decode_token(c, engine.weight_format()).bytes;
+        double bytes = cost_decode_token(c, engine.model().weight_format()).bytes;
         double roofline = roofline_decode_tok_s(bytes, ceiling);
-        json line{{"bench", "decode"}, {"model", engine.model_id()}, {"isa", isa_name(isa_active())},
+        json line{{"bench", "decode"}, {"model", engine.model().model_id()}, {"isa", isa_name(isa_active())},
                   {"threads", engine.threads()}, {"tokens", n_tokens}, {"decode_tok_s", best},
                   {"weight_bytes_per_token", bytes}, {"read_gbs", ceiling.read_gbs},
                   {"roofline_tok_s", roofline}, {"ratio_to_roofline", best / roofline}};
@@ -279,10 +278,9 @@ std::vector<int> parse_widths(const std::string& text) {
 // second against the roofline of the weights one pass reads (its routed
 // experts counted once each), and the tokens per routed expert per step.
 int bench_beam(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) {
-    EngineOptions o;
-    o.model_dir = parse_model_flag(args).text;
-    o.weights = std::move(loaded);
-    o.threads = bench_threads_flag(args);
+    ModelOptions m{parse_model_flag(args).text, 0, std::move(loaded)};
+    SessionOptions o;
+    o.threads = m.threads = bench_threads_flag(args);
     std::vector<int> widths = parse_widths(args.get("--widths", "1,4,8,16"));
     int n_tokens = int(args.get_int("--tokens", 32, 2, 1 << 14));
     int repeats = int(args.get_int("--repeat", 2, 1, 100));
@@ -291,12 +289,12 @@ int bench_beam(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr)
     apply_isa_flag(args);
     args.finish();
     o.ctx = std::max(256, n_tokens + 512);
-    Engine engine(o);
+    Session engine(load_model(m), o);
     Ceiling ceiling = engine_ceiling(engine);
-    const ModelConfig& c = engine.config();
+    const ModelConfig& c = engine.model().config();
     BeamRequest req;
     if (prompt_text) {
-        req.prompt = engine.tokenizer().encode_prompt(*prompt_text);
+        req.prompt = engine.model().tokenizer().encode_prompt(*prompt_text);
     } else {
         req.prompt = bench_prompt(engine, 16);
     }
@@ -325,7 +323,7 @@ int bench_beam(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr)
         double experts_per_step = best.n_steps ? double(pairs) / best.n_steps : 0;
         double tokens_per_step = best.n_steps ? double(best.n_beam_tokens) / best.n_steps : 0;
         StageCost step =
-            cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step, engine.weight_format());
+            cost_decode_step(c, int(std::lround(tokens_per_step)), experts_per_step, engine.model().weight_format());
         // Hierarchical roofline of one pass: the weight bytes at the read
         // bandwidth, or its FLOPs at the fp32 FMA peak, whichever is slower
         // (the AVX512_BF16 path can beat the fp32 peak).
@@ -333,7 +331,7 @@ int bench_beam(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr)
         double compute_passes = ceiling.fma_gflops * 1e9 / step.flops;
         double roofline_passes = std::min(memory_passes, compute_passes);
         json line{{"bench", "beam"},
-                  {"model", engine.model_id()},
+                  {"model", engine.model().model_id()},
                   {"isa", isa_name(isa_active())},
                   {"threads", engine.threads()},
                   {"width", width},

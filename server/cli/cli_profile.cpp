@@ -24,7 +24,7 @@
 #include <optional>
 
 #include "engine/model/fingerprint.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "profiles/errors.h"
 #include "profiles/files.h"
 #include "profiles/profile.h"
@@ -134,8 +134,8 @@ bool parse_on_off(const std::string& flag, const std::string& value) {
 
 int cli_profile(const std::vector<std::string>& words) {
     Args args(words);
-    EngineOptions options;
-    options.model_dir = parse_model_flag(args).text;
+    const std::string model_dir = parse_model_flag(args).text;
+    SessionOptions options;
     const std::string prompts_path = args.required("--prompts");
     const std::string out_path = args.required("--out");
     const std::string format_name = args.get("--format", "auto");
@@ -158,12 +158,13 @@ int cli_profile(const std::vector<std::string>& words) {
     PromptSet set = prompts_read(prompts_path, *format);
     std::vector<int> selected = select_prompts(int(set.prompts.size()), limit, spread);
 
-    Engine engine(options);
+    check_session_options(options);
+    Session engine(load_model({model_dir, options.threads}), options);
     if (!engine.load_warning().empty())
         std::fprintf(stderr, "moe-server: warning: %s\n", engine.load_warning().c_str());
-    const ModelConfig& config = engine.config();
+    const ModelConfig& config = engine.model().config();
     if (!config.is_moe())
-        throw MoeError(options.model_dir.string() + ": a dense model (no experts): there is nothing to profile");
+        throw MoeError(model_dir + ": a dense model (no experts): there is nothing to profile");
 
     Profile profile = profile_empty(model_fingerprint(config));
     std::optional<RoutingTraceRecorder> recorder;
@@ -201,7 +202,7 @@ int cli_profile(const std::vector<std::string>& words) {
             // (Qwen's ChatML has no BOS; the built-in renderer wants one).
             request.prompt = engine.chat_prompt(ChatInput::of({{"user", text}})).ids;
         } else {
-            request.prompt = engine.tokenizer().encode_prompt(text);
+            request.prompt = engine.model().tokenizer().encode_prompt(text);
         }
         if (int(request.prompt.size()) + gen_tokens > engine.ctx()) {
             w.prompts_skipped++;

@@ -6,7 +6,7 @@
 // resident with the rest on the CPU; the planner's own plan), and Q8_0 and
 // Q4_K_M GGUFs of small written by `quantize` (quantized weights on the
 // device; the GPU machine carries no reference files), decoding
-// teacher-forced on the CPU's greedy tokens; perplexity through the Engine;
+// teacher-forced on the CPU's greedy tokens; perplexity through the Session;
 // device memory flat over 100 requests. Each test reports itself skipped
 // where no CUDA device exists.
 //
@@ -28,7 +28,7 @@
 #include "engine/model/cost.h"
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "gpu_support.h"
@@ -278,26 +278,25 @@ TEST_CASE("the engine on the device scores text like the CPU and keeps device me
     GPU_TEST_OR_SKIP();
     std::filesystem::path dir = test_model_dir("small");
     auto engine_for = [&](bool gpu) {
-        EngineOptions o;
-        o.model_dir = dir;
+        SessionOptions o;
         o.threads = 2;
         o.ctx = CTX;
         o.device.gpu_device = gpu ? 0 : -1;
         o.device.gpu_required = gpu;
         if (gpu) o.device.gpu_memory_bytes = 2.0 * double(1u << 30);
-        return std::make_unique<Engine>(o);
+        return std::make_unique<Session>(load_model({dir, o.threads}), o);
     };
     auto cpu = engine_for(false);
     auto gpu = engine_for(true);
     REQUIRE(gpu->placement().device == DeviceKind::CUDA);
-    std::vector<int> tokens = prompt_tokens(120, cpu->config().vocab_size);
-    Engine::Score a = cpu->score(tokens, 64), b = gpu->score(tokens, 64);
+    std::vector<int> tokens = prompt_tokens(120, cpu->model().config().vocab_size);
+    Session::Score a = cpu->score(tokens, 64), b = gpu->score(tokens, 64);
     REQUIRE(a.n_scored == b.n_scored);
     INFO("nll cpu " << a.nll_sum << ", gpu " << b.nll_sum);
     REQUIRE(std::fabs(a.nll_sum - b.nll_sum) <= 0.01 * std::fabs(a.nll_sum));
 
     GenerateRequest g;
-    g.prompt = prompt_tokens(30, gpu->config().vocab_size);
+    g.prompt = prompt_tokens(30, gpu->model().config().vocab_size);
     g.sampling.temperature = 0;
     g.max_tokens = 8;
     g.reuse_prefix = false;

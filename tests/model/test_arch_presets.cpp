@@ -28,7 +28,7 @@
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "engine/text/gguf_tokenizer.h"
@@ -123,12 +123,12 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
             const auto [lo, hi] = std::minmax_element(last, last + c.vocab_size);
             CHECK(*hi - *lo > 1.0f);
 
-            EngineOptions cpu, hybrid;
-            cpu.model_dir = hybrid.model_dir = std::string("synth:") + preset + ":5";
+            SessionOptions cpu, hybrid;
             cpu.threads = hybrid.threads = 2;
             cpu.ctx = hybrid.ctx = 128;
             hybrid.device.emulate_gpu_expert_share = 0.25;
-            Engine a(cpu), b(hybrid);
+            const std::shared_ptr<const Model> m = load_model({std::string("synth:") + preset + ":5", 2});
+            Session a(m, cpu), b(m, hybrid);
             GenerateRequest request;
             request.prompt = prompt;
             request.sampling.temperature = 0;
@@ -157,21 +157,20 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
     for (const char* preset : PRESETS) {
         SECTION(preset) {
             const ScratchModel model(preset, 3);
-            EngineOptions o;
-            o.model_dir = model.dir();
+            SessionOptions o;
             o.threads = 2;
             o.ctx = 128;
-            Engine e(o);
-            const Tokenizer& t = e.tokenizer();
+            Session e(load_model({model.dir(), o.threads}), o);
+            const Tokenizer& t = e.model().tokenizer();
             CHECK(t.vocab_size() == 50259);
             // GPT-2's ids for "Hello world" (byte-level BPE).
             CHECK(t.encode("Hello world", false) == std::vector<int>{15496, 995});
             // The preset's Jinja template (Qwen3's, Qwen2.5's, or ChatML), rendered and tokenized.
-            CHECK(e.has_jinja_template());
+            CHECK(e.model().has_jinja_template());
             ChatInput chat;
             chat.messages = {{"user", "Hi"}};
             chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
-            const std::string text = e.chat_text(chat);
+            const std::string text = e.model().chat_text(chat);
             INFO(text);
             CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
             CHECK(text.size() >= 22);

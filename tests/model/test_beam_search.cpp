@@ -26,7 +26,7 @@
 #include "engine/devices/expert_executor.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "engine/runtime/kv_cache.h"
@@ -45,13 +45,12 @@ std::vector<int> prompt_tokens(int n, int salt) {
 }
 
 // device_share > 0: that share of the experts on the emulated device.
-Engine make_engine(const char* preset, int ctx = 256, double device_share = 0) {
-    EngineOptions o;
-    o.model_dir = test_model_dir(preset);
+Session make_engine(const char* preset, int ctx = 256, double device_share = 0) {
+    SessionOptions o;
     o.threads = 2;
     o.ctx = ctx;
     o.device.emulate_gpu_expert_share = device_share;
-    return Engine(o);
+    return Session(load_model({test_model_dir(preset), o.threads}), o);
 }
 
 // A request whose hypotheses all end by length (EOS ignored), unless
@@ -78,7 +77,7 @@ void require_same_hypotheses(const BeamResult& a, const BeamResult& b) {
     }
 }
 
-BeamResult beam(Engine& e, const BeamRequest& r, const std::function<bool(const BeamStep&)>& on_step = nullptr) {
+BeamResult beam(Session& e, const BeamRequest& r, const std::function<bool(const BeamStep&)>& on_step = nullptr) {
     return e.beam_search(
         r, on_step ? on_step : [](const BeamStep&) { return true; });
 }
@@ -187,7 +186,7 @@ Scored greedy(BruteForce& bf, const std::vector<int>& prompt, const std::vector<
 TEST_CASE("beam search of width 1 is greedy decoding exactly", "[beam]") {
     for (const char* preset : {"tiny", "small"}) {
         SECTION(preset) {
-            Engine engine = make_engine(preset);
+            Session engine = make_engine(preset);
             for (int salt : {1, 2, 3}) {
                 INFO("prompt " << salt);
                 GenerateRequest g;
@@ -223,7 +222,7 @@ TEST_CASE("beam search of width 1 is greedy decoding exactly", "[beam]") {
 
 TEST_CASE("a wide enough beam finds the best sequence a brute force finds", "[beam]") {
     std::filesystem::path dir = test_model_dir("tiny");
-    Engine engine = make_engine("tiny");
+    Session engine = make_engine("tiny");
     BruteForce bf(dir);
     const int eos = bf.eos();
     const int LEAST = -1;  // stands for the prompt's least likely token
@@ -293,7 +292,7 @@ TEST_CASE("a wide enough beam finds the best sequence a brute force finds", "[be
 
 TEST_CASE("narrow beams never score below greedy decoding", "[beam]") {
     std::filesystem::path dir = test_model_dir("tiny");
-    Engine engine = make_engine("tiny");
+    Session engine = make_engine("tiny");
     BruteForce bf(dir);
     const int eos = bf.eos();
     int strictly_better = 0;
@@ -326,7 +325,7 @@ TEST_CASE("narrow beams never score below greedy decoding", "[beam]") {
 }
 
 TEST_CASE("beam search is deterministic and returns n distinct best hypotheses", "[beam]") {
-    Engine engine = make_engine("tiny");
+    Session engine = make_engine("tiny");
     BeamRequest r = beam_request(prompt_tokens(9, 21), 6, 12, 4);
     BeamResult a = beam(engine, r);
     BeamResult b = beam(engine, r);  // prompt reused from the cache
@@ -355,8 +354,8 @@ TEST_CASE("beam search is deterministic and returns n distinct best hypotheses",
 }
 
 TEST_CASE("all live beams run as one batch per step and expert load per step is recorded", "[beam]") {
-    Engine engine = make_engine("tiny");
-    const ModelConfig& cfg = engine.config();
+    Session engine = make_engine("tiny");
+    const ModelConfig& cfg = engine.model().config();
     std::vector<int> live;
     BeamResult res = beam(engine, beam_request(prompt_tokens(7, 30), 4, 10), [&](const BeamStep& s) {
         live.push_back(s.n_live);
@@ -393,8 +392,8 @@ TEST_CASE("all live beams run as one batch per step and expert load per step is 
 }
 
 TEST_CASE("beam search with experts on the emulated device returns the same hypotheses", "[beam]") {
-    Engine cpu = make_engine("small", 128);
-    Engine hybrid = make_engine("small", 128, 0.5);
+    Session cpu = make_engine("small", 128);
+    Session hybrid = make_engine("small", 128, 0.5);
     BeamRequest r = beam_request(prompt_tokens(11, 60), 8, 9, 8);
     BeamResult a = beam(cpu, r), b = beam(hybrid, r);
     REQUIRE(a.hypotheses.size() == 8);
@@ -423,8 +422,8 @@ TEST_CASE("beam search with experts on the emulated device returns the same hypo
 }
 
 TEST_CASE("beam KV memory stays within the prompt's and the live beams' own blocks", "[beam]") {
-    Engine engine = make_engine("tiny", 512);
-    const ModelConfig& c = engine.config();
+    Session engine = make_engine("tiny", 512);
+    const ModelConfig& c = engine.model().config();
     const size_t kv_bytes_per_position = size_t(2) * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float);
     for (int width : {1, 4, 16}) {
         INFO("width " << width);
@@ -502,7 +501,7 @@ TEST_CASE("forked sequences in one batch give the logits of separate sequences",
 }
 
 TEST_CASE("bad beam parameters are refused by name", "[beam]") {
-    Engine engine = make_engine("tiny");
+    Session engine = make_engine("tiny");
     BeamRequest ok;
     ok.prompt = prompt_tokens(4, 1);
     ok.max_tokens = 3;
@@ -562,9 +561,8 @@ double reference_logprob(const ReferenceModel& ref, const std::vector<int>& seq,
 TEST_CASE("beam search on the Qwen3-MoE OLMoE and Qwen2-MoE architectures matches the reference", "[beam]") {
     for (const auto& [name, config] : small_arch_configs()) {
         SECTION(name) {
-            const EngineOptions o = arch_engine_options(config);
-            Engine engine(o);
-            const ReferenceModel ref = ReferenceModel::load(o.model_dir);
+            Session engine = arch_session(config);
+            const ReferenceModel ref = ReferenceModel::load(test_checkpoint_dir("arch", config));
             std::vector<int> prompt = prompt_tokens(6, 7);
             for (int& t : prompt) t %= 256;  // the byte tokens of the 264-id vocabulary
             // A float forward pass against the reference's doubles: per token

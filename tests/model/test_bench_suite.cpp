@@ -1,4 +1,4 @@
-// EngineOptions::weights and `bench suite`: engines made one after another
+// SessionOptions::weights and `bench suite`: engines made one after another
 // on one loaded copy of a model's weights generate exactly what an engine
 // that loads its own generates; the suite runs its steps on one load, goes
 // on past a failed step and says so, and refuses a bad step before loading.
@@ -11,16 +11,16 @@
 
 #include "engine/model/model_source.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "test_support.h"
 
 using json = nlohmann::json;
 
 namespace {
 
-std::vector<int> greedy_tokens(Engine& engine) {
+std::vector<int> greedy_tokens(Session& engine) {
     GenerateRequest req;
-    req.prompt = engine.tokenizer().encode_prompt("Once upon a time");
+    req.prompt = engine.model().tokenizer().encode_prompt("Once upon a time");
     req.sampling.temperature = 0;
     req.max_tokens = 12;
     req.ignore_eos = true;
@@ -49,13 +49,12 @@ size_t count_of(const std::string& text, const std::string& what) {
 
 TEST_CASE("an engine given loaded weights holds them and generates as one that loads its own", "[engine]") {
     const std::string model = test_model_dir("tiny").string();
-    EngineOptions own;
-    own.model_dir = model;
+    SessionOptions own;
     own.threads = 2;
     own.ctx = 128;
     std::vector<int> want;
     {
-        Engine loads(own);
+        Session loads(load_model({model, own.threads}), own);
         want = greedy_tokens(loads);
     }
     REQUIRE(want.size() == 12);
@@ -63,19 +62,18 @@ TEST_CASE("an engine given loaded weights holds them and generates as one that l
     const ModelSource source = model_source_parse(model);
     auto weights = std::make_shared<const ModelWeights>(model_source_weights(source, model_source_config(source), 2));
     for (int i = 0; i < 2; i++) {  // two engines, one after another, on the one copy
-        EngineOptions shared = own;
-        shared.weights = weights;
-        Engine engine(shared);
-        CHECK(weights.use_count() == 3);  // here, in `shared` and in the engine: no copy of its own
+        ModelOptions shared{model, 2, weights};
+        Session engine(load_model(shared), own);
+        CHECK(weights.use_count() == 3);  // here, in `shared` and in the model: no copy of its own
         CHECK(greedy_tokens(engine) == want);
     }
     CHECK(weights.use_count() == 1);
 
     // Another model's weights are refused by name.
     const ModelSource small = model_source_parse("synth:small");
-    EngineOptions wrong = own;
-    wrong.weights = std::make_shared<const ModelWeights>(model_source_weights(small, model_source_config(small), 2));
-    std::string error = moe_error_of([&] { Engine engine(wrong); });
+    ModelOptions wrong{model, 2,
+                       std::make_shared<const ModelWeights>(model_source_weights(small, model_source_config(small), 2))};
+    std::string error = moe_error_of([&] { Session engine(load_model(wrong), own); });
     CHECK(error.find("4 layers") != std::string::npos);
     CHECK(error.find("has 2") != std::string::npos);
 }

@@ -1,9 +1,11 @@
 // `moe-server profile --trace` and `bench cache` on the tiny synthetic
 // model as a user runs them: the trace validates, carries the model's
 // fingerprint, and sums to the profile written in the same run, phase by
-// phase; the replay prints its setup (which latency model, the synthetic-
-// router caveat) and one line per budget and policy, Belady's hit rate at
-// least every other policy's; a trace of another model is refused. And
+// phase; the replay prints its setup (the latency model, which without a
+// calibration is the default roofline, the synthetic-router caveat) and one
+// line per budget and policy, Belady's hit rate at least every other
+// policy's, its copied bytes whole experts and no more copies than the
+// trace routes; a trace of another model is refused. And
 // --eval-profile: a trace drawn from Fiddler's Mixtral counts replayed on
 // Mixtral-8x7B's shape, seeded, its flags refused in one line.
 #include <catch2/catch.hpp>
@@ -79,22 +81,33 @@ TEST_CASE("bench cache prints one line per budget and policy, Belady's hit rate 
     Profile a, b;
     const fs::path ta = profile_with_trace(model, "sharegpt_v3_filtered_1000.json", "cache-cli-a", &a);
     const fs::path tb = profile_with_trace(model, "mt_bench_question.jsonl", "cache-cli-b", &b);
+    // An empty calibration cache (XDG_CACHE_HOME of its own): the latency
+    // model is the one default, whatever this machine has calibrated.
+    const fs::path no_calibration = test_temp_dir("cache-cli-xdg");
     CommandResult r = moe({"bench", "cache", "--model", model.string(), "--trace", ta.string(), "--eval-trace",
-                           tb.string(), "--budgets", "10,25,50%", "--threads", "2"});
+                           tb.string(), "--budgets", "10,25,50%", "--threads", "2"},
+                          {{"XDG_CACHE_HOME", no_calibration.string()}});
     INFO(r.err << r.out);
     REQUIRE(r.exit_code == 0);
     const auto [setup, rows] = cache_lines(r.out);
     REQUIRE(setup.is_object());
     CHECK(setup["note"].get<std::string>().find("poor stand-in for a trained router") != std::string::npos);
     const std::string latency = setup["latency_model"];
-    CHECK((latency.rfind("calibrated", 0) == 0 || latency.rfind("CPU calibrated", 0) == 0 ||
-           latency.rfind("default: CPU roofline", 0) == 0));
+    CHECK(latency.rfind("default: CPU roofline", 0) == 0);
     REQUIRE(rows.size() == 3 * 5);
+    // Copies against the evaluation trace: each copy moves one expert's
+    // bytes, and no replay copies more experts than the trace routes tokens
+    // to experts (a copy serves at least one routed token).
+    const RoutingTrace eval = routing_trace_read(tb);
+    const double expert_bytes = setup["expert_bytes"].get<double>();
+    REQUIRE(expert_bytes > 0);
+    const uint64_t routed = eval.experts.size();  // (tokens, MoE layers, top_k)
     std::map<double, std::map<std::string, double>> hit;
     for (const json& j : rows) {
         hit[j["budget_frac"].get<double>()][j["policy"].get<std::string>()] = j["hit_rate"].get<double>();
         CHECK(j["decode_tok_s"].get<double>() > 0);
-        CHECK(j["bytes_copied"].get<double>() >= 0);
+        CHECK(j["bytes_copied"].get<double>() == double(j["copies"].get<uint64_t>()) * expert_bytes);
+        CHECK(j["copies"].get<uint64_t>() <= routed);
         CHECK(j["pinned"].get<int>() + j["cache_slots"].get<int>() == j["capacity"].get<int>());
     }
     REQUIRE(hit.size() == 3);

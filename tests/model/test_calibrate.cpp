@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "profiles/calibration.h"
 #include "test_support.h"
 
@@ -119,12 +119,11 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
     const std::string written = r.out.substr(at + 6, r.out.find('\n', at) - at - 6);
     REQUIRE(fs::is_regular_file(written));
 
-    EngineOptions o;
-    o.model_dir = model;
+    SessionOptions o;
     o.threads = 1;
     o.ctx = 64;
     {
-        Engine engine(o);
+        Session engine(load_model({model, o.threads}), o);
         INFO(engine.load_warning());
         REQUIRE(engine.load_warning().empty());
         REQUIRE(engine.placement().latency_source == "CPU: " + written);
@@ -132,7 +131,7 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
     // The dry run's planner uses it too, instead of the quick probe.
     o.device.emulate_gpu_expert_share = 0.5;
     {
-        Engine emulated(o);
+        Session emulated(load_model({model, o.threads}), o);
         REQUIRE(emulated.placement().latency_source.rfind("CPU: " + written + "; device:", 0) == 0);
     }
 
@@ -144,7 +143,7 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
     Calibration cal = calibration_read(written);
     cal.cpu = {PLANTED_EXPERT_MS, 0, 0, 0, 0, 0};
     calibration_write(cal, written);
-    Engine planned(o);
+    Session planned(load_model({model, o.threads}), o);
     GenerateRequest req;
     req.prompt = {1, 415, 2936, 9060, 285, 1142, 754, 28705};
     req.max_tokens = 8;

@@ -1,17 +1,17 @@
-// Chat turns through the Engine: chat_prompt renders a conversation once
+// Chat turns through the Session: chat_prompt renders a conversation once
 // (its spans say where each message's tokens are), carries the reply the
 // engine generated in an earlier turn by its generated ids, and so the second
 // turn of a chat reuses the first turn's KV cache.
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "test_support.h"
 
 TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]") {
-    Engine engine(
-        EngineOptions{.model_dir = test_model_dir("tiny"), .threads = 2, .ctx = 256, .max_batch = 512, .device = {}});
-    const Tokenizer& tok = engine.tokenizer();
+    Session engine(load_model({test_model_dir("tiny"), 2}),
+                   SessionOptions{.threads = 2, .ctx = 256, .max_batch = 512, .device = {}});
+    const Tokenizer& tok = engine.model().tokenizer();
     auto run = [&](const std::vector<int>& prompt) {
         GenerateRequest req;
         req.prompt = prompt;
@@ -22,8 +22,8 @@ TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]"
     };
 
     const std::vector<ChatMessage> turn1 = {{"user", "Tell me a story."}};
-    const ChatPrompt prompt1 = engine.chat_prompt(turn1);
-    CHECK(prompt1.ids == engine.chat_template().encode(tok, turn1));
+    const ChatPrompt prompt1 = engine.chat_prompt(ChatInput::of(turn1));
+    CHECK(prompt1.ids == engine.model().chat_template().encode(tok, turn1));
     const GenerateResult reply = run(prompt1.ids);
     REQUIRE(reply.n_cached == 0);
     REQUIRE(reply.finish_reason == FinishReason::LENGTH);
@@ -37,9 +37,10 @@ TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]"
     REQUIRE(same + 1 < reply.tokens.size());
 
     const std::vector<ChatMessage> turn2 = {turn1[0], {"assistant", reply.text}, {"user", "Say it shorter."}};
-    CHECK(engine.chat_prompt(turn2).ids == engine.chat_template().encode(tok, turn2));  // nothing remembered yet
-    engine.remember_reply(reply.text, reply.tokens);
-    const ChatPrompt prompt2 = engine.chat_prompt(turn2);
+    // The model's rendering alone re-encodes the reply's text; the session
+    // remembered the reply it generated and carries its ids.
+    CHECK(engine.model().chat_prompt(ChatInput::of(turn2)).ids == engine.model().chat_template().encode(tok, turn2));
+    const ChatPrompt prompt2 = engine.chat_prompt(ChatInput::of(turn2));
 
     // One rendering says where every message's tokens are: the spans cover
     // the ids in order, and message 1 is one reply span holding the
@@ -64,5 +65,5 @@ TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]"
     // reply from its first re-encoded difference on.
     CHECK(run(prompt2.ids).n_cached == int(prompt1.ids.size() + reply.tokens.size()) - 1);
     REQUIRE(run(prompt1.ids).tokens == reply.tokens);
-    CHECK(run(engine.chat_template().encode(tok, turn2)).n_cached == int(prompt1.ids.size() + same));
+    CHECK(run(engine.model().chat_template().encode(tok, turn2)).n_cached == int(prompt1.ids.size() + same));
 }

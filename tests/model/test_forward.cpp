@@ -21,7 +21,7 @@
 #include "engine/devices/expert_executor.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "logit_compare.h"
@@ -68,12 +68,11 @@ std::vector<int> prompt_tokens(int n, int salt) {
 }
 
 // The tiny synthetic model on 2 threads with ctx positions.
-Engine tiny_engine(int ctx) {
-    EngineOptions o;
-    o.model_dir = test_model_dir("tiny");
+Session tiny_engine(int ctx) {
+    SessionOptions o;
     o.threads = 2;
     o.ctx = ctx;
-    return Engine(o);
+    return Session(load_model({test_model_dir("tiny"), o.threads}), o);
 }
 
 // Greedy, EOS ignored: exactly max_tokens tokens unless the context ends first.
@@ -174,11 +173,10 @@ TEST_CASE("greedy generation equals the reference's greedy continuation for 16 t
         SECTION(preset) {
             std::filesystem::path dir = test_model_dir(preset);
             ReferenceModel ref = ReferenceModel::load(dir);
-            EngineOptions o;
-            o.model_dir = dir;
+            SessionOptions o;
             o.threads = 2;
             o.ctx = 256;
-            Engine engine(o);
+            Session engine(load_model({dir, o.threads}), o);
             GenerateRequest req;
             req.prompt = prompt_tokens(6, 9);
             req.sampling.temperature = 0;
@@ -198,26 +196,24 @@ TEST_CASE("scoring agrees with the reference's negative log-likelihood", "[forwa
     ReferenceModel ref = ReferenceModel::load(dir);
     std::vector<int> tokens = prompt_tokens(20, 4);
     double want = reference_nll_sum(ref, tokens);
-    EngineOptions o;
-    o.model_dir = dir;
+    SessionOptions o;
     o.threads = 2;
     o.ctx = 64;
-    Engine engine(o);
-    Engine::Score s = engine.score(tokens, 64);
+    Session engine(load_model({dir, o.threads}), o);
+    Session::Score s = engine.score(tokens, 64);
     REQUIRE(s.n_scored == long(tokens.size()) - 1);
     REQUIRE(s.nll_sum == Approx(want).epsilon(1e-4));
 
     // Windows of 8 overlapping by one token still score every token once.
-    Engine::Score w = engine.score(tokens, 8);
+    Session::Score w = engine.score(tokens, 8);
     REQUIRE(w.n_scored == long(tokens.size()) - 1);
 }
 
 TEST_CASE("generation: prefix reuse, seeds, stop strings and cancellation", "[forward]") {
-    EngineOptions o;
-    o.model_dir = test_model_dir("tiny");
+    SessionOptions o;
     o.threads = 2;
     o.ctx = 256;
-    Engine engine(o);
+    Session engine(load_model({test_model_dir("tiny"), o.threads}), o);
     auto run = [&](GenerateRequest req) { return engine.generate(req, [](const TokenEvent&) { return true; }); };
 
     GenerateRequest req;
@@ -294,7 +290,7 @@ TEST_CASE("generation: prefix reuse, seeds, stop strings and cancellation", "[fo
 }
 
 TEST_CASE("a reply ends where prompt and reply fill the context and a full prompt is refused", "[forward]") {
-    Engine engine = tiny_engine(64);
+    Session engine = tiny_engine(64);
     GenerateRequest req = greedy_request(prompt_tokens(60, 3), 64);
     GenerateResult r = engine.generate(req, [](const TokenEvent&) { return true; });
     REQUIRE(r.n_generated == 4);
@@ -319,8 +315,8 @@ TEST_CASE("a reply ends where prompt and reply fill the context and a full promp
 
 TEST_CASE("a raw completion keeps its first token's leading space, a chat reply and a BOS-only prompt lose it",
           "[forward]") {
-    Engine engine = tiny_engine(128);
-    const Tokenizer& tok = engine.tokenizer();
+    Session engine = tiny_engine(128);
+    const Tokenizer& tok = engine.model().tokenizer();
     // A prompt whose greedy first token starts with a space (most pieces do).
     GenerateRequest req;
     GenerateResult r;
@@ -347,10 +343,10 @@ TEST_CASE("a raw completion keeps its first token's leading space, a chat reply 
 }
 
 TEST_CASE("routing counts add up to tokens x top-k per layer", "[forward]") {
-    Engine engine = tiny_engine(128);
+    Session engine = tiny_engine(128);
     engine.generate(greedy_request(prompt_tokens(9, 2), 5), [](const TokenEvent&) { return true; });
     RoutingCounts rc = engine.routing_counts();
-    const ModelConfig& c = engine.config();
+    const ModelConfig& c = engine.model().config();
     REQUIRE(rc.n_layers == c.n_layers);
     REQUIRE(rc.n_experts == c.n_experts);
     // 9 prompt tokens + 4 decode steps (the 5th token is never run).
@@ -442,9 +438,8 @@ TEST_CASE("new architectures: logits match the reference on every ISA path", "[f
 TEST_CASE("new architectures: greedy generation equals the reference's for 16 tokens", "[forward][forward_arch]") {
     for (const auto& [name, config] : small_arch_configs()) {
         SECTION(name) {
-            const EngineOptions o = arch_engine_options(config);
-            Engine engine(o);
-            ReferenceModel ref = ReferenceModel::load(o.model_dir);
+            Session engine = arch_session(config);
+            ReferenceModel ref = ReferenceModel::load(test_checkpoint_dir("arch", config));
             GenerateRequest req = greedy_request(arch_prompt(6, 9), 16);
             GenerateResult r = engine.generate(req, [](const TokenEvent&) { return true; });
             REQUIRE(r.tokens == ref.greedy(req.prompt, 16));

@@ -23,7 +23,7 @@
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "test_support.h"
@@ -172,14 +172,13 @@ TEST_CASE("gguf model: llama.cpp's layout gives the folder's config, weights and
 TEST_CASE("gguf model: a lone GGUF file serves like its folder", "[gguf_model]") {
     const FolderAndGguf m("gguf_model_engine");
     auto run = [](const fs::path& model) {
-        EngineOptions o;
-        o.model_dir = model.string();
+        SessionOptions o;
         o.threads = 2;
         o.ctx = 128;
-        Engine engine(o);
+        Session engine(load_model({model.string(), o.threads}), o);
         GenerateRequest req;
-        req.prompt = engine.tokenizer().encode("The capital of France is");
-        req.prompt.insert(req.prompt.begin(), engine.config().bos_token_id);
+        req.prompt = engine.model().tokenizer().encode("The capital of France is");
+        req.prompt.insert(req.prompt.begin(), engine.model().config().bos_token_id);
         req.sampling.temperature = 0;
         req.max_tokens = 12;
         req.ignore_eos = true;
@@ -188,7 +187,7 @@ TEST_CASE("gguf model: a lone GGUF file serves like its folder", "[gguf_model]")
             out.push_back(e.token);
             return true;
         });
-        return std::make_pair(engine.model_id(), out);
+        return std::make_pair(engine.model().model_id(), out);
     };
     auto [gguf_id, gguf_tokens] = run(m.file);
     auto [hf_id, hf_tokens] = run(reference_dir() / "hf");

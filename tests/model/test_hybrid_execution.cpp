@@ -20,7 +20,7 @@
 #include "engine/model/cost.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "placement/cache_replay.h"
@@ -253,10 +253,9 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     req.sampling.temperature = 0;
     req.ignore_eos = true;
 
-    EngineOptions plain;
-    plain.model_dir = dir;
+    SessionOptions plain;
     plain.threads = 2;
-    Engine a(plain);
+    Session a(load_model({dir, plain.threads}), plain);
     GenerateResult ra = a.generate(req, [](const TokenEvent&) { return true; });
     REQUIRE(a.placement().device == DeviceKind::NONE);
     // Without a device the statistics are the routing counts, untimed: one
@@ -268,9 +267,9 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     REQUIRE(cpu.layers == uint64_t(ra.n_generated) * 2);
     REQUIRE(cpu.measured_ms == 0);
 
-    EngineOptions emulated = plain;
+    SessionOptions emulated = plain;
     emulated.device.emulate_gpu_expert_share = 0.5;
-    Engine b(emulated);
+    Session b(a.shared_model(), emulated);
     GenerateResult rb = b.generate(req, [](const TokenEvent&) { return true; });
     REQUIRE(rb.tokens == ra.tokens);
     const PlacementInfo& p = b.placement();

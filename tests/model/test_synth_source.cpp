@@ -15,7 +15,7 @@
 #include "engine/devices/expert_executor.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "profiles/errors.h"
@@ -94,18 +94,16 @@ TEST_CASE("synth: synth:tiny:7 gives bitwise the logits and greedy tokens of the
     REQUIRE(got.size() == want.size());
     REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 
-    EngineOptions folder_options, synth_options;
-    folder_options.model_dir = dir;
-    synth_options.model_dir = "synth:tiny:7";
+    SessionOptions folder_options, synth_options;
     folder_options.threads = synth_options.threads = 2;
     folder_options.ctx = synth_options.ctx = 128;
-    Engine folder(folder_options), synth(synth_options);
-    CHECK(synth.model_id() == "synth:tiny:7");
+    Session folder(load_model({dir, 2}), folder_options), synth(load_model({"synth:tiny:7", 2}), synth_options);
+    CHECK(synth.model().model_id() == "synth:tiny:7");
     CHECK(synth.load_warning().empty());
     // The same tokenizer and chat template as the folder's.
     const std::vector<ChatMessage> chat = {{"user", "Hello there, how are you?"}};
-    REQUIRE(synth.chat_template().encode(synth.tokenizer(), chat) ==
-            folder.chat_template().encode(folder.tokenizer(), chat));
+    REQUIRE(synth.model().chat_template().encode(synth.model().tokenizer(), chat) ==
+            folder.model().chat_template().encode(folder.model().tokenizer(), chat));
 
     GenerateRequest request;
     request.prompt = prompt;

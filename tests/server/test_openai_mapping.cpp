@@ -330,7 +330,7 @@ TEST_CASE("non-streamed completion with logprobs is one object", "[server]") {
 
 TEST_CASE("the request queue bounds waiting tasks and skips cancelled ones", "[server]") {
     RequestQueue q(1);
-    auto nop = [](Engine&, Task&) {};
+    auto nop = [](Session&, Task&) {};
     auto a = std::make_shared<Task>(nop), b = std::make_shared<Task>(nop), c = std::make_shared<Task>(nop);
     CHECK(q.push(a));
     CHECK(q.pop() == a);     // a runs

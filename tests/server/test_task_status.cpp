@@ -20,7 +20,7 @@ TEST_CASE("a task's error after queueing sets the status of a non-streamed answe
     http.post("/fail/([0-9]+)", [&](const httplib::Request& req, httplib::Response& res) {
         GenerationOptions o;
         o.stream = req.has_param("stream");
-        auto task = std::make_shared<Task>([](Engine&, Task&) {});
+        auto task = std::make_shared<Task>([](Session&, Task&) {});
         task->push(TokenEvent{});
         task->push(TaskError{std::stoi(req.matches[1]), "token 40000 is outside the vocabulary\r\nforged"});
         send_task_events(req, res, task, OpenAiResponder(Endpoint::CHAT, o, "m", tokenizer), metrics);

@@ -204,10 +204,9 @@ std::vector<std::pair<std::string, json>> small_arch_configs() {
     return out;
 }
 
-EngineOptions arch_engine_options(const nlohmann::json& config) {
-    EngineOptions o;
-    o.model_dir = test_checkpoint_dir("arch", config);
+Session arch_session(const nlohmann::json& config) {
+    SessionOptions o;
     o.threads = 2;
     o.ctx = 256;
-    return o;
+    return Session(load_model({test_checkpoint_dir("arch", config), o.threads}), o);
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/engine.h"
+#include "engine/runtime/session.h"
 
 struct TestTensor {
     std::vector<int64_t> shape;
@@ -49,6 +49,6 @@ nlohmann::json small_arch_config(const std::string& preset);
 // 3 layers: only layer 1 sparse).
 std::vector<std::pair<std::string, nlohmann::json>> small_arch_configs();
 
-// Engine options for the test_checkpoint_dir("arch", config) checkpoint of
-// one of those configs: 2 threads, ctx 256, the CPU.
-EngineOptions arch_engine_options(const nlohmann::json& config);
+// A session on the test_checkpoint_dir("arch", config) checkpoint of one of
+// those configs: 2 threads, ctx 256, the CPU.
+Session arch_session(const nlohmann::json& config);

@@ -71,13 +71,15 @@ std::string read_file(const fs::path& path) {
     return ss.str();
 }
 
-CommandResult run_command(const std::vector<std::string>& argv) {
+CommandResult run_command(const std::vector<std::string>& argv, const CommandEnv& env) {
     fs::path dir = test_temp_dir("cmd");
     fs::path out = dir / "stdout", err = dir / "stderr";
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
         if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(127);
+        for (const auto& [name, value] : env)
+            if (setenv(name.c_str(), value.c_str(), 1) != 0) _exit(127);
         std::vector<char*> args;
         for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
@@ -94,9 +96,9 @@ CommandResult run_command(const std::vector<std::string>& argv) {
     return r;
 }
 
-CommandResult moe(std::vector<std::string> args) {
+CommandResult moe(std::vector<std::string> args, const CommandEnv& env) {
     args.insert(args.begin(), moe_server_binary().string());
-    return run_command(args);
+    return run_command(args, env);
 }
 
 std::string moe_error_of(const std::function<void()>& f) {

@@ -81,7 +81,9 @@ struct CommandResult {
     std::string err;  // stderr
 };
 
+// Environment variables set for a command (name, value), on top of the test's.
+using CommandEnv = std::vector<std::pair<std::string, std::string>>;
 // Runs a program with arguments (no shell), capturing stdout and stderr.
-CommandResult run_command(const std::vector<std::string>& argv);
+CommandResult run_command(const std::vector<std::string>& argv, const CommandEnv& env = {});
 // Runs the built moe-server with these arguments.
-CommandResult moe(std::vector<std::string> args);
+CommandResult moe(std::vector<std::string> args, const CommandEnv& env = {});

@@ -253,7 +253,7 @@ TEST_CASE("grammar: what cannot be matched is a GrammarError, at the start where
     const int eos = mistral().eos_id();
     const int ends[] = {eos};
     std::vector<float> logits(static_cast<size_t>(mistral().vocab_size()), 0.0f);
-    // The start and the first mask, as Engine::check_grammar runs them before a request is queued.
+    // The start and the first mask, as Session::check_grammar runs them before a request is queued.
     const auto start = [&](std::string_view gbnf, std::span<const int> end_tokens) {
         std::string error;
         try {

@@ -1,21 +1,23 @@
-// Engine: the library entry point the CLI and the server use. It owns a
-// loaded model (weights, tokenizer, chat template), the KV cache, the forward
-// state, the expert executor, the thread pool and the chat replies it
-// generated (for prompt-prefix reuse across chat turns), and runs one
-// generation at a time on the calling thread. It knows nothing of HTTP or JSON.
+// Session: what runs requests on a Model (engine/model/model.h): the
+// sequence state (KV cache) of its context, the forward pass, the expert
+// executor and the device experts may run on, the thread pool, the chat
+// replies it generated (for prompt-prefix reuse across chat turns) and the
+// statistics. It runs one generation at a time on the calling thread. The
+// model is shared and immutable; several sessions may run one model. Knows
+// nothing of HTTP or JSON. (llama.cpp splits llama_model / llama_context
+// the same way.)
 //
 // Threads. generate, beam_search and score run on one thread at a time (the
-// server's engine thread): they alone touch the KV cache, the forward state
-// and the pool. While one runs, any other thread (the server's HTTP threads)
-// may call the rest:
-// * config, ctx, threads, model_id, load_warning, placement: set at load,
-//   never changed;
-// * tokenizer, chat_template and the Jinja template: const objects set at
-//   load, whose const methods are thread-safe (a Detokenizer is per caller);
-// * check_prompt: reads only what loading fixed;
-// * chat_prompt and remember_reply: the remembered replies are guarded by a
-//   mutex (engine/runtime/chat_replies.h);
-// * routing_counts and execution_stats: copies taken under the statistics mutex.
+// server's engine thread): they alone touch the sequence state, the forward
+// pass and the pool. While one runs, any other thread (the server's HTTP
+// threads) may call the rest:
+// * model() (every Model method is const and thread-safe), ctx, threads,
+//   load_warning, placement: set at construction, never changed;
+// * check_prompt and check_grammar: read only what construction fixed;
+// * chat_prompt: the remembered replies are guarded by a mutex
+//   (engine/runtime/chat_replies.h);
+// * routing_counts, execution_stats and expert_slots: copies taken under the
+//   statistics mutex.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -29,6 +31,7 @@
 
 #include "engine/devices/execution_stats.h"
 #include "engine/model/cost.h"
+#include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/sampler.h"
 #include "engine/text/chat_template.h"
@@ -37,8 +40,6 @@
 #include "engine/text/tokenizer.h"
 #include "placement/expert_cache.h"
 #include "profiles/errors.h"
-
-struct ModelWeights;  // engine/model/weights.h
 
 // Where the model runs: a CUDA device when there is one (dense weights, KV
 // cache and the popular experts on it), else the CPU; or the emulated device
@@ -81,22 +82,19 @@ struct DeviceOptions {
     std::vector<std::string> placement_flags;
 };
 
-struct EngineOptions {
-    std::filesystem::path model_dir;  // a model folder, or synth:PRESET[:SEED] (engine/model/model_source.h)
+struct SessionOptions {
     int threads = 0;   // 0 = physical cores
-    int ctx = 4096;    // KV-cache positions per sequence (capped by max_position_embeddings)
+    int ctx = 4096;    // sequence-state positions per sequence (capped by max_position_embeddings)
     int max_batch = 512;  // prefill chunk size (tokens per forward pass)
     DeviceOptions device;
     // Predict each MoE layer's experts one layer ahead and count how often
     // the prediction is right (ForwardPass::set_predict_next_layer; the
     // figures are in routing_counts()). Changes no result.
     bool predict_next_layer = false;
-    // model_dir's weights, already loaded (model_source_weights of the same
-    // source): the engine reads them and loads nothing, so several engines
-    // made one after another share one copy (`bench suite`). Null: the
-    // engine loads them.
-    std::shared_ptr<const ModelWeights> weights = nullptr;
 };
+// Throws MoeError naming the flag for options no session accepts (a
+// context under 16, a batch under 1), before anything is loaded.
+void check_session_options(const SessionOptions& options);
 
 // The device experts may run on. NONE: every expert on the CPU, with no
 // planner, timing or execution bookkeeping on the way.
@@ -130,7 +128,7 @@ struct PlacementInfo {
     std::string latency_source;       // where the latency model came from
     std::string warning;              // non-fatal (an unusable cached calibration); empty when none
     int n_layers = 0, n_experts = 0;
-    std::vector<uint8_t> resident;  // (n_layers, n_experts) pinned at load (cache slots change: Engine::expert_slots)
+    std::vector<uint8_t> resident;  // (n_layers, n_experts) pinned at load (cache slots change: Session::expert_slots)
 };
 
 struct GenerateRequest {
@@ -146,7 +144,7 @@ struct GenerateRequest {
     // (a chat reply, a prompt of control tokens only) the reply is a text
     // of its own and loses it, as SentencePiece decodes a text's start.
     bool continues_prompt = false;
-    // Constrained decoding (Engine::grammar): every token the grammar does
+    // Constrained decoding (Model::grammar): every token the grammar does
     // not allow next is masked before sampling, so the reply parses; an end
     // token only where the text is complete, and the reply ends (STOP) where
     // the grammar allows nothing more. With ignore_eos no end token is
@@ -208,36 +206,33 @@ struct RoutingCounts {
     int n_layers = 0, n_experts = 0;
     std::vector<uint64_t> total;        // (n_layers, n_experts)
     std::vector<uint64_t> last;         // (n_layers, n_experts)
-    // With EngineOptions::predict_next_layer, per layer: expert choices
+    // With SessionOptions::predict_next_layer, per layer: expert choices
     // predicted one layer ahead, and those the layer then routed to.
     std::vector<uint64_t> predicted_total, predicted_right_total;  // (n_layers)
     std::vector<uint64_t> predicted_last, predicted_right_last;    // (n_layers)
 };
 
-class Engine {
+class Session {
 public:
-    // Loads everything; throws MoeError with a one-line reason.
-    explicit Engine(const EngineOptions& options);
-    ~Engine();
-    Engine(const Engine&) = delete;
-    Engine& operator=(const Engine&) = delete;
+    // Sets up the device and the sequence state of one context for model;
+    // throws MoeError with a one-line reason.
+    Session(std::shared_ptr<const Model> model, const SessionOptions& options);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
 
-    const ModelConfig& config() const;
-    // Bytes per weight of the loaded matrices (bf16: 2), for costs and rooflines.
-    WeightFormat weight_format() const;
-    const Tokenizer& tokenizer() const;
-    const ChatTemplate& chat_template() const;
-    std::string model_id() const;       // the model folder's name, or synth:PRESET:SEED
-    int ctx() const;                    // usable positions per sequence
+    const Model& model() const;
+    const std::shared_ptr<const Model>& shared_model() const;
+    int ctx() const;      // usable positions per sequence
     int threads() const;
-    // Non-fatal notes from loading (e.g. "no chat_template: using Mistral's"); empty when none.
+    // Non-fatal notes from loading the model and setting up the device; empty when none.
     const std::string& load_warning() const;
 
     // The one check of a prompt: refuses one that is empty or holds an id
     // outside the vocabulary (MoeError), or leaves no room for a reply in
     // the context (ContextLengthError). generate() and beam_search() call
     // it; a server calls it before queueing, to answer at once. Reads only
-    // what loading fixed: any thread may call it while a request runs.
+    // what construction fixed: any thread may call it while a request runs.
     void check_prompt(const std::vector<int>& prompt) const;
     // The same for a request's grammar: starts its matcher and works out the
     // first token's mask as generate() would (the masks are cached in the
@@ -247,66 +242,27 @@ public:
     // ambiguous later throws it from generate(). Any thread may call it.
     void check_grammar(const GenerateRequest& request) const;
 
-    // Chat: messages rendered with the model's chat template, once (BOS
-    // first, ending where the reply begins); each assistant message that is a
-    // reply this engine generated (remember_reply) is carried by the ids it
-    // generated, so the KV cache of the turn that produced it is reused.
-    // Throws MoeError as ChatTemplate::render does.
-    ChatPrompt chat_prompt(std::span<const ChatMessage> messages) const;
-    // A chat request's prompt. A model with a Jinja chat_template
-    // (tokenizer_config.json, chat_template.jinja, a GGUF's
-    // tokenizer.chat_template) is rendered by it as transformers does, and
-    // the text tokenized with the model's rules: special tokens the template
-    // writes become their ids (SpecialTokens::PARSE), no BOS is added (the
-    // template writes its own). The prompt is then one span (message -1): no
-    // reply is carried by its generated ids; the KV prefix is still reused.
-    // Exception: a Mistral template (the built-in family detection knows it)
-    // renders a plain conversation (no tools, tool messages or tool calls,
-    // no extra variables) with the built-in renderer, whose ids are
-    // mistral-common's; the Jinja template renders the rest. A model
-    // without a template uses the built-in renderer (chat_prompt above).
-    // Throws ChatTemplateError for a template error, MoeError as
-    // ChatTemplate::render does.
+    // A chat request's prompt: the model's rendering (Model::chat_prompt),
+    // with each assistant message that is a reply this session generated
+    // carried by the ids it generated (where the built-in renderer marks
+    // replies), so the sequence state of the turn that produced it is
+    // reused. Prefix reuse is the session's own business: every finished
+    // reply of generate() and beam_search() is remembered (the newest
+    // ChatReplies::MAX_REPLIES). Throws as Model::chat_prompt does.
     ChatPrompt chat_prompt(const ChatInput& chat) const;
-    // The prompt text of chat_prompt(chat) (for /apply-template): the Jinja
-    // rendering, or the built-in renderer's text with special tokens spelled
-    // out.
-    std::string chat_text(const ChatInput& chat) const;
-    // How chats are rendered, for the UI: "jinja (tokenizer_config.json)",
-    // "jinja (GGUF tokenizer.chat_template)", "mistral (built-in; jinja
-    // (tokenizer_config.json) for tools)", "chatml (built-in)" ...
-    std::string chat_template_name() const;
-    // Whether the model has a Jinja chat template (which alone renders tools).
-    bool has_jinja_template() const;
-    // How the template's tool calls look in a reply (engine/text/tool_calls.h;
-    // the NONE row without a Jinja template or a known format), and its
-    // trigger's control-token id (-1: the trigger is text).
-    const ToolCallFormat& tool_call_format() const;
-    int tool_call_trigger_token() const;
-
-    // A GBNF grammar (engine/text/grammar.h) parsed against this model's
-    // vocabulary, for GenerateRequest::grammar. The newest
-    // GRAMMAR_CACHE_SIZE grammars are kept by their text, with the token
-    // masks their generations computed, so a grammar used again (the JSON
-    // one, a schema a client repeats) starts warm. source names the grammar
-    // in errors. Throws MoeError for a bad grammar. Thread-safe.
-    std::shared_ptr<const Grammar> grammar(std::string_view gbnf, std::string_view source = "grammar") const;
-    static constexpr size_t GRAMMAR_CACHE_SIZE = 16;
-    // A finished chat reply, its text as sent to the client and the ids
-    // generated for it, for later turns' chat_prompt (the newest
-    // ChatReplies::MAX_REPLIES are kept).
-    void remember_reply(const std::string& text, const std::vector<int>& tokens);
 
     // Runs one request on the calling thread. on_token is called for every
     // generated token; returning false cancels (finish CANCELLED) before the
-    // next forward pass. Throws as check_prompt() does.
+    // next forward pass. Throws as check_prompt() does. A finished reply
+    // (not cancelled) is remembered for later turns' chat_prompt.
     GenerateResult generate(const GenerateRequest& request, const std::function<bool(const TokenEvent&)>& on_token);
 
     // Beam search on the calling thread: the prompt is prefilled once (with
     // prefix reuse), then all live beams decode as one batch per step.
     // on_step is called after each step's forward pass; returning false
     // cancels. Throws MoeError for bad parameters (named), and as
-    // check_prompt() does. Afterwards the cache holds the prompt (for reuse).
+    // check_prompt() does. Afterwards the state holds the prompt (for reuse);
+    // the best hypothesis of a search that finished is remembered as generate()'s reply is.
     BeamResult beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step);
 
     // Log-likelihood scoring for `perplexity`: returns the sum of -log p over

@@ -1,9 +1,9 @@
-// Engine: loads a model (a folder or a synthetic source, engine/model/model_source.h)
-// and runs generation and scoring requests on the calling thread (see
-// engine.h). The prompt's KV-cache prefix shared with the previous request is
-// reused, and a chat prompt carries the ids generated for earlier replies
-// (ChatReplies), so a multi-turn chat only prefills what is new.
-#include "engine/runtime/engine.h"
+// Session: runs generation and scoring requests on a Model, on the calling
+// thread (see session.h). The prompt's prefix shared with the previous
+// request is reused where the sequence state can be cut back to it, and a
+// chat prompt carries the ids generated for earlier replies (ChatReplies),
+// so a multi-turn chat only prefills what is new.
+#include "engine/runtime/session.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,8 +17,6 @@
 #include "engine/devices/device_setup.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
-#include "engine/model/model_chat.h"
-#include "engine/model/model_source.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/chat_replies.h"
@@ -77,20 +75,13 @@ const char* finish_reason_name(FinishReason reason) {
     return "?";
 }
 
-struct Engine::Impl {
-    ModelSource source;
-    ModelConfig config;
-    std::shared_ptr<const ModelWeights> weights_held;  // EngineOptions::weights, or loaded here
+struct Session::Impl {
+    std::shared_ptr<const Model> model_held;
+    const Model& model;
+    const ModelConfig& config;
     const ModelWeights& weights;
-    // tokenizer, chat and replies are used by other threads while
-    // a request runs (engine.h): the first two never change after load.
-    const Tokenizer tokenizer;
-    std::string template_warning;  // before chat, which fills it
-    const ModelChat chat;          // the built-in template and the Jinja one
-    const std::shared_ptr<const GrammarVocab> grammar_vocab;
-    // Engine::grammar's cache, newest last.
-    mutable std::mutex grammar_mutex;
-    mutable std::vector<std::shared_ptr<const Grammar>> grammars;
+    const Tokenizer& tokenizer;
+    std::string warning;  // the model's load warning, then the device's
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -103,21 +94,20 @@ struct Engine::Impl {
     ForwardPass forward;
     Batch batch;
     std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
-    ChatReplies replies;      // recent chat replies' ids, so a chat's next turn reuses cached
+    ChatReplies replies;      // recent replies' ids, so a chat's next turn reuses cached
     mutable std::mutex stats_mutex;
     RoutingStats stats_total, stats_last, stats_step;
     ExecutionStats exec_total, exec_last;        // with a device
-    std::vector<uint8_t> slots_now;              // Engine::expert_slots, after the last pass
+    std::vector<uint8_t> slots_now;              // Session::expert_slots, after the last pass
     uint64_t passes_total = 0, passes_last = 0;  // without one: forward passes, for ExecutionStats::layers
 
-    Impl(const EngineOptions& o, ModelSource src, ModelConfig cfg, int n_threads)
-        : source(std::move(src)),
-          config(std::move(cfg)),
-          weights_held(model_source_shared_weights(source, config, n_threads, o.weights)),
-          weights(*weights_held),
-          tokenizer(model_source_tokenizer(source, config)),
-          chat(source, tokenizer, &template_warning),
-          grammar_vocab(std::make_shared<const GrammarVocab>(tokenizer)),
+    Impl(std::shared_ptr<const Model> m, const SessionOptions& o, int n_threads)
+        : model_held(std::move(m)),
+          model(*model_held),
+          config(model.config()),
+          weights(model.weights()),
+          tokenizer(model.tokenizer()),
+          warning(model.load_warning()),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
           device(device_setup(o, config, weights, ctx, pool)),
@@ -136,10 +126,9 @@ struct Engine::Impl {
           exec_last(config.n_layers, std::max(1, config.n_experts)) {
         batch.reserve(o.max_batch);
         forward.set_predict_next_layer(o.predict_next_layer);
-        slots_now.assign(size_t(config.n_layers) * std::max(1, config.n_experts), Engine::EXPERT_CPU);
+        slots_now.assign(size_t(config.n_layers) * std::max(1, config.n_experts), Session::EXPERT_CPU);
         if (hybrid) copy_slots();
-        if (!device.info.warning.empty())
-            template_warning += (template_warning.empty() ? "" : "; ") + device.info.warning;
+        if (!device.info.warning.empty()) warning += (warning.empty() ? "" : "; ") + device.info.warning;
     }
 
     // Runs tokens[from..) at positions from.. in chunks; returns the logits of
@@ -209,9 +198,9 @@ struct Engine::Impl {
         const int E = std::max(1, config.n_experts);
         for (int l = 0; l < config.n_layers; l++)
             for (int e = 0; e < E; e++)
-                slots_now[size_t(l) * E + e] = hybrid->pinned(l, e)   ? Engine::EXPERT_PINNED
-                                               : hybrid->cached(l, e) ? Engine::EXPERT_CACHED
-                                                                      : Engine::EXPERT_CPU;
+                slots_now[size_t(l) * E + e] = hybrid->pinned(l, e)   ? Session::EXPERT_PINNED
+                                               : hybrid->cached(l, e) ? Session::EXPERT_CACHED
+                                                                      : Session::EXPERT_CPU;
     }
 
     // Without a device every routed expert ran on the CPU, untimed: the
@@ -225,87 +214,40 @@ struct Engine::Impl {
     }
 };
 
-Engine::Engine(const EngineOptions& options) {
+void check_session_options(const SessionOptions& options) {
     if (options.ctx < 16) throw MoeError("--ctx: must be at least 16, got " + std::to_string(options.ctx));
     if (options.max_batch < 1) throw MoeError("max_batch must be at least 1");
-    ModelSource source = model_source_parse(options.model_dir.string());
-    ModelConfig config = model_source_config(source);
-    int threads = options.threads > 0 ? options.threads : physical_core_count();
-    impl_ = std::make_unique<Impl>(options, std::move(source), std::move(config), threads);
 }
 
-Engine::~Engine() = default;
+namespace {
 
-const ModelConfig& Engine::config() const { return impl_->config; }
-WeightFormat Engine::weight_format() const {
-    return ::weight_format(impl_->weights);
-}
-const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
-const ChatTemplate& Engine::chat_template() const {
-    return impl_->chat.builtin();
-}
-const std::string& Engine::load_warning() const { return impl_->template_warning; }
-int Engine::ctx() const { return impl_->ctx; }
-int Engine::threads() const { return impl_->pool.size(); }
-
-std::string Engine::model_id() const { return model_source_id(impl_->source); }
-
-ChatPrompt Engine::chat_prompt(std::span<const ChatMessage> messages) const {
-    return impl_->replies.splice(impl_->chat.builtin().render(impl_->tokenizer, messages), messages, impl_->tokenizer);
+int session_threads(const SessionOptions& options) {
+    check_session_options(options);
+    return options.threads > 0 ? options.threads : physical_core_count();
 }
 
-ChatPrompt Engine::chat_prompt(const ChatInput& chat) const {
-    // The built-in renderer's reply spans carry remembered replies' ids.
-    if (!impl_->chat.uses_jinja(chat) && chat.add_generation_prompt) return chat_prompt(chat.messages);
-    return impl_->chat.prompt(impl_->tokenizer, chat);
+}  // namespace
+
+Session::Session(std::shared_ptr<const Model> model, const SessionOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(model), options, session_threads(options))) {}
+
+Session::~Session() = default;
+
+const Model& Session::model() const { return impl_->model; }
+const std::shared_ptr<const Model>& Session::shared_model() const { return impl_->model_held; }
+const std::string& Session::load_warning() const { return impl_->warning; }
+int Session::ctx() const { return impl_->ctx; }
+int Session::threads() const { return impl_->pool.size(); }
+
+ChatPrompt Session::chat_prompt(const ChatInput& chat) const {
+    return impl_->replies.splice(impl_->model.chat_prompt(chat), chat.messages, impl_->tokenizer);
 }
 
-std::string Engine::chat_text(const ChatInput& chat) const {
-    return impl_->chat.text(chat);
-}
-
-bool Engine::has_jinja_template() const {
-    return impl_->chat.has_jinja();
-}
-
-const ToolCallFormat& Engine::tool_call_format() const {
-    return impl_->chat.tool_format();
-}
-
-int Engine::tool_call_trigger_token() const {
-    return impl_->chat.tool_trigger_token();
-}
-
-std::shared_ptr<const Grammar> Engine::grammar(std::string_view gbnf, std::string_view source) const {
-    Impl& m = *impl_;
-    {
-        std::lock_guard lock(m.grammar_mutex);
-        auto hit = std::find_if(m.grammars.begin(), m.grammars.end(), [&](const auto& g) { return g->text() == gbnf; });
-        if (hit != m.grammars.end()) {
-            std::rotate(hit, hit + 1, m.grammars.end());  // newest last
-            return m.grammars.back();
-        }
-    }
-    std::shared_ptr<const Grammar> parsed = Grammar::parse(gbnf, m.grammar_vocab, source);  // outside the lock: may throw
-    std::lock_guard lock(m.grammar_mutex);
-    if (m.grammars.size() >= GRAMMAR_CACHE_SIZE) m.grammars.erase(m.grammars.begin());
-    m.grammars.push_back(parsed);
-    return parsed;
-}
-
-std::string Engine::chat_template_name() const {
-    return impl_->chat.name();
-}
-
-void Engine::remember_reply(const std::string& text, const std::vector<int>& tokens) {
-    impl_->replies.remember(text, tokens);
-}
-
-void Engine::set_routing_observer(RoutingObserver* observer) {
+void Session::set_routing_observer(RoutingObserver* observer) {
     impl_->forward.set_routing_observer(observer);
 }
 
-RoutingCounts Engine::routing_counts() const {
+RoutingCounts Session::routing_counts() const {
     std::lock_guard lock(impl_->stats_mutex);
     RoutingCounts r;
     r.n_layers = impl_->stats_total.n_layers();
@@ -319,9 +261,9 @@ RoutingCounts Engine::routing_counts() const {
     return r;
 }
 
-const PlacementInfo& Engine::placement() const { return impl_->device.info; }
+const PlacementInfo& Session::placement() const { return impl_->device.info; }
 
-Engine::Execution Engine::execution_stats() const {
+Session::Execution Session::execution_stats() const {
     const Impl& m = *impl_;
     std::lock_guard lock(m.stats_mutex);
     if (!m.hybrid)
@@ -329,12 +271,12 @@ Engine::Execution Engine::execution_stats() const {
     return {m.exec_total, m.exec_last};
 }
 
-std::vector<uint8_t> Engine::expert_slots() const {
+std::vector<uint8_t> Session::expert_slots() const {
     std::lock_guard lock(impl_->stats_mutex);
     return impl_->slots_now;
 }
 
-void Engine::check_prompt(const std::vector<int>& prompt) const {
+void Session::check_prompt(const std::vector<int>& prompt) const {
     const int n_prompt = int(prompt.size());
     if (n_prompt == 0) throw MoeError("prompt is empty");
     if (n_prompt >= impl_->ctx) throw ContextLengthError(n_prompt, impl_->ctx);
@@ -365,16 +307,16 @@ std::optional<GrammarMatcher> request_grammar_matcher(const GenerateRequest& req
 
 }  // namespace
 
-void Engine::check_grammar(const GenerateRequest& request) const {
+void Session::check_grammar(const GenerateRequest& request) const {
     const Impl& m = *impl_;
     std::optional<GrammarMatcher> grammar =
-        request_grammar_matcher(request, m.tokenizer, m.grammar_vocab.get(), m.config.eos_token_ids);
+        request_grammar_matcher(request, m.tokenizer, &m.model.grammar_vocab(), m.config.eos_token_ids);
     if (!grammar) return;
     std::vector<float> logits(size_t(m.tokenizer.vocab_size()), 0.0f);
     grammar->mask(logits.data());
 }
 
-GenerateResult Engine::generate(const GenerateRequest& request,
+GenerateResult Session::generate(const GenerateRequest& request,
                                 const std::function<bool(const TokenEvent&)>& on_token) {
     Impl& m = *impl_;
     const auto t_start = Clock::now();
@@ -401,7 +343,7 @@ GenerateResult Engine::generate(const GenerateRequest& request,
     Clock::time_point t_first{};
     TokenEvent event;
     std::optional<GrammarMatcher> grammar =
-        request_grammar_matcher(request, m.tokenizer, m.grammar_vocab.get(), m.config.eos_token_ids);
+        request_grammar_matcher(request, m.tokenizer, &m.model.grammar_vocab(), m.config.eos_token_ids);
 
     for (;;) {
         std::copy_n(logits, vocab, work.data());
@@ -469,10 +411,11 @@ GenerateResult Engine::generate(const GenerateRequest& request,
         m.cached.push_back(token);
     }
     if (result.n_generated > 0) result.decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_first).count();
+    if (result.finish_reason != FinishReason::CANCELLED) m.replies.remember(result.text, result.tokens);
     return result;
 }
 
-BeamResult Engine::beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step) {
+BeamResult Session::beam_search(const BeamRequest& request, const std::function<bool(const BeamStep&)>& on_step) {
     Impl& m = *impl_;
     const auto t_start = Clock::now();
     check_prompt(request.prompt);
@@ -501,10 +444,12 @@ BeamResult Engine::beam_search(const BeamRequest& request, const std::function<b
                     },
                     m.stats_step, m.pool};
     beam_search_decode(model, request, 0, logits, on_step, result);
+    if (result.finish_reason != FinishReason::CANCELLED && !result.hypotheses.empty())
+        m.replies.remember(result.hypotheses[0].text, result.hypotheses[0].tokens);
     return result;
 }
 
-Engine::Score Engine::score(const std::vector<int>& tokens, int window, bool chunks) {
+Session::Score Session::score(const std::vector<int>& tokens, int window, bool chunks) {
     Impl& m = *impl_;
     if (tokens.size() < 2) throw MoeError("need at least 2 tokens to score");
     window = std::min(window, m.ctx);
