@@ -19,6 +19,10 @@ command -v cmake >/dev/null || bash scripts/setup.sh >&2
 cmake -P scripts/check_rooms.cmake
 sanitize=""
 exclude=()
+# Tests run in parallel, one per core (MOE_TEST_JOBS overrides): each one
+# uses at most two threads, and the test models they share on disk are
+# written atomically (tests/support/test_models.cpp).
+jobs=(-j "${MOE_TEST_JOBS:-$(nproc)}")
 if [ "${1:-}" = "--quick" ]; then
   exclude=(-LE '^(slow|soak)$')
   shift
@@ -31,7 +35,7 @@ if [ -z "$sanitize" ]; then
   bash scripts/build.sh
   if [ -f scripts/setup_test_tools.sh ]; then bash scripts/setup_test_tools.sh; fi
   cd "${MOE_BUILD_DIR:-build}"
-  exec ctest --output-on-failure "${exclude[@]}" "$@"
+  exec ctest --output-on-failure "${jobs[@]}" "${exclude[@]}" "$@"
 fi
 
 build="$(bash scripts/sanitize_build.sh "$sanitize")"
@@ -51,7 +55,7 @@ if [ $# -eq 0 ]; then
   [ ${#exclude[@]} -gt 0 ] || exclude=(-LE '^slow$')
 fi
 rc=0
-(cd "$build" && ctest --output-on-failure "${exclude[@]}" "$@") || rc=$?
+(cd "$build" && ctest --output-on-failure "${jobs[@]}" "${exclude[@]}" "$@") || rc=$?
 if [ -n "$(ls -A "$logs")" ]; then
   for f in "$logs"/*; do
     echo "sanitizer report $f:"
