@@ -328,7 +328,7 @@ struct HttpServer::Impl {
     }
 
     // {"sites": {SITE: {KEY: count}}, KEY: value, ..., "per_layer": {KEY:
-    // [ms per layer]}}, walking execution_stats_fields().
+    // [ms or count per layer]}}, walking execution_stats_fields().
     static json execution_json(const ExecutionStats& s) {
         json out{{"sites", json::object()}};
         for (const ExecutionField& f : execution_stats_fields()) {
@@ -338,6 +338,8 @@ struct HttpServer::Impl {
             if (auto* count = std::get_if<ExecutionField::Count>(&f.value)) out[f.key] = s.*count->member;
             if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) out[f.key] = s.*(*ms);
             if (auto* layer = std::get_if<ExecutionField::PerLayer>(&f.value)) out["per_layer"][f.key] = s.*layer->ms;
+            if (auto* layer = std::get_if<ExecutionField::PerLayerCount>(&f.value))
+                out["per_layer"][f.key] = s.*layer->counts;
         }
         return out;
     }

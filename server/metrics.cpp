@@ -156,16 +156,15 @@ std::string Metrics::render_experts(const ExpertMetrics& e) {
     header(out, "moe_experts", "gauge", "Experts of the model (all layers).");
     out += "moe_experts " + std::to_string(e.total) + "\n";
 
-    // One counter per execution field; the per-layer fields share one
-    // counter, its rows by layer, then by side and kind.
+    // One counter per execution field; the per-layer fields of a kind share
+    // one counter, its rows by layer, then by side (times) and kind.
     const ExecutionStats& s = e.execution;
-    const ExecutionField* layer_field = nullptr;
-    std::vector<const ExecutionField::PerLayer*> per_layer;
+    std::vector<const ExecutionField*> layer_fields;  // in table order: the times, then the prefetch counts
     for (const ExecutionField& f : execution_stats_fields()) {
         const std::string metric = f.metric;
-        if (auto* layer = std::get_if<ExecutionField::PerLayer>(&f.value)) {
-            layer_field = &f;
-            per_layer.push_back(layer);
+        if (std::holds_alternative<ExecutionField::PerLayer>(f.value) ||
+            std::holds_alternative<ExecutionField::PerLayerCount>(f.value)) {
+            layer_fields.push_back(&f);
             continue;
         }
         header(out, f.metric, "counter", f.help);
@@ -177,11 +176,22 @@ std::string Metrics::render_experts(const ExpertMetrics& e) {
             out += metric + " " + std::to_string(s.*count->member) + "\n";
         if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) out += metric + " " + number(s.*(*ms)) + "\n";
     }
-    if (!layer_field) return out;
-    header(out, layer_field->metric, "counter", layer_field->help);
-    for (int l = 0; l < s.n_layers; l++)
-        for (const ExecutionField::PerLayer* layer : per_layer)
-            out += std::string(layer_field->metric) + "{layer=\"" + std::to_string(l) + "\",side=\"" + layer->side +
-                   "\",kind=\"" + layer->kind + "\"} " + number((s.*layer->ms)[size_t(l)]) + "\n";
+    for (size_t first = 0; first < layer_fields.size();) {
+        const std::string metric = layer_fields[first]->metric;
+        size_t end = first;
+        while (end < layer_fields.size() && metric == layer_fields[end]->metric) end++;
+        header(out, metric.c_str(), "counter", layer_fields[first]->help);
+        for (int l = 0; l < s.n_layers; l++)
+            for (size_t i = first; i < end; i++) {
+                const std::string row = metric + "{layer=\"" + std::to_string(l) + "\",";
+                if (auto* layer = std::get_if<ExecutionField::PerLayer>(&layer_fields[i]->value))
+                    out += row + "side=\"" + layer->side + "\",kind=\"" + layer->kind + "\"} " +
+                           number((s.*layer->ms)[size_t(l)]) + "\n";
+                if (auto* layer = std::get_if<ExecutionField::PerLayerCount>(&layer_fields[i]->value))
+                    out += row + "kind=\"" + layer->kind + "\"} " + std::to_string((s.*layer->counts)[size_t(l)]) +
+                           "\n";
+            }
+        first = end;
+    }
     return out;
 }

@@ -14,6 +14,8 @@ namespace {
 using S = ExecutionStats;
 using F = ExecutionField;
 
+constexpr const char* LAYER_PREFETCH_HELP =
+    "Experts prefetched for each MoE layer (copies), and those the layer then routed to (useful).";
 constexpr const char* LAYER_HELP =
     "Expert phase per MoE layer and side (cpu, device): the latency model's prediction and the measurement.";
 
@@ -57,6 +59,10 @@ const ExecutionField FIELDS[] = {
      F::PerLayer{&S::layer_predicted_device_ms, "device", "predicted"}},
     {"measured_device_ms", "device measured", "moe_expert_layer_ms_total", LAYER_HELP,
      F::PerLayer{&S::layer_measured_device_ms, "device", "measured"}},
+    {"prefetch_copies", "prefetched", "moe_expert_layer_prefetch_total", LAYER_PREFETCH_HELP,
+     F::PerLayerCount{&S::layer_prefetch_copies, "copies"}},
+    {"prefetch_useful", "prefetch useful", "moe_expert_layer_prefetch_total", LAYER_PREFETCH_HELP,
+     F::PerLayerCount{&S::layer_prefetch_useful, "useful"}},
 };
 
 }  // namespace
@@ -67,18 +73,18 @@ std::span<const ExecutionField> execution_stats_fields() {
 
 ExecutionStats::ExecutionStats(int n_layers_, int n_experts_) : n_layers(n_layers_), n_experts(n_experts_) {
     for (auto& t : tokens) t.assign(size_t(n_layers) * n_experts, 0);
-    layer_prefetch_copies.assign(size_t(n_layers), 0);
-    layer_prefetch_useful.assign(size_t(n_layers), 0);
-    for (const ExecutionField& f : FIELDS)
+    for (const ExecutionField& f : FIELDS) {
         if (auto* layer = std::get_if<F::PerLayer>(&f.value)) (this->*layer->ms).assign(size_t(n_layers), 0.0);
+        if (auto* layer = std::get_if<F::PerLayerCount>(&f.value)) (this->*layer->counts).assign(size_t(n_layers), 0);
+    }
 }
 
 void ExecutionStats::clear() {
     for (auto& t : tokens) std::fill(t.begin(), t.end(), 0);
     std::fill(std::begin(runs), std::end(runs), 0);
-    std::fill(layer_prefetch_copies.begin(), layer_prefetch_copies.end(), 0);
-    std::fill(layer_prefetch_useful.begin(), layer_prefetch_useful.end(), 0);
     for (const ExecutionField& f : FIELDS) {
+        if (auto* layer = std::get_if<F::PerLayerCount>(&f.value))
+            std::fill((this->*layer->counts).begin(), (this->*layer->counts).end(), 0);
         if (auto* count = std::get_if<F::Count>(&f.value)) this->*count->member = 0;
         if (auto* ms = std::get_if<F::Ms>(&f.value)) this->*(*ms) = 0;
         if (auto* layer = std::get_if<F::PerLayer>(&f.value))
@@ -93,10 +99,6 @@ void ExecutionStats::combine(const ExecutionStats& o, Op op) {
         for (size_t i = 0; i < tokens[s].size(); i++) tokens[s][i] = op(tokens[s][i], o.tokens[s][i]);
         runs[s] = op(runs[s], o.runs[s]);
     }
-    for (size_t l = 0; l < layer_prefetch_copies.size(); l++) {
-        layer_prefetch_copies[l] = op(layer_prefetch_copies[l], o.layer_prefetch_copies[l]);
-        layer_prefetch_useful[l] = op(layer_prefetch_useful[l], o.layer_prefetch_useful[l]);
-    }
     for (const ExecutionField& f : FIELDS) {
         if (auto* count = std::get_if<F::Count>(&f.value))
             this->*count->member = op(this->*count->member, o.*count->member);
@@ -104,6 +106,11 @@ void ExecutionStats::combine(const ExecutionStats& o, Op op) {
         if (auto* layer = std::get_if<F::PerLayer>(&f.value)) {
             std::vector<double>& mine = this->*layer->ms;
             const std::vector<double>& theirs = o.*layer->ms;
+            for (size_t l = 0; l < mine.size(); l++) mine[l] = op(mine[l], theirs[l]);
+        }
+        if (auto* layer = std::get_if<F::PerLayerCount>(&f.value)) {
+            std::vector<uint64_t>& mine = this->*layer->counts;
+            const std::vector<uint64_t>& theirs = o.*layer->counts;
             for (size_t l = 0; l < mine.size(); l++) mine[l] = op(mine[l], theirs[l]);
         }
     }

@@ -87,15 +87,22 @@ struct ExecutionField {
         const char* side;
         const char* kind;
     };
+    // A count per layer, with its kind ("copies", "useful").
+    struct PerLayerCount {
+        std::vector<uint64_t> ExecutionStats::*counts;
+        const char* kind;
+    };
 
     const char* key;     // JSON key: "runs", "copy_bytes", "predicted_cpu_ms"
     const char* label;   // words in a text line: "runs", "copied", "cpu predicted"
-    const char* metric;  // Prometheus counter: "moe_expert_runs_total" (the per-layer fields share one)
+    const char* metric;  // Prometheus counter: "moe_expert_runs_total" (the per-layer fields of a kind share one)
     const char* help;    // its HELP text
-    std::variant<PerSite, Count, Ms, PerLayer> value;
+    std::variant<PerSite, Count, Ms, PerLayer, PerLayerCount> value;
 };
 
 // Every figure, in output order: the per-site counts, the other counts and
 // the times, then the per-layer times (cpu predicted, cpu measured, device
-// predicted, device measured).
+// predicted, device measured) and the per-layer prefetch counts (copies,
+// useful). Every member of ExecutionStats but its shape, tokens and runs
+// (the per-site figures' source) is one field's.
 std::span<const ExecutionField> execution_stats_fields();

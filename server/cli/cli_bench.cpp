@@ -91,9 +91,10 @@ void add_gpu_ceilings(json& line, const Session& engine) {
 
 // The execution figures of s as bench fields, walking
 // execution_stats_fields(): the per-site ones as "expert_KEY": {SITE:
-// value}, the other counts and times as "KEY" (the per-layer arrays are
-// /v1/experts'), and the share of routed tokens computed on the device;
-// each divided by `steps` when given (per step).
+// value}, the other counts and times as "KEY", the per-layer counts as
+// "per_layer_KEY": [count per layer] (the per-layer times are /v1/experts'),
+// and the share of routed tokens computed on the device; each divided by
+// `steps` when given (per step).
 json execution_fields(const ExecutionStats& s, std::optional<int> steps = std::nullopt) {
     auto value = [&](auto v) { return steps ? json(double(v) / *steps) : json(v); };
     json out{{"device_share", s.device_share()}};
@@ -104,6 +105,10 @@ json execution_fields(const ExecutionStats& s, std::optional<int> steps = std::n
                     value((*site_value)(s, ExpertSite(i)));
         if (auto* count = std::get_if<ExecutionField::Count>(&f.value)) out[f.key] = value(s.*count->member);
         if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) out[f.key] = value(s.*(*ms));
+        if (auto* layer = std::get_if<ExecutionField::PerLayerCount>(&f.value)) {
+            json& per_layer = out[std::string("per_layer_") + f.key] = json::array();
+            for (uint64_t v : s.*layer->counts) per_layer.push_back(value(v));
+        }
     }
     return out;
 }

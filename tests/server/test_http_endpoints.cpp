@@ -465,11 +465,20 @@ TEST_CASE("experts endpoint and metrics show an emulated device's placement and 
         CHECK(sum == Approx(total[key].get<double>()).epsilon(1e-9).margin(1e-9));
     }
     for (const json& v : total["per_layer"]["measured_device_ms"]) CHECK(v.get<double>() > 0);  // both layers ran on it
+    // The per-layer prefetch counts add up to theirs too.
+    for (const char* key : {"prefetch_copies", "prefetch_useful"}) {
+        INFO(key);
+        REQUIRE(total["per_layer"][key].size() == 2);
+        long sum = 0;
+        for (const json& v : total["per_layer"][key]) sum += v.get<long>();
+        CHECK(sum == total[key].get<long>());
+    }
     CHECK(j["placement"]["staging_slots"] == 2);
 
     CHECK(metric_value(c, "moe_device_info{device=\"emulated\"}") == 1);
     CHECK(metric_value(c, "moe_expert_layer_ms_total{layer=\"1\",side=\"device\",kind=\"measured\"}") > 0);
     CHECK(metric_value(c, "moe_expert_layer_ms_total{layer=\"0\",side=\"cpu\",kind=\"predicted\"}") >= 0);
+    CHECK(metric_value(c, "moe_expert_layer_prefetch_total{layer=\"1\",kind=\"copies\"}") >= 0);
     CHECK(metric_value(c, "moe_experts_resident") == 4);
     CHECK(metric_value(c, "moe_expert_runs_total{site=\"device\"}") > 0);
     CHECK(metric_value(c, "moe_moe_layers_total") > 0);

@@ -1,6 +1,7 @@
 // ExecutionStats and the one description of its figures: every member is
 // shaped, cleared, merged and subtracted; the table reaches each member once
-// and the names the renderers print are unique; routing statistics count
+// (checked against the struct's size, not a list kept here) and the names
+// the renderers print are unique; routing statistics count
 // expert runs. Plain numbers, no model.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -16,27 +17,22 @@ namespace {
 constexpr int LAYERS = 2, EXPERTS = 3;
 
 using S = ExecutionStats;
+using F = ExecutionField;
 
-// The members, named here rather than taken from the table, so that a
-// figure the table misses shows.
-constexpr uint64_t S::*COUNTS[] = {&S::copy_bytes,  &S::layers,          &S::cache_hits,     &S::cache_evictions,
-                                   &S::cache_fills, &S::prefetch_copies, &S::prefetch_useful};
-constexpr std::vector<uint64_t> S::*LAYER_COUNTS[] = {&S::layer_prefetch_copies, &S::layer_prefetch_useful};
-constexpr double S::*TIMES[] = {&S::predicted_cpu_ms,   &S::predicted_device_ms, &S::predicted_ms, &S::measured_cpu_ms,
-                                &S::measured_device_ms, &S::measured_ms,         &S::planner_ms};
-constexpr std::vector<double> S::*LAYER_TIMES[] = {&S::layer_predicted_cpu_ms, &S::layer_predicted_device_ms,
-                                                   &S::layer_measured_cpu_ms, &S::layer_measured_device_ms};
-
-// Every figure of s, in member order.
+// Every figure of s, walking the table: the per-site members first, then
+// each field's in table order.
 std::vector<double> figures(const ExecutionStats& s) {
     std::vector<double> v;
     for (const auto& t : s.tokens) v.insert(v.end(), t.begin(), t.end());
     v.insert(v.end(), std::begin(s.runs), std::end(s.runs));
-    for (auto m : COUNTS) v.push_back(double(s.*m));
-    for (auto m : TIMES) v.push_back(s.*m);
-    for (auto m : LAYER_TIMES) v.insert(v.end(), (s.*m).begin(), (s.*m).end());
-    for (auto m : LAYER_COUNTS)
-        for (uint64_t x : s.*m) v.push_back(double(x));
+    for (const ExecutionField& f : execution_stats_fields()) {
+        if (auto* count = std::get_if<F::Count>(&f.value)) v.push_back(double(s.*count->member));
+        if (auto* ms = std::get_if<F::Ms>(&f.value)) v.push_back(s.*(*ms));
+        if (auto* layer = std::get_if<F::PerLayer>(&f.value))
+            v.insert(v.end(), (s.*layer->ms).begin(), (s.*layer->ms).end());
+        if (auto* layer = std::get_if<F::PerLayerCount>(&f.value))
+            for (uint64_t x : s.*layer->counts) v.push_back(double(x));
+    }
     return v;
 }
 
@@ -47,13 +43,34 @@ ExecutionStats filled(uint64_t seed) {
     for (auto& t : s.tokens)
         for (uint64_t& x : t) x = v++;
     for (uint64_t& r : s.runs) r = v++;
-    for (auto m : COUNTS) s.*m = v++;
-    for (auto m : TIMES) s.*m = double(v++) / 4;
-    for (auto m : LAYER_TIMES)
-        for (double& x : s.*m) x = double(v++) / 4;
-    for (auto m : LAYER_COUNTS)
-        for (uint64_t& x : s.*m) x = v++;
+    for (const ExecutionField& f : execution_stats_fields()) {
+        if (auto* count = std::get_if<F::Count>(&f.value)) s.*count->member = v++;
+        if (auto* ms = std::get_if<F::Ms>(&f.value)) s.*(*ms) = double(v++) / 4;
+        if (auto* layer = std::get_if<F::PerLayer>(&f.value))
+            for (double& x : s.*layer->ms) x = double(v++) / 4;
+        if (auto* layer = std::get_if<F::PerLayerCount>(&f.value))
+            for (uint64_t& x : s.*layer->counts) x = v++;
+    }
     return s;
+}
+
+// The bytes of the members the table reaches (each once: its own slot in
+// `seen`), with the shape and the per-site arrays the per-site fields read.
+size_t reached_bytes() {
+    std::set<const void*> seen;
+    const ExecutionStats probe;
+    auto slot = [&](const auto& member) {
+        REQUIRE(seen.insert(&member).second);  // no member reached twice
+        return sizeof(member);
+    };
+    size_t bytes = sizeof(probe.n_layers) + sizeof(probe.n_experts) + sizeof(probe.tokens) + sizeof(probe.runs);
+    for (const ExecutionField& f : execution_stats_fields()) {
+        if (auto* count = std::get_if<F::Count>(&f.value)) bytes += slot(probe.*count->member);
+        if (auto* ms = std::get_if<F::Ms>(&f.value)) bytes += slot(probe.*(*ms));
+        if (auto* layer = std::get_if<F::PerLayer>(&f.value)) bytes += slot(probe.*layer->ms);
+        if (auto* layer = std::get_if<F::PerLayerCount>(&f.value)) bytes += slot(probe.*layer->counts);
+    }
+    return bytes;
 }
 
 }  // namespace
@@ -62,6 +79,7 @@ TEST_CASE("execution statistics: merge, subtract and clear reach every figure", 
     const ExecutionStats a = filled(1), b = filled(1000);
     const std::vector<double> fa = figures(a), fb = figures(b);
     REQUIRE(fa.size() == size_t(EXPERT_SITE_COUNT * (LAYERS * EXPERTS + 1) + 7 + 7 + 4 * LAYERS + 2 * LAYERS));
+    for (size_t i = 0; i < fa.size(); i++) REQUIRE(fa[i] != 0);  // every figure set, so every one is checked below
     ExecutionStats sum = a;
     sum.merge(b);
     const std::vector<double> fs = figures(sum);
@@ -77,19 +95,11 @@ TEST_CASE("execution statistics: merge, subtract and clear reach every figure", 
 }
 
 TEST_CASE("execution statistics: the table reaches every member once", "[execution_stats]") {
-    std::vector<uint64_t S::*> counts;
-    std::vector<double S::*> times;
-    std::vector<std::vector<double> S::*> layer_times;
-    for (const ExecutionField& f : execution_stats_fields()) {
-        if (auto* count = std::get_if<ExecutionField::Count>(&f.value)) counts.push_back(count->member);
-        if (auto* ms = std::get_if<ExecutionField::Ms>(&f.value)) times.push_back(*ms);
-        if (auto* layer = std::get_if<ExecutionField::PerLayer>(&f.value)) layer_times.push_back(layer->ms);
-    }
-    REQUIRE(counts == std::vector<uint64_t S::*>(std::begin(COUNTS), std::end(COUNTS)));
-    REQUIRE(times.size() == std::size(TIMES));
-    for (auto m : TIMES) REQUIRE(std::count(times.begin(), times.end(), m) == 1);
-    REQUIRE(layer_times.size() == std::size(LAYER_TIMES));
-    for (auto m : LAYER_TIMES) REQUIRE(std::count(layer_times.begin(), layer_times.end(), m) == 1);
+    // Derived from the struct, not from a list kept here: the members the
+    // table reaches, each once, plus the shape and the per-site arrays, make
+    // up the whole struct (its members are 8-byte aligned: no padding). A
+    // member added outside the table changes sizeof and fails this.
+    REQUIRE(reached_bytes() == sizeof(ExecutionStats));
     // The per-site values read the per-site members.
     const ExecutionStats s = filled(1);
     int per_site = 0;
@@ -106,7 +116,7 @@ TEST_CASE("execution statistics: the table reaches every member once", "[executi
 
 TEST_CASE("execution statistics: each figure has its own names", "[execution_stats]") {
     std::set<std::string> keys, metrics, layer_keys, labels;
-    int per_site = 0, per_layer = 0;
+    int per_site = 0, per_layer = 0, per_layer_count = 0;
     for (const ExecutionField& f : execution_stats_fields()) {
         INFO(f.key);
         REQUIRE(std::string(f.help).size() > 0);
@@ -116,13 +126,20 @@ TEST_CASE("execution statistics: each figure has its own names", "[execution_sta
             per_layer++;
             continue;
         }
+        if (std::holds_alternative<ExecutionField::PerLayerCount>(f.value)) {
+            REQUIRE(layer_keys.insert(f.key).second);
+            REQUIRE(std::string(f.metric) == "moe_expert_layer_prefetch_total");
+            per_layer_count++;
+            continue;
+        }
         per_site += std::holds_alternative<ExecutionField::PerSite>(f.value);
         REQUIRE(keys.insert(f.key).second);
         REQUIRE(metrics.insert(f.metric).second);
         REQUIRE(labels.insert(f.label).second);
     }
     REQUIRE(per_site == 2);   // runs and tokens
-    REQUIRE(per_layer == 4);  // each side's prediction and measurement
+    REQUIRE(per_layer == 4);        // each side's prediction and measurement
+    REQUIRE(per_layer_count == 2);  // prefetch copies and the useful ones
     REQUIRE(keys.size() == 16);
 }
 
