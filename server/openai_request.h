@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_bounded.h"
 #include "engine/text/chat_template.h"
 #include "engine/runtime/sampler.h"
-#include "profiles/json_bounded.h"
 
 // Limits of a request body's JSON, checked as it is parsed, before anything
 // is built (json_parse_bounded). The JSON texts a body carries (tool calls'

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/devices/execution_stats.h"
 #include "engine/model/cost.h"
 #include "engine/model/model_config.h"
@@ -36,7 +37,6 @@
 #include "engine/text/tool_calls.h"
 #include "engine/text/tokenizer.h"
 #include "placement/expert_cache.h"
-#include "profiles/errors.h"
 
 struct ModelWeights;  // engine/model/weights.h
 

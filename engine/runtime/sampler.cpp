@@ -12,7 +12,7 @@
 #include <numeric>
 #include <string>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 namespace {
 

@@ -21,10 +21,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/model/tensor_view.h"
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/protobuf_wire.h"
-#include "profiles/errors.h"
 
 namespace {
 

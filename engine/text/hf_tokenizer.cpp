@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "engine/text/work_budget.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 
 namespace {
 

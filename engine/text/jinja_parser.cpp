@@ -13,7 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 namespace {
 

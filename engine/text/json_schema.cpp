@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/errors.h"
 #include "engine/text/jinja_value.h"
-#include "profiles/errors.h"
 
 using ojson = nlohmann::ordered_json;
 

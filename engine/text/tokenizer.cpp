@@ -29,9 +29,9 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "engine/text/protobuf_wire.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 
 namespace {
 
