@@ -204,7 +204,7 @@ endmacro()
 
 # ---- The table, in dependency order -----------------------------------------
 # The project's base library: the one error type, file reading and atomic
-# writing, the one bounded JSON parser. Includes no other room.
+# writing, the one bounded JSON parser, UTF-8. Includes no other room.
 moe_room(moe_base DIRS base EXTERNAL nlohmann_json::nlohmann_json)
 # The build-time tool that writes the embedded files' byte arrays.
 moe_room(moe_embed_tool FILES cmake/embed_tool.cpp)

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
+#include "base/utf8.h"
 #include "embedded_files.h"
 #include "engine/model/model_source.h"
 #include "engine/runtime/engine.h"

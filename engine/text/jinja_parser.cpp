@@ -14,6 +14,7 @@
 #include <initializer_list>
 
 #include "base/errors.h"
+#include "base/utf8.h"
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/json_bounded.h"
+#include "base/utf8.h"
 #include "embedded_files.h"
 #include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "base/json_bounded.h"
+#include "base/utf8.h"
 #include "fuzz_support.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
