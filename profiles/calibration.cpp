@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

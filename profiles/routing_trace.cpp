@@ -10,8 +10,8 @@
 #include <ostream>
 #include <random>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 
 using json = nlohmann::json;
 

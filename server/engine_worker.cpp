@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 #include "server/placement_text.h"
 
 EngineWorker::EngineWorker(ModelOptions model, SessionOptions options, size_t max_waiting)

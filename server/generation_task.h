@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/session.h"
-#include "profiles/errors.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"

@@ -18,11 +18,12 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
+#include "base/utf8.h"
 #include "embedded_files.h"
 #include "engine/model/model_source.h"
 #include "engine/runtime/session.h"
 #include "engine/text/work_budget.h"
-#include "profiles/errors.h"
 #include "server/engine_worker.h"
 #include "server/generation_task.h"
 #include "server/http_transport.h"

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/text/work_budget.h"
-#include "profiles/errors.h"
 
 using json = nlohmann::ordered_json;
 

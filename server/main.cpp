@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 #include "server/cli/cli.h"
 #include "server/cli/cli_calibrate.h"
 #include "server/cli/cli_profile.h"

@@ -10,6 +10,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "base/utf8.h"
 #include "engine/runtime/beam_search.h"
 
 using json = nlohmann::ordered_json;
@@ -33,36 +34,6 @@ nlohmann::ordered_json api_error_json(const ApiError& error) {
 }
 
 namespace {
-
-// Length of the well-formed UTF-8 sequence at text[i], 0 when ill-formed.
-size_t utf8_sequence_length(std::string_view text, size_t i) {
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-    unsigned char c = byte(i);
-    if (c < 0x80) return 1;
-    size_t n;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (i + n > text.size()) return 0;
-    for (size_t k = 1; k < n; k++) {
-        if ((byte(i + k) & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (byte(i + k) & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000)) return 0;  // overlong
-    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                        // surrogate
-    if (cp > 0x10FFFF) return 0;
-    return n;
-}
 
 const char* json_type_name(const json& v) {
     switch (v.type()) {
@@ -423,15 +394,6 @@ size_t json_text_bytes(const json& j) {
 
 }  // namespace
 
-bool utf8_valid(std::string_view text) {
-    for (size_t i = 0; i < text.size();) {
-        size_t n = utf8_sequence_length(text, i);
-        if (n == 0) return false;
-        i += n;
-    }
-    return true;
-}
-
 std::string escape_control(std::string_view text) {
     static const char HEX[] = "0123456789abcdef";
     std::string out;
@@ -442,38 +404,18 @@ std::string escape_control(std::string_view text) {
         out += HEX[c & 15];
     };
     for (size_t i = 0; i < text.size();) {
-        size_t n = utf8_sequence_length(text, i);
-        unsigned char c = static_cast<unsigned char>(text[i]);
-        if (n == 0 || c < 0x20 || c == 0x7F) {  // ill-formed UTF-8 or a C0 control
-            escape(c);
-            i++;
-        } else if (c == '\\') {
+        const Utf8Char c = utf8_decode(text, i);
+        if (c.status != Utf8Status::VALID || c.cp < 0x20 || c.cp == 0x7F) {  // ill-formed UTF-8 or a C0 control
+            escape(static_cast<unsigned char>(text[i]));
+        } else if (c.cp == '\\') {
             out += "\\\\";
-            i++;
-        } else if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {  // C1 control
-            escape(c);
+        } else if (c.cp >= 0x80 && c.cp < 0xA0) {  // C1 control
+            escape(static_cast<unsigned char>(text[i]));
             escape(static_cast<unsigned char>(text[i + 1]));
-            i += 2;
         } else {
-            out.append(text.substr(i, n));
-            i += n;
+            out.append(text.substr(i, c.len));
         }
-    }
-    return out;
-}
-
-std::string utf8_sanitize(std::string_view text) {
-    std::string out;
-    out.reserve(text.size());
-    for (size_t i = 0; i < text.size();) {
-        size_t n = utf8_sequence_length(text, i);
-        if (n == 0) {
-            out += "\xEF\xBF\xBD";
-            i++;
-        } else {
-            out.append(text.substr(i, n));
-            i += n;
-        }
+        i += c.len;
     }
     return out;
 }

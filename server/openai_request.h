@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_bounded.h"
 #include "engine/text/chat_template.h"
 #include "engine/runtime/sampler.h"
-#include "profiles/json_bounded.h"
 
 // Limits of a request body's JSON, checked as it is parsed, before anything
 // is built (json_parse_bounded). The JSON texts a body carries (tool calls'
@@ -47,16 +47,10 @@ public:
 // The OpenAI error body for an ApiError.
 nlohmann::ordered_json api_error_json(const ApiError& error);
 
-// True when `text` is well-formed UTF-8 (no overlongs, surrogates or code
-// points above U+10FFFF).
-bool utf8_valid(std::string_view text);
 // Text safe for a log line or an error message: C0 and C1 control
 // characters, DEL and ill-formed UTF-8 bytes become "\xHH", a backslash
 // "\\"; everything else is kept.
 std::string escape_control(std::string_view text);
-// Replaces every ill-formed byte with U+FFFD (for token pieces that are a
-// fragment of a character).
-std::string utf8_sanitize(std::string_view text);
 
 // Request body -> JSON object: 400 for invalid UTF-8, malformed JSON, a JSON
 // limit (JSON_BODY_LIMITS) or a value that is not an object.

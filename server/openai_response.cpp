@@ -6,6 +6,8 @@
 #include <mutex>
 #include <random>
 
+#include "base/utf8.h"
+
 using json = nlohmann::ordered_json;
 
 std::string json_dump(const json& j) {

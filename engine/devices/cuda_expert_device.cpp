@@ -11,9 +11,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/errors.h"
 #include "engine/model/cost.h"
 #include "gpu_kernels/gpu_kernels.h"
-#include "profiles/errors.h"
 
 namespace {
 

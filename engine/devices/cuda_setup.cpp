@@ -7,12 +7,12 @@
 
 #include <algorithm>
 
+#include "base/errors.h"
 #include "engine/devices/cuda_backend.h"
 #include "engine/devices/cuda_expert_device.h"
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
 #include "gpu_kernels/device.h"
-#include "profiles/errors.h"
 
 bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,

@@ -16,6 +16,7 @@
 #include "engine/devices/cuda_setup.h"
 #include "gpu_kernels/gpu_runtime.h"
 #endif
+#include "base/errors.h"
 #include "engine/devices/expert_timing.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/host_memory.h"
@@ -25,7 +26,6 @@
 #include "gpu_kernels/gpu_limits.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
-#include "profiles/errors.h"
 #include "profiles/profile.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <string>
 
+#include "base/errors.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/model/cost.h"
-#include "profiles/errors.h"
 
 namespace {
 

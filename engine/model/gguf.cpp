@@ -10,8 +10,8 @@
 #include <cstring>
 #include <set>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 
 namespace fs = std::filesystem;
 

@@ -10,11 +10,11 @@
 #include <ostream>
 #include <string>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "cpu_kernels/quant.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/text/gguf_tokenizer.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 uint64_t host_memory_available() {
     std::FILE* f = std::fopen("/proc/meminfo", "r");

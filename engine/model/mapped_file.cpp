@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
     const std::string file = path.string();

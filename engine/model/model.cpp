@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
+#include "base/errors.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/model/weights.h"
-#include "profiles/errors.h"
 
 Model::Model(const ModelOptions& o)
     : source_(model_source_parse(o.model_dir.string())),

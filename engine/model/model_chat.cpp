@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/utf8.h"
 #include "engine/text/work_budget.h"
 
 namespace {
@@ -17,25 +18,25 @@ namespace {
 constexpr char32_t MARK = 0x10FFFD, FIRST = 0x10FF00;
 constexpr size_t MAX_FOUND = 0xFD;
 
-std::string utf8_4(char32_t c) {
-    return {char(0xF0 | (c >> 18)), char(0x80 | ((c >> 12) & 0x3F)), char(0x80 | ((c >> 6) & 0x3F)),
-            char(0x80 | (c & 0x3F))};
-}
-
 const std::string& mark() {
-    static const std::string m = utf8_4(MARK);
+    static const std::string m = [] {
+        std::string s;
+        utf8_append(s, MARK);
+        return s;
+    }();
     return m;
 }
 
 std::string placeholder(size_t k) {
-    return mark() + utf8_4(FIRST + char32_t(k));
+    std::string s = mark();
+    utf8_append(s, FIRST + char32_t(k));
+    return s;
 }
 
 // k of the character after a mark (4 bytes of UTF-8); SIZE_MAX for another one.
 size_t placeholder_index(std::string_view c) {
-    const auto b = [&](size_t i) { return char32_t(uint8_t(c[i])); };
-    const char32_t cp = ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
-    return cp >= FIRST && cp < FIRST + MAX_FOUND && c == utf8_4(cp) ? size_t(cp - FIRST) : SIZE_MAX;
+    const Utf8Char d = utf8_decode(c);
+    return d.status == Utf8Status::VALID && d.cp >= FIRST && d.cp < FIRST + MAX_FOUND ? size_t(d.cp - FIRST) : SIZE_MAX;
 }
 
 // Replaces the special tokens' texts (longest first) in every string value.

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/host_memory.h"
 #include "engine/model/synth_model.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "engine/text/hf_tokenizer.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 
 namespace fs = std::filesystem;
 

@@ -15,8 +15,8 @@
 #include <set>
 #include <sstream>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

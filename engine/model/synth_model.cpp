@@ -29,6 +29,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "base/errors.h"
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/thread_pool.h"
 #include "embedded_files.h"
@@ -36,7 +37,6 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_table.h"
 #include "engine/text/gguf_tokenizer.h"
-#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

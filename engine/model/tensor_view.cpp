@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 std::string printable(std::string_view s) {
     std::string out;

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "base/errors.h"
 #include "cpu_kernels/quant.h"
-#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 

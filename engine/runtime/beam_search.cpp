@@ -24,8 +24,8 @@
 #include <limits>
 #include <numeric>
 
+#include "base/errors.h"
 #include "engine/runtime/sampler.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 namespace {
 

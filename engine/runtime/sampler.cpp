@@ -12,7 +12,8 @@
 #include <numeric>
 #include <string>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
+#include "base/utf8.h"
 
 namespace {
 
@@ -21,19 +22,6 @@ constexpr int SORT_CHUNK = 64;  // first partial sort size when looking for the 
 
 void sampler_check(bool ok, const std::string& what) {
     if (!ok) throw MoeError("sampling parameters: " + what);
-}
-
-// Bytes at the end of s that start a UTF-8 sequence and miss continuation
-// bytes (0 when s ends on a character boundary or with malformed bytes).
-size_t utf8_incomplete_tail(std::string_view s) {
-    size_t n = s.size();
-    for (size_t back = 1; back <= 3 && back <= n; ++back) {
-        unsigned char c = static_cast<unsigned char>(s[n - back]);
-        if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-        size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-        return len > back ? back : 0;
-    }
-    return 0;
 }
 
 }  // namespace

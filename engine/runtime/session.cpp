@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/errors.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/device_setup.h"
 #include "engine/devices/expert_executor.h"
@@ -23,7 +24,6 @@
 #include "engine/runtime/forward.h"
 #include "engine/runtime/sequence_state.h"
 #include "engine/runtime/token_mixer.h"
-#include "profiles/errors.h"
 #include "profiles/routing_stats.h"
 
 namespace {

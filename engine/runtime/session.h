@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/devices/execution_stats.h"
 #include "engine/model/cost.h"
 #include "engine/model/model.h"
@@ -39,7 +40,6 @@
 #include "engine/text/tool_calls.h"
 #include "engine/text/tokenizer.h"
 #include "placement/expert_cache.h"
-#include "profiles/errors.h"
 
 // Where the model runs: a CUDA device when there is one (dense weights, KV
 // cache and the popular experts on it), else the CPU; or the emulated device

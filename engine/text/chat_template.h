@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/errors.h"
 
 struct ChatMessage {
     std::string role;  // "system", "user" or "assistant" ("tool": only a Jinja template renders it)

@@ -21,10 +21,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/utf8.h"
 #include "engine/model/tensor_view.h"
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/protobuf_wire.h"
-#include "profiles/errors.h"
 
 namespace {
 
@@ -72,13 +73,6 @@ int byte_token_value(std::string_view token) {
             return -1;
     }
     return value;
-}
-
-// The bytes of a UTF-8 character by its first byte, as SentencePiece splits
-// text into characters (without validating the rest).
-size_t utf8_lead_length(char lead) {
-    const auto b = static_cast<uint8_t>(lead);
-    return b < 0xC0 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
 
 // A special id: nullopt when absent and not required; MoeError when absent
@@ -325,9 +319,10 @@ std::string gguf_sentencepiece_model(const GgufMetadata& md, std::string_view so
                 fail(source, KEY_TOKENS, token_text(i, token) + " has type byte but is not <0xNN>");
             ++n_bytes;
         }
-        // A control piece of one character is what SentencePiece finds for that
-        // character in text, and then fails to encode the text.
-        if (type == CONTROL && token.size() == utf8_lead_length(token[0]))
+        // A control piece of one character (as SentencePiece splits text into
+        // characters) is what SentencePiece finds for that character in text,
+        // and then fails to encode the text.
+        if (type == CONTROL && token.size() == utf8_lead_length(static_cast<uint8_t>(token[0])))
             fail(source, KEY_TOKENS,
                  token_text(i, token) + " is a control token of one character (text holding it could not be encoded)");
         const auto [at, added] = seen.emplace(token, i);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/utf8.h"
 #include "engine/text/grammar_impl.h"
 #include "engine/text/tokenizer.h"
 
@@ -152,15 +153,10 @@ uint32_t Parser::parse_hex(int digits) {
 }
 
 uint32_t Parser::parse_utf8() {
-    const size_t at = pos_;
-    Utf8State u;
-    while (!at_end()) {
-        const Utf8Step st = utf8_feed(u, static_cast<uint8_t>(peek()));
-        pos_++;
-        if (st == Utf8Step::INVALID) break;
-        if (st == Utf8Step::COMPLETE) return u.cp;
-    }
-    fail(at, "invalid UTF-8");
+    const Utf8Char c = utf8_decode(s_, pos_);
+    if (c.status != Utf8Status::VALID) fail(pos_, "invalid UTF-8");
+    pos_ += c.len;
+    return c.cp;
 }
 
 // One character of a literal or class, escapes decoded.

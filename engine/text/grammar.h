@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 class Tokenizer;
 

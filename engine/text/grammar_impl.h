@@ -58,15 +58,6 @@ struct Rule {
     size_t offset = 0;           // where it is defined (or its group starts) in the text
 };
 
-// A character in progress: the bytes so far of one UTF-8 sequence.
-struct Utf8State {
-    uint32_t cp = 0;          // bits so far
-    uint32_t need = 0;        // continuation bytes still to come (0: between characters)
-    uint32_t lo = 0, hi = 0;  // the code points the sequence can still become
-};
-enum class Utf8Step { INVALID, PARTIAL, COMPLETE };
-Utf8Step utf8_feed(Utf8State& u, uint8_t byte);
-
 // Stacks stored back to back (no allocation once warm), deduplicated on add.
 class StackSet {
 public:

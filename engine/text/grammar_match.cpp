@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 
+#include "base/utf8.h"
 #include "engine/text/grammar_impl.h"
 #include "engine/text/tokenizer.h"
 
@@ -59,37 +60,6 @@ bool CharClass::matches_some(uint32_t lo, uint32_t hi) const {
         }
     }
     return negated;
-}
-
-Utf8Step utf8_feed(Utf8State& u, uint8_t b) {
-    if (u.need == 0) {
-        if (b < 0x80) {
-            u.cp = b;
-            return Utf8Step::COMPLETE;
-        }
-        if (b >= 0xC2 && b <= 0xDF) {
-            u = {b & 0x1Fu, 1, (b & 0x1Fu) << 6, ((b & 0x1Fu) << 6) | 0x3F};
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            u = {b & 0x0Fu, 2, std::max(0x800u, (b & 0x0Fu) << 12), ((b & 0x0Fu) << 12) | 0xFFF};
-            if (b == 0xED) u.hi = 0xD7FF;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            u = {b & 0x07u, 3, std::max(0x10000u, (b & 0x07u) << 18),
-                 std::min(0x10FFFFu, ((b & 0x07u) << 18) | 0x3FFFF)};
-        } else {
-            return Utf8Step::INVALID;
-        }
-        return Utf8Step::PARTIAL;
-    }
-    if ((b & 0xC0) != 0x80) return Utf8Step::INVALID;
-    u.cp = (u.cp << 6) | (b & 0x3Fu);
-    u.need--;
-    const uint32_t shift = 6 * u.need;
-    const uint32_t lo = std::max(u.lo, u.cp << shift);
-    const uint32_t hi = std::min(u.hi, (u.cp << shift) | ((1u << shift) - 1));
-    if (lo > hi) return Utf8Step::INVALID;
-    u.lo = lo;
-    u.hi = hi;
-    return u.need == 0 ? Utf8Step::COMPLETE : Utf8Step::PARTIAL;
 }
 
 size_t StackHash::operator()(const std::vector<uint32_t>& v) const {

@@ -25,9 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/files.h"
+#include "base/utf8.h"
 #include "engine/text/work_budget.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 
 namespace {
 
@@ -99,28 +100,10 @@ struct Node {
 
 // ---- UTF-8 ------------------------------------------------------------------
 
+// The bytes of the character at s[pos] as its lead byte announces them, cut
+// at the end of s.
 size_t utf8_char_len(std::string_view s, size_t pos) {
-    const auto b = static_cast<unsigned char>(s[pos]);
-    const size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-    return std::min(n, s.size() - pos);
-}
-
-void append_utf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-        *out += char(cp);
-    } else if (cp < 0x800) {
-        *out += char(0xC0 | (cp >> 6));
-        *out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        *out += char(0xE0 | (cp >> 12));
-        *out += char(0x80 | ((cp >> 6) & 0x3F));
-        *out += char(0x80 | (cp & 0x3F));
-    } else {
-        *out += char(0xF0 | (cp >> 18));
-        *out += char(0x80 | ((cp >> 12) & 0x3F));
-        *out += char(0x80 | ((cp >> 6) & 0x3F));
-        *out += char(0x80 | (cp & 0x3F));
-    }
+    return std::min(utf8_lead_length(static_cast<uint8_t>(s[pos])), s.size() - pos);
 }
 
 // ---- the GPT-2 byte-level alphabet -------------------------------------------
@@ -134,7 +117,7 @@ struct ByteLevelAlphabet {
         uint32_t next = 256;
         for (int b = 0; b < 256; ++b) {
             const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-            append_utf8(&chars[b], printable ? uint32_t(b) : next++);
+            utf8_append(chars[b], printable ? uint32_t(b) : next++);
             bytes.emplace(chars[b], static_cast<unsigned char>(b));
         }
     }

@@ -18,10 +18,10 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "base/errors.h"
 #include "engine/text/jinja_builtins.h"
 #include "engine/text/jinja_parser.h"
 #include "engine/text/work_budget.h"
-#include "profiles/errors.h"
 
 namespace {
 

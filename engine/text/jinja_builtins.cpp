@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "base/utf8.h"
 #include "engine/text/work_budget.h"
 
 namespace {
@@ -85,16 +86,6 @@ void check_items(size_t n, const Limits& limits) {
 
 // ---- UTF-8 and Python's whitespace ----
 
-std::vector<uint32_t> code_points(std::string_view s) {
-    std::vector<uint32_t> cps;
-    for (size_t i = 0; i < s.size();) {
-        size_t len;
-        cps.push_back(utf8_decode(s, i, &len));
-        i += len;
-    }
-    return cps;
-}
-
 bool py_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
@@ -102,14 +93,14 @@ bool py_space(uint32_t c) {
 
 // str.strip / lstrip / rstrip; chars null: whitespace.
 std::string py_strip(const std::string& s, const std::string* chars, bool left, bool right) {
-    std::vector<uint32_t> set;
-    if (chars) set = code_points(*chars);
+    std::u32string set;
+    if (chars) set = utf8_code_points(*chars, Utf8Form::GENERALIZED);
     auto strip_cp = [&](uint32_t c) { return chars ? std::find(set.begin(), set.end(), c) != set.end() : py_space(c); };
     std::vector<size_t> off = utf8_offsets(s);
     size_t b = 0, e = off.size() - 1;
     size_t len;
-    while (left && b < e && strip_cp(utf8_decode(s, off[b], &len))) ++b;
-    while (right && e > b && strip_cp(utf8_decode(s, off[e - 1], &len))) --e;
+    while (left && b < e && strip_cp(jinja_decode(s, off[b], &len))) ++b;
+    while (right && e > b && strip_cp(jinja_decode(s, off[e - 1], &len))) --e;
     return s.substr(off[b], off[e] - off[b]);
 }
 
@@ -213,7 +204,7 @@ JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxspl
     if (!sep) {
         size_t i = 0, len;
         while (i < s.size()) {
-            while (i < s.size() && py_space(utf8_decode(s, i, &len))) i += len;
+            while (i < s.size() && py_space(jinja_decode(s, i, &len))) i += len;
             if (i >= s.size()) break;
             if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
                 std::string rest = s.substr(i);
@@ -221,7 +212,7 @@ JinjaValue py_split(const std::string& s, const std::string* sep, int64_t maxspl
                 return JinjaValue::from_list(std::move(parts));
             }
             size_t start = i;
-            while (i < s.size() && !py_space(utf8_decode(s, i, &len))) i += len;
+            while (i < s.size() && !py_space(jinja_decode(s, i, &len))) i += len;
             check_items(parts.size() + 1, limits);
             parts.push_back(JinjaValue::from_string(s.substr(start, i - start)));
         }
@@ -248,7 +239,7 @@ template <class F>
 void py_splitlines(const std::string& s, F&& line) {
     size_t i = 0, start = 0, len;
     while (i < s.size()) {
-        uint32_t c = utf8_decode(s, i, &len);
+        uint32_t c = jinja_decode(s, i, &len);
         bool boundary = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e ||
                         c == 0x85 || c == 0x2028 || c == 0x2029;
         if (boundary) {

@@ -3,8 +3,8 @@
 // jinja_chat.h).
 #include "engine/text/jinja_chat.h"
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 
 namespace {
 

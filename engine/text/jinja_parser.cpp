@@ -13,7 +13,8 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
+#include "base/utf8.h"
 
 namespace {
 

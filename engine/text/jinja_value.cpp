@@ -112,7 +112,7 @@ void repr_string_to(const Put& put, const std::string& s) {
             continue;
         }
         size_t len;
-        uint32_t c = utf8_decode(s, i, &len);
+        uint32_t c = jinja_decode(s, i, &len);
         char buf[16];
         if (c == '\\') {
             put("\\\\");
@@ -149,7 +149,7 @@ void json_string_to(const Put& put, const std::string& s, bool ensure_ascii) {
             continue;
         }
         size_t len;
-        uint32_t c = utf8_decode(s, i, &len);
+        uint32_t c = jinja_decode(s, i, &len);
         switch (c) {
         case '"':
             put("\\\"");
@@ -728,49 +728,5 @@ double jinja_as_double(const JinjaValue& v) {
         msg += jinja_type_name(v);
         throw JinjaError(msg);
     }
-    }
-}
-
-std::vector<size_t> utf8_offsets(std::string_view s) {
-    std::vector<size_t> offsets;
-    offsets.reserve(s.size() + 1);
-    for (size_t i = 0; i < s.size(); ++i) {
-        if ((static_cast<unsigned char>(s[i]) & 0xc0) != 0x80) offsets.push_back(i);
-    }
-    offsets.push_back(s.size());
-    return offsets;
-}
-
-uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (i + static_cast<size_t>(n) > s.size()) n = 1;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3fu);
-    *len = static_cast<size_t>(n);
-    return cp;
-}
-
-size_t utf8_length(std::string_view s) {
-    size_t n = 0;
-    for (char c : s) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
-    return n;
-}
-
-void utf8_append(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xc0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xe0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-        out += static_cast<char>(0xf0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-        out += static_cast<char>(0x80 | (cp & 0x3f));
     }
 }

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/utf8.h"
+
 // A template problem, without position; the interpreter adds the line.
 struct JinjaError : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -118,10 +120,13 @@ double jinja_as_double(const JinjaValue& v);
 // Python's repr of a float ("1.0", "0.1", "1e+16", "inf", "nan").
 std::string jinja_float_repr(double d);
 
-// UTF-8 helpers: strings are indexed, sliced and measured in code points, as
-// Python's str is.
-std::vector<size_t> utf8_offsets(std::string_view s);  // byte offset of each code point, plus s.size()
-size_t utf8_length(std::string_view s);
-// The code point at byte i and its length in bytes (a malformed byte: itself, 1).
-uint32_t utf8_decode(std::string_view s, size_t i, size_t* len);
-void utf8_append(std::string& out, uint32_t cp);
+// Strings are indexed, sliced and measured in code points, as Python's str
+// is (base/utf8.h: utf8_offsets, utf8_length). The code point at byte i and
+// its length in bytes, in the generalized form (the lone surrogates that
+// string escapes such as '\ud800' write decode back; a byte that is no
+// character: itself, 1).
+inline uint32_t jinja_decode(std::string_view s, size_t i, size_t* len) {
+    const Utf8Char c = utf8_decode(s, i, Utf8Form::GENERALIZED);
+    *len = c.len;
+    return c.cp;
+}

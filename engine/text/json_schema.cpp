@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "engine/text/jinja_value.h"
-#include "profiles/errors.h"
+#include "base/errors.h"
+#include "base/utf8.h"
 
 using ojson = nlohmann::ordered_json;
 
@@ -398,18 +398,10 @@ private:
     }
 
     uint32_t next_code_point() {
-        unsigned char c = static_cast<unsigned char>(p_[pos_]);
-        int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-        if (c >= 0x80 && c < 0xC0) fail("invalid UTF-8");
-        if (pos_ + len > p_.size()) fail("invalid UTF-8");
-        uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-        for (int i = 1; i < len; ++i) {
-            unsigned char b = static_cast<unsigned char>(p_[pos_ + i]);
-            if ((b & 0xC0) != 0x80) fail("invalid UTF-8");
-            cp = (cp << 6) | (b & 0x3F);
-        }
-        pos_ += len;
-        return cp;
+        const Utf8Char c = utf8_decode(p_, pos_);
+        if (c.status != Utf8Status::VALID) fail("invalid UTF-8");
+        pos_ += c.len;
+        return c.cp;
     }
 
     // Alternatives up to ')' or the end (top level: also up to a final '$').
@@ -1115,7 +1107,7 @@ private:
         std::vector<Node> trie(1);
         for (const std::string& k : known) {
             int n = 0;
-            std::u32string cps = decode(k);
+            std::u32string cps = utf8_code_points(k);
             if (static_cast<int>(cps.size()) > MAX_EXTRA_KEY_CHARS) continue;  // never writable anyway
             for (uint32_t c : cps) {
                 auto it = trie[n].next.find(c);
@@ -1148,20 +1140,6 @@ private:
             return alts.size() == 1 ? alts[0] : group(join(alts, " | "));
         };
         return b_.add_rule(join_name(name, "key"), "\"\\\"\" " + rest(rest, 0, 0));
-    }
-
-    static std::u32string decode(const std::string& s) {
-        std::u32string out;
-        for (size_t i = 0; i < s.size();) {
-            unsigned char c = static_cast<unsigned char>(s[i]);
-            int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-            uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-            for (int j = 1; j < len && i + j < s.size(); ++j)
-                cp = (cp << 6) | (static_cast<unsigned char>(s[i + j]) & 0x3F);
-            out += static_cast<char32_t>(cp);
-            i += len;
-        }
-        return out;
     }
 
     std::string ref(const ojson& r, const std::string& ptr, int depth) {

@@ -29,14 +29,14 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "base/errors.h"
+#include "base/files.h"
+#include "base/utf8.h"
 #include "engine/text/protobuf_wire.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 
 namespace {
 
-constexpr std::string_view SPACE_SYMBOL = "\xE2\x96\x81";      // "▁" U+2581
-constexpr std::string_view REPLACEMENT_CHAR = "\xEF\xBF\xBD";  // U+FFFD
+constexpr std::string_view SPACE_SYMBOL = "\xE2\x96\x81";  // "▁" U+2581
 
 // ModelProto.normalizer_spec (field 3) . add_dummy_prefix (field 3, default true).
 // Repeated occurrences of a message field merge, so the last value wins.
@@ -75,44 +75,6 @@ std::string status_text(const sentencepiece::util::Status& status) {
     // libsentencepiece reports a protobuf failure as a source location.
     if (message.find("ParseFromArray") != std::string::npos) return "cannot parse the protobuf data";
     return message.empty() ? status.ToString() : message;
-}
-
-// ---- UTF-8 ------------------------------------------------------------------
-
-enum class Utf8Head { COMPLETE, INCOMPLETE, INVALID };
-
-// Classifies the character that starts s (non-empty) by the rules of
-// Unicode Table 3-7 (no overlongs, no surrogates, nothing above U+10FFFF):
-// COMPLETE (*len bytes), INCOMPLETE (a valid prefix that needs more bytes),
-// INVALID (s[0] can never start a character here).
-Utf8Head utf8_head(std::string_view s, size_t* len) {
-    const auto b0 = static_cast<uint8_t>(s[0]);
-    size_t need = 0;
-    uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b0 < 0x80) {
-        *len = 1;
-        return Utf8Head::COMPLETE;
-    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-        need = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        need = 3;
-        if (b0 == 0xE0) lo = 0xA0;
-        if (b0 == 0xED) hi = 0x9F;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        need = 4;
-        if (b0 == 0xF0) lo = 0x90;
-        if (b0 == 0xF4) hi = 0x8F;
-    } else {
-        return Utf8Head::INVALID;
-    }
-    for (size_t i = 1; i < need; ++i) {
-        if (i >= s.size()) return Utf8Head::INCOMPLETE;
-        const auto b = static_cast<uint8_t>(s[i]);
-        const uint8_t min = i == 1 ? lo : 0x80, max = i == 1 ? hi : 0xBF;
-        if (b < min || b > max) return Utf8Head::INVALID;
-    }
-    *len = need;
-    return Utf8Head::COMPLETE;
 }
 
 std::string replace_space_symbol(std::string_view piece) {
@@ -474,22 +436,10 @@ Detokenizer::Detokenizer(const Tokenizer& tokenizer, bool strip_leading_space)
     : tokenizer_(&tokenizer), strip_(strip_leading_space) {}
 
 std::string Detokenizer::drain(bool end_of_run) {
-    std::string out;
-    size_t pos = 0;
-    while (pos < pending_.size()) {
-        size_t len = 0;
-        const Utf8Head head = utf8_head(std::string_view(pending_).substr(pos), &len);
-        if (head == Utf8Head::COMPLETE) {
-            out.append(pending_, pos, len);
-            pos += len;
-        } else if (head == Utf8Head::INVALID || end_of_run) {
-            out += REPLACEMENT_CHAR;
-            pos += 1;
-        } else {
-            break;  // a valid start: wait for the rest of the character
-        }
-    }
-    pending_.erase(0, pos);
+    // Before the end of a run, the start of a character waits for its rest.
+    const size_t decided = pending_.size() - (end_of_run ? 0 : utf8_incomplete_tail(pending_));
+    std::string out = utf8_sanitize(std::string_view(pending_).substr(0, decided));
+    pending_.erase(0, decided);
     return out;
 }
 

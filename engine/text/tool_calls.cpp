@@ -5,10 +5,10 @@
 
 #include <array>
 
+#include "base/errors.h"
+#include "base/json_bounded.h"
 #include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/errors.h"
-#include "profiles/json_bounded.h"
 
 namespace {
 

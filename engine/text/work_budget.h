@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 // Why a piece of work ended early: a limit of its own (the input's fault),
 // the process-wide stop (the server is shutting down: a 503, not the

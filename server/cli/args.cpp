@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 Args::Args(std::vector<std::string> args) : words_(std::move(args)), used_(words_.size(), false) {}
 

@@ -17,9 +17,9 @@
 #include <system_error>
 #include <thread>
 
+#include "base/errors.h"
+#include "base/json_bounded.h"
 #include "engine/runtime/session.h"
-#include "profiles/errors.h"
-#include "profiles/json_bounded.h"
 #include "server/cli/args.h"
 #include "server/cli/cli.h"
 #include "server/cli/demo_model.h"

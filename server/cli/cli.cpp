@@ -12,6 +12,8 @@
 #include <optional>
 #include <sstream>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "cpu_kernels/isa.h"
 #include "engine/devices/calibration_key.h"
 #include "engine/model/model_chat.h"
@@ -20,8 +22,6 @@
 #include "engine/runtime/session.h"
 #include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 #include "server/placement_text.h"
 
 using json = nlohmann::json;

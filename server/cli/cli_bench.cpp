@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/calibration_key.h"
@@ -29,8 +31,6 @@
 #include "placement/cache_replay.h"
 #include "placement/residency.h"
 #include "profiles/calibration.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 #include "profiles/profile.h"
 #include "profiles/routing_trace.h"
 #include "server/cli/cli.h"

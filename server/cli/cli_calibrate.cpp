@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/calibration_key.h"
@@ -25,8 +27,6 @@
 #include "engine/model/model_source.h"
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 #include "server/cli/cli.h"
 #ifdef MOE_HAVE_CUDA
 #include "gpu_kernels/bench_gpu.h"

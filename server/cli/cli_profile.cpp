@@ -23,10 +23,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "engine/model/fingerprint.h"
 #include "engine/runtime/session.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 #include "profiles/profile.h"
 #include "profiles/prompts.h"
 #include "profiles/routing_trace.h"

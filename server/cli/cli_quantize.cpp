@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/files.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_source.h"
-#include "profiles/errors.h"
-#include "profiles/files.h"
 #include "server/cli/args.h"
 #include "server/cli/cli.h"
 

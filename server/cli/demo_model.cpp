@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <system_error>
 
+#include "base/errors.h"
 #include "engine/model/synth_model.h"
-#include "profiles/errors.h"
 
 namespace fs = std::filesystem;
 

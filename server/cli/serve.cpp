@@ -11,8 +11,8 @@
 #include <optional>
 #include <thread>
 
+#include "base/errors.h"
 #include "engine/model/model_source.h"
-#include "profiles/errors.h"
 #include "server/cli/args.h"
 #include "server/cli/cli.h"
 #include "server/cli/demo_model.h"

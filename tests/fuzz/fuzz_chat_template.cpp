@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/text/chat_template.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <optional>
 
+#include "base/errors.h"
 #include "engine/model/gguf.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 
 namespace {
 

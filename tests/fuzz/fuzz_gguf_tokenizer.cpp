@@ -10,10 +10,10 @@
 #include <optional>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/model/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 #include "server/openai_request.h"
 
 namespace {

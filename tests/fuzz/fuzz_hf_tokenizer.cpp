@@ -11,9 +11,9 @@
 #include <optional>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/text/hf_tokenizer.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 #include "server/openai_request.h"
 
 namespace {

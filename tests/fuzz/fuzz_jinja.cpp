@@ -8,9 +8,9 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
 #include "engine/text/jinja.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -4,9 +4,9 @@
 // model_config_load does.
 #include <cstdlib>
 
+#include "base/errors.h"
 #include "engine/model/model_config.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nlohmann::json j = fuzz_json(data, size);

@@ -4,6 +4,7 @@
 // Also: utf8_sanitize always yields valid UTF-8.
 #include <cstdlib>
 
+#include "base/utf8.h"
 #include "fuzz_support.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"

@@ -5,9 +5,9 @@
 // refusal must be a MoeError; every accepted tensor must lie in the data.
 #include <cstdlib>
 
+#include "base/errors.h"
 #include "engine/model/safetensors.h"
 #include "fuzz_support.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -13,10 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_bounded.h"
+#include "base/utf8.h"
 #include "embedded_files.h"
 #include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/json_bounded.h"
 #include "server/openai_request.h"
 
 inline std::string fuzz_text(const uint8_t* data, size_t size) {

@@ -5,13 +5,14 @@
 // (the arguments into the value their text holds) or be refused with an
 // ApiError of status 4xx that serialises; the chat's text count must cover
 // the arguments. The input is also parsed alone by
-// json_parse_bounded (profiles/json_bounded.h) under small limits and, when it
+// json_parse_bounded (base/json_bounded.h) under small limits and, when it
 // is accepted, must equal nlohmann's own parse (ordered and not), so the one
 // parser of the program builds what nlohmann builds, duplicate keys included.
 #include <cstdlib>
 
+#include "base/json_bounded.h"
+#include "base/utf8.h"
 #include "fuzz_support.h"
-#include "profiles/json_bounded.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 

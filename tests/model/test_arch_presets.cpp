@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/errors.h"
 #include "cpu_forward.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
@@ -33,7 +34,6 @@
 #include "engine/runtime/token_mixer.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "placement/residency.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"
 

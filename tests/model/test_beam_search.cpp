@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 
+#include "base/errors.h"
 #include "checkpoint_writer.h"
 #include "cpu_kernels/isa.h"
 #include "engine/devices/expert_executor.h"
@@ -30,7 +31,6 @@
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "engine/runtime/kv_cache.h"
-#include "profiles/errors.h"
 #include "reference_model.h"
 #include "test_support.h"
 

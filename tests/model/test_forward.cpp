@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/errors.h"
 #include "checkpoint_writer.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/expert_executor.h"
@@ -25,7 +26,6 @@
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
 #include "logit_compare.h"
-#include "profiles/errors.h"
 #include "reference_model.h"
 #include "test_support.h"
 

@@ -9,9 +9,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
 #include "engine/runtime/session.h"
 #include "engine/text/json_schema.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace {

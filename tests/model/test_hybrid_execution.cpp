@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 
+#include "base/errors.h"
 #include "checkpoint_writer.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
@@ -25,7 +26,6 @@
 #include "engine/runtime/token_mixer.h"
 #include "placement/cache_replay.h"
 #include "placement/residency.h"
-#include "profiles/errors.h"
 #include "profiles/routing_trace.h"
 #include "server/placement_text.h"
 #include "test_support.h"

@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/errors.h"
 #include "embedded_files.h"
 #include "engine/model/cost.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
-#include "profiles/errors.h"
 #include "support/test_support.h"
 #include "support/weights_compare.h"
 

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
 #include "checkpoint_writer.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_config.h"
@@ -24,7 +25,6 @@
 #include "engine/model/tensor_table.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/errors.h"
 #include "profiles/profile.h"
 #include "profiles/prompts.h"
 #include "test_support.h"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/errors.h"
 #include "cpu_forward.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/model/model_source.h"
@@ -18,7 +19,6 @@
 #include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/token_mixer.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 #include "weights_compare.h"
 

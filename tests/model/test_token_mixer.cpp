@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/errors.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
@@ -21,7 +22,6 @@
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/sequence_state.h"
 #include "engine/runtime/token_mixer.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace {

@@ -3,6 +3,7 @@
 // events into chunks and objects, the queue bounds what may wait.
 #include <catch2/catch.hpp>
 
+#include "base/utf8.h"
 #include "engine/text/tokenizer.h"
 #include "server/openai_request.h"
 #include "server_fixture.h"

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 namespace fs = std::filesystem;
 

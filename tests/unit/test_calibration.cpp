@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/errors.h"
 #include "profiles/calibration.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

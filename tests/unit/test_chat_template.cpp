@@ -8,11 +8,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
 #include "engine/model/gguf.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "engine/text/hf_tokenizer.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 // Test-only model builders, defined in test_tokenizer.cpp.

@@ -6,11 +6,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "base/errors.h"
 #include "engine/devices/device_setup.h"
 #include "engine/model/cost.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "alloc_count.h"
+#include "base/errors.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
 #include "engine/model/synth_model.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// profiles/files.*: the atomic writer replaces regular files only (a device,
+// base/files.*: the atomic writer replaces regular files only (a device,
 // pipe or folder at the target is refused and left as it was), writes
 // through a symbolic link to a regular file (the link stays), refuses a link
 // to nothing; the streamed writer leaves the target as it was when its
@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <string>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

@@ -13,10 +13,10 @@
 #include <fstream>
 #include <limits>
 
+#include "base/errors.h"
 #include "cpu_kernels/bf16.h"
 #include "engine/model/gguf.h"
 #include "engine/model/safetensors.h"
-#include "profiles/errors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/errors.h"
 #include "engine/model/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
-#include "profiles/errors.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"
 

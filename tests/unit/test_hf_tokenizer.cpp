@@ -12,12 +12,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_source.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "engine/text/hf_tokenizer.h"
-#include "profiles/errors.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"
 

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "alloc_count.h"
+#include "base/errors.h"
 #include "engine/text/jinja.h"
 #include "engine/text/jinja_chat.h"
 #include "engine/text/work_budget.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

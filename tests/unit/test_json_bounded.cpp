@@ -1,4 +1,4 @@
-// The bounded JSON parse (profiles/json_bounded.h), the one parser of every
+// The bounded JSON parse (base/json_bounded.h), the one parser of every
 // JSON input: each limit refused at its value with the kind, the path and a
 // one-line message naming the text, the value at each limit accepted, the
 // same documents as nlohmann's parser (repeated keys: the last value, at the
@@ -11,9 +11,9 @@
 #include <iterator>
 #include <string>
 
+#include "base/files.h"
+#include "base/json_bounded.h"
 #include "engine/model/model_config.h"
-#include "profiles/files.h"
-#include "profiles/json_bounded.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -15,10 +15,10 @@
 #include <fstream>
 #include <random>
 
+#include "base/errors.h"
 #include "engine/text/grammar.h"
 #include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

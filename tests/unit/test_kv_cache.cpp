@@ -3,8 +3,8 @@
 // growth and exhaustion. Plain numbers, no model.
 #include <catch2/catch.hpp>
 
+#include "base/errors.h"
 #include "engine/runtime/kv_cache.h"
-#include "profiles/errors.h"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/errors.h"
 #include "engine/model/model_config.h"
-#include "profiles/errors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/errors.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/tensor_table.h"
-#include "profiles/errors.h"
 #include "profiles/profile.h"
 #include "support/test_support.h"
 

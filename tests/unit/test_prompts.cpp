@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "profiles/errors.h"
-#include "profiles/files.h"
+#include "base/errors.h"
+#include "base/files.h"
 #include "profiles/routing_trace.h"
 #include "support/test_support.h"
 

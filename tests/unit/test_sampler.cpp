@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "base/errors.h"
 #include "engine/runtime/sampler.h"
-#include "profiles/errors.h"
 
 namespace {
 

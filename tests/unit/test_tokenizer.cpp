@@ -11,10 +11,10 @@
 #include <random>
 #include <sstream>
 
+#include "base/errors.h"
 #include "embedded_files.h"
 #include "engine/text/protobuf_wire.h"
 #include "engine/text/tokenizer.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace tokenizer_test {

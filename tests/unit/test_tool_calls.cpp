@@ -15,13 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/errors.h"
 #include "engine/text/grammar.h"
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/jinja_chat.h"
 #include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "engine/text/tool_calls.h"
-#include "profiles/errors.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

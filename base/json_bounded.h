@@ -7,17 +7,17 @@
 // its members and finds a repeated key with a hash index, where
 // nlohmann::ordered_json's own parser searches every earlier key), and
 // nothing recurses, so a hostile text costs at most its limits. Lives in
-// profiles/, the lowest module that reads JSON, so engine/ and server/ share
-// it. Must not know who reads the text: callers name it (`what`) and word
-// their own errors from JsonError's fields when they need to (the HTTP layer
-// names the request's field).
+// base/, below every module that reads JSON, so they all share it. Must not
+// know who reads the text: callers name it (`what`) and word their own
+// errors from JsonError's fields when they need to (the HTTP layer names the
+// request's field).
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 // Limits of one JSON text.
 struct JsonLimits {

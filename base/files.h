@@ -1,9 +1,9 @@
 // Whole-file reads and atomic writes for the project's small files: a model
 // folder's config.json, safetensors index and tokenizer_config.json, chat
-// files, and the popularity, prompt and calibration files of this folder.
+// files, and the popularity, prompt and calibration files of profiles/.
 // Failures are MoeError naming the path; no std::filesystem exception leaves
-// these functions. Lives here, the lowest module that reads files, so
-// engine/ and server/ use the same reader.
+// these functions. Lives in base/, below every module that reads files, so
+// profiles/, engine/ and server/ use the same reader.
 #pragma once
 #include <filesystem>
 #include <functional>
@@ -12,7 +12,7 @@
 #include <ostream>
 #include <string>
 
-#include "profiles/json_bounded.h"
+#include "base/json_bounded.h"
 
 // What is at path, following symbolic links: file_type::not_found when
 // nothing is (or a parent is not a folder); MoeError "<path>: cannot access

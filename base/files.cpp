@@ -1,5 +1,5 @@
 // Whole-file reads and atomic writes (see files.h).
-#include "profiles/files.h"
+#include "base/files.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <system_error>
 
-#include "profiles/errors.h"
+#include "base/errors.h"
 
 namespace fs = std::filesystem;
 

@@ -2,7 +2,7 @@
 // does not recurse) feeds a builder that checks each limit before it builds
 // the value that would pass it, and assembles arrays and objects bottom-up on
 // its own stack, each finished value moved once into its parent.
-#include "profiles/json_bounded.h"
+#include "base/json_bounded.h"
 
 #include <memory>
 #include <optional>

@@ -2,9 +2,8 @@
 // arguments, requests, popularity and calibration files). Its message is a
 // single line that names the file, tensor or field and what is wrong.
 // Libraries never exit(); main() and the server's request guard catch it in
-// one place each. It lives in profiles/, the lowest module that throws it:
-// engine/ and server/ include it from here (cpu_kernels/ and gpu_kernels/
-// never do).
+// one place each. It lives in base/, below every module that throws it
+// (cpu_kernels/ and gpu_kernels/ never do).
 #pragma once
 #include <stdexcept>
 #include <string>
