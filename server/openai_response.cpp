@@ -212,19 +212,9 @@ std::string OpenAiResponder::on(const GenerateResult& result) {
         if (!reply->calls.empty() && result.finish_reason == FinishReason::STOP) reason = "tool_calls";
     }
     if (options_.stream) {
-        json choice = endpoint_ == Endpoint::CHAT ? json{{"index", 0}, {"delta", json::object()}}
-                                                  : json{{"index", 0}, {"text", ""}};
+        json choice = finish_choice(0, reason);
         choice["logprobs"] = take_logprobs();
-        choice["finish_reason"] = reason;
-        json last = chunk(std::move(choice));
-        last["timings"] = timings_json(result);
-        out += sse_data(last);
-        if (options_.include_usage) {
-            json usage = chunk(nullptr);
-            usage["usage"] = usage_json(result);
-            out += sse_data(usage);
-        }
-        return out + SSE_DONE;
+        return out + streamed_end({std::move(choice)}, usage_json(result), timings_json(result));
     }
     json choice{{"index", 0}};
     if (reply && !reply->calls.empty()) {
@@ -239,14 +229,7 @@ std::string OpenAiResponder::on(const GenerateResult& result) {
         choice["text"] = result.text;
     choice["logprobs"] = take_logprobs();
     choice["finish_reason"] = reason;
-    json j{{"id", id_},
-           {"object", endpoint_ == Endpoint::CHAT ? "chat.completion" : "text_completion"},
-           {"created", created_},
-           {"model", model_},
-           {"choices", json::array({std::move(choice)})},
-           {"usage", usage_json(result)},
-           {"timings", timings_json(result)}};
-    return json_dump(j);
+    return whole_reply(json::array({std::move(choice)}), usage_json(result), timings_json(result));
 }
 
 std::string OpenAiResponder::on(const BeamResult& result) {
@@ -275,28 +258,45 @@ std::string OpenAiResponder::on(const BeamResult& result) {
         choices.push_back(std::move(choice));
     }
     if (options_.stream) {
-        for (size_t i = 0; i < result.hypotheses.size(); i++) {
-            json choice = chat ? json{{"index", i}, {"delta", json::object()}} : json{{"index", i}, {"text", ""}};
-            choice["logprobs"] = nullptr;
-            choice["finish_reason"] = openai_finish_reason(result.hypotheses[i].finish_reason);
-            json last = chunk(std::move(choice));
-            if (i + 1 == result.hypotheses.size()) last["timings"] = timings_json(result, options_);
-            out += sse_data(last);
-        }
-        if (options_.include_usage) {
-            json usage = chunk(nullptr);
-            usage["usage"] = usage_json(result);
-            out += sse_data(usage);
-        }
-        return out + SSE_DONE;
+        std::vector<json> finishes;
+        for (size_t i = 0; i < result.hypotheses.size(); i++)
+            finishes.push_back(finish_choice(i, openai_finish_reason(result.hypotheses[i].finish_reason)));
+        return out + streamed_end(std::move(finishes), usage_json(result), timings_json(result, options_));
     }
+    return whole_reply(std::move(choices), usage_json(result), timings_json(result, options_));
+}
+
+json OpenAiResponder::finish_choice(size_t index, const char* reason) const {
+    json choice = endpoint_ == Endpoint::CHAT ? json{{"index", index}, {"delta", json::object()}}
+                                              : json{{"index", index}, {"text", ""}};
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = reason;
+    return choice;
+}
+
+std::string OpenAiResponder::streamed_end(std::vector<json> finishes, json usage, json timings) const {
+    std::string out;
+    for (size_t i = 0; i < finishes.size(); i++) {
+        json last = chunk(std::move(finishes[i]));
+        if (i + 1 == finishes.size()) last["timings"] = std::move(timings);
+        out += sse_data(last);
+    }
+    if (options_.include_usage) {
+        json usage_chunk = chunk(nullptr);
+        usage_chunk["usage"] = std::move(usage);
+        out += sse_data(usage_chunk);
+    }
+    return out + SSE_DONE;
+}
+
+std::string OpenAiResponder::whole_reply(json choices, json usage, json timings) const {
     json j{{"id", id_},
-           {"object", chat ? "chat.completion" : "text_completion"},
+           {"object", endpoint_ == Endpoint::CHAT ? "chat.completion" : "text_completion"},
            {"created", created_},
            {"model", model_},
            {"choices", std::move(choices)},
-           {"usage", usage_json(result)},
-           {"timings", timings_json(result, options_)}};
+           {"usage", std::move(usage)},
+           {"timings", std::move(timings)}};
     return json_dump(j);
 }
 

@@ -80,6 +80,15 @@ private:
     nlohmann::ordered_json logprob_entry(int token, float logprob) const;
     void add_logprobs(const TokenEvent& event);
     nlohmann::ordered_json take_logprobs();
+    // The end of a reply, written once for every kind of result: streamed,
+    // each choice's finish chunk (finish_choice: an empty delta or text; the
+    // last chunk with the timings), the usage chunk when asked, [DONE];
+    // whole, the one body with its choices, usage and timings.
+    nlohmann::ordered_json finish_choice(size_t index, const char* reason) const;
+    std::string streamed_end(std::vector<nlohmann::ordered_json> finishes, nlohmann::ordered_json usage,
+                             nlohmann::ordered_json timings) const;
+    std::string whole_reply(nlohmann::ordered_json choices, nlohmann::ordered_json usage,
+                            nlohmann::ordered_json timings) const;
     // One per kind of task event (on_event visits them).
     std::string on(const TokenEvent& event);
     std::string on(const GenerateResult& result);

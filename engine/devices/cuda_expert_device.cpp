@@ -75,11 +75,10 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
 CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights& weights,
                                    std::span<const SlotExpert> slots, int pinned_slots, double budget_bytes,
                                    int max_tokens, GpuStream compute, GpuBlas& blas, int staging_slots, CopyMode mode)
-    : config_(config),
+    : ExpertDevice(config.n_layers, std::max(1, config.n_experts), slots, staging_slots, expert_slot_bytes(weights),
+                   budget_bytes),
+      config_(config),
       weights_(weights),
-      pipeline_(config.n_layers, std::max(1, config.n_experts), slots, staging_slots),
-      expert_bytes_(expert_slot_bytes(weights)),
-      budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
       compute_(compute),
       blas_(blas) {
@@ -89,7 +88,7 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
         throw std::invalid_argument("CUDA expert device: more pinned slots than resident slots");
 
     const int n_slots = pipeline_.n_resident() + staging_slots;
-    const double need = double(n_slots) * double(expert_bytes_);
+    const double need = double(n_slots) * double(slot_bytes_);
     if (need > budget_bytes)
         throw MoeError("CUDA device: " + std::to_string(pipeline_.n_resident()) + " resident slots plus " +
                        std::to_string(staging_slots) + " staging slots need " + bytes_text(need) +
@@ -106,7 +105,7 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
         throw MoeError("CUDA device: the experts' slots and scratch need " + bytes_text(device_need) + ", but only " +
                        bytes_text(double(free_bytes)) + " of the device's " + bytes_text(double(total_bytes)) +
                        " are free");
-    slots_ = GpuBuffer(size_t(n_slots) * expert_bytes_);
+    slots_ = GpuBuffer(size_t(n_slots) * slot_bytes_);
     scratch_f32_ = GpuBuffer(scratch_f32);
     scratch_bf16_ = GpuBuffer(scratch_bf16);
     scratch_dequant_ = GpuBuffer(scratch_dequant);
@@ -114,7 +113,7 @@ CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights
     for (int e = 0; e < ExpertPipeline::n_events(staging_slots); e++)
         events_.push_back(std::make_unique<GpuEvent>(ExpertPipeline::timing_event(e)));
     for (int k = 0; k < PINNED_BUFFERS; k++) {
-        pinned_.emplace_back(expert_bytes_);
+        pinned_.emplace_back(slot_bytes_);
         staged_.push_back(std::make_unique<GpuEvent>());
         dma_done_.push_back(std::make_unique<GpuEvent>());
     }
@@ -146,7 +145,7 @@ CudaExpertDevice::~CudaExpertDevice() {
 
 unsigned char* CudaExpertDevice::slot_memory(WeightSlot w) const {
     const size_t slot = size_t(w.staging ? pipeline_.n_resident() + w.index : w.index);
-    return slots_.as<unsigned char>() + slot * expert_bytes_;
+    return slots_.as<unsigned char>() + slot * slot_bytes_;
 }
 
 ExpertWeights CudaExpertDevice::slot_views(int layer, unsigned char* base) const {

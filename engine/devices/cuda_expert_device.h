@@ -88,15 +88,8 @@ public:
                std::span<const SlotCopy> extra) override;
     // Blocks until every compute of the last start() has finished.
     void wait() override;
-    // From the layer's first op (first compute or first copy) to its last
-    // compute's end, by the device's timing events.
-    double last_busy_ms() const override { return last_busy_ms_; }
-    int staging_slots() const override { return pipeline_.staging_slots(); }
-    double budget_bytes() const override { return budget_bytes_; }
-    double resident_bytes() const override { return double(pipeline_.n_resident()) * double(expert_bytes_); }
-    uint64_t copied_bytes() const override { return copied_bytes_; }
-    int resident_slots() const override { return pipeline_.n_resident(); }
-    std::span<const SlotExpert> slots() const override { return pipeline_.residents(); }
+    // last_busy_ms(): from the layer's first op (first compute or first
+    // copy) to its last compute's end, by the device's timing events.
 
     const CopySourceChoice& copy_source() const { return choice_; }
 
@@ -144,10 +137,7 @@ private:
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
-    ExpertPipeline pipeline_;
     Queue queue_{*this};
-    size_t expert_bytes_;  // a slot: the largest layer's w1 + w3 + w2
-    double budget_bytes_;
     int max_tokens_;
     GpuStream compute_;
     GpuBlas& blas_;
@@ -169,7 +159,5 @@ private:
     bool extra_in_flight_ = false;  // a start() enqueued extra copies since the last sync_copies()
 
     CopySourceChoice choice_;
-    uint64_t copied_bytes_ = 0;
-    double last_busy_ms_ = 0;
     bool started_ = false;  // a start() not yet waited for
 };

@@ -30,11 +30,10 @@ EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& we
 EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights,
                                std::span<const SlotExpert> slots, double budget_bytes, int max_tokens, int threads,
                                int staging_slots)
-    : config_(config),
+    : ExpertDevice(config.n_layers, std::max(1, config.n_experts), slots, staging_slots,
+                   size_t(cost_expert(config, 0, weight_format(weights)).bytes), budget_bytes),
+      config_(config),
       weights_(weights),
-      pipeline_(config.n_layers, std::max(1, config.n_experts), slots, staging_slots),
-      slot_bytes_(size_t(cost_expert(config, 0, weight_format(weights)).bytes)),
-      budget_bytes_(budget_bytes),
       max_tokens_(max_tokens),
       scratch_(size_t(2) * max_tokens * config.hidden_dim),
       pool_(threads) {

@@ -47,13 +47,6 @@ public:
     void start(int layer, const ExpertRows& rows, std::span<const DeviceTask> tasks,
                std::span<const SlotCopy> extra) override;
     void wait() override;
-    double last_busy_ms() const override { return last_busy_ms_; }
-    int staging_slots() const override { return pipeline_.staging_slots(); }
-    double budget_bytes() const override { return budget_bytes_; }
-    double resident_bytes() const override { return double(pipeline_.n_resident()) * double(slot_bytes_); }
-    uint64_t copied_bytes() const override { return copied_bytes_; }
-    int resident_slots() const override { return pipeline_.n_resident(); }
-    std::span<const SlotExpert> slots() const override { return pipeline_.residents(); }
 
 private:
     // One op of the pipeline's list; events need nothing, since the ops run
@@ -94,16 +87,11 @@ private:
 
     const ModelConfig& config_;
     const ModelWeights& weights_;
-    ExpertPipeline pipeline_;
     OpQueue queue_{*this};
-    size_t slot_bytes_;  // one expert of the largest layer: w1 + w3 + w2
-    double budget_bytes_;
     int max_tokens_;
     std::unique_ptr<std::byte[]> memory_;  // (n_resident + S) slots: resident slots, then staging
     std::vector<float> scratch_;      // 2 * max_tokens * hidden_dim
     ThreadPool pool_;                 // the device's compute: its own threads
-    uint64_t copied_bytes_ = 0;
-    double last_busy_ms_ = 0;
     std::vector<Op> enqueued_;  // by the engine thread during start()
 
     std::mutex mutex_;

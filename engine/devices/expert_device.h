@@ -8,6 +8,7 @@
 // Implemented by the emulated device (engine/devices/emulated_device.h, a
 // test double and dry run) and, when built with CUDA, by the CUDA executor.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -27,18 +28,34 @@ public:
                        std::span<const SlotCopy> extra) = 0;
     // Returns when every task of the last start() has written its output.
     virtual void wait() = 0;
+    // The rest is every device's bookkeeping, kept here once:
     // Time the device spent on the last start()'s tasks, copies included,
     // by its own clock; valid after wait().
-    virtual double last_busy_ms() const = 0;
-
+    double last_busy_ms() const { return last_busy_ms_; }
     // Slots a copied expert runs from: with two or more, the next copy
     // overlaps the current expert's compute (a two-stage pipeline).
-    virtual int staging_slots() const = 0;
-    virtual double budget_bytes() const = 0;    // device memory given to experts
-    virtual double resident_bytes() const = 0;  // held by the resident slots (pinned and cache)
-    virtual uint64_t copied_bytes()
-        const = 0;                           // moved by start() so far, extra copies too (excluding the initial load)
-    virtual int resident_slots() const = 0;  // pinned and cache slots
+    int staging_slots() const { return pipeline_.staging_slots(); }
+    double budget_bytes() const { return budget_bytes_; }  // device memory given to experts
+    // Held by the resident slots (pinned and cache).
+    double resident_bytes() const { return double(pipeline_.n_resident()) * double(slot_bytes_); }
+    // Moved by start() so far, extra copies too (excluding the initial load).
+    uint64_t copied_bytes() const { return copied_bytes_; }
+    int resident_slots() const { return pipeline_.n_resident(); }  // pinned and cache slots
     // What each resident slot holds now (model layers; layer -1: empty).
-    virtual std::span<const SlotExpert> slots() const = 0;
+    std::span<const SlotExpert> slots() const { return pipeline_.residents(); }
+
+protected:
+    // slots: what each resident slot holds at start-up (model layers, layer
+    // -1: an empty cache slot) of a model of n_layers x n_experts; slot_bytes:
+    // one slot (an expert of the largest layer); budget_bytes: the device
+    // memory given to experts (the device checks it holds its slots).
+    ExpertDevice(int n_layers, int n_experts, std::span<const SlotExpert> slots, int staging_slots,
+                 size_t slot_bytes, double budget_bytes)
+        : pipeline_(n_layers, n_experts, slots, staging_slots), slot_bytes_(slot_bytes), budget_bytes_(budget_bytes) {}
+
+    ExpertPipeline pipeline_;
+    size_t slot_bytes_;
+    double budget_bytes_;
+    uint64_t copied_bytes_ = 0;
+    double last_busy_ms_ = 0;
 };

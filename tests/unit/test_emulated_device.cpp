@@ -164,23 +164,15 @@ public:
 class PipelineOnlyDevice final : public ExpertDevice {
 public:
     PipelineOnlyDevice(const ModelConfig& c, std::span<const SlotExpert> slots)
-        : pipeline_(c.n_layers, c.n_experts, slots, DEFAULT_STAGING_SLOTS) {}
+        : ExpertDevice(c.n_layers, c.n_experts, slots, DEFAULT_STAGING_SLOTS, 0, 0) {}
     const char* name() const override { return "pipeline only (test double)"; }
     void start(int layer, const ExpertRows& rows, std::span<const DeviceTask> tasks,
                std::span<const SlotCopy> extra) override {
         pipeline_.start(queue_, layer, rows, tasks, extra);
     }
     void wait() override { pipeline_.wait(queue_); }
-    double last_busy_ms() const override { return 0; }
-    int staging_slots() const override { return pipeline_.staging_slots(); }
-    double budget_bytes() const override { return 0; }
-    double resident_bytes() const override { return 0; }
-    uint64_t copied_bytes() const override { return 0; }
-    int resident_slots() const override { return pipeline_.n_resident(); }
-    std::span<const SlotExpert> slots() const override { return pipeline_.residents(); }
 
 private:
-    ExpertPipeline pipeline_;
     NullQueue queue_;
 };
 
