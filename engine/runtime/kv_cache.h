@@ -82,7 +82,9 @@ public:
     int n_seqs() const { return int(tables_.size()); }
     int kv_dim() const { return kv_dim_; }
     const char* kind() const override { return "kv"; }
-    size_t bytes_per_position() const override { return size_t(2) * n_layers_ * kv_dim_ * sizeof(float); }
+    // fp32 keys and values of n_layers layers of kv_dim each, for one position.
+    static size_t position_bytes(int n_layers, int kv_dim) { return size_t(2) * n_layers * kv_dim * sizeof(float); }
+    size_t bytes_per_position() const override { return position_bytes(n_layers_, kv_dim_); }
     size_t bytes_per_sequence() const override { return 0; }
     size_t bytes() const override { return size_t(n_blocks()) * KV_BLOCK * bytes_per_position(); }
     size_t bytes_in_use() const override { return size_t(blocks_in_use()) * KV_BLOCK * bytes_per_position(); }

@@ -103,5 +103,5 @@ std::unique_ptr<SequenceState> make_sequence_state(const ModelConfig& config, in
 }
 
 double sequence_state_bytes(const ModelConfig& config, int ctx) {
-    return double(config.n_attention_layers()) * ctx * config.n_kv_heads * config.head_dim * 2.0 * sizeof(float);
+    return double(KvCache::position_bytes(config.n_attention_layers(), config.n_kv_heads * config.head_dim)) * ctx;
 }
