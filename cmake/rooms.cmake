@@ -2,8 +2,8 @@
 #
 # A room is one CMake target and the folders (or single files) whose code it
 # holds: cpu_kernels/ is moe_cpu_kernels, engine/'s four folders are
-# moe_engine, server/ without main.cpp is moe_server_lib, server/cli/ is
-# moe_cli, server/main.cpp is the moe-server executable (and cmake/'s two
+# moe_engine, server/ without main.cpp is moe_server_lib, apps/ is
+# moe_cli, apps/main.cpp is the moe-server executable (and cmake/'s two
 # files are the embedding tool and moe_assets). A room's DEPS are the
 # rooms its code may include (and, through them, what those reach); they are
 # also exactly the project targets it links: each module's CMakeLists.txt takes
@@ -219,11 +219,16 @@ moe_room(moe_placement DIRS placement DEPS moe_profiles)
 moe_room(moe_gpu_kernels DIRS gpu_kernels DEPS moe_cpu_kernels EXTERNAL CUDA::cudart CUDA::cublas
   ONLY_IF MOE_HAVE_CUDA)
 # One room for now: its folders include each other both ways.
-moe_room(moe_engine DIRS engine/devices engine/model engine/runtime engine/text
-  DEPS moe_base moe_cpu_kernels moe_placement moe_profiles moe_assets moe_gpu_kernels
-  EXTERNAL nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE PkgConfig::PCRE2 PkgConfig::UTF8PROC
-  Threads::Threads)
-moe_room(moe_server_lib DIRS server EXCLUDE server/main.cpp DEPS moe_base moe_engine moe_assets
+moe_room(moe_formats DIRS engine/formats DEPS moe_base moe_cpu_kernels)
+moe_room(moe_text DIRS engine/text DEPS moe_base moe_formats moe_assets
+  EXTERNAL nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE PkgConfig::PCRE2 PkgConfig::UTF8PROC)
+moe_room(moe_model DIRS engine/model DEPS moe_base moe_cpu_kernels moe_formats moe_text moe_profiles moe_assets
+  EXTERNAL nlohmann_json::nlohmann_json Threads::Threads)
+moe_room(moe_chat DIRS chat DEPS moe_base moe_text moe_model EXTERNAL nlohmann_json::nlohmann_json)
+moe_room(moe_engine DIRS engine/devices engine/runtime
+  DEPS moe_base moe_cpu_kernels moe_model moe_text moe_placement moe_profiles moe_gpu_kernels
+  EXTERNAL nlohmann_json::nlohmann_json Threads::Threads)
+moe_room(moe_server_lib DIRS server DEPS moe_base moe_engine moe_chat moe_assets
   EXTERNAL PkgConfig::CPP_HTTPLIB)
-moe_room(moe_cli DIRS server/cli DEPS moe_base moe_server_lib)
-moe_room(moe-server FILES server/main.cpp DEPS moe_base moe_cli)
+moe_room(moe_cli DIRS apps EXCLUDE apps/main.cpp DEPS moe_base moe_server_lib)
+moe_room(moe-server FILES apps/main.cpp DEPS moe_base moe_cli)

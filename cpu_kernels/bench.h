@@ -2,7 +2,7 @@
 // stdout: each figure sits beside the ceiling measured in the same run and
 // their ratio, so results survive a noisy machine. Called by `moe-server
 // bench ceiling|kernels`; bench decode / prefill / beam
-// (server/cli/cli_bench.cpp) take their roofline from bench_ceiling(). Not
+// (apps/cli_bench.cpp) take their roofline from bench_ceiling(). Not
 // tests; knows no model, only the shapes its caller gives.
 #pragma once
 #include <string>

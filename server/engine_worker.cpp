@@ -38,7 +38,11 @@ std::string EngineWorker::load_error() const {
 
 void EngineWorker::main(const std::function<void(const Session&)>& on_ready, const std::function<void()>& on_failed) {
     try {
-        engine_ = std::make_unique<Session>(load_model(model_), options_);
+        std::shared_ptr<const Model> model = load_model(model_);
+        std::string warning;
+        chat_ = std::make_unique<const ModelChat>(*model, &warning);
+        if (!warning.empty()) std::fprintf(stderr, "moe-server: %s\n", warning.c_str());
+        engine_ = std::make_unique<Session>(std::move(model), options_);
     } catch (const std::exception& e) {
         {
             std::lock_guard lock(error_mutex_);

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "chat/model_chat.h"
 #include "engine/runtime/session.h"
 #include "server/request_queue.h"
 
@@ -45,6 +46,8 @@ public:
     bool stopped() const { return stopped_.load(); }
     // Only once ready().
     Session& engine() { return *engine_; }
+    // How the model's chats are rendered and its tool calls read; only once ready().
+    const ModelChat& chat() const { return *chat_; }
     // Why loading failed; empty when it did not.
     std::string load_error() const;
 
@@ -66,6 +69,7 @@ private:
     SessionOptions options_;
     RequestQueue queue_;
     std::unique_ptr<Session> engine_;
+    std::unique_ptr<const ModelChat> chat_;
     std::thread thread_;
     std::atomic<bool> ready_{false};
     std::atomic<bool> stopped_{false};

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <utility>
 
-#include "engine/text/json_schema.h"
+#include "chat/json_schema.h"
 #include "engine/text/work_budget.h"
 
 namespace {
@@ -66,12 +66,12 @@ ApiError invalid_messages(const MoeError& error) {
 namespace {
 
 template <class Render>
-auto render_chat(const Session& e, const ChatInput& chat, Render render) {
-    if (chat.tools.is_array() && !chat.tools.empty() && !e.model().has_jinja_template())
+auto render_chat(const ModelChat& chat, const ChatInput& input, Render render) {
+    if (input.tools.is_array() && !input.tools.empty() && !chat.has_jinja())
         throw ApiError(400,
                        "'tools' (tool calling) needs the model's own Jinja chat_template, which this model lacks "
                        "(its chats use the " +
-                           e.model().chat_template_name() + " renderer).",
+                           chat.name() + " renderer).",
                        "tools", "unsupported_parameter");
     try {
         return render();
@@ -112,11 +112,11 @@ std::shared_ptr<const Grammar> output_grammar(const Session& e, const OutputForm
 
 // The grammar of a forced tool_choice (required, or one named function):
 // the template family's call envelope around each tool's parameter schema.
-std::shared_ptr<const Grammar> tool_grammar(const Session& e, const ChatRequest& r) {
-    const ToolCallFormat& format = e.model().tool_call_format();
+std::shared_ptr<const Grammar> tool_grammar(const Session& e, const ModelChat& chat, const ChatRequest& r) {
+    const ToolCallFormat& format = chat.tool_format();
     if (format.family == ToolCallFamily::NONE)
         throw ApiError(400,
-                       "'tool_choice' cannot force a call: this model's chat template (" + e.model().chat_template_name() +
+                       "'tool_choice' cannot force a call: this model's chat template (" + chat.name() +
                            ") writes tool calls in no format this server knows.",
                        "tool_choice", "unsupported_parameter");
     const bool named = r.tool_choice.kind == ToolChoice::Kind::NAMED;
@@ -131,12 +131,16 @@ std::shared_ptr<const Grammar> tool_grammar(const Session& e, const ChatRequest&
 
 }  // namespace
 
-ChatPrompt chat_prompt_of(const Session& e, const ChatInput& chat) {
-    return render_chat(e, chat, [&] { return e.chat_prompt(chat); });
+std::vector<int> chat_prompt_of(const Session& e, const ModelChat& chat, const ChatInput& input) {
+    ChatPrompt prompt = render_chat(chat, input, [&] { return chat.prompt(e.model().tokenizer(), input); });
+    std::vector<ReplySpan> replies;
+    for (const ChatSpan& s : prompt.spans)
+        if (s.reply) replies.push_back({s.begin, s.end, input.messages[size_t(s.message)].content});
+    return e.carry_replies(std::move(prompt.ids), replies);
 }
 
-std::string chat_text_of(const Session& e, const ChatInput& chat) {
-    return render_chat(e, chat, [&] { return e.model().chat_text(chat); });
+std::string chat_text_of(const ModelChat& chat, const ChatInput& input) {
+    return render_chat(chat, input, [&] { return chat.text(input); });
 }
 
 std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text, bool add_bos) {
@@ -146,22 +150,22 @@ std::vector<int> text_tokens(const Tokenizer& tokenizer, const std::string& text
 
 GenerationTasks::GenerationTasks(Metrics& metrics) : metrics_(metrics) {}
 
-ChatTask GenerationTasks::chat(const Session& e, const ChatRequest& chat) {
+ChatTask GenerationTasks::chat(const Session& e, const ModelChat& model_chat, const ChatRequest& chat) {
     const size_t bytes = chat_input_bytes(chat.chat);
     check_text_length(e, bytes, "messages");
     RequestGrammar grammar;
     switch (chat.tool_choice.kind) {
     case ToolChoice::Kind::REQUIRED:
-    case ToolChoice::Kind::NAMED: grammar = {tool_grammar(e, chat), "tools"}; break;
+    case ToolChoice::Kind::NAMED: grammar = {tool_grammar(e, model_chat, chat), "tools"}; break;
     default: grammar = {output_grammar(e, chat.options.format), output_grammar_param(chat.options.format)};
     }
-    std::vector<int> prompt = chat_prompt_of(e, chat.chat).ids;
+    std::vector<int> prompt = chat_prompt_of(e, model_chat, chat.chat);
     release_tokenizer_memory(bytes);
     ChatTask out{make(e, Endpoint::CHAT, std::move(prompt), chat.options, std::move(grammar))};
-    const ToolCallFormat& format = e.model().tool_call_format();
+    const ToolCallFormat& format = model_chat.tool_format();
     if (chat.tool_choice.kind != ToolChoice::Kind::NONE && format.family != ToolCallFamily::NONE) {
         out.tool_calls = &format;
-        out.tool_trigger_token = e.model().tool_call_trigger_token();
+        out.tool_trigger_token = model_chat.tool_trigger_token();
     }
     return out;
 }

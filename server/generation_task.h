@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/errors.h"
+#include "chat/model_chat.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/session.h"
 #include "server/metrics.h"
@@ -44,13 +45,15 @@ struct RequestGrammar {
     std::string param;
 };
 
-// A chat request's prompt ids (Session::chat_prompt) or text
-// (Session::chat_text, for /apply-template), with the engine's refusals as
-// ApiErrors: 400 "template_error" naming the template's problem
-// (ChatTemplateError), 400 invalid messages (invalid_messages), 400
-// unsupported 'tools' for a model without a Jinja template.
-ChatPrompt chat_prompt_of(const Session& engine, const ChatInput& chat);
-std::string chat_text_of(const Session& engine, const ChatInput& chat);
+// A chat request's prompt ids: the model's rendering (ModelChat::prompt)
+// with each reply the session generated carried by its ids
+// (Session::carry_replies); or its text (ModelChat::text, for
+// /apply-template). The refusals are ApiErrors: 400 "template_error" naming
+// the template's problem (ChatTemplateError), 400 invalid messages
+// (invalid_messages), 400 unsupported 'tools' for a model without a Jinja
+// template.
+std::vector<int> chat_prompt_of(const Session& engine, const ModelChat& chat, const ChatInput& input);
+std::string chat_text_of(const ModelChat& chat, const ChatInput& input);
 
 // Tokenizer::encode_prompt (BOS first when the tokenizer adds one) with
 // add_bos, else the plain encoding of text.
@@ -72,15 +75,15 @@ public:
     // metrics: counted into on the engine thread; must outlive the tasks.
     explicit GenerationTasks(Metrics& metrics);
 
-    // HTTP thread: the task of a chat request; its prompt is
-    // Session::chat_prompt (one rendering, remembered replies by their ids).
+    // HTTP thread: the task of a chat request; its prompt is chat_prompt_of
+    // (one rendering, remembered replies by their ids).
     // Throws ApiError: 400 for messages the template refuses, 400
     // context_length_exceeded when the prompt leaves no room for a reply
     // or its text is longer than MAX_TEXT_BYTES_PER_TOKEN per position,
     // 400 naming the field for a schema, grammar or tool the engine refuses.
     // The reply is constrained by a forced tool_choice's envelope grammar
     // (each tool's parameters a schema), else by the output format.
-    ChatTask chat(const Session& engine, const ChatRequest& request);
+    ChatTask chat(const Session& engine, const ModelChat& chat, const ChatRequest& request);
     // HTTP thread: the task of a completion request (its token ids as
     // given, or BOS and the text's encoding). Throws as chat() does.
     std::shared_ptr<Task> completion(const Session& engine, const CompletionRequest& request);

@@ -181,7 +181,7 @@ struct HttpServer::Impl {
     void handle_chat(const httplib::Request& req, httplib::Response& res) {
         Session& e = require_engine();
         ChatRequest chat = chat_request_parse(parse_json_body(req.body), e.ctx());
-        ChatTask task = tasks.chat(e, chat);
+        ChatTask task = tasks.chat(e, worker.chat(), chat);
         OpenAiResponder responder(Endpoint::CHAT, chat.options, model_id, e.model().tokenizer());
         if (task.tool_calls) responder.parse_tool_calls(*task.tool_calls, task.tool_trigger_token);
         answer(req, res, std::move(task.task), std::move(responder));
@@ -198,7 +198,7 @@ struct HttpServer::Impl {
         TokenizeRequest t = tokenize_request_parse(parse_json_body(req.body));
         std::vector<int> ids;
         if (t.has_messages) {
-            ids = chat_prompt_of(e, t.chat).ids;
+            ids = chat_prompt_of(e, worker.chat(), t.chat);
         } else {
             ids = text_tokens(e.model().tokenizer(), t.content, t.add_special);
         }
@@ -222,7 +222,7 @@ struct HttpServer::Impl {
     // llama.cpp's /apply-template: a chat request's prompt text, as the
     // model's template renders it, without generating.
     void handle_apply_template(const httplib::Request& req, httplib::Response& res) {
-        Session& e = require_engine();
+        require_engine();
         ChatInput chat = chat_input_parse(parse_json_body(req.body));
         const size_t bytes = chat_input_bytes(chat);
         if (bytes > MAX_TOKENIZE_BYTES)
@@ -230,7 +230,7 @@ struct HttpServer::Impl {
                            "Invalid 'messages': " + std::to_string(bytes) + " bytes of text, but /apply-template " +
                                "renders at most " + std::to_string(MAX_TOKENIZE_BYTES) + " bytes per request.",
                            "messages", "invalid_value");
-        send_json(res, {{"prompt", chat_text_of(e, chat)}});
+        send_json(res, {{"prompt", chat_text_of(worker.chat(), chat)}});
     }
 
     void handle_experts(const httplib::Request&, httplib::Response& res) {
@@ -311,7 +311,7 @@ struct HttpServer::Impl {
                          {"n_experts", c.n_experts},
                          {"n_experts_active", c.n_experts_active},
                          {"architecture", c.architecture},
-                         {"chat_template", engine.model().chat_template_name()},
+                         {"chat_template", worker.chat().name()},
                          {"tokenizer", engine.model().tokenizer().source()}};
         }
         return m;

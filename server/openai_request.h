@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/json_bounded.h"
-#include "engine/text/chat_template.h"
+#include "chat/chat_template.h"
 #include "engine/runtime/sampler.h"
 
 // Limits of a request body's JSON, checked as it is parsed, before anything

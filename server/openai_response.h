@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_calls.h"
 #include "engine/runtime/session.h"
-#include "engine/text/tool_calls.h"
 #include "server/openai_request.h"
 #include "server/request_queue.h"
 

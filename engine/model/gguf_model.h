@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/gguf.h"
+#include "engine/formats/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 

@@ -13,7 +13,6 @@ Model::Model(const ModelOptions& o)
       weights_(model_source_shared_weights(source_, config_, o.threads > 0 ? o.threads : physical_core_count(),
                                            o.weights)),
       tokenizer_(model_source_tokenizer(source_, config_)),
-      chat_(source_, tokenizer_, &warning_),
       grammar_vocab_(std::make_shared<const GrammarVocab>(tokenizer_)) {}
 
 Model::~Model() = default;

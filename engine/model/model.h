@@ -1,6 +1,7 @@
-// Model: a loaded model, immutable and shared: its config, weights,
-// tokenizer and chat formats (built-in template, Jinja template, tool-call
-// format), and the grammars parsed against its vocabulary. Every method is
+// Model: a loaded model, immutable and shared: its config, weights and
+// tokenizer, and the grammars parsed against its vocabulary. (How its chats
+// are rendered and its tool calls read is chat/model_chat.h's, built from
+// source() and tokenizer().) Every method is
 // const and safe from any thread; sessions (engine/runtime/session.h) hold
 // it by shared_ptr, so several sessions, one after another or at once, run
 // one copy (`bench suite`). What changes while requests run (sequence
@@ -15,13 +16,10 @@
 #include <vector>
 
 #include "engine/model/cost.h"
-#include "engine/model/model_chat.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_source.h"
-#include "engine/text/chat_template.h"
 #include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"
-#include "engine/text/tool_calls.h"
 
 struct ModelWeights;  // engine/model/weights.h
 
@@ -47,32 +45,9 @@ public:
     // Bytes per weight of the loaded matrices (bf16: 2), for costs and rooflines.
     WeightFormat weight_format() const;
     const Tokenizer& tokenizer() const { return tokenizer_; }
-    // The built-in chat template (family detection; Mistral's by default).
-    const ChatTemplate& chat_template() const { return chat_.builtin(); }
     std::string model_id() const;  // the model folder's name, or synth:PRESET:SEED
-    // Non-fatal notes from loading (e.g. "no chat_template: using Mistral's"); empty when none.
-    const std::string& load_warning() const { return warning_; }
-
-    // A chat request's prompt, rendered once: by the model's Jinja
-    // chat_template when it renders this request (ModelChat::uses_jinja: one
-    // span, message -1), else by the built-in renderer (spans per message,
-    // replies marked, so a session can carry its own replies' ids). Throws
-    // ChatTemplateError for a template error, MoeError as
-    // ChatTemplate::render does.
-    ChatPrompt chat_prompt(const ChatInput& chat) const { return chat_.prompt(tokenizer_, chat); }
-    // Its text (for /apply-template): the Jinja rendering, or the built-in
-    // renderer's text with special tokens spelled out.
-    std::string chat_text(const ChatInput& chat) const { return chat_.text(chat); }
-    // How chats are rendered, for the UI: "jinja (tokenizer_config.json)",
-    // "mistral (built-in; jinja (tokenizer_config.json) for tools)", ...
-    std::string chat_template_name() const { return chat_.name(); }
-    // Whether the model has a Jinja chat template (which alone renders tools).
-    bool has_jinja_template() const { return chat_.has_jinja(); }
-    // How the template's tool calls look in a reply (engine/text/tool_calls.h;
-    // the NONE row without a Jinja template or a known format), and its
-    // trigger's control-token id (-1: the trigger is text).
-    const ToolCallFormat& tool_call_format() const { return chat_.tool_format(); }
-    int tool_call_trigger_token() const { return chat_.tool_trigger_token(); }
+    // Where it came from (the --model string, parsed).
+    const ModelSource& source() const { return source_; }
 
     // A GBNF grammar (engine/text/grammar.h) parsed against this model's
     // vocabulary, for GenerateRequest::grammar. The newest
@@ -89,8 +64,6 @@ private:
     ModelConfig config_;
     std::shared_ptr<const ModelWeights> weights_;
     Tokenizer tokenizer_;
-    std::string warning_;  // before chat_, which fills it
-    ModelChat chat_;
     std::shared_ptr<const GrammarVocab> grammar_vocab_;
     mutable std::mutex grammar_mutex_;
     mutable std::vector<std::shared_ptr<const Grammar>> grammars_;  // newest last

@@ -1,5 +1,6 @@
 // Model sources: what a --model string names, decided here and nowhere else,
-// and the config, weights, tokenizer and chat template of either kind.
+// and the config, weights and tokenizer of either kind (its chat template is
+// chat/model_chat.h's).
 //
 // * "synth:PRESET[:SEED]" (SEED defaults to 0) is a synthetic source: the
 //   random weights `synth-model --preset PRESET --seed SEED` writes, bit for
@@ -22,11 +23,9 @@
 #include <string>
 #include <string_view>
 
-#include "engine/model/gguf.h"
+#include "engine/formats/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "engine/text/chat_template.h"
-#include "engine/text/jinja_chat.h"
 #include "engine/text/tokenizer.h"
 
 struct ModelSource {
@@ -93,17 +92,3 @@ Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& c
 // preset's: the embedded tokenizer and Mixtral's template, or the stand-in
 // BPE and its preset's template.
 std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& source, const ModelConfig& config);
-
-// The folder's chat template (ChatTemplate::from_model_dir, which sets
-// *warning when it falls back), or Mistral's built-in one (no warning).
-ChatTemplate model_source_chat_template(const ModelSource& source, std::string* warning);
-
-// The model's Jinja chat template, rendered by engine/text/jinja*.h: a
-// folder's tokenizer_config.json chat_template (or chat_template.jinja), a
-// GGUF file's tokenizer.chat_template with the tokenizer's BOS/EOS pieces as
-// bos_token / eos_token; nullopt for a synthetic source or a model without
-// one. *origin names where it came from ("tokenizer_config.json",
-// "chat_template.jinja", "GGUF tokenizer.chat_template"). MoeError naming the
-// file for a malformed config or a template that does not parse.
-std::optional<JinjaChat> model_source_jinja_chat(const ModelSource& source, const Tokenizer& tokenizer,
-                                                 std::string* origin);

@@ -33,8 +33,8 @@
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/thread_pool.h"
 #include "embedded_files.h"
-#include "engine/model/gguf.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/gguf.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/tensor_table.h"
 #include "engine/text/gguf_tokenizer.h"
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "cpu_kernels/bf16.h"
-#include "engine/model/gguf.h"
+#include "engine/formats/gguf.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/host_memory.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
 #include "engine/model/tensor_table.h"
 
 struct ExpertWeights {

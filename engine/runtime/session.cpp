@@ -1,7 +1,7 @@
 // Session: runs generation and scoring requests on a Model, on the calling
 // thread (see session.h). The prompt's prefix shared with the previous
 // request is reused where the sequence state can be cut back to it, and a
-// chat prompt carries the ids generated for earlier replies (ChatReplies),
+// chat prompt carries the ids generated for earlier replies (ReplyMemory),
 // so a multi-turn chat only prefills what is new.
 #include "engine/runtime/session.h"
 
@@ -20,7 +20,6 @@
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/chat_replies.h"
 #include "engine/runtime/forward.h"
 #include "engine/runtime/sequence_state.h"
 #include "engine/runtime/token_mixer.h"
@@ -81,7 +80,7 @@ struct Session::Impl {
     const ModelConfig& config;
     const ModelWeights& weights;
     const Tokenizer& tokenizer;
-    std::string warning;  // the model's load warning, then the device's
+    std::string warning;  // the device's (a cached calibration it could not use)
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -94,7 +93,7 @@ struct Session::Impl {
     ForwardPass forward;
     Batch batch;
     std::vector<int> cached;  // tokens whose keys/values are in slot 0, in order
-    ChatReplies replies;      // recent replies' ids, so a chat's next turn reuses cached
+    ReplyMemory replies;      // recent replies' ids, so a chat's next turn reuses cached
     mutable std::mutex stats_mutex;
     RoutingStats stats_total, stats_last, stats_step;
     ExecutionStats exec_total, exec_last;        // with a device
@@ -107,7 +106,6 @@ struct Session::Impl {
           config(model.config()),
           weights(model.weights()),
           tokenizer(model.tokenizer()),
-          warning(model.load_warning()),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
           device(device_setup(o, config, weights, ctx, pool)),
@@ -239,8 +237,8 @@ const std::string& Session::load_warning() const { return impl_->warning; }
 int Session::ctx() const { return impl_->ctx; }
 int Session::threads() const { return impl_->pool.size(); }
 
-ChatPrompt Session::chat_prompt(const ChatInput& chat) const {
-    return impl_->replies.splice(impl_->model.chat_prompt(chat), chat.messages, impl_->tokenizer);
+std::vector<int> Session::carry_replies(std::vector<int> ids, std::span<ReplySpan> replies) const {
+    return impl_->replies.splice(std::move(ids), replies, impl_->tokenizer);
 }
 
 void Session::set_routing_observer(RoutingObserver* observer) {

@@ -1,6 +1,6 @@
 // Session: what runs requests on a Model (engine/model/model.h): the
 // sequence state (KV cache) of its context, the forward pass, the expert
-// executor and the device experts may run on, the thread pool, the chat
+// executor and the device experts may run on, the thread pool, the
 // replies it generated (for prompt-prefix reuse across chat turns) and the
 // statistics. It runs one generation at a time on the calling thread. The
 // model is shared and immutable; several sessions may run one model. Knows
@@ -14,8 +14,8 @@
 // * model() (every Model method is const and thread-safe), ctx, threads,
 //   load_warning, placement: set at construction, never changed;
 // * check_prompt and check_grammar: read only what construction fixed;
-// * chat_prompt: the remembered replies are guarded by a mutex
-//   (engine/runtime/chat_replies.h);
+// * carry_replies: the remembered replies are guarded by a mutex
+//   (engine/runtime/reply_memory.h);
 // * routing_counts, execution_stats and expert_slots: copies taken under the
 //   statistics mutex.
 #pragma once
@@ -34,10 +34,9 @@
 #include "engine/model/cost.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/reply_memory.h"
 #include "engine/runtime/sampler.h"
-#include "engine/text/chat_template.h"
 #include "engine/text/grammar.h"
-#include "engine/text/tool_calls.h"
 #include "engine/text/tokenizer.h"
 #include "placement/expert_cache.h"
 
@@ -225,7 +224,7 @@ public:
     const std::shared_ptr<const Model>& shared_model() const;
     int ctx() const;      // usable positions per sequence
     int threads() const;
-    // Non-fatal notes from loading the model and setting up the device; empty when none.
+    // Non-fatal notes from setting up the device; empty when none.
     const std::string& load_warning() const;
 
     // The one check of a prompt: refuses one that is empty or holds an id
@@ -242,19 +241,19 @@ public:
     // ambiguous later throws it from generate(). Any thread may call it.
     void check_grammar(const GenerateRequest& request) const;
 
-    // A chat request's prompt: the model's rendering (Model::chat_prompt),
-    // with each assistant message that is a reply this session generated
-    // carried by the ids it generated (where the built-in renderer marks
-    // replies), so the sequence state of the turn that produced it is
-    // reused. Prefix reuse is the session's own business: every finished
-    // reply of generate() and beam_search() is remembered (the newest
-    // ChatReplies::MAX_REPLIES). Throws as Model::chat_prompt does.
-    ChatPrompt chat_prompt(const ChatInput& chat) const;
+    // A prompt (a rendered chat: chat/model_chat.h) with each span that
+    // encodes a reply this session generated carried by the ids it
+    // generated, so the sequence state of the turn that produced it is
+    // reused; the spans move with their ids (ReplyMemory::splice). Prefix
+    // reuse is the session's own business: every finished reply of
+    // generate() and beam_search() is remembered (the newest
+    // ReplyMemory::MAX_REPLIES).
+    std::vector<int> carry_replies(std::vector<int> ids, std::span<ReplySpan> replies) const;
 
     // Runs one request on the calling thread. on_token is called for every
     // generated token; returning false cancels (finish CANCELLED) before the
     // next forward pass. Throws as check_prompt() does. A finished reply
-    // (not cancelled) is remembered for later turns' chat_prompt.
+    // (not cancelled) is remembered for later turns' carry_replies.
     GenerateResult generate(const GenerateRequest& request, const std::function<bool(const TokenEvent&)>& on_token);
 
     // Beam search on the calling thread: the prompt is prefilled once (with

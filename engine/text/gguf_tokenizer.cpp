@@ -1,5 +1,5 @@
-// A GGUF file's tokenizer.ggml.* metadata as a SentencePiece model, and its
-// tokenizer.chat_template as a ChatTemplate (see gguf_tokenizer.h).
+// A GGUF file's tokenizer.ggml.* metadata as a SentencePiece model or a
+// byte-level BPE (see gguf_tokenizer.h).
 //
 // llama.cpp's converter copies a SentencePiece model's pieces, scores and
 // types into the GGUF unchanged, so writing them back as a ModelProto, with
@@ -23,7 +23,7 @@
 
 #include "base/errors.h"
 #include "base/utf8.h"
-#include "engine/model/tensor_view.h"
+#include "engine/formats/tensor_view.h"
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/protobuf_wire.h"
 
@@ -40,7 +40,6 @@ constexpr std::string_view KEY_UNK = "tokenizer.ggml.unknown_token_id";
 constexpr std::string_view KEY_PAD = "tokenizer.ggml.padding_token_id";
 constexpr std::string_view KEY_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix";
 constexpr std::string_view KEY_EXTRA_SPACES = "tokenizer.ggml.remove_extra_whitespaces";
-constexpr std::string_view KEY_CHAT_TEMPLATE = "tokenizer.chat_template";
 constexpr std::string_view KEY_MERGES = "tokenizer.ggml.merges";
 constexpr std::string_view KEY_PRE = "tokenizer.ggml.pre";
 
@@ -372,11 +371,6 @@ Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view sou
     Tokenizer t = Tokenizer::from_bytes(gguf_sentencepiece_model(metadata, source), source);
     if (const std::optional<bool> add_bos = metadata.find_bool(KEY_ADD_BOS)) t.set_add_bos(*add_bos);
     return t;
-}
-
-ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning) {
-    const std::string_view jinja = metadata.find_string(KEY_CHAT_TEMPLATE).value_or(std::string_view());
-    return ChatTemplate::from_jinja(jinja, std::string(source), warning, KEY_CHAT_TEMPLATE);
 }
 
 std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view model, std::string_view source, int bos, int eos) {

@@ -1,12 +1,11 @@
-// The tokenizer and chat template a GGUF file carries in its metadata.
+// The tokenizer a GGUF file carries in its metadata.
 // tokenizer.ggml.* describes the vocabulary: a "llama" one (SentencePiece:
 // Mistral, Mixtral, Llama 2) becomes the SentencePiece model it was converted
 // from (a ModelProto serialized here) and goes through Tokenizer::from_bytes,
 // so encoding, decoding and streaming are exactly those of a tokenizer.model.
 // A "gpt2" vocabulary (byte-level BPE) becomes the tokenizer.json document
 // it came from (gguf_bpe_tokenizer_json); other types are refused, naming them.
-// tokenizer.chat_template goes through the same family detection as a
-// tokenizer_config.json's chat_template. Reads metadata only: tensors, the
+// (tokenizer.chat_template is chat/'s: chat_template_from_gguf.) Reads metadata only: tensors, the
 // model config and which file is opened are the caller's.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
@@ -14,8 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/gguf.h"
-#include "engine/text/chat_template.h"
+#include "engine/formats/gguf.h"
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/tokenizer.h"
 
@@ -64,10 +62,6 @@ Tokenizer tokenizer_from_gguf(const GgufMetadata& metadata, std::string_view sou
 // Hugging Face generation_config.json lists several (Qwen's <|im_end|> and
 // <|endoftext|>). Empty when the file names no EOS.
 std::vector<int> gguf_end_of_generation_ids(const GgufMetadata& metadata);
-
-// ChatTemplate::from_jinja of tokenizer.chat_template (absent: MISTRAL with a
-// warning naming the key).
-ChatTemplate chat_template_from_gguf(const GgufMetadata& metadata, std::string_view source, std::string* warning);
 
 // The other direction, for writing GGUF files: a SentencePiece model
 // (tokenizer.model's bytes) as the tokenizer.ggml.* keys llama.cpp's

@@ -870,3 +870,25 @@ Tokenizer hf_tokenizer_load_dir(const std::filesystem::path& dir) {
     }
     return hf_tokenizer_parse(file_read_text(path, JSON_FILE_LIMITS.max_bytes), path.string(), specials);
 }
+
+std::string chat_template_from_config(const nlohmann::json& config, const std::string& where, std::string* note) {
+    if (!config.is_object()) throw MoeError(where + ": expected a JSON object");
+    const auto it = config.find("chat_template");
+    if (it == config.end() || it->is_null()) return {};
+    if (it->is_string()) return it->get<std::string>();
+    if (!it->is_array()) throw MoeError(where + ": chat_template: expected a string or a list of {name, template}");
+    std::string names;
+    for (size_t i = 0; i < it->size(); ++i) {
+        const nlohmann::json& entry = (*it)[i];
+        const auto name = entry.is_object() ? entry.find("name") : entry.end();
+        const auto text = entry.is_object() ? entry.find("template") : entry.end();
+        if (!entry.is_object() || name == entry.end() || !name->is_string() || text == entry.end() ||
+            !text->is_string())
+            throw MoeError(where + ": chat_template[" + std::to_string(i) +
+                           "]: expected an object with string fields name and template");
+        if (name->get<std::string>() == "default") return text->get<std::string>();
+        names += (names.empty() ? "" : ", ") + name->get<std::string>();
+    }
+    *note = where + ": chat_template has no \"default\" entry (found: " + names + ")";
+    return {};
+}

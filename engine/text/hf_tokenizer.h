@@ -60,3 +60,9 @@ Tokenizer hf_tokenizer_load_dir(const std::filesystem::path& dir);
 // The GPT-2 byte-level alphabet: the character (UTF-8) that byte b is
 // written as in a byte-level vocabulary.
 const std::string& byte_level_char(unsigned char b);
+
+// The chat_template of a parsed tokenizer_config.json: a string, or a list of
+// {name, template} objects of which "default" is taken. Empty when absent;
+// *note explains a list without "default". MoeError naming `where` for a
+// value of the wrong type.
+std::string chat_template_from_config(const nlohmann::json& config, const std::string& where, std::string* note);

@@ -1,5 +1,5 @@
 // Fuzzes the chat-template renderer with the real Mistral tokenizer
-// (engine/text/chat_template.h). Input: a family byte, a flags byte, then
+// (chat/chat_template.h). Input: a family byte, a flags byte, then
 // messages separated by 0x1e, each a role byte and its content. Rendering
 // must succeed or throw MoeError; its spans must cover the ids exactly and
 // every id must be in the vocabulary.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/errors.h"
-#include "engine/text/chat_template.h"
+#include "chat/chat_template.h"
 #include "fuzz_support.h"
 
 namespace {

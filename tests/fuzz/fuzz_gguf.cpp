@@ -1,4 +1,4 @@
-// Fuzzes the GGUF header parser (engine/model/gguf.h). The input is the
+// Fuzzes the GGUF header parser (engine/formats/gguf.h). The input is the
 // head of a file (magic, version, counts, metadata, tensor infos, maybe
 // data); it is checked both as a whole file and as the head of a much
 // larger one, so the offset, alignment and overlap checks run without the
@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "base/errors.h"
-#include "engine/model/gguf.h"
+#include "engine/formats/gguf.h"
 #include "fuzz_support.h"
 
 namespace {

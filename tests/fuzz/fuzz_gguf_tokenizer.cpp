@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/errors.h"
-#include "engine/model/gguf.h"
+#include "engine/formats/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "fuzz_support.h"
 #include "server/openai_request.h"

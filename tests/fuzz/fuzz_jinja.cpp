@@ -1,4 +1,4 @@
-// Fuzzes the Jinja interpreter (engine/text/jinja.h) with hostile chat
+// Fuzzes the Jinja interpreter (chat/jinja.h) with hostile chat
 // templates: the input is a template's text, parsed and rendered with a
 // fixed conversation (messages, tools, special tokens) under a small
 // WorkBudget (steps, bytes, output, wall time). Refusals only as MoeError.
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
-#include "engine/text/jinja.h"
+#include "chat/jinja.h"
 #include "fuzz_support.h"
 
 namespace {

@@ -1,12 +1,12 @@
-// Fuzzes JSON Schema -> GBNF (engine/text/json_schema.h) with arbitrary
+// Fuzzes JSON Schema -> GBNF (chat/json_schema.h) with arbitrary
 // JSON: json_schema_gbnf refuses a schema with a MoeError or writes a
 // grammar that Grammar::parse accepts (a refusal there would be the
 // converter's bug, so it aborts), whose matcher then walks up to 24 tokens
 // (fuzz_grammar_walk).
 #include <cstdlib>
 
+#include "chat/json_schema.h"
 #include "engine/text/grammar.h"
-#include "engine/text/json_schema.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

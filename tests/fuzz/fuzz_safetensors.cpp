@@ -1,4 +1,4 @@
-// Fuzzes the safetensors header parser (engine/model/safetensors.h). The
+// Fuzzes the safetensors header parser (engine/formats/safetensors.h). The
 // input is the head of a file (8-byte length, JSON header, maybe data); it
 // is checked both as a whole file and as the head of a much larger one, so
 // the offset and overlap checks run without the data being there. Every
@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "base/errors.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "fuzz_support.h"
 
 namespace {

@@ -1,9 +1,9 @@
 // Fuzzes tokenizer_config.json reading and chat-template detection
-// (engine/text/chat_template.h): the chat_template is taken from any JSON
+// (chat/chat_template.h): the chat_template is taken from any JSON
 // value, or a MoeError says why not; detection runs on the template found
 // and on the raw input as a Jinja source.
 #include "base/errors.h"
-#include "engine/text/chat_template.h"
+#include "chat/chat_template.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/errors.h"
+#include "chat/model_chat.h"
 #include "cpu_forward.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
@@ -29,11 +30,12 @@
 #include "engine/model/gguf_model.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
-#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/token_mixer.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "placement/residency.h"
+#include "server/generation_task.h"
 #include "test_support.h"
 #include "weights_compare.h"
 
@@ -166,16 +168,18 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             // GPT-2's ids for "Hello world" (byte-level BPE).
             CHECK(t.encode("Hello world", false) == std::vector<int>{15496, 995});
             // The preset's Jinja template (Qwen3's, Qwen2.5's, or ChatML), rendered and tokenized.
-            CHECK(e.model().has_jinja_template());
+            std::string warning;
+            const ModelChat model_chat(e.model(), &warning);
+            CHECK(model_chat.has_jinja());
             ChatInput chat;
             chat.messages = {{"user", "Hi"}};
             chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
-            const std::string text = e.model().chat_text(chat);
+            const std::string text = chat_text_of(model_chat, chat);
             INFO(text);
             CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
             CHECK(text.size() >= 22);
             CHECK(text.substr(text.size() - 22) == "<|im_start|>assistant\n");
-            const std::vector<int> ids = e.chat_prompt(chat).ids;
+            const std::vector<int> ids = chat_prompt_of(e, model_chat, chat);
             CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);  // <|im_start|> as one special id
             CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);  // <|im_end|>
         }

@@ -27,10 +27,10 @@
 #include "engine/devices/expert_executor.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
-#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/token_mixer.h"
 #include "engine/runtime/kv_cache.h"
+#include "engine/runtime/session.h"
+#include "engine/runtime/token_mixer.h"
 #include "reference_model.h"
 #include "test_support.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/model/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "reference_model.h"
 #include "test_support.h"
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
+#include "chat/json_schema.h"
 #include "engine/runtime/session.h"
-#include "engine/text/json_schema.h"
 #include "test_support.h"
 
 namespace {

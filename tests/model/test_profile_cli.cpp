@@ -17,13 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
+#include "chat/chat_template.h"
 #include "checkpoint_writer.h"
+#include "engine/formats/safetensors.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/model_config.h"
-#include "engine/model/safetensors.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/tensor_table.h"
-#include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/profile.h"
 #include "profiles/prompts.h"

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "base/errors.h"
+#include "chat/model_chat.h"
 #include "cpu_forward.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/model/model_source.h"
 #include "engine/model/synth_model.h"
-#include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
+#include "engine/runtime/session.h"
 #include "engine/runtime/token_mixer.h"
 #include "test_support.h"
 #include "weights_compare.h"
@@ -102,8 +103,11 @@ TEST_CASE("synth: synth:tiny:7 gives bitwise the logits and greedy tokens of the
     CHECK(synth.load_warning().empty());
     // The same tokenizer and chat template as the folder's.
     const std::vector<ChatMessage> chat = {{"user", "Hello there, how are you?"}};
-    REQUIRE(synth.model().chat_template().encode(synth.model().tokenizer(), chat) ==
-            folder.model().chat_template().encode(folder.model().tokenizer(), chat));
+    std::string synth_warning, folder_warning;
+    const ModelChat synth_chat(synth.model(), &synth_warning), folder_chat(folder.model(), &folder_warning);
+    CHECK(synth_warning.empty());
+    REQUIRE(synth_chat.builtin().encode(synth.model().tokenizer(), chat) ==
+            folder_chat.builtin().encode(folder.model().tokenizer(), chat));
 
     GenerateRequest request;
     request.prompt = prompt;

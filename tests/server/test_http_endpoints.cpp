@@ -4,8 +4,8 @@
 // detokenize, models, experts, metrics, the web UI, auth and CORS.
 #include <catch2/catch.hpp>
 
+#include "apps/http_sse_client.h"
 #include "base/utf8.h"
-#include "server/cli/http_sse_client.h"
 #include "server/openai_request.h"
 #include "server_fixture.h"
 #include "support/test_support.h"

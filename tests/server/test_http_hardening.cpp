@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "server/cli/http_sse_client.h"
+#include "apps/http_sse_client.h"
 #include "server/generation_task.h"
 #include "server/openai_request.h"
 #include "server_fixture.h"

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "server/cli/http_sse_client.h"
+#include "apps/http_sse_client.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/cli/http_sse_client.h"
+#include "apps/http_sse_client.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 

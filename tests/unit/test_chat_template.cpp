@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
-#include "engine/model/gguf.h"
-#include "engine/text/chat_template.h"
+#include "chat/chat_template.h"
+#include "engine/formats/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "engine/text/hf_tokenizer.h"
 #include "test_support.h"

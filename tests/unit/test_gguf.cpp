@@ -1,4 +1,4 @@
-// Tests of the GGUF reader and writer (engine/model/gguf.h): the reference
+// Tests of the GGUF reader and writer (engine/formats/gguf.h): the reference
 // files llama.cpp wrote (metadata, tensor types and shapes, and an f32
 // tensor's bytes against the Hugging Face folder they came from), every
 // llama.cpp vocab GGUF, write-then-read round trips of every metadata type
@@ -15,8 +15,8 @@
 
 #include "base/errors.h"
 #include "cpu_kernels/bf16.h"
-#include "engine/model/gguf.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/gguf.h"
+#include "engine/formats/safetensors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -16,7 +16,8 @@
 #include <sstream>
 
 #include "base/errors.h"
-#include "engine/model/gguf.h"
+#include "chat/chat_template.h"
+#include "engine/formats/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
-#include "engine/model/gguf.h"
+#include "engine/formats/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_source.h"
 #include "engine/text/gguf_tokenizer.h"

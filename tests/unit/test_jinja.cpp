@@ -17,8 +17,8 @@
 
 #include "alloc_count.h"
 #include "base/errors.h"
-#include "engine/text/jinja.h"
-#include "engine/text/jinja_chat.h"
+#include "chat/jinja.h"
+#include "chat/jinja_chat.h"
 #include "engine/text/work_budget.h"
 #include "test_support.h"
 

@@ -16,8 +16,8 @@
 #include <random>
 
 #include "base/errors.h"
+#include "chat/json_schema.h"
 #include "engine/text/grammar.h"
-#include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
 #include "test_support.h"
 

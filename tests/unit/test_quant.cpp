@@ -17,8 +17,8 @@
 
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/quant.h"
-#include "engine/model/gguf.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/gguf.h"
+#include "engine/formats/safetensors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
-#include "engine/model/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;

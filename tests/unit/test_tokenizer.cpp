@@ -1,7 +1,7 @@
 // Tests of Tokenizer and Detokenizer against the real Mixtral tokenizer and
 // Mistral's own reference ids (mistral-common); llama.cpp's reference ids
 // are test_gguf_tokenizer.cpp's. Also defines test-only model builders and
-// readers that test_chat_template.cpp, test_chat_replies.cpp and
+// readers that test_chat_template.cpp, test_reply_memory.cpp and
 // test_gguf_tokenizer.cpp use.
 #include <catch2/catch.hpp>
 #include <cstdint>

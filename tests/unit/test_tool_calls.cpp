@@ -16,12 +16,12 @@
 #include <set>
 
 #include "base/errors.h"
+#include "chat/jinja_chat.h"
+#include "chat/json_schema.h"
+#include "chat/tool_calls.h"
 #include "engine/text/grammar.h"
 #include "engine/text/hf_tokenizer.h"
-#include "engine/text/jinja_chat.h"
-#include "engine/text/json_schema.h"
 #include "engine/text/tokenizer.h"
-#include "engine/text/tool_calls.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
