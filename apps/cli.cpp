@@ -356,7 +356,7 @@ int cli_generate(const std::vector<std::string>& words) {
         request.continues_prompt = true;
     } else {
         if (user) messages = ChatInput::of({{"user", *user}});
-        request.prompt = chat_prompt_of(engine, model_chat, messages);
+        request.prompt = chat_prompt_ids(engine, model_chat, messages);
     }
     if (beam.width > 0) {
         BeamRequest b = beam_request_from(request, beam.width, beam.length_penalty, beam.num_return);

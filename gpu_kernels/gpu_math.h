@@ -1,6 +1,6 @@
 // The per-element math of the CUDA kernels, as __host__ __device__ inline
 // functions (MOE_HD): each kernel in gpu_kernels/*.cu applies one of these
-// to its element, row or position, and tests/unit/test_gpu_math.cpp runs the
+// to its element, row or position, and tests/cpu_kernels/test_gpu_math.cpp runs the
 // same functions on the CPU against cpu_kernels. Plain C++ when not compiled
 // by nvcc. No memory, no launches, no model knowledge.
 #pragma once

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the client and web tests need, when missing: Node.js + npm and
 # Chromium from Debian, Python's jinja2 (python3-jinja2, the reference
-# renderer of tests/unit/test_jinja.cpp) and jsonschema (python3-jsonschema,
-# the validator of tests/unit/test_json_schema.cpp), and the npm packages pinned in tests/client/
+# renderer of tests/chat/test_jinja.cpp) and jsonschema (python3-jsonschema,
+# the validator of tests/chat/test_json_schema.cpp), and the npm packages pinned in tests/client/
 # (package.json + package-lock.json: openai, playwright-core) into
 # <build>/npm/node_modules. Called by scripts/test.sh after setup.sh; the
 # build folder is $MOE_BUILD_DIR (default build). Idempotent: a second run

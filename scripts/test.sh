@@ -2,15 +2,15 @@
 # The one test command: checks every #include against the graph of rooms
 # (scripts/check_rooms.cmake, seconds, before any build), installs
 # dependencies, configures, builds, runs ctest.
-# Usage: scripts/test.sh [extra ctest args, e.g. -L unit]
+# Usage: scripts/test.sh [extra ctest args, e.g. -L chat]
 #        scripts/test.sh --quick [extra ctest args]
 #        scripts/test.sh --sanitize address,undefined [extra ctest args]
 # --quick leaves out the tests labelled slow (a 1.5 GB model, long prefills,
 # many rounds, the browser) and soak: the edit-test loop. CI runs everything.
 # --sanitize builds with scripts/sanitize_build.sh (clang-14, CUDA off;
 # build-asan/ for address,undefined, which scripts/fuzz.sh shares, else
-# build-san-<list>/) and runs the unit, model and server labels but the
-# slow ones (unless ctest args say otherwise); any sanitizer report, in a test
+# build-san-<list>/) and runs every label but the browser (web), the npm
+# client, soak, gpu and the slow tests (unless ctest args say otherwise); any sanitizer report, in a test
 # or in a server it started, fails the run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -51,8 +51,7 @@ export TSAN_OPTIONS="halt_on_error=1:log_path=$logs/tsan:${TSAN_OPTIONS:-}"
 # ASan they take ten times as long (the grammar's brute-force walks: 25 s ->
 # 313 s), so the sanitized run leaves them out unless ctest args say otherwise.
 if [ $# -eq 0 ]; then
-  set -- -L '^(unit|model|server)$'
-  [ ${#exclude[@]} -gt 0 ] || exclude=(-LE '^slow$')
+  exclude=(-LE '^(slow|soak|client|web|gpu)$')
 fi
 rc=0
 (cd "$build" && ctest --output-on-failure "${jobs[@]}" "${exclude[@]}" "$@") || rc=$?

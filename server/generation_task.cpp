@@ -132,7 +132,11 @@ std::shared_ptr<const Grammar> tool_grammar(const Session& e, const ModelChat& c
 }  // namespace
 
 std::vector<int> chat_prompt_of(const Session& e, const ModelChat& chat, const ChatInput& input) {
-    ChatPrompt prompt = render_chat(chat, input, [&] { return chat.prompt(e.model().tokenizer(), input); });
+    return render_chat(chat, input, [&] { return chat_prompt_ids(e, chat, input); });
+}
+
+std::vector<int> chat_prompt_ids(const Session& e, const ModelChat& chat, const ChatInput& input) {
+    ChatPrompt prompt = chat.prompt(e.model().tokenizer(), input);
     std::vector<ReplySpan> replies;
     for (const ChatSpan& s : prompt.spans)
         if (s.reply) replies.push_back({s.begin, s.end, input.messages[size_t(s.message)].content});

@@ -53,6 +53,9 @@ struct RequestGrammar {
 // (invalid_messages), 400 unsupported 'tools' for a model without a Jinja
 // template.
 std::vector<int> chat_prompt_of(const Session& engine, const ModelChat& chat, const ChatInput& input);
+// The same ids with the rendering's own errors (ChatTemplateError, MoeError),
+// for the CLI, which words them itself.
+std::vector<int> chat_prompt_ids(const Session& engine, const ModelChat& chat, const ChatInput& input);
 std::string chat_text_of(const ModelChat& chat, const ChatInput& input);
 
 // Tokenizer::encode_prompt (BOS first when the tokenizer adds one) with

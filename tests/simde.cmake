@@ -39,7 +39,7 @@ if(SIMDE_INCLUDE_DIR)
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/kernels_avx512bf16_simde.cpp
     PROPERTIES COMPILE_OPTIONS "-Wno-psabi;-O1")
   target_link_libraries(test_kernels PRIVATE moe_cpu_kernels moe_catch_main)
-  moe_discover_tests(test_kernels unit)
+  moe_discover_tests(test_kernels cpu_kernels PREFIX "cpu_kernels (SIMDe): ")
 else()
   message(WARNING "SIMDe (libsimde-dev) not found: test_kernels not built")
 endif()

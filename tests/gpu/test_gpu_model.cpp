@@ -12,7 +12,7 @@
 //
 // Tolerance: support/logit_compare.h, one criterion per position (the
 // device's bf16 rounding of GEMM inputs may flip a router near-tie at a few
-// positions); tests/model/test_device_rounding.cpp checks the criterion
+// positions); tests/engine/test_device_rounding.cpp checks the criterion
 // holds for the CPU with the device's rounding.
 #include <algorithm>
 #include <catch2/catch.hpp>

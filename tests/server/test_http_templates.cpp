@@ -61,7 +61,7 @@ bool roles_accepted(const ojson& messages) {
 
 TEST_CASE("a tokenizer.json model's Jinja template renders every shared conversation as jinja2 does", "[server]") {
     const fs::path dir = jinja_model("jinja-qwen3", qwen3_template());
-    // jinja2's renderings, with the script tests/unit/test_jinja.cpp uses, of
+    // jinja2's renderings, with the script tests/chat/test_jinja.cpp uses, of
     // the conversations as the server hands them to a template: a call's
     // arguments as an object, its null content as "".
     const fs::path cases_path = fs::path(MOE_SOURCE_DIR) / "tests" / "support" / "jinja_conversations.json";

@@ -1,6 +1,6 @@
 // One criterion for "the device's logits are the CPU's", shared by the GPU
 // tests (tests/gpu/) and the CPU test of the criterion itself
-// (tests/model/test_device_rounding.cpp), which runs the CPU with the
+// (tests/engine/test_device_rounding.cpp), which runs the CPU with the
 // device's bf16 rounding.
 //
 // The device rounds every GEMM input to bf16 (cuBLAS bf16 x bf16 -> fp32)

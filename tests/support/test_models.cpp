@@ -51,29 +51,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// Byte-level BPE: the 256 byte characters, merges "Ġ t", "h e", "Ġt he", and
-// Qwen's added tokens from id 259 (<think> not special, as in Qwen3's
-// tokenizer.json).
-ojson byte_level_tokenizer_json() {
-    ojson vocab = ojson::object();
-    for (int b = 0; b < 256; b++) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
-    const std::string space = byte_level_char(' ');
-    vocab[space + "t"] = 256;
-    vocab["he"] = 257;
-    vocab[space + "the"] = 258;
-    ojson added = ojson::array();
-    int id = 259;
-    for (const char* t : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}) {
-        const bool special = std::string_view(t).starts_with("<|");
-        added.push_back({{"id", id++}, {"content", t}, {"special", special}});
-    }
-    return {{"added_tokens", added},
-            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-            {"decoder", {{"type", "ByteLevel"}}},
-            {"model",
-             {{"type", "BPE"}, {"vocab", vocab}, {"merges", ojson::array({space + " t", "h e", space + "t he"})}}}};
-}
-
 void write_text_file(const fs::path& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
     out << text;
@@ -82,9 +59,6 @@ void write_text_file(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-std::string byte_level_tokenizer_json_text() {
-    return byte_level_tokenizer_json().dump();
-}
 
 fs::path tokenizer_json_model_dir(const std::string& tag, const std::string& chat_template) {
     const fs::path tiny = test_model_dir("tiny");

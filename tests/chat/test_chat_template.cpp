@@ -14,16 +14,11 @@
 #include "engine/text/gguf_tokenizer.h"
 #include "engine/text/hf_tokenizer.h"
 #include "test_support.h"
-
-// Test-only model builders, defined in test_tokenizer.cpp.
-namespace tokenizer_test {
-std::string spm_with_control_pieces(std::string model, const std::vector<std::string>& pieces);
-const Tokenizer& mistral();
-const Tokenizer& extended();
-}  // namespace tokenizer_test
+#include "tokenizer_fixtures.h"
 
 using tokenizer_test::extended;
 using tokenizer_test::mistral;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -408,4 +403,54 @@ TEST_CASE("Phi-3 template on the real Phi-3 vocabulary", "[chat_template]") {
     CHECK(head == std::vector<int>{1, 32010, 13});  // <s> <|user|> <0x0A>: no "▁" after the marker
     CHECK(std::count(ids.begin(), ids.end(), 32007) == 3);
     CHECK(ids.back() == 13);
+}
+
+TEST_CASE("chat template: Mixtral's chat template from a GGUF", "[chat_template]") {
+    const fs::path ref = shared_data_dir() / "reference/gguf";
+    const fs::path dir = test_temp_dir("gguf_tokenizer_template");
+    const GgufFile q8(ref / "Q8_0.gguf");
+    // Q8_0.gguf's tokenizer metadata and Mixtral-8x7B-Instruct's template, in a file of our own.
+    std::vector<GgufKeyValue> md;
+    for (const GgufKeyValue& kv : q8.metadata().values())
+        if (kv.key.starts_with("tokenizer.ggml.")) md.push_back(kv);
+    const std::string jinja = read_file(shared_data_dir() / "chat_templates/mixtral-8x7b-instruct-v0.1.jinja");
+    md.push_back({"tokenizer.chat_template", jinja});
+    const fs::path path = dir / "mixtral-vocab.gguf";
+    gguf_write(path, md, {});
+
+    const GgufFile gguf(path);
+    REQUIRE(gguf.metadata().get_string("tokenizer.chat_template") == jinja);
+    std::string warning = "stale";
+    const ChatTemplate t = chat_template_from_gguf(gguf.metadata(), path.string(), &warning);
+    CHECK(t.family() == ChatFamily::MISTRAL);
+    CHECK(warning.empty());
+
+    // mistral-common's reference conversation gives its reference ids.
+    const Tokenizer tok = tokenizer_from_gguf(gguf.metadata(), path.string());
+    const fs::path mc = shared_data_dir() / "reference/mistral-common";
+    const auto sample = nlohmann::json::parse(read_file(mc / "no_tools__sample.json"));
+    std::vector<ChatMessage> messages;
+    for (const auto& m : sample["messages"])
+        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    const auto expected =
+        nlohmann::json::parse(read_file(mc / "no_tools__tokens_v1.json"))["tokens"].get<std::vector<int>>();
+    CHECK(t.encode(tok, messages) == expected);
+
+    // Other templates are detected as from tokenizer_config.json; an absent
+    // or unknown one falls back to Mistral's with a warning naming the key.
+    const std::string chatml = read_file(shared_data_dir() / "chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    gguf_write(path, tokenizer_test::with(md, "tokenizer.chat_template", chatml), {});
+    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::CHATML);
+    CHECK(warning.empty());
+    gguf_write(path, tokenizer_test::without(md, "tokenizer.chat_template"), {});
+    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::MISTRAL);
+    CHECK_THAT(warning, Catch::StartsWith(path.string() + ": no tokenizer.chat_template found") &&
+                            Catch::Contains("built-in mistral"));
+    gguf_write(path, tokenizer_test::with(md, "tokenizer.chat_template", "{{ messages | tojson }}"), {});
+    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::MISTRAL);
+    CHECK_THAT(warning, Catch::Contains("tokenizer.chat_template not recognised") && Catch::Contains("tojson"));
+
+    // llama.cpp's own file carries the same template.
+    CHECK(chat_template_from_gguf(q8.metadata(), "Q8_0.gguf", &warning).family() == ChatFamily::MISTRAL);
+    CHECK(warning.empty());
 }

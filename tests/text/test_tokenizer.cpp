@@ -1,8 +1,7 @@
 // Tests of Tokenizer and Detokenizer against the real Mixtral tokenizer and
 // Mistral's own reference ids (mistral-common); llama.cpp's reference ids
-// are test_gguf_tokenizer.cpp's. Also defines test-only model builders and
-// readers that test_chat_template.cpp, test_reply_memory.cpp and
-// test_gguf_tokenizer.cpp use.
+// are test_gguf_tokenizer.cpp's. The test-only model builders and readers
+// are tests/support/tokenizer_fixtures.h's.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
@@ -16,154 +15,8 @@
 #include "engine/text/protobuf_wire.h"
 #include "engine/text/tokenizer.h"
 #include "test_support.h"
+#include "tokenizer_fixtures.h"
 
-namespace tokenizer_test {
-
-// ---- SentencePiece models built in tests ------------------------------------
-
-// One ModelProto.pieces entry: {piece, score, type}.
-std::string spm_piece(std::string_view piece, float score, int type) {
-    std::string p;
-    pb_put_bytes_field(&p, 1, piece);
-    pb_put_float_field(&p, 2, score);
-    pb_put_varint_field(&p, 3, static_cast<uint64_t>(type));
-    std::string field;
-    pb_put_bytes_field(&field, 1, p);
-    return field;
-}
-
-constexpr int SPM_CONTROL = 3;
-
-// A serialized model plus CONTROL pieces appended (ids vocab_size, +1, ...):
-// protobuf concatenation appends to the repeated pieces field.
-std::string spm_with_control_pieces(std::string model, const std::vector<std::string>& pieces) {
-    for (const auto& piece : pieces) model += spm_piece(piece, 0.0f, SPM_CONTROL);
-    return model;
-}
-
-// The strings of a llama.cpp .inp file (separated by "\n__ggml_vocab_test__\n").
-std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path) {
-    const std::string text = read_file(path);
-    const std::string sep = "\n__ggml_vocab_test__\n";
-    std::vector<std::string> out;
-    size_t pos = 0;
-    for (size_t next; (next = text.find(sep, pos)) != std::string::npos; pos = next + sep.size())
-        out.push_back(text.substr(pos, next - pos));
-    return out;
-}
-
-// llama.cpp's expected ids: one line per case, ids separated by spaces.
-std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    std::vector<std::vector<int>> out;
-    for (std::string line; std::getline(in, line);) {
-        std::vector<int> ids;
-        std::istringstream words(line);
-        for (int id; words >> id;) ids.push_back(id);
-        out.push_back(ids);
-    }
-    return out;
-}
-
-const Tokenizer& mistral() {
-    static const Tokenizer tok = Tokenizer::load(shared_data_dir() / "tokenizers/mistral-v1.model");
-    return tok;
-}
-
-// The Mixtral vocabulary plus the markers of the other chat families as
-// control pieces (the chat template and chat reply tests).
-const Tokenizer& extended() {
-    static const Tokenizer tok =
-        Tokenizer::from_bytes(spm_with_control_pieces(read_file(shared_data_dir() / "tokenizers/mistral-v1.model"),
-                                                      {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
-                                                       "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                                                       "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"}),
-                              "mistral-v1+markers");
-    return tok;
-}
-
-// Strict UTF-8 check, written independently of the engine's.
-bool valid_utf8(std::string_view s) {
-    for (size_t i = 0; i < s.size();) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        size_t n = 0;
-        uint32_t cp = 0;
-        if (c < 0x80)
-            n = 1, cp = c;
-        else if ((c & 0xE0) == 0xC0)
-            n = 2, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0)
-            n = 3, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0)
-            n = 4, cp = c & 0x07;
-        else
-            return false;
-        if (i + n > s.size()) return false;
-        for (size_t k = 1; k < n; ++k) {
-            const auto t = static_cast<unsigned char>(s[i + k]);
-            if ((t & 0xC0) != 0x80) return false;
-            cp = cp << 6 | (t & 0x3F);
-        }
-        const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) return false;
-        i += n;
-    }
-    return true;
-}
-
-// Streams ids through a Detokenizer; every push() output must be valid UTF-8.
-std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip = true) {
-    Detokenizer detok(tok, strip);
-    std::string out;
-    for (int id : ids) {
-        const std::string piece = detok.push(id);
-        INFO("push(" << id << ") = " << piece);
-        REQUIRE(valid_utf8(piece));
-        out += piece;
-    }
-    const std::string tail = detok.flush();
-    REQUIRE(valid_utf8(tail));
-    return out + tail;
-}
-
-const std::vector<std::string>& sample_texts() {
-    static const std::vector<std::string> texts = [] {
-        std::vector<std::string> t = {
-            "Hello world",
-            "The quick brown fox jumps over the lazy dog.",
-            "café crème brûlée, naïve façade, Ærøskøbing",
-            "Ελληνικά и русский текст",
-            "日本語のテキストと中文文本，还有한국어",
-            "emoji 😀 🦙 👍🏽 and flags 🇫🇷🇯🇵",
-            "family 👨‍👩‍👧‍👦 and 🏳️‍🌈 (ZWJ sequences)",
-            " leading space",
-            "   three leading spaces",
-            "multiple     inner    spaces",
-            "trailing spaces   ",
-            "line one\nline two\n\nline four\n",
-            "\ttab\tseparated\tvalues",
-            "\n starts with a newline",
-            "mixed\r\nline endings\r",
-            "math: ∀x ∈ ℝ, x² ≥ 0; ∑ 1/n² = π²/6",
-            "code: int main() { return 0; }  // done",
-            "ZWJ alone: a\u200db, combining: e\u0301",
-            "rare: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𓀀 𒀭 \U0010FFFD",
-            "</s> <s> [INST] <unk> [/INST]",
-            "5 + 5 = 10",
-            "x",
-            " ",
-            "\n",
-        };
-        // llama.cpp's tokenizer test strings: many whitespace runs, scripts, emoji.
-        for (auto& s :
-             read_vocab_test_inputs(shared_data_dir() / "reference/llama-cpp-vocab/ggml-vocab-llama-spm.gguf.inp"))
-            t.push_back(s);
-        return t;
-    }();
-    return texts;
-}
-
-}  // namespace tokenizer_test
 
 using namespace tokenizer_test;
 

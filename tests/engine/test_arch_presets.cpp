@@ -35,7 +35,6 @@
 #include "engine/runtime/token_mixer.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "placement/residency.h"
-#include "server/generation_task.h"
 #include "test_support.h"
 #include "weights_compare.h"
 
@@ -174,12 +173,12 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             ChatInput chat;
             chat.messages = {{"user", "Hi"}};
             chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
-            const std::string text = chat_text_of(model_chat, chat);
+            const std::string text = model_chat.text(chat);
             INFO(text);
             CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
             CHECK(text.size() >= 22);
             CHECK(text.substr(text.size() - 22) == "<|im_start|>assistant\n");
-            const std::vector<int> ids = chat_prompt_of(e, model_chat, chat);
+            const std::vector<int> ids = model_chat.prompt(t, chat).ids;
             CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);  // <|im_start|> as one special id
             CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);  // <|im_end|>
         }

@@ -14,24 +14,14 @@
 
 #include "base/errors.h"
 #include "engine/formats/gguf.h"
-#include "engine/model/model_config.h"
-#include "engine/model/model_source.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "engine/text/hf_tokenizer.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"
+#include "tokenizer_fixtures.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// Test helpers defined in test_tokenizer.cpp.
-namespace tokenizer_test {
-std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path);
-std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path);
-std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip);
-const std::vector<std::string>& sample_texts();
-bool valid_utf8(std::string_view s);
-}  // namespace tokenizer_test
 
 using tokenizer_test::stream;
 
@@ -414,30 +404,6 @@ TEST_CASE("hf tokenizer: a malformed tokenizer.json is refused in one line namin
     CHECK(bad_json.find("tokenizer.json: (document): not valid JSON") != std::string::npos);
     const std::string bos = message_of([] { hf_tokenizer_from_json(small_doc(), "tokenizer.json", {"<s>", ""}); });
     CHECK(bos.find("tokenizer.json: bos_token: '<s>' is not a token") != std::string::npos);
-}
-
-TEST_CASE("hf tokenizer: a model folder with only tokenizer.json loads it", "[hf_tokenizer]") {
-    const fs::path src = shared_data_dir() / "tokenizers/mistral-7b-instruct-v0.3";
-    const fs::path dir = test_temp_dir("hf_tokenizer_folder");
-    fs::copy_file(src / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
-    fs::copy_file(src / "tokenizer_config.json", dir / "tokenizer_config.json", fs::copy_options::overwrite_existing);
-    ModelConfig config;
-    config.vocab_size = 32768;
-    const Tokenizer tok = model_source_tokenizer(model_source_parse(dir.string()), config);
-    CHECK(tok.source() == (dir / "tokenizer.json").string());
-    CHECK(tok.bos_id() == 1);  // tokenizer_config.json's bos_token "<s>"
-    CHECK(tok.eos_id() == 2);
-    CHECK(tok.encode("Hello world") == mistral_v3_json().encode("Hello world"));
-    // tokenizer.model wins when both are there (the SentencePiece path stays as it was).
-    fs::copy_file(src / "tokenizer.model.v3", dir / "tokenizer.model", fs::copy_options::overwrite_existing);
-    CHECK(model_source_tokenizer(model_source_parse(dir.string()), config).source() ==
-          (dir / "tokenizer.model").string());
-    // The vocabulary must match config.json's vocab_size, as for tokenizer.model.
-    fs::remove(dir / "tokenizer.model");
-    config.vocab_size = 32000;
-    CHECK(message_of([&] {
-              model_source_tokenizer(model_source_parse(dir.string()), config);
-          }).find("exceeds the model's vocab_size 32000") != std::string::npos);
 }
 
 TEST_CASE("hf tokenizer: a plain-text prompt starts with BOS only when the tokenizer adds one", "[hf_tokenizer]") {

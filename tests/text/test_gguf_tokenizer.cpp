@@ -16,24 +16,19 @@
 #include <sstream>
 
 #include "base/errors.h"
-#include "chat/chat_template.h"
 #include "engine/formats/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "profiles/prompts.h"
 #include "support/test_support.h"
+#include "tokenizer_fixtures.h"
 
 namespace fs = std::filesystem;
 
-// Test helpers defined in test_tokenizer.cpp.
-namespace tokenizer_test {
-std::vector<std::string> read_vocab_test_inputs(const std::filesystem::path& path);
-std::string stream(const Tokenizer& tok, const std::vector<int>& ids, bool strip);
-const std::vector<std::string>& sample_texts();
-std::vector<std::vector<int>> read_vocab_test_outputs(const std::filesystem::path& path);
-}  // namespace tokenizer_test
-
 using tokenizer_test::read_vocab_test_outputs;
 using tokenizer_test::stream;
+using tokenizer_test::find_key;
+using tokenizer_test::with;
+using tokenizer_test::without;
 
 namespace {
 
@@ -54,26 +49,6 @@ std::vector<GgufKeyValue> small_vocab() {
         {"tokenizer.ggml.bos_token_id", uint32_t(1)},
         {"tokenizer.ggml.eos_token_id", uint32_t(2)},
     };
-}
-
-GgufKeyValue* find_key(std::vector<GgufKeyValue>& md, std::string_view key) {
-    for (auto& kv : md)
-        if (kv.key == key) return &kv;
-    return nullptr;
-}
-
-// md with `key` set to `value` (added when absent).
-std::vector<GgufKeyValue> with(std::vector<GgufKeyValue> md, const std::string& key, GgufValue value) {
-    if (GgufKeyValue* kv = find_key(md, key))
-        kv->value = std::move(value);
-    else
-        md.push_back({key, std::move(value)});
-    return md;
-}
-
-std::vector<GgufKeyValue> without(std::vector<GgufKeyValue> md, std::string_view key) {
-    std::erase_if(md, [&](const GgufKeyValue& kv) { return kv.key == key; });
-    return md;
 }
 
 // Writes md as a tensor-less GGUF named `name` and builds its tokenizer.
@@ -223,56 +198,6 @@ TEST_CASE("gguf tokenizer: a small vocabulary and its settings", "[gguf_tokenize
     const Tokenizer bytes = tokenizer_written(md, dir / "bytes.gguf");
     CHECK(bytes.encode("a") == std::vector<int>{3, 4 + 'a'});
     CHECK(bytes.decode(bytes.encode("é x")) == "é x");
-}
-
-TEST_CASE("gguf tokenizer: Mixtral's chat template from a GGUF", "[gguf_tokenizer]") {
-    const fs::path ref = shared_data_dir() / "reference/gguf";
-    const fs::path dir = test_temp_dir("gguf_tokenizer_template");
-    const GgufFile q8(ref / "Q8_0.gguf");
-    // Q8_0.gguf's tokenizer metadata and Mixtral-8x7B-Instruct's template, in a file of our own.
-    std::vector<GgufKeyValue> md;
-    for (const GgufKeyValue& kv : q8.metadata().values())
-        if (kv.key.starts_with("tokenizer.ggml.")) md.push_back(kv);
-    const std::string jinja = read_file(shared_data_dir() / "chat_templates/mixtral-8x7b-instruct-v0.1.jinja");
-    md.push_back({"tokenizer.chat_template", jinja});
-    const fs::path path = dir / "mixtral-vocab.gguf";
-    gguf_write(path, md, {});
-
-    const GgufFile gguf(path);
-    REQUIRE(gguf.metadata().get_string("tokenizer.chat_template") == jinja);
-    std::string warning = "stale";
-    const ChatTemplate t = chat_template_from_gguf(gguf.metadata(), path.string(), &warning);
-    CHECK(t.family() == ChatFamily::MISTRAL);
-    CHECK(warning.empty());
-
-    // mistral-common's reference conversation gives its reference ids.
-    const Tokenizer tok = tokenizer_from_gguf(gguf.metadata(), path.string());
-    const fs::path mc = shared_data_dir() / "reference/mistral-common";
-    const auto sample = nlohmann::json::parse(read_file(mc / "no_tools__sample.json"));
-    std::vector<ChatMessage> messages;
-    for (const auto& m : sample["messages"])
-        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-    const auto expected =
-        nlohmann::json::parse(read_file(mc / "no_tools__tokens_v1.json"))["tokens"].get<std::vector<int>>();
-    CHECK(t.encode(tok, messages) == expected);
-
-    // Other templates are detected as from tokenizer_config.json; an absent
-    // or unknown one falls back to Mistral's with a warning naming the key.
-    const std::string chatml = read_file(shared_data_dir() / "chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
-    gguf_write(path, with(md, "tokenizer.chat_template", chatml), {});
-    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::CHATML);
-    CHECK(warning.empty());
-    gguf_write(path, without(md, "tokenizer.chat_template"), {});
-    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::MISTRAL);
-    CHECK_THAT(warning, Catch::StartsWith(path.string() + ": no tokenizer.chat_template found") &&
-                            Catch::Contains("built-in mistral"));
-    gguf_write(path, with(md, "tokenizer.chat_template", "{{ messages | tojson }}"), {});
-    CHECK(chat_template_from_gguf(GgufFile(path).metadata(), path.string(), &warning).family() == ChatFamily::MISTRAL);
-    CHECK_THAT(warning, Catch::Contains("tokenizer.chat_template not recognised") && Catch::Contains("tojson"));
-
-    // llama.cpp's own file carries the same template.
-    CHECK(chat_template_from_gguf(q8.metadata(), "Q8_0.gguf", &warning).family() == ChatFamily::MISTRAL);
-    CHECK(warning.empty());
 }
 
 TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key", "[gguf_tokenizer]") {

@@ -10,12 +10,7 @@
 #include "chat/chat_template.h"
 #include "engine/runtime/reply_memory.h"
 #include "test_support.h"
-
-// Test-only tokenizers, defined in test_tokenizer.cpp.
-namespace tokenizer_test {
-const Tokenizer& mistral();
-const Tokenizer& extended();
-}  // namespace tokenizer_test
+#include "tokenizer_fixtures.h"
 
 namespace {
 

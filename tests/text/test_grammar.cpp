@@ -5,6 +5,7 @@
 // (byte-fallback SentencePiece) and a small byte-level BPE.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <cctype>
 #include <cmath>
 #include <random>
@@ -390,7 +391,11 @@ TEST_CASE("grammar: masks equal a brute-force check along random walks", "[gramm
 }
 
 TEST_CASE("grammar: masks equal a brute-force check with a byte-level vocabulary", "[grammar]") {
-    const Tokenizer tok = hf_tokenizer_load_dir(tokenizer_json_model_dir("grammar", ""));
+    // The test models' byte-level tokenizer.json, <|im_end|> its end token.
+    const std::filesystem::path dir = test_temp_dir("grammar-byte-level");
+    std::ofstream(dir / "tokenizer.json") << byte_level_tokenizer_json_text();
+    std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>", "bos_token": null})";
+    const Tokenizer tok = hf_tokenizer_load_dir(dir);
     const auto vocab = std::make_shared<const GrammarVocab>(tok);
     const std::vector<int> ends{tok.eos_id()};
     const auto json = Grammar::parse(JSON_GBNF, vocab);

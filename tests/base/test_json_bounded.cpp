@@ -13,7 +13,6 @@
 
 #include "base/files.h"
 #include "base/json_bounded.h"
-#include "engine/model/model_config.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -75,7 +74,8 @@ TEST_CASE("json_parse_bounded: each limit is refused where it is passed in one l
     CHECK(error_of(R"({"123456789":1})").kind == JsonError::Kind::STRING);
 
     // Total bytes, before parsing.
-    JsonError bytes = error_of("[" + std::string(1000, ' ') + "]");
+    const std::string padded = std::string("[").append(1000, ' ').append("]");
+    JsonError bytes = error_of(padded);
     CHECK(bytes.kind == JsonError::Kind::BYTES);
     CHECK(std::string(bytes.what()) == "t.json: JSON text of 1002 bytes is longer than the limit of 1000 bytes");
 
@@ -149,10 +149,10 @@ TEST_CASE("json_parse_bounded: an object of 250000 keys parses in linear time", 
 TEST_CASE("json_parse_bounded: a file over a limit is one line naming the file", "[json]") {
     const fs::path dir = test_temp_dir("json-limits");
     std::ofstream(dir / "config.json") << std::string(300, '[') << std::string(300, ']');
-    check_error_line(moe_error_of([&] { model_config_load(dir); }), dir / "config.json",
+    check_error_line(moe_error_of([&] { file_read_json(dir / "config.json"); }), dir / "config.json",
                      "deeper than the limit of 256 levels (nesting depth)");
     std::ofstream(dir / "config.json", std::ios::trunc) << R"({"rope_theta": 1e999})";
-    check_error_line(moe_error_of([&] { model_config_load(dir); }), dir / "config.json",
+    check_error_line(moe_error_of([&] { file_read_json(dir / "config.json"); }), dir / "config.json",
                      "the number 1e999 is outside the range of a double, at rope_theta");
     // The byte limit is checked as the file is read.
     std::ofstream(dir / "big.json") << "[" << std::string(2000, ' ') << "]";
