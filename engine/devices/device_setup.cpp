@@ -257,8 +257,10 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
         throw MoeError(msg);
     }
     s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * c.n_experts_active);
+    // The CPU side's own kernel path and threads: a dry run of placement
+    // costs no more than the CPU would, and its logits are bitwise the CPU's.
     s.device = std::make_unique<EmulatedDevice>(c, weights, device_slots(c, *s.placement), device_expert_bytes,
-                                                o.max_batch, pool.size(), staging);
+                                                o.max_batch, pool.size(), isa_active(), staging);
 }
 
 }  // namespace

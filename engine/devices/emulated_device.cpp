@@ -1,6 +1,6 @@
 // EmulatedDevice (see emulated_device.h): device memory is a host buffer,
 // copies are memcpy of each matrix in its own type, compute is expert_ffn on
-// the device's own thread.
+// the device's own thread, kernel path and pool.
 #include "engine/devices/emulated_device.h"
 
 #include <algorithm>
@@ -20,21 +20,28 @@ double gib(double bytes) {
     return bytes / double(1u << 30);
 }
 
+const KernelTable& supported_table(Isa isa) {
+    if (!isa_supported(isa))
+        throw MoeError(std::string("emulated device: this CPU cannot run the ") + isa_name(isa) + " kernel path");
+    return kernel_table(isa);
+}
+
 }  // namespace
 
 EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
-                               double budget_bytes, int max_tokens, int threads, int staging_slots)
-    : EmulatedDevice(config, weights, ExpertPipeline::slots_of(residency), budget_bytes, max_tokens, threads,
+                               double budget_bytes, int max_tokens, int threads, Isa isa, int staging_slots)
+    : EmulatedDevice(config, weights, ExpertPipeline::slots_of(residency), budget_bytes, max_tokens, threads, isa,
                      staging_slots) {}
 
 EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& weights,
                                std::span<const SlotExpert> slots, double budget_bytes, int max_tokens, int threads,
-                               int staging_slots)
+                               Isa isa, int staging_slots)
     : ExpertDevice(config.n_layers, std::max(1, config.n_experts), slots, staging_slots,
                    size_t(cost_expert(config, 0, weight_format(weights)).bytes), budget_bytes),
       config_(config),
       weights_(weights),
       max_tokens_(max_tokens),
+      kernels_(supported_table(isa)),
       scratch_(size_t(2) * max_tokens * config.hidden_dim),
       pool_(threads) {
     const int n_slots = pipeline_.n_resident() + staging_slots;
@@ -128,7 +135,7 @@ void EmulatedDevice::run(const Op& op) {
     if (t.n_tokens == 0) return;
     const ExpertWeights w = slot_weights(slot_memory(op.weights), op.layer);
     const size_t row = size_t(t.row) * config_.dim;
-    expert_ffn(op.rows.y + row, op.rows.x + row, w.w1, w.w3, w.w2, t.n_tokens, scratch_.data(), pool_);
+    expert_ffn(kernels_, op.rows.y + row, op.rows.x + row, w.w1, w.w3, w.w2, t.n_tokens, scratch_.data(), pool_);
 }
 
 // The device thread: runs the ops in the order they were enqueued, which

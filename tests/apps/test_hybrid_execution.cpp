@@ -1,19 +1,30 @@
 // Hybrid expert execution: any placement of experts (all on the CPU,
 // resident on the emulated device, copied to it per layer, or a mix the
-// planner chooses) gives bitwise the same logits as all-CPU, on prefill and
-// decode. Bitwise, because every expert is computed by the same kernel on
-// the same rows with the same thread count whichever side runs it, and the
-// MoE layer combines the outputs in a fixed order. Also: the statistics add up, the
-// emulated device counts the bytes it copies, and the engine, CLI and flags
-// behave.
+// planner chooses, with or without the cache and prefetch) gives the
+// all-CPU logits on prefill and decode. The emulated device computes on
+// another kernel path than the CPU side (kernel_paths below), so, as with a
+// real GPU, its experts sum in another order and the logits agree within a
+// tolerance derived from the arithmetic (logit_tolerance), not bitwise; one
+// case checks that they really differ. What must still hold exactly: the
+// routing decisions (every token's experts in every MoE layer), the greedy
+// tokens, and the statistics adding up (tokens and runs by site, copied
+// bytes). Also: the emulated device counts the bytes it copies, and the
+// engine, CLI and flags behave (`--emulate-gpu` gives the device the CPU's
+// own path, so the engine test's tokens are the CPU's).
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
 
 #include "base/errors.h"
 #include "checkpoint_writer.h"
+#include "cpu_kernels/isa.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
@@ -58,12 +69,76 @@ LatencyModel model_fill() {  // a lone miss stays on the CPU (2 ms < 1.6 + 0.5) 
     return device_model({0, 2.0, 0}, {0, 0.5, 0}, {1.6, 1e12});
 }
 
+// The kernel paths of the two sides. Both multiply bf16 weights by fp32
+// activations and accumulate in fp32, in different orders. cpu: the active
+// path, or avx512 where that is avx512bf16 (which rounds the activations to
+// bf16, a far larger difference than the order of sums, enough to flip
+// near-tied routing); device: scalar (one sequential sum per dot product,
+// std::exp), or avx2 when the CPU side is scalar. The same only on a CPU
+// without AVX2 running the scalar path.
+struct KernelPaths {
+    Isa cpu;
+    Isa device;
+};
+
+KernelPaths kernel_paths() {
+    const Isa cpu = isa_active() == Isa::AVX512BF16 ? Isa::AVX512 : isa_active();
+    const Isa device = cpu != Isa::SCALAR ? Isa::SCALAR : isa_supported(Isa::AVX2) ? Isa::AVX2 : Isa::SCALAR;
+    return {cpu, device};
+}
+
+// The CPU side's kernel path while it lives (isa_select is process-wide).
+class CpuPath {
+public:
+    explicit CpuPath(Isa isa) : saved_(isa_active()) {
+        if (!isa_select(isa)) throw std::runtime_error(std::string("cannot select ") + isa_name(isa));
+    }
+    ~CpuPath() { isa_select(saved_); }
+    CpuPath(const CpuPath&) = delete;
+    CpuPath& operator=(const CpuPath&) = delete;
+
+private:
+    Isa saved_;
+};
+
+// The device's threads: fewer than the CPU side's 2, so it also splits every
+// matrix's rows differently (which must change nothing: a row's sum never
+// depends on which thread's range holds it).
+constexpr int DEVICE_THREADS = 1;
+
+// Every routing decision of a run, in order: per pass and MoE layer, each
+// entry's experts, sorted (their order only orders the token's sum). Passes
+// each call on to `next` (a trace recorder) when there is one.
+class RoutingLog final : public RoutingObserver {
+public:
+    explicit RoutingLog(RoutingObserver* next) : next_(next) {}
+    void on_pass(std::span<const int> positions) override {
+        if (next_) next_->on_pass(positions);
+    }
+    void on_route(int layer, int n, int k, const int* experts, const float* weights) override {
+        for (int i = 0; i < n; i++) {
+            const size_t at = choices.size();
+            choices.insert(choices.end(), experts + size_t(i) * k, experts + size_t(i + 1) * k);
+            std::sort(choices.begin() + long(at), choices.end());
+        }
+        if (next_) next_->on_route(layer, n, k, experts, weights);
+    }
+    std::vector<int> choices;
+
+private:
+    RoutingObserver* next_;
+};
+
 struct Run {
     std::vector<float> logits;  // every position of the prefill, then each decode step
+    std::vector<int> tokens;    // the greedy token after the prefill and after each decode step
+    std::vector<int> routes;    // RoutingLog::choices
     ExecutionStats exec;
     RoutingStats routing{0, 0};
     uint64_t device_copied = 0;
     CachedPlacementStats placement;
+    Isa device_isa = Isa::SCALAR;  // the path the device reports
+    int device_threads = 0;
 };
 
 // The device's placement beyond the pinned experts: a cache policy with
@@ -76,9 +151,12 @@ struct CacheSetup {
 };
 
 // Prefill of n_prompt tokens in one batch (all logits), then n_decode
-// greedy steps; residency null = no device, else its experts pinned.
+// greedy steps; residency null = no device, else its experts pinned. The
+// CPU side runs on kernel_paths().cpu, the device on .device.
 Run run_model(const std::filesystem::path& dir, const Residency* residency, const LatencyModel& model, int n_prompt,
               int n_decode, const CacheSetup& setup = {}) {
+    const KernelPaths paths = kernel_paths();
+    const CpuPath cpu_path(paths.cpu);
     ModelConfig c = model_config_load(dir);
     ModelWeights w = weights_load(c, dir);
     ThreadPool pool(2);
@@ -94,11 +172,12 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     if (residency)
         device = std::make_unique<EmulatedDevice>(c, w, device_slots(c, *placement),
                                                   double(placement->n_slots() + DEFAULT_STAGING_SLOTS) * eb, max_batch,
-                                                  pool.size());
+                                                  DEVICE_THREADS, paths.device);
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
     HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), std::move(placement));
     ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);
-    forward.set_routing_observer(setup.recorder);
+    RoutingLog log(setup.recorder);
+    forward.set_routing_observer(&log);
 
     Run r;
     r.routing = RoutingStats(c.n_layers, c.n_experts);
@@ -110,6 +189,7 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     r.logits.assign(logits, logits + size_t(n_prompt) * c.vocab_size);
     int token = int(std::max_element(logits + size_t(n_prompt - 1) * c.vocab_size, logits + size_t(n_prompt) * c.vocab_size) -
                     (logits + size_t(n_prompt - 1) * c.vocab_size));
+    r.tokens.push_back(token);
     if (setup.recorder) setup.recorder->set(0, TracePhase::DECODE);
     for (int s = 0; s < n_decode; s++) {
         batch.clear();
@@ -117,11 +197,80 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
         logits = forward.run(batch, &r.routing);
         r.logits.insert(r.logits.end(), logits, logits + c.vocab_size);
         token = int(std::max_element(logits, logits + c.vocab_size) - logits);
+        r.tokens.push_back(token);
     }
+    r.routes = std::move(log.choices);
     r.exec = hybrid.step();
     r.placement = hybrid.placement().stats();
-    if (device) r.device_copied = device->copied_bytes();
+    if (device) {
+        r.device_copied = device->copied_bytes();
+        r.device_isa = device->isa();
+        r.device_threads = device->threads();
+    }
     return r;
+}
+
+// How far a placement's logits may be from the all-CPU ones, relative to a
+// position's scale 1 + max |CPU logit|. Both sides multiply the same bf16
+// weights (exact in fp32) by the same fp32 activations and accumulate in
+// fp32; only the order of the sums differs (and the vector paths' exp in
+// silu, within a few ulp). A dot product of length k summed in any order is
+// within k u sum |w_i x_i| of the exact one (u = 2^-24, Higham's gamma_k),
+// so two orders differ by at most 2 k u of the terms' magnitude. An expert
+// is two such stages, k = dim (w1, w3) and k = hidden_dim (w2): its output
+// moves by at most 2 (dim + hidden_dim) u relative. Everything else (norms,
+// attention, routing weights, the LM head) is the same arithmetic on both
+// sides and carries a relative difference on at a gain near 1 (the norms
+// rescale it; these random weights neither grow nor shrink it on average),
+// and each MoE layer adds its own: 2 n_moe_layers (dim + hidden_dim) u
+// (small: 3.7e-4). The bound is a worst case: rounding errors add up like
+// sqrt(k), not k, so the differences measured (avx2 against scalar, either
+// side) stay at 0.003 of it on small and at most 0.05 of it on the arch
+// configs (k = 96): no flake. A device on a wrong expert, rows or slot
+// moves logits by whole units; one that rounds the experts' inputs to bf16
+// (2^-9 relative) measured 4.4 times it on small, 45 times and more on the
+// arch configs.
+double logit_tolerance(const ModelConfig& c) {
+    return 2.0 * c.n_moe_layers() * (c.dim + c.hidden_dim) * 0x1p-24;
+}
+
+// Every position's logits within logit_tolerance of the CPU's, all finite.
+void require_logits_close(const Run& r, const Run& cpu, const ModelConfig& c) {
+    REQUIRE(r.logits.size() == cpu.logits.size());
+    const double tol = logit_tolerance(c);
+    const size_t vocab = size_t(c.vocab_size);
+    double worst = 0;  // max over positions of max |r - cpu| / (tol * scale)
+    int over = 0, first_over = -1;
+    for (size_t p = 0; p < cpu.logits.size() / vocab; p++) {
+        const float* a = r.logits.data() + p * vocab;
+        const float* b = cpu.logits.data() + p * vocab;
+        double scale = 1, err = 0;
+        bool finite = true;
+        for (size_t v = 0; v < vocab; v++) {
+            scale = std::max(scale, 1.0 + std::fabs(double(b[v])));
+            err = std::max(err, std::fabs(double(a[v]) - double(b[v])));
+            finite = finite && std::isfinite(a[v]);
+        }
+        const double ratio = finite ? err / (tol * scale) : INFINITY;
+        worst = std::max(worst, ratio);
+        if (!(ratio <= 1)) {
+            over++;
+            if (first_over < 0) first_over = int(p);
+        }
+    }
+    INFO("tolerance " << tol << " x (1 + max |logit|); the worst position at " << worst << " of it; " << over
+                      << " positions over, the first " << first_over);
+    REQUIRE(over == 0);
+}
+
+// What the device must give exactly: the same greedy tokens and routing.
+// Neither can flip here: the closest greedy choice of these runs is over 2
+// tolerances wide (so no difference within the tolerance flips it), and the
+// closest routing choice (the k-th expert's router probability against the
+// best one left out) 1.5e-4 relative, a hundred times the differences.
+void require_same_decisions(const Run& r, const Run& cpu) {
+    REQUIRE(r.tokens == cpu.tokens);
+    REQUIRE(r.routes == cpu.routes);
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -149,13 +298,16 @@ void check_stats_add_up(const Run& r, int n_layers, int n_experts) {
 
 }  // namespace
 
-TEST_CASE("any placement gives the all-CPU logits bitwise, prefill and decode", "[hybrid]") {
+TEST_CASE("any placement gives the all-CPU logits within the tolerance, prefill and decode", "[hybrid]") {
     // small: 8 experts per layer; a 300-token prefill sends over 128 tokens to
-    // busy experts, so the large-batch GEMM paths run on both sides too.
+    // busy experts, so the CPU side's large-batch (packed) paths run too.
     const auto dir = test_model_dir("small", 3);
     ModelConfig c = model_config_load(dir);
     const int n_prompt = 300, n_decode = 6;
     const double eb = cost_expert(c, 0).bytes;
+    const KernelPaths paths = kernel_paths();
+    INFO("CPU side on " << isa_name(paths.cpu) << ", device on " << isa_name(paths.device));
+    if (paths.device == paths.cpu) WARN("no second kernel path on this CPU: the device sums in the CPU's order");
     Run reference = run_model(dir, nullptr, LatencyModel{}, n_prompt, n_decode);
     REQUIRE(reference.exec.runs[int(ExpertSite::DEVICE)] + reference.exec.runs[int(ExpertSite::COPY)] == 0);
 
@@ -174,18 +326,27 @@ TEST_CASE("any placement gives the all-CPU logits bitwise, prefill and decode", 
     for (const Case& k : cases) {
         INFO(k.name);
         Run r = run_model(dir, &k.residency, k.model, n_prompt, n_decode);
-        REQUIRE(bitwise_equal(r.logits, reference.logits));
+        REQUIRE(r.device_isa == paths.device);
+        REQUIRE(r.device_threads == DEVICE_THREADS);
+        require_logits_close(r, reference, c);
+        require_same_decisions(r, reference);
         check_stats_add_up(r, c.n_layers, c.n_experts);
         const ExecutionStats& s = r.exec;
         if (k.residency.n_resident() == 0) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == 0);
-        if (k.residency.n_resident() == total) REQUIRE(s.runs[int(ExpertSite::DEVICE)] == total_runs(s));
+        if (k.residency.n_resident() == total) {
+            REQUIRE(s.runs[int(ExpertSite::DEVICE)] == total_runs(s));
+            // Every expert on the device's path: the logits are not the
+            // CPU's bit for bit, so the tolerance above is not vacuous (the
+            // same inputs, the same paths: never a flake).
+            if (paths.device != paths.cpu) REQUIRE(!bitwise_equal(r.logits, reference.logits));
+        }
         if (k.model.cpu.stream_ms == 1000) REQUIRE(s.runs[int(ExpertSite::CPU)] == 0);
         if (k.model.device.stream_ms == 1000) REQUIRE(s.runs[int(ExpertSite::COPY)] == 0);
         REQUIRE(s.layers == uint64_t(c.n_layers) * (1 + n_decode));
     }
 }
 
-TEST_CASE("new architectures: any placement gives the all-CPU logits bitwise", "[hybrid][hybrid_arch]") {
+TEST_CASE("new architectures: any placement gives the all-CPU logits within the tolerance", "[hybrid][hybrid_arch]") {
     // Qwen3-MoE, OLMoE, Qwen2-MoE (its shared expert, a dense weight, always
     // on the CPU side) and dense layers among sparse ones: 16 experts of top-4,
     // a 150-token prefill (busy experts take the large-batch paths) and decode.
@@ -211,7 +372,8 @@ TEST_CASE("new architectures: any placement gives the all-CPU logits bitwise", "
                      {model_cpu_slow(), model_device_slow(), model_mixed(cost_expert(c, 0).bytes)}) {
                     INFO(plan.n_resident() << " of " << total << " resident, cpu stream " << model.cpu.stream_ms);
                     Run r = run_model(dir, &plan, model, n_prompt, n_decode);
-                    REQUIRE(bitwise_equal(r.logits, cpu.logits));
+                    require_logits_close(r, cpu, c);
+                    require_same_decisions(r, cpu);
                     check_stats_add_up(r, c.n_layers, c.n_experts);
                     if (plan.n_resident() == moe_total)
                         REQUIRE(r.exec.runs[int(ExpertSite::DEVICE)] == total_runs(r.exec));
@@ -240,8 +402,8 @@ TEST_CASE("the emulated device refuses a budget without room for its experts and
     ModelWeights w = weights_load(c, dir);
     Residency half = static_plan_even(c.n_layers, c.n_experts, 4);
     double eb = cost_expert(c, 0).bytes;
-    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 5 * eb, 16, 2), MoeError);  // one of two staging slots
-    EmulatedDevice ok(c, w, half, 6 * eb, 16, 2);
+    REQUIRE_THROWS_AS(EmulatedDevice(c, w, half, 5 * eb, 16, 2, Isa::SCALAR), MoeError);  // one of two staging slots
+    EmulatedDevice ok(c, w, half, 6 * eb, 16, 2, Isa::SCALAR);
     REQUIRE(ok.resident_bytes() == 4 * eb);
 }
 
@@ -408,8 +570,10 @@ std::vector<uint64_t> own_popularity(const std::filesystem::path& dir, int n_pro
 
 }  // namespace
 
-TEST_CASE("with the cache and prefetch on, every policy gives the all-CPU logits bitwise, evictions included",
-          "[hybrid][cache]") {
+TEST_CASE(
+    "with the cache and prefetch on, every policy gives the all-CPU logits within the tolerance, evictions "
+    "included",
+    "[hybrid][cache]") {
     const auto dir = test_model_dir("small", 3);
     const ModelConfig c = model_config_load(dir);
     const int n_prompt = 40, n_decode = 24;
@@ -434,7 +598,8 @@ TEST_CASE("with the cache and prefetch on, every policy gives the all-CPU logits
                     setup.cache.prefetch = prefetch;
                     setup.popularity = popularity;
                     const Run r = run_model(dir, &pinned, model, n_prompt, n_decode, setup);
-                    REQUIRE(bitwise_equal(r.logits, reference.logits));
+                    require_logits_close(r, reference, c);
+                    require_same_decisions(r, reference);
                     check_stats_add_up(r, c.n_layers, c.n_experts);
                     const ExecutionStats& s = r.exec;
                     REQUIRE(s.cache_hits == r.placement.cache.cache_hits);

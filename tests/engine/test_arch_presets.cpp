@@ -2,7 +2,8 @@
 // preset's folder (the real Hugging Face layout) loads back as the config and
 // the bytes of its in-memory weights; its tokenizer and chat template load;
 // the forward pass gives finite logits on the CPU backend and, with an
-// emulated GPU holding some experts, bitwise the same ones; a bf16 GGUF of
+// emulated GPU holding some experts (on the CPU's own kernel path, as
+// --emulate-gpu runs it), bitwise the same ones; a bf16 GGUF of
 // each (qwen3moe, olmoe, qwen2moe: names, metadata, no q/k permutation, the
 // tokenizer as a gpt2 vocabulary) gives bitwise the folder's logits and
 // tokens; a tensor missing or mis-shaped is named. The comparisons against the independent reference
@@ -23,6 +24,7 @@
 #include "base/errors.h"
 #include "chat/model_chat.h"
 #include "cpu_forward.h"
+#include "cpu_kernels/isa.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/devices/hybrid_executor.h"
@@ -335,10 +337,12 @@ TEST_CASE(
         const Residency none(c.n_layers, c.n_experts);
         std::unique_ptr<CachedPlacement> placement = make_cached_placement(
             c, residency ? model : LatencyModel{}, expert_bytes, residency ? *residency : none, {}, {});
+        // The device on the CPU's own kernel path, as --emulate-gpu runs it, so
+        // bitwise (test_hybrid_execution.cpp runs it on another path).
         if (residency)
             device = std::make_unique<EmulatedDevice>(
                 c, w, device_slots(c, *placement), double(placement->n_slots() + DEFAULT_STAGING_SLOTS) * expert_bytes,
-                max_batch, pool.size());
+                max_batch, pool.size(), isa_active());
         std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
         HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), std::move(placement));
         ForwardPass forward(c, *backend, cache, hybrid, max_batch, max_batch);

@@ -1,23 +1,27 @@
 // The emulated device (a test double of a GPU) on random in-memory experts:
 // under any residency, with every non-resident expert copied through S = 1,
-// 2 or 3 staging slots, each task's output rows are bitwise what
-// expert_ffn_bf16 gives on the CPU with as many threads; copied bytes are
-// counted; a budget without room for its residents and staging slots is
-// refused.
+// 2 or 3 staging slots, on every kernel path this CPU runs, each task's
+// output rows are bitwise what expert_ffn gives on that path (the device on
+// one thread, the CPU's call on two: the thread count changes no sum); copied
+// bytes are counted; a budget without room for its residents and staging
+// slots, or a path this CPU cannot run, is refused.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "alloc_count.h"
 #include "base/errors.h"
+#include "cpu_kernels/isa.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/hybrid_executor.h"
 #include "engine/model/cost.h"
 #include "engine/model/synth_model.h"
+#include "test_support.h"
 
 namespace {
 
@@ -52,81 +56,92 @@ struct RandomExperts {
 
 }  // namespace
 
-TEST_CASE("emulated device: every placement, staging count and cache slot gives the CPU's outputs bitwise",
-          "[emulated]") {
+TEST_CASE(
+    "emulated device: every placement, staging count, cache slot and kernel path gives its path's outputs "
+    "bitwise",
+    "[emulated]") {
     // dim and hidden not multiples of 8, so the kernels' edge paths run too.
     RandomExperts m(3, 6, 72, 100, 5);
     const ModelConfig& c = m.config;
-    const int threads = 2, max_tokens = 40;
-    ThreadPool pool(threads);
+    const int max_tokens = 40;
+    ThreadPool pool(2);
     std::mt19937 rng(9);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
 
-    for (int staging : {1, 2, 3}) {
-        // The pinned experts, then two cache slots (empty at the start).
-        Residency residency = static_plan_random(c.n_layers, c.n_experts, 7, uint32_t(staging));
-        std::vector<SlotExpert> slots = ExpertPipeline::slots_of(residency);
-        const int n_pinned = int(slots.size());
-        slots.resize(slots.size() + 2);
-        const double eb = cost_expert(c, 0).bytes;
-        EmulatedDevice device(c, m.weights, slots, double(n_pinned + 2 + staging) * eb, max_tokens, threads, staging);
-        REQUIRE(device.staging_slots() == staging);
-        REQUIRE(device.resident_slots() == n_pinned + 2);
-        REQUIRE(device.resident_bytes() == (n_pinned + 2) * eb);
-        uint64_t copies = 0;
-        std::vector<float> scratch(size_t(2) * max_tokens * c.hidden_dim);
-        for (int l = 0; l < c.n_layers; l++) {
-            INFO("S = " << staging << ", layer " << l);
-            // Every expert routed, in a shuffled order, 1..max_tokens tokens each.
-            std::vector<ExpertTask> tasks;
-            std::vector<DeviceTask> device_tasks;
-            int rows = 0;
-            for (int e = 0; e < c.n_experts; e++) {
-                int n = 1 + int(rng() % max_tokens);
-                tasks.push_back({e, n, rows});
-                rows += n;
-            }
-            std::shuffle(tasks.begin(), tasks.end(), rng);
-            // Resident experts from their slot (a cache slot's expert came
-            // with an earlier layer's copy); the others copied, alternately
-            // into a cache slot (evicting what it held) and a staging slot.
-            int j = 0;
-            for (const ExpertTask& t : tasks) {
-                int slot = -1;
-                for (int s = 0; s < device.resident_slots(); s++)
-                    if (device.slots()[size_t(s)].layer == l && device.slots()[size_t(s)].expert == t.expert) slot = s;
-                if (slot >= 0) {
-                    device_tasks.push_back({t, slot, false});
-                } else {
-                    device_tasks.push_back({t, j % 2 ? -1 : n_pinned + (j / 2) % 2, true});
-                    copies++;
-                    j++;
+    for (Isa isa : {Isa::SCALAR, Isa::AVX2, Isa::AVX512, Isa::AVX512BF16}) {
+        if (!isa_supported(isa)) continue;
+        const KernelTable& kernels = kernel_table(isa);
+        for (int staging : {1, 2, 3}) {
+            // The pinned experts, then two cache slots (empty at the start).
+            Residency residency = static_plan_random(c.n_layers, c.n_experts, 7, uint32_t(staging));
+            std::vector<SlotExpert> slots = ExpertPipeline::slots_of(residency);
+            const int n_pinned = int(slots.size());
+            slots.resize(slots.size() + 2);
+            const double eb = cost_expert(c, 0).bytes;
+            EmulatedDevice device(c, m.weights, slots, double(n_pinned + 2 + staging) * eb, max_tokens, 1, isa,
+                                  staging);
+            REQUIRE(device.isa() == isa);
+            REQUIRE(device.threads() == 1);
+            REQUIRE(device.staging_slots() == staging);
+            REQUIRE(device.resident_slots() == n_pinned + 2);
+            REQUIRE(device.resident_bytes() == (n_pinned + 2) * eb);
+            uint64_t copies = 0;
+            std::vector<float> scratch(size_t(2) * max_tokens * c.hidden_dim);
+            for (int l = 0; l < c.n_layers; l++) {
+                INFO(isa_name(isa) << ", S = " << staging << ", layer " << l);
+                // Every expert routed, in a shuffled order, 1..max_tokens tokens each.
+                std::vector<ExpertTask> tasks;
+                std::vector<DeviceTask> device_tasks;
+                int rows = 0;
+                for (int e = 0; e < c.n_experts; e++) {
+                    int n = 1 + int(rng() % max_tokens);
+                    tasks.push_back({e, n, rows});
+                    rows += n;
                 }
-            }
-            // A prefetch of the next layer's first expert not resident, into the
-            // cache slot this layer did not copy into last.
-            std::vector<SlotCopy> extra;
-            if (l + 1 < c.n_layers)
-                for (int e = 0; e < c.n_experts && extra.empty(); e++) {
-                    bool resident = false;
-                    for (const SlotExpert& h : device.slots())
-                        resident = resident || (h.layer == l + 1 && h.expert == e);
-                    if (!resident) extra.push_back({l + 1, e, n_pinned + 1});
+                std::shuffle(tasks.begin(), tasks.end(), rng);
+                // Resident experts from their slot (a cache slot's expert came
+                // with an earlier layer's copy); the others copied, alternately
+                // into a cache slot (evicting what it held) and a staging slot.
+                int j = 0;
+                for (const ExpertTask& t : tasks) {
+                    int slot = -1;
+                    for (int s = 0; s < device.resident_slots(); s++)
+                        if (device.slots()[size_t(s)].layer == l && device.slots()[size_t(s)].expert == t.expert)
+                            slot = s;
+                    if (slot >= 0) {
+                        device_tasks.push_back({t, slot, false});
+                    } else {
+                        device_tasks.push_back({t, j % 2 ? -1 : n_pinned + (j / 2) % 2, true});
+                        copies++;
+                        j++;
+                    }
                 }
-            copies += extra.size();
-            std::vector<float> x(size_t(rows) * c.dim), y(x.size(), -7.0f), expected(x.size());
-            for (float& v : x) v = u(rng);
-            device.start(l, {x.data(), y.data()}, device_tasks, extra);
-            device.wait();
-            for (const ExpertTask& t : tasks) {
-                const ExpertWeights& w = m.weights.layers[size_t(l)].experts[size_t(t.expert)];
-                const size_t row = size_t(t.row) * c.dim;
-                expert_ffn(expected.data() + row, x.data() + row, w.w1, w.w3, w.w2, t.n_tokens, scratch.data(), pool);
+                // A prefetch of the next layer's first expert not resident, into the
+                // cache slot this layer did not copy into last.
+                std::vector<SlotCopy> extra;
+                if (l + 1 < c.n_layers)
+                    for (int e = 0; e < c.n_experts && extra.empty(); e++) {
+                        bool resident = false;
+                        for (const SlotExpert& h : device.slots())
+                            resident = resident || (h.layer == l + 1 && h.expert == e);
+                        if (!resident) extra.push_back({l + 1, e, n_pinned + 1});
+                    }
+                copies += extra.size();
+                std::vector<float> x(size_t(rows) * c.dim), y(x.size(), -7.0f), expected(x.size());
+                for (float& v : x) v = u(rng);
+                device.start(l, {x.data(), y.data()}, device_tasks, extra);
+                device.wait();
+                for (const ExpertTask& t : tasks) {
+                    const ExpertWeights& w = m.weights.layers[size_t(l)].experts[size_t(t.expert)];
+                    const size_t row = size_t(t.row) * c.dim;
+                    expert_ffn(kernels, expected.data() + row, x.data() + row, w.w1, w.w3, w.w2, t.n_tokens,
+                               scratch.data(), pool);
+                }
+                REQUIRE(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) == 0);
             }
-            REQUIRE(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) == 0);
+            REQUIRE(copies > 0);
+            REQUIRE(device.copied_bytes() == copies * uint64_t(cost_expert(c, 0).bytes));
         }
-        REQUIRE(copies > 0);
-        REQUIRE(device.copied_bytes() == copies * uint64_t(cost_expert(c, 0).bytes));
     }
 }
 
@@ -134,11 +149,18 @@ TEST_CASE("emulated device: refuses a budget without room for its experts and st
     RandomExperts m(2, 4, 16, 24, 1);
     Residency half = static_plan_even(2, 4, 4);
     const double eb = cost_expert(m.config, 0).bytes;
-    REQUIRE_THROWS_AS(EmulatedDevice(m.config, m.weights, half, 5 * eb, 8, 1), MoeError);  // two slots by default
-    REQUIRE_THROWS_AS(EmulatedDevice(m.config, m.weights, half, 6 * eb, 8, 1, 3), MoeError);
-    EmulatedDevice ok(m.config, m.weights, half, 6 * eb, 8, 1);
+    // two slots by default
+    REQUIRE_THROWS_AS(EmulatedDevice(m.config, m.weights, half, 5 * eb, 8, 1, Isa::SCALAR), MoeError);
+    REQUIRE_THROWS_AS(EmulatedDevice(m.config, m.weights, half, 6 * eb, 8, 1, Isa::SCALAR, 3), MoeError);
+    EmulatedDevice ok(m.config, m.weights, half, 6 * eb, 8, 1, Isa::SCALAR);
     REQUIRE(ok.staging_slots() == DEFAULT_STAGING_SLOTS);
     REQUIRE(ok.resident_bytes() == 4 * eb);
+    // A path this CPU cannot run, named.
+    for (Isa isa : {Isa::AVX2, Isa::AVX512, Isa::AVX512BF16}) {
+        if (isa_supported(isa)) continue;
+        const std::string error = moe_error_of([&] { EmulatedDevice(m.config, m.weights, half, 6 * eb, 8, 1, isa); });
+        REQUIRE(error.find(std::string("cannot run the ") + isa_name(isa)) != std::string::npos);
+    }
 }
 
 namespace {
