@@ -1,83 +1,48 @@
-// calibrate and bench latency (see cli_calibrate.h). The CPU expert FFN is
-// timed over the model's real expert weights at n = 1, 2, 4, ..., 256
-// tokens; every call takes the next (layer, expert) of a cycle far larger
-// than the caches, so the weights stream from memory as in decoding. The
-// sweep over n is repeated and each n keeps its median, so every n sees the
-// same moments of a noisy machine. With a CUDA device (built with CUDA,
-// --gpu-device, default 0) it also measures the device side: host-to-device
-// copies from pinned memory (pageable beside them, printed), and the expert
-// FFN on the device at the same n with the weights resident; both are fitted
-// (has_device) and the placement planner uses them.
+// calibrate and bench latency (see cli_calibrate.h): their flags, the
+// calibration cache, and the printing. The measuring (the CPU expert FFN
+// over the model's real expert weights at n = 1, 2, 4, ..., 256 tokens,
+// medians of repeated sweeps, the fits, and with a CUDA device (built with
+// CUDA, --gpu-device, default 0) the device side: copies from pinned
+// memory and the expert FFN with its weights resident) is
+// engine/devices/calibration.h's; this file prints its results: the table,
+// the device's ceilings, the JSON lines.
 #include "apps/cli_calibrate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "apps/cli.h"
 #include "base/errors.h"
 #include "base/files.h"
 #include "cpu_kernels/bench.h"
-#include "cpu_kernels/kernels.h"
+#include "cpu_kernels/isa.h"
+#include "engine/devices/calibration.h"
 #include "engine/devices/calibration_key.h"
-#include "engine/devices/expert_timing.h"
-#include "engine/model/cost.h"
 #include "engine/model/model_source.h"
 #include "placement/latency_model.h"
 #include "profiles/calibration.h"
-#ifdef MOE_HAVE_CUDA
-#include "gpu_kernels/bench_gpu.h"
-#include "gpu_kernels/device.h"
-#include "gpu_kernels/gpu_runtime.h"
-#endif
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-constexpr int CALIBRATE_MAX_N = 256;
-constexpr int CALIBRATE_REPS = 21;  // sweeps over n; each n keeps the median
 constexpr double LATENCY_TARGET_PCT = 15.0;
-constexpr double CYCLE_BYTES = 2e9;  // weights one cycle of experts streams through: far more than any cache
 
-// 1, 2, 4, ..., CALIBRATE_MAX_N.
-std::vector<int> token_counts() {
-    std::vector<int> ns;
-    for (int n = 1; n <= CALIBRATE_MAX_N; n *= 2) ns.push_back(n);
-    return ns;
-}
-
-// A loaded model, this machine's ceiling and the expert's roofline curve.
-struct CalibrationRun {
+// --model's config and weights (loaded: the source's weights when a bench
+// suite loaded them, else null).
+struct LoadedModel {
     ModelConfig config;
     std::shared_ptr<const ModelWeights> weights;
-    Ceiling ceiling;
-    LatencyCurve roofline;
 };
 
-// loaded: the source's weights when a bench suite loaded them, else null.
-CalibrationRun calibration_load(const ModelSource& source, ThreadPool& pool,
-                                std::shared_ptr<const ModelWeights> loaded) {
-    CalibrationRun run;
-    run.config = model_source_config(source);
-    run.weights = model_source_shared_weights(source, run.config, pool.size(), std::move(loaded));
-    return run;
-}
-
-void calibration_start(CalibrationRun& run, ThreadPool& pool, bool print_ceiling) {
-    run.ceiling = bench_ceiling(pool, print_ceiling);
-    StageCost one = cost_expert(run.config, 1, weight_format(*run.weights));
-    run.roofline = latency_curve_roofline(one.bytes, one.flops, run.ceiling.read_gbs, run.ceiling.fma_gflops);
-}
-
-// Where the active kernels switch to their blocked path: the fit's second
-// segment (the scalar path never switches; its INT_MAX leaves one segment).
-int kernel_large_from() {
-    return kernel_table(isa_active()).ffn_packed_min_m;
+LoadedModel calibration_load(const ModelSource& source, ThreadPool& pool, std::shared_ptr<const ModelWeights> loaded) {
+    LoadedModel m;
+    m.config = model_source_config(source);
+    m.weights = model_source_shared_weights(source, m.config, pool.size(), std::move(loaded));
+    return m;
 }
 
 json curve_json(const LatencyCurve& c) {
@@ -133,39 +98,12 @@ void print_table(const Calibration& cal) {
                     error_pct(model.copy_ms(p.x), p.ms));
 }
 
-// The device side of a calibration: the expert FFN at each n (weights
-// resident) and copies of expert-sized blocks from pinned memory, fitted.
-// Nothing without a CUDA device.
-void measure_device(Calibration& cal, const ExpertWeights& expert, int gpu_device, int reps) {
-#ifdef MOE_HAVE_CUDA
-    std::vector<GpuDevice> devices = gpu_devices();
-    if (gpu_device < 0 || gpu_device >= int(devices.size())) return;
-    gpu_set_device(gpu_device);
-    const int device_reps = std::max(5, reps);
-    std::vector<int> ns = token_counts();
-    std::vector<double> ffn = gpu_time_expert_ffn(expert.w1, expert.w3, expert.w2, ns, device_reps);
-    std::vector<TimingPoint> points;
-    for (size_t i = 0; i < ns.size(); i++) points.push_back({double(ns[i]), std::max(ffn[i], 1e-6)});
-    LatencyCurve fit = latency_curve_fit(points, 0);
-    std::vector<size_t> sizes;
-    for (double f : {0.25, 0.5, 1.0, 2.0}) sizes.push_back(size_t(f * cal.expert_bytes));
-    std::vector<double> copy_ms = gpu_time_h2d_pinned(sizes, device_reps);
-    std::vector<TimingPoint> copies;
-    for (size_t i = 0; i < sizes.size(); i++) copies.push_back({double(sizes[i]), std::max(copy_ms[i], 1e-6)});
-    CopyCurve copy = copy_curve_fit(copies);
-    GpuCeilings ceil = gpu_measure_ceilings(size_t(64) << 20, 4096);
-    std::printf("device %s: host-to-device %.2f GB/s pinned, %.2f GB/s pageable, %.2f GB/s registered; device "
-                "memory %.0f GB/s; cuBLAS bf16 %.1f TFLOP/s\n",
-                cal.device_name.c_str(), ceil.h2d_pinned_gbs, ceil.h2d_pageable_gbs, ceil.h2d_registered_gbs,
-                ceil.device_gbs, ceil.bf16_tflops);
-    cal.has_device = true;
-    cal.device_points = points;
-    cal.device = fit;
-    cal.copy_points = copies;
-    cal.copy = copy;
-#else
-    (void)cal, (void)expert, (void)gpu_device, (void)reps;
-#endif
+// The ceilings of the device a calibration measured, one line before its table.
+void print_device_ceilings(const std::string& device_name, const GpuCeilings& c) {
+    std::printf(
+        "device %s: host-to-device %.2f GB/s pinned, %.2f GB/s pageable, %.2f GB/s registered; device "
+        "memory %.0f GB/s; cuBLAS bf16 %.1f TFLOP/s\n",
+        device_name.c_str(), c.h2d_pinned_gbs, c.h2d_pageable_gbs, c.h2d_registered_gbs, c.device_gbs, c.bf16_tflops);
 }
 
 }  // namespace
@@ -183,15 +121,15 @@ int calibrate_run(Args& args, std::shared_ptr<const ModelWeights> loaded) {
     auto out = args.get("--out");
     bool force = args.flag("--force");
     // Hidden (not in the usage text), for quick tests: fewer sweeps.
-    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));
+    int reps = int(args.get_int("--reps", CALIBRATION_REPS, 1, 1000));
     args.finish();
     if (out) file_check_output("--out", *out);  // refused before measuring
 
     // The weights first: the key names the experts' types (memory-mapped
     // files cost nothing here; synthetic ones are generated).
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_load(source, pool, std::move(loaded));
-    std::string key = engine_calibration_key(run.config, weights_expert_dtypes(*run.weights), threads, gpu_device);
+    LoadedModel model = calibration_load(source, pool, std::move(loaded));
+    std::string key = engine_calibration_key(model.config, weights_expert_dtypes(*model.weights), threads, gpu_device);
     fs::path path = calibration_cache_path(key);
     if (!force) {
         std::optional<Calibration> cached;
@@ -208,22 +146,9 @@ int calibrate_run(Args& args, std::shared_ptr<const ModelWeights> loaded) {
         }
     }
 
-    calibration_start(run, pool, false);
-    std::vector<TimingPoint> points = measure_expert_ffn(
-        run.config,
-        {expert_cycle(*run.weights, cost_expert(run.config, 1, weight_format(*run.weights)).bytes, 1, 0, CYCLE_BYTES)},
-        token_counts(), reps, pool)[0];
-    LatencyCurve fit = latency_curve_fit(points, kernel_large_from());
-
-    Calibration cal = calibration_key_fields(run.config, weights_expert_dtypes(*run.weights), threads, gpu_device);
-    cal.read_gbs = run.ceiling.read_gbs;
-    cal.fma_gflops = run.ceiling.fma_gflops;
-    StageCost one = cost_expert(run.config, 1, weight_format(*run.weights));
-    cal.expert_bytes = one.bytes;
-    cal.expert_flops_per_token = one.flops;
-    cal.cpu_points = points;
-    cal.cpu = fit;
-    measure_device(cal, run.weights->layers.at(0).experts.at(0), gpu_device, reps);
+    CalibrationResult measured = calibration_measure(model.config, *model.weights, pool, gpu_device, reps);
+    const Calibration& cal = measured.calibration;
+    if (measured.device_ceilings) print_device_ceilings(cal.device_name, *measured.device_ceilings);
     print_table(cal);
     calibration_write(cal, path);
     std::printf("wrote %s\n", path.c_str());
@@ -235,40 +160,32 @@ int bench_latency(Args& args, std::shared_ptr<const ModelWeights> loaded) {
     ModelSource source = parse_model_flag(args, "bench latency: ");
     int threads = bench_threads_flag(args);
     apply_isa_flag(args);
-    int reps = int(args.get_int("--reps", CALIBRATE_REPS, 1, 1000));  // sweeps over n (more: steadier medians)
+    int reps = int(args.get_int("--reps", CALIBRATION_REPS, 1, 1000));  // sweeps over n (more: steadier medians)
     args.finish();
 
     ThreadPool pool(threads);
-    CalibrationRun run = calibration_load(source, pool, std::move(loaded));
-    calibration_start(run, pool, true);
-    // Fit on the even (layer, expert) pairs, check on the odd ones (their
-    // sweeps interleaved, so both see the same load on a shared machine); a
-    // model with a single expert checks on the same one (said in the output).
-    double bytes = cost_expert(run.config, 1, weight_format(*run.weights)).bytes;
-    std::vector<ExpertWeights> fit_set = expert_cycle(*run.weights, bytes, 2, 0, CYCLE_BYTES);
-    std::vector<ExpertWeights> check_set = expert_cycle(*run.weights, bytes, 2, 1, CYCLE_BYTES);
-    bool independent = !check_set.empty();
-    if (!independent) check_set = fit_set;
-    std::vector<int> ns = token_counts();
-    std::vector<std::vector<TimingPoint>> passes = measure_expert_ffn(run.config, {fit_set, check_set}, ns, reps, pool);
-    const std::vector<TimingPoint>&fit_points = passes[0], &check = passes[1];
-    LatencyCurve fit = latency_curve_fit(fit_points, kernel_large_from());
-
+    LoadedModel model = calibration_load(source, pool, std::move(loaded));
+    LatencyCheck check = latency_check_measure(model.config, *model.weights, pool, reps);
+    bench_ceiling_print(check.ceiling);
+    const LatencyCurve& fit = check.fit;
+    const Ceiling& ceiling = check.ceiling;
     double worst = 0;
-    for (size_t i = 0; i < ns.size(); i++) {
-        double predicted = fit.ms(ns[i]), err = error_pct(predicted, check[i].ms);
+    for (size_t i = 0; i < check.ns.size(); i++) {
+        const int n = check.ns[i];
+        const double measured = check.check_points[i].ms;
+        double predicted = fit.ms(n), err = error_pct(predicted, measured);
         worst = std::max(worst, std::abs(err));
         std::printf("%s\n", json{{"bench", "latency"},
                                  {"isa", isa_name(isa_active())},
                                  {"threads", threads},
-                                 {"n", ns[i]},
-                                 {"measured_ms", check[i].ms},
+                                 {"n", n},
+                                 {"measured_ms", measured},
                                  {"predicted_ms", predicted},
                                  {"error_pct", err},
-                                 {"fit_pass_ms", fit_points[i].ms},
-                                 {"roofline_ms", run.roofline.ms(ns[i])},
-                                 {"read_gbs", run.ceiling.read_gbs},
-                                 {"fma_gflops", run.ceiling.fma_gflops}}
+                                 {"fit_pass_ms", check.fit_points[i].ms},
+                                 {"roofline_ms", check.roofline.ms(n)},
+                                 {"read_gbs", ceiling.read_gbs},
+                                 {"fma_gflops", ceiling.fma_gflops}}
                                 .dump()
                                 .c_str());
     }
@@ -276,16 +193,16 @@ int bench_latency(Args& args, std::shared_ptr<const ModelWeights> loaded) {
                              {"summary", true},
                              {"isa", isa_name(isa_active())},
                              {"threads", threads},
-                             {"dim", run.config.dim},
-                             {"hidden_dim", run.config.hidden_dim},
+                             {"dim", model.config.dim},
+                             {"hidden_dim", model.config.hidden_dim},
                              {"fit", curve_json(fit)},
-                             {"roofline", curve_json(run.roofline)},
-                             {"independent_experts", independent},
+                             {"roofline", curve_json(check.roofline)},
+                             {"independent_experts", check.independent_experts},
                              {"max_abs_error_pct", worst},
                              {"target_pct", LATENCY_TARGET_PCT},
                              {"within_target", worst <= LATENCY_TARGET_PCT},
-                             {"read_gbs", run.ceiling.read_gbs},
-                             {"fma_gflops", run.ceiling.fma_gflops}}
+                             {"read_gbs", ceiling.read_gbs},
+                             {"fma_gflops", ceiling.fma_gflops}}
                             .dump()
                             .c_str());
     return 0;

@@ -1,8 +1,9 @@
-// `moe-server calibrate` and `moe-server bench latency`: measure the CPU
-// expert FFN of a model on this machine, fit the latency model and check it
-// against the roofline and against a second, independent measurement. The
-// math lives in placement/ (fits) and profiles/ (the file); this is the
-// measuring and the printing. MoeError propagates to main().
+// `moe-server calibrate` and `moe-server bench latency`: the latency model
+// of this machine for a model's experts, and its check against the roofline
+// and against a second, independent measurement. The measuring is
+// engine/devices/calibration.h's, the fits placement/'s and the file
+// profiles/'s; this is the flags, the calibration cache and the printing.
+// MoeError propagates to main().
 #pragma once
 #include <memory>
 #include <string>

@@ -135,13 +135,16 @@ Ceiling bench_ceiling(ThreadPool& pool, bool print) {
         3, 0.3);
     c.fork_join_us = fj_s / FORKS * 1e6;
 
-    if (print)
-        std::printf("{\"bench\":\"ceiling\",\"threads\":%d,\"isa\":\"%s\",\"read_gbs\":%.2f,\"fma_gflops\":%.1f,"
-                    "\"fork_join_us\":%.2f,\"read_buffer_mb\":%ld,\"read_window_mb\":%ld}\n",
-                    c.threads, isa_name(t.isa), c.read_gbs, c.fma_gflops, c.fork_join_us, CEILING_BUFFER_BYTES >> 20,
-                    READ_WINDOW_BYTES >> 20);
+    if (print) bench_ceiling_print(c);
     std::fflush(stdout);
     return c;
+}
+
+void bench_ceiling_print(const Ceiling& c) {
+    std::printf("{\"bench\":\"ceiling\",\"threads\":%d,\"isa\":\"%s\",\"read_gbs\":%.2f,\"fma_gflops\":%.1f,"
+                "\"fork_join_us\":%.2f,\"read_buffer_mb\":%ld,\"read_window_mb\":%ld}\n",
+                c.threads, isa_name(widest_isa()), c.read_gbs, c.fma_gflops, c.fork_join_us, CEILING_BUFFER_BYTES >> 20,
+                READ_WINDOW_BYTES >> 20);
 }
 
 namespace {

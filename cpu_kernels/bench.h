@@ -21,6 +21,9 @@ struct Ceiling {
 
 // Measures the ceilings (about 2 s); prints one JSON line when print.
 Ceiling bench_ceiling(ThreadPool& pool, bool print);
+// That JSON line for ceilings measured earlier (with the widest ISA's
+// kernels, as bench_ceiling measures them).
+void bench_ceiling_print(const Ceiling& c);
 
 // One expert's shape: w1 and w3 are (hidden_dim, dim), w2 is (dim, hidden_dim).
 // label names it in the output ("model" field), e.g. the preset it came from.

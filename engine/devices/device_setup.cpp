@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <optional>
 
-#include "cpu_kernels/isa.h"
-#include "cpu_kernels/kernels.h"
 #include "engine/devices/calibration_key.h"
 #include "engine/devices/emulated_device.h"
 #include "engine/devices/hybrid_executor.h"
@@ -47,7 +45,7 @@ LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, Thread
     std::vector<ExpertWeights> cycle = expert_cycle(w, cost_expert(c, 0, weight_format(w)).bytes, 1, 0, 256e6);
     std::vector<TimingPoint> points = measure_expert_ffn(c, {cycle}, {1, 4, 16, 64, 128}, 3, pool)[0];
     for (TimingPoint& p : points) p.ms = std::max(p.ms, 1e-6);
-    return latency_curve_fit(points, kernel_table(isa_active()).ffn_packed_min_m);
+    return expert_ffn_curve_fit(points);
 }
 
 // `moe-server calibrate`'s cached file for this machine, kernel path, thread

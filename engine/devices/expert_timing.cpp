@@ -8,6 +8,10 @@
 
 #include "cpu_kernels/kernels.h"
 
+LatencyCurve expert_ffn_curve_fit(const std::vector<TimingPoint>& points) {
+    return latency_curve_fit(points, kernel_table(isa_active()).ffn_packed_min_m);
+}
+
 std::vector<ExpertWeights> expert_cycle(const ModelWeights& w, double expert_bytes, int stride, int phase,
                                         double cycle_bytes) {
     std::vector<ExpertWeights> all;

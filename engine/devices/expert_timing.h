@@ -1,6 +1,6 @@
-// Timing of the CPU expert FFN over a model's real expert weights: the
-// measurements behind `moe-server calibrate`, `bench latency` and the quick
-// probe at load when no calibration is cached. Every call runs the next
+// Timing of the CPU expert FFN over a model's real expert weights, and its
+// fit: the measurements behind calibration.h (`moe-server calibrate`, `bench
+// latency`) and the quick probe at load when no calibration is cached. Every call runs the next
 // (layer, expert) of a cycle, so the weights stream from memory as in
 // decoding instead of sitting in cache.
 #pragma once
@@ -10,6 +10,11 @@
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 #include "placement/latency_model.h"
+
+// latency_curve_fit of CPU expert FFN timings with the second segment where
+// the active kernels switch to their blocked path (ffn_packed_min_m; the
+// scalar path never switches and keeps one segment).
+LatencyCurve expert_ffn_curve_fit(const std::vector<TimingPoint>& points);
 
 // The (layer, expert) pairs whose flat index % stride == phase, thinned
 // evenly over the layers to at most enough experts for cycle_bytes (at least

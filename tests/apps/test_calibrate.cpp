@@ -2,7 +2,9 @@
 // with nine points under $XDG_CACHE_HOME, reuses it on the next run unless
 // --force (which replaces a planted file), writes --out as well, and fails
 // cleanly on bad flags; the engine then loads the file calibrate wrote (one
-// key function for both) and plans with its numbers.
+// key function for both) and plans with its numbers. The engine's
+// measuring (engine/devices/calibration.h) returns a complete record and the
+// check passes of `bench latency` as data.
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
@@ -10,6 +12,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cpu_kernels/thread_pool.h"
+#include "engine/devices/calibration.h"
+#include "engine/devices/calibration_key.h"
+#include "engine/model/synth_model.h"
 #include "engine/runtime/session.h"
 #include "profiles/calibration.h"
 #include "test_support.h"
@@ -160,4 +166,36 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
     INFO(synth.out << synth.err);
     REQUIRE(synth.exit_code == 0);
     REQUIRE(synth.out.find("reusing " + written) != std::string::npos);
+}
+
+TEST_CASE("calibration_measure and latency_check_measure return their results as data", "[calibrate]") {
+    const ModelConfig c = synth_preset("tiny");
+    const ModelWeights w = synth_weights(c, 0, 1);
+    ThreadPool pool(1);
+    const std::vector<int> ns = calibration_token_counts();
+    REQUIRE(ns.size() == 9);
+    REQUIRE(ns.front() == 1);
+    REQUIRE(ns.back() == 256);
+
+    // CPU only (-1): complete and valid as written, under the engine's key.
+    CalibrationResult r = calibration_measure(c, w, pool, -1, 1);
+    const Calibration& cal = r.calibration;
+    REQUIRE_NOTHROW(calibration_validate(cal, "measured"));
+    REQUIRE(calibration_key(cal) == engine_calibration_key(c, weights_expert_dtypes(w), 1, -1));
+    REQUIRE(cal.device_name == "none");
+    REQUIRE(cal.cpu_points.size() == ns.size());
+    for (size_t i = 0; i < ns.size(); i++) REQUIRE(cal.cpu_points[i].x == ns[i]);
+    REQUIRE(cal.read_gbs > 0);
+    REQUIRE(cal.expert_bytes > 0);
+    REQUIRE(!cal.has_device);
+    REQUIRE(!r.device_ceilings);
+
+    LatencyCheck check = latency_check_measure(c, w, pool, 1);
+    REQUIRE(check.ns == ns);
+    REQUIRE(check.fit_points.size() == ns.size());
+    REQUIRE(check.check_points.size() == ns.size());
+    REQUIRE(check.independent_experts);  // tiny has more than one expert
+    REQUIRE(check.ceiling.read_gbs > 0);
+    REQUIRE(check.roofline.stream_ms > 0);
+    REQUIRE(check.fit.ms(1) > 0);
 }
