@@ -170,10 +170,11 @@ DeviceOptions parse_device_flags(Args& args) {
     if ((d.emulate_gpu_bytes > 0 || d.emulate_gpu_expert_share > 0) && d.gpu_required)
         throw MoeError("--emulate-gpu: a dry run on the emulated device; it does not combine with --gpu-memory or "
                        "--gpu-device");
-    // The placement flags: each given one is remembered, refused at load
+    // The placement options: each one given is remembered, refused at load
     // when no device takes experts (device_setup).
-    for (const char* flag : {"--profile", "--cache-policy", "--cache-share", "--cache-scope", "--prefetch"})
-        if (args.has(flag)) d.placement_flags.push_back(flag);
+    for (SessionOption option : {SessionOption::PROFILE, SessionOption::CACHE_POLICY, SessionOption::CACHE_SHARE,
+                                 SessionOption::CACHE_SCOPE, SessionOption::PREFETCH})
+        if (args.has(session_option_flag(option))) d.placement_set.push_back(option);
     d.profile = args.get("--profile", "");
     // The dynamic cache: the policy, its share of the device's experts, its
     // scope, prefetch (on by default with a policy, refused without one).
@@ -348,8 +349,8 @@ int cli_generate(const std::vector<std::string>& words) {
         request.grammar = engine.model().grammar(gbnf, grammar_file ? *grammar_file : schema_file ? *schema_file : "--json");
     std::string chat_warning;
     const ModelChat model_chat(engine.model(), &chat_warning);
-    for (const std::string* w : {static_cast<const std::string*>(&chat_warning), &engine.load_warning()})
-        if (!w->empty()) std::fprintf(stderr, "moe-server: warning: %s\n", w->c_str());
+    for (const std::string& w : {chat_warning, placement_warning(engine.placement())})
+        if (!w.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", w.c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     if (prompt) {
         request.prompt = engine.model().tokenizer().encode_prompt(*prompt);
@@ -457,7 +458,10 @@ int cli_synth_model(const std::vector<std::string>& words) {
     o.tokenizer = args.get("--tokenizer", "");
     o.max_shard_bytes = size_t(args.get_int("--shard-mb", long(o.max_shard_bytes >> 20), 1, 1 << 30)) << 20;
     args.finish();
-    synth_preset(o.preset);  // unknown preset: error before touching the disk
+    // An unknown preset, or a tokenizer it does not take: refused before touching the disk.
+    if (synth_uses_standin_tokenizer(synth_preset(o.preset)) && !o.tokenizer.empty())
+        throw MoeError("synth-model: --tokenizer takes a SentencePiece model, for the Mixtral presets only; preset '" +
+                       o.preset + "' writes its own tokenizer.json");
     auto t0 = std::chrono::steady_clock::now();
     synth_model_write(o);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -36,6 +36,7 @@
 #include "profiles/calibration.h"
 #include "profiles/profile.h"
 #include "profiles/routing_trace.h"
+#include "server/placement_text.h"
 #ifdef MOE_HAVE_CUDA
 #include "gpu_kernels/bench_gpu.h"
 #include "gpu_kernels/device.h"
@@ -124,7 +125,7 @@ void add_placement_fields(json& line, const Session& engine) {
     line["device"] = device_kind_name(p.device);
     line["resident_experts"] = p.capacity;
     line["plan"] = plan_kind_name(p.plan);
-    line["cache_policy"] = p.cache_policy;
+    line["cache_policy"] = placement_cache_policy(p);
     line["cache_slots"] = p.cache_slots;
     line["prefetch"] = p.prefetch;
     line["hit_rate"] = s.hit_rate();
@@ -862,7 +863,7 @@ int bench_suite(Args& args) {
             Args step_args(steps[i].second);
             if (steps[i].first->run(step_args, weights) != 0) outcome = "failed";
         } catch (const std::exception& e) {
-            outcome = std::string("failed: ") + e.what();
+            outcome = "failed: " + engine_error_text(e);
         }
         std::fflush(stdout);
         if (outcome != "ok") failed++;

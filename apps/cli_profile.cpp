@@ -34,6 +34,7 @@
 #include "profiles/prompts.h"
 #include "profiles/routing_trace.h"
 #include "server/generation_task.h"
+#include "server/placement_text.h"
 
 namespace {
 
@@ -164,8 +165,8 @@ int cli_profile(const std::vector<std::string>& words) {
     Session engine(load_model({model_dir, options.threads}), options);
     std::string chat_warning;
     const ModelChat model_chat(engine.model(), &chat_warning);
-    for (const std::string* w : {static_cast<const std::string*>(&chat_warning), &engine.load_warning()})
-        if (!w->empty()) std::fprintf(stderr, "moe-server: warning: %s\n", w->c_str());
+    for (const std::string& w : {chat_warning, placement_warning(engine.placement())})
+        if (!w.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", w.c_str());
     const ModelConfig& config = engine.model().config();
     if (!config.is_moe())
         throw MoeError(model_dir + ": a dense model (no experts): there is nothing to profile");

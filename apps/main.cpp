@@ -1,7 +1,8 @@
 // moe-server entry point: subcommand dispatch. Every error of a subcommand
 // ends here as one line on stderr (control characters escaped: the message
-// may quote a model file, e.g. a chat template's raise_exception) and exit
-// code 2 (1 for an internal error).
+// may quote a model file, e.g. a chat template's raise_exception; an engine
+// option error says its flag, engine_error_text) and exit code 2 (1 for an
+// internal error).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -15,6 +16,7 @@
 #include "apps/serve.h"
 #include "base/errors.h"
 #include "server/openai_request.h"
+#include "server/placement_text.h"
 
 namespace {
 
@@ -139,7 +141,7 @@ int main(int argc, char** argv) {
                      usage(nullptr).c_str());
         return 2;
     } catch (const MoeError& e) {
-        return print_error("error", e.what(), 2);
+        return print_error("error", engine_error_text(e).c_str(), 2);
     } catch (const std::filesystem::filesystem_error& e) {
         // A path the user gave that the loaders missed turning into MoeError:
         // still the user's file, so the same one line and exit code.

@@ -46,12 +46,13 @@ void EngineWorker::main(const std::function<void(const Session&)>& on_ready, con
     } catch (const std::exception& e) {
         {
             std::lock_guard lock(error_mutex_);
-            load_error_ = e.what();
+            load_error_ = engine_error_text(e);
         }
         on_failed();
         return;
     }
-    if (!engine_->load_warning().empty()) std::fprintf(stderr, "moe-server: %s\n", engine_->load_warning().c_str());
+    if (const std::string warning = placement_warning(engine_->placement()); !warning.empty())
+        std::fprintf(stderr, "moe-server: %s\n", warning.c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine_->placement()).c_str());
     ready_.store(true);
     on_ready(*engine_);

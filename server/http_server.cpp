@@ -281,7 +281,7 @@ struct HttpServer::Impl {
                          {{"plan", plan_kind_name(p.plan)},
                           {"profile", p.profile},
                           {"capacity", p.capacity},
-                          {"cache_policy", p.cache_policy.empty() ? json(nullptr) : json(p.cache_policy)},
+                          {"cache_policy", device ? json(placement_cache_policy(p)) : json(nullptr)},
                           {"cache_slots", p.cache_slots},
                           {"prefetch", p.prefetch},
                           {"budget_bytes", p.budget_bytes},
@@ -291,9 +291,9 @@ struct HttpServer::Impl {
                           {"activation_bytes", p.activation_bytes},
                           {"margin_bytes", p.margin_bytes},
                           {"staging_slots", p.staging_slots},
-                          {"copy_source", p.copy_source},
+                          {"copy_source", placement_copy_source(p)},
                           {"expected_hit_rate", p.expected_hit_rate >= 0 ? json(p.expected_hit_rate) : json(nullptr)},
-                          {"latency_model", p.latency_source}}},
+                          {"latency_model", placement_latency_source(p)}}},
                         {"execution_total", execution_json(ex.total)},
                         {"execution_last", execution_json(ex.last)}});
     }

@@ -40,29 +40,6 @@ std::string bytes_text(double bytes) {
 
 }  // namespace
 
-const char* copy_source_name(CopySource source) {
-    return source == CopySource::REGISTERED ? "registered mapping" : "pinned staging";
-}
-
-std::string CopySourceChoice::describe() const {
-    char text[160];
-    const CopySource other = source == CopySource::STAGED ? CopySource::REGISTERED : CopySource::STAGED;
-    const double mine = source == CopySource::STAGED ? staged_gb_s : registered_gb_s;
-    const double theirs = source == CopySource::STAGED ? registered_gb_s : staged_gb_s;
-    std::string line = std::string("copies: ") + copy_source_name(source);
-    if (mine > 0) {
-        std::snprintf(text, sizeof text, " (%.1f GB/s", mine);
-        line += text;
-        if (theirs > 0) {
-            std::snprintf(text, sizeof text, "; %s %.1f GB/s", copy_source_name(other), theirs);
-            line += text;
-        }
-        line += ")";
-    }
-    if (!note.empty()) line += ": " + note;
-    return line;
-}
-
 CudaExpertDevice::CudaExpertDevice(const ModelConfig& config, const ModelWeights& weights, const Residency& residency,
                                    double budget_bytes, int max_tokens, GpuStream compute, GpuBlas& blas,
                                    int staging_slots, CopyMode mode)
@@ -251,12 +228,12 @@ void CudaExpertDevice::choose_copy_source(CopyMode mode, int pinned_slots) {
 
     choice_ = CopySourceChoice{};
     if (copied.empty()) {
-        choice_.note = "every expert is pinned, nothing to copy";
+        choice_.choice = CopyChoice::NOTHING_TO_COPY;
     } else if (mode == CopyMode::STAGED) {
-        choice_.note = "chosen by the caller";
+        choice_.choice = CopyChoice::BY_CALLER;
     } else if (mode == CopyMode::REGISTERED) {
         choice_.source = CopySource::REGISTERED;
-        choice_.note = "chosen by the caller";
+        choice_.choice = CopyChoice::BY_CALLER;
     } else {
         std::vector<SlotExpert> probe(copied.begin(), copied.begin() + std::min<size_t>(copied.size(), PROBE_EXPERTS));
         choice_.staged_gb_s = measure_copies(CopySource::STAGED, probe);
@@ -264,7 +241,8 @@ void CudaExpertDevice::choose_copy_source(CopyMode mode, int pinned_slots) {
             register_experts(probe);
             choice_.registered_gb_s = measure_copies(CopySource::REGISTERED, probe);
         } catch (const GpuError& e) {
-            choice_.note = std::string("cudaHostRegister refused: ") + e.what();
+            choice_.choice = CopyChoice::REGISTER_REFUSED;
+            choice_.error = e.what();
         }
         sync_copies();           // no DMA may still read the probe's pages
         registrations_.clear();  // they are registered again with all the others below
@@ -277,7 +255,8 @@ void CudaExpertDevice::choose_copy_source(CopyMode mode, int pinned_slots) {
             registrations_.clear();
             if (mode == CopyMode::REGISTERED) throw;
             choice_.source = CopySource::STAGED;
-            choice_.note = std::string("cudaHostRegister of every copied expert refused: ") + e.what();
+            choice_.choice = CopyChoice::REGISTER_ALL_REFUSED;
+            choice_.error = e.what();
         }
     }
     // Pinned buffers only serve staging.

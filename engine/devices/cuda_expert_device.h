@@ -12,8 +12,8 @@
 // a slot from being overwritten before its compute has read it, so with
 // S >= 2 the next copy overlaps the current compute.
 //
-// Copies come from the memory-mapped weights one of two ways, whichever
-// copied faster when measured at construction (copy_source()):
+// Copies come from the memory-mapped weights one of two ways (CopySource),
+// whichever copied faster when measured at construction (copy_source()):
 //   * pinned staging: a host memcpy into one of two pinned buffers, run in
 //     stream order by a host function on a stage stream (a CUDA driver
 //     thread, not the engine's), then a DMA from it on the copy stream; the
@@ -35,30 +35,13 @@
 #include "engine/devices/expert_pipeline.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/session.h"
 #include "gpu_kernels/gpu_runtime.h"
 #include "placement/residency.h"
-
-// Where a copied expert's bytes come from.
-enum class CopySource : uint8_t {
-    STAGED,      // host memcpy into pinned buffers, then DMA from them
-    REGISTERED,  // DMA straight from the mapped weights (cudaHostRegister)
-};
-const char* copy_source_name(CopySource source);  // "pinned staging", "registered mapping"
 
 // How the constructor picks the copy source: measure both (the default),
 // or take one (tests of each path).
 enum class CopyMode : uint8_t { MEASURE, STAGED, REGISTERED };
-
-// The copy source in use and how it was chosen.
-struct CopySourceChoice {
-    CopySource source = CopySource::STAGED;
-    double staged_gb_s = 0;      // measured copy rate of pinned staging; 0 when not measured
-    double registered_gb_s = 0;  // the same for the registered mapping; 0 when not measured or refused
-    std::string note;            // why, when not by measurement (forced, registration failed, nothing to copy)
-    // One line for the engine's log, e.g. "copies: registered mapping
-    // (24.1 GB/s; pinned staging 11.3 GB/s)".
-    std::string describe() const;
-};
 
 class CudaExpertDevice final : public ExpertDevice {
 public:
@@ -91,6 +74,8 @@ public:
     // last_busy_ms(): from the layer's first op (first compute or first
     // copy) to its last compute's end, by the device's timing events.
 
+    // The copy source in use and how it was chosen (CopySource, CopyChoice:
+    // engine/runtime/session.h, beside the PlacementInfo that carries it).
     const CopySourceChoice& copy_source() const { return choice_; }
 
 private:

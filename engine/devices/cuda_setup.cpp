@@ -16,15 +16,15 @@
 
 bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
-                const std::optional<LatencyModel>& measured, const std::string& calibration, std::string* why_not) {
+                const std::optional<LatencyModel>& measured, CpuServes* why_not) {
     const int index = o.device.gpu_device;
     std::vector<GpuDevice> devices = gpu_devices();
     if (devices.empty()) {
-        *why_not = "no CUDA device found";
+        *why_not = {CpuReason::NO_CUDA_DEVICE, index, 0, ""};
         return false;
     }
     if (index >= int(devices.size())) {
-        *why_not = "no CUDA device " + std::to_string(index) + " (" + std::to_string(devices.size()) + " found)";
+        *why_not = {CpuReason::NO_SUCH_DEVICE, index, int(devices.size()), ""};
         return false;
     }
     const GpuDevice& d = devices[size_t(index)];
@@ -33,20 +33,22 @@ bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, c
     const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
     info.device = DeviceKind::CUDA;
     info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
-    *why_not = cuda_budget(o.device, c, weight_format(weights), ctx, o.max_batch, double(d.free_bytes),
-                           info.device_name, staging, info);
-    if (!why_not->empty()) return false;
+    if (!cuda_budget(o.device, c, weight_format(weights), ctx, o.max_batch, double(d.free_bytes), info.device_name,
+                     staging, info)) {
+        *why_not = {CpuReason::BUDGET_TOO_SMALL, index, int(devices.size()), ""};
+        return false;
+    }
     const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
-    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
+    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, info);
     // The device side: the calibration's device curves when `calibrate` has
     // measured this device, else the nominal GPU (placement/README.md).
     if (measured) {
         s.latency = *measured;
         s.latency.cpu = cpu;
-        info.latency_source += "; device: measured by 'moe-server calibrate'";
+        info.latency.device = DeviceCurveSource::CALIBRATION;
     } else {
         s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
-        info.latency_source += "; device: nominal GPU until 'moe-server calibrate' measures this one";
+        info.latency.device = DeviceCurveSource::NOMINAL;
     }
     s.latency.staging_slots = staging;
     setup_placement(s, o.device, c);
@@ -55,7 +57,7 @@ bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, c
     auto device = std::make_unique<CudaExpertDevice>(c, weights, device_slots(c, *s.placement), s.placement->n_pinned(),
                                                      info.budget_bytes - fixed, o.max_batch, backend->stream(),
                                                      backend->blas(), staging);
-    info.copy_source = device->copy_source().describe();
+    info.copy_source = device->copy_source();
     s.backend = std::move(backend);
     s.device = std::move(device);
     return true;

@@ -49,19 +49,20 @@ LatencyCurve probe_cpu_curve(const ModelConfig& c, const ModelWeights& w, Thread
 }
 
 // `moe-server calibrate`'s cached file for this machine, kernel path, thread
-// count, device (gpu_device; -1 = none) and expert shape; nothing when there
-// is none. A cached file that does not validate is ignored with a warning:
-// it must never keep the model from loading.
+// count, device (gpu_device; -1 = none) and expert shape, its path in
+// info.latency.calibration; nothing when there is none. A cached file that
+// does not validate is ignored with a warning (info.note): it must never
+// keep the model from loading.
 std::optional<Calibration> cached_calibration(const ModelConfig& c, const ModelWeights& w, int threads, int gpu_device,
-                                              std::string* path, std::string* warning) {
+                                              PlacementInfo& info) {
     std::string key = engine_calibration_key(c, weights_expert_dtypes(w), threads, gpu_device);
     std::optional<Calibration> cal;
     try {
         cal = calibration_find_cached(key);
     } catch (const MoeError& e) {
-        *warning = std::string("ignoring the cached calibration: ") + e.what() + " (run 'moe-server calibrate --force')";
+        info.note = {PlacementWarning::CALIBRATION_IGNORED, e.what()};
     }
-    if (cal) *path = calibration_cache_path(key).string();
+    if (cal) info.latency.calibration = calibration_cache_path(key).string();
     return cal;
 }
 
@@ -91,13 +92,13 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
     return bytes + 32 * ALIGN;
 }
 
-std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const WeightFormat& f, int ctx, int max_batch,
-                        double free_bytes, const std::string& device_name, int staging, PlacementInfo& info) {
+bool cuda_budget(const DeviceOptions& o, const ModelConfig& c, const WeightFormat& f, int ctx, int max_batch,
+                 double free_bytes, const std::string& device_name, int staging, PlacementInfo& info) {
     char line[512];
     if (o.gpu_memory_bytes > free_bytes) {
-        std::snprintf(line, sizeof line, "--gpu-memory: %.2f GiB asked, but %s has %.2f GiB free",
-                      o.gpu_memory_bytes / GIB, device_name.c_str(), free_bytes / GIB);
-        throw MoeError(line);
+        std::snprintf(line, sizeof line, "%.2f GiB asked, but %s has %.2f GiB free", o.gpu_memory_bytes / GIB,
+                      device_name.c_str(), free_bytes / GIB);
+        throw OptionError(SessionOption::GPU_MEMORY, "", line);
     }
     info.staging_slots = staging;
     info.expert_bytes = cost_expert(c, 0, f).bytes;
@@ -113,27 +114,22 @@ std::string cuda_budget(const DeviceOptions& o, const ModelConfig& c, const Weig
         const double need = info.dense_bytes + info.kv_bytes + info.activation_bytes + experts;
         info.budget_bytes = std::min(need / 0.9, need + GIB);
         if (info.budget_bytes > free_bytes) {
-            std::snprintf(line, sizeof line, "--gpu-memory %.0f%%: needs %.2f GiB, but %s has %.2f GiB free",
-                          100.0 * o.gpu_expert_share, info.budget_bytes / GIB, device_name.c_str(), free_bytes / GIB);
-            throw MoeError(line);
+            char share[32];
+            std::snprintf(share, sizeof share, "%.0f%%", 100.0 * o.gpu_expert_share);
+            std::snprintf(line, sizeof line, "needs %.2f GiB, but %s has %.2f GiB free", info.budget_bytes / GIB,
+                          device_name.c_str(), free_bytes / GIB);
+            throw OptionError(SessionOption::GPU_MEMORY, share, line);
         }
     } else {
         info.budget_bytes = o.gpu_memory_bytes > 0 ? o.gpu_memory_bytes : free_bytes;
     }
     info.margin_bytes = margin_for(info.budget_bytes);
     const double fixed = info.dense_bytes + info.kv_bytes + info.activation_bytes + info.margin_bytes;
-    if (info.budget_bytes - fixed < staging * info.expert_bytes) {
-        std::snprintf(line, sizeof line,
-                      "%.2f GiB of %s does not hold the dense weights (%.2f GiB), the KV cache (%.2f GiB), the "
-                      "activations (%.2f GiB), the margin (%.2f GiB) and %d staging slots of one expert (%.3f GiB each)",
-                      info.budget_bytes / GIB, device_name.c_str(), info.dense_bytes / GIB, info.kv_bytes / GIB,
-                      info.activation_bytes / GIB, info.margin_bytes / GIB, staging, info.expert_bytes / GIB);
-        return line;
-    }
+    if (info.budget_bytes - fixed < staging * info.expert_bytes) return false;
     DeviceBudget b{info.budget_bytes, info.dense_bytes + info.activation_bytes, info.kv_bytes, info.margin_bytes,
                    info.expert_bytes, staging};
     info.capacity = expert_capacity(b, c.n_moe_layers(), c.n_experts);
-    return "";
+    return true;
 }
 
 // The static plans see the MoE layers only (a dense layer of a Qwen model
@@ -170,11 +166,13 @@ Residency plan_residency(const DeviceOptions& o, const ModelConfig& c, int capac
 void setup_placement(DeviceSetup& s, const DeviceOptions& o, const ModelConfig& c) {
     PlacementInfo& info = s.info;
     if (o.prefetch && !o.cache_policy)
-        throw MoeError("--prefetch on: needs a cache to prefetch into (--cache-policy lru, lfu or score)");
+        throw OptionError(SessionOption::PREFETCH, "on",
+                          "needs a cache to prefetch into (a cache policy lru, lfu or score)");
     if (o.cache_policy == CachePolicy::BELADY)
-        throw MoeError("--cache-policy belady: offline only (it needs the future); bench cache replays it");
+        throw OptionError(SessionOption::CACHE_POLICY, "belady",
+                          "offline only (it needs the future); a cache replay runs it");
     info.cache_slots = o.cache_policy ? int(std::lround(o.cache_share * info.capacity)) : 0;
-    info.cache_policy = o.cache_policy ? cache_policy_name(*o.cache_policy) : "static";
+    info.cache_policy = o.cache_policy;
     info.prefetch = o.prefetch;
     std::vector<uint64_t> counts;
     const Residency pinned = plan_residency(o, c, info.capacity - info.cache_slots, info, &counts);
@@ -189,14 +187,9 @@ void setup_placement(DeviceSetup& s, const DeviceOptions& o, const ModelConfig& 
 }
 
 LatencyCurve cpu_curve_or_probe(const std::optional<LatencyCurve>& cached, const ModelConfig& c,
-                                const ModelWeights& weights, ThreadPool& pool, const std::string& calibration,
-                                std::string* source) {
-    if (cached) {
-        *source = "CPU: " + calibration;
-        return *cached;
-    }
-    *source = "CPU: quick probe at load (run 'moe-server calibrate' for a full fit)";
-    return probe_cpu_curve(c, weights, pool);
+                                const ModelWeights& weights, ThreadPool& pool, PlacementInfo& info) {
+    info.latency.cpu = cached ? CpuCurveSource::CALIBRATION : CpuCurveSource::PROBE;
+    return cached ? *cached : probe_cpu_curve(c, weights, pool);
 }
 
 namespace {
@@ -204,11 +197,12 @@ namespace {
 // The dry run: an emulated device (a test double that computes on the
 // CPU) with a budget in GiB or a share of all experts.
 void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
-                    ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu, const std::string& calibration) {
+                    ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu) {
     PlacementInfo& info = s.info;
-    if (!c.is_moe()) throw MoeError("--emulate-gpu: the model has no experts to place (dense model)");
+    constexpr SessionOption EMULATE_GPU = SessionOption::EMULATE_GPU;
+    if (!c.is_moe()) throw OptionError(EMULATE_GPU, "", "the model has no experts to place (dense model)");
     if (o.device.emulate_gpu_bytes > 0 && o.device.emulate_gpu_expert_share > 0)
-        throw MoeError("--emulate-gpu: give a size in GiB or a share of experts, not both");
+        throw OptionError(EMULATE_GPU, "", "give a size in GiB or a share of experts, not both");
 
     const int total = c.n_moe_layers() * c.n_experts;
     const int staging = EMULATED_STAGING_SLOTS;
@@ -226,20 +220,21 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
         if (device_expert_bytes < staging * info.expert_bytes) {
             char msg[320];
             std::snprintf(msg, sizeof msg,
-                          "--emulate-gpu: %.2f GiB leaves no room for %d staging slots of one expert (%.3f GiB) "
+                          "%.2f GiB leaves no room for %d staging slots of one expert (%.3f GiB) "
                           "after the dense weights (%.2f GiB), the KV cache (%.2f GiB) and the margin (%.2f GiB)",
                           info.budget_bytes / GIB, staging, info.expert_bytes / GIB, info.dense_bytes / GIB,
                           info.kv_bytes / GIB, info.margin_bytes / GIB);
-            throw MoeError(msg);
+            throw OptionError(EMULATE_GPU, "", msg);
         }
     } else {
-        if (o.device.emulate_gpu_expert_share > 1) throw MoeError("--emulate-gpu: a share of experts must be at most 100%");
+        if (o.device.emulate_gpu_expert_share > 1)
+            throw OptionError(EMULATE_GPU, "", "a share of experts must be at most 100%");
         info.capacity = int(std::lround(o.device.emulate_gpu_expert_share * total));
         device_expert_bytes = double(info.capacity + staging) * info.expert_bytes;
         info.budget_bytes = device_expert_bytes;
     }
-    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, calibration, &info.latency_source);
-    info.latency_source += "; device: nominal GPU (placement/README.md)";
+    LatencyCurve cpu = cpu_curve_or_probe(cached_cpu, c, weights, pool, info);
+    info.latency.device = DeviceCurveSource::NOMINAL;
     s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
     s.latency.staging_slots = staging;
     setup_placement(s, o.device, c);
@@ -249,10 +244,10 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
     if (available > 0 && host_bytes > 0.8 * available) {
         char msg[256];
         std::snprintf(msg, sizeof msg,
-                      "--emulate-gpu: the emulated device keeps its %.2f GiB of experts in host memory, but only "
+                      "the emulated device keeps its %.2f GiB of experts in host memory, but only "
                       "%.2f GiB is available; give a smaller budget",
                       host_bytes / GIB, available / GIB);
-        throw MoeError(msg);
+        throw OptionError(EMULATE_GPU, "", msg);
     }
     s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * c.n_experts_active);
     // The CPU side's own kernel path and threads: a dry run of placement
@@ -272,57 +267,66 @@ DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const Mo
     info.resident.assign(size_t(info.n_layers) * info.n_experts, 0);
     const double one_expert_bytes = cost_expert(c, 0, weight_format(weights)).bytes;
     info.expert_bytes = one_expert_bytes;
-    std::string calibration;
     std::optional<Calibration> cal =
-        c.is_moe() ? cached_calibration(c, weights, pool.size(), o.device.gpu_device, &calibration, &info.warning)
-                   : std::nullopt;
+        c.is_moe() ? cached_calibration(c, weights, pool.size(), o.device.gpu_device, info) : std::nullopt;
     std::optional<LatencyCurve> cpu_curve;
     if (cal) cpu_curve = latency_model_from_calibration(*cal).cpu;
     if (o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0) {
-        emulated_setup(s, o, c, weights, ctx, pool, cpu_curve, calibration);
+        emulated_setup(s, o, c, weights, ctx, pool, cpu_curve);
         return s;
     }
 
-    // A CUDA device when there is one; else the CPU, and a line that says why.
-    std::string why_cpu;
+    // A CUDA device when there is one; else the CPU, and why.
+    CpuServes why_cpu;
+    bool gpu_tried = false;
     if (o.device.gpu_device < 0) {
-        why_cpu = "--gpu-device none";
+        why_cpu.reason = CpuReason::NO_DEVICE_ASKED;
     } else if (!c.is_moe()) {
-        why_cpu = "dense model (the GPU path places experts)";
+        why_cpu.reason = CpuReason::DENSE_MODEL;
     } else {
+        gpu_tried = true;
 #ifdef MOE_HAVE_CUDA
         try {
             std::optional<LatencyModel> measured;
             if (cal && cal->has_device) measured = latency_model_from_calibration(*cal);
-            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, measured, calibration, &why_cpu)) return s;
+            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, measured, &why_cpu)) return s;
         } catch (const GpuError& e) {
-            why_cpu = std::string("CUDA failed at start: ") + e.what();
+            why_cpu = {CpuReason::CUDA_FAILED, 0, 0, e.what()};
         }
 #else
-        why_cpu = "built without CUDA";
+        why_cpu.reason = CpuReason::NO_CUDA;
 #endif
-        if (o.device.gpu_required) throw MoeError("--gpu-device/--gpu-memory: " + why_cpu);
     }
-    // One rule for every placement flag: without a device there is nothing to place.
-    const std::string flag = !o.device.placement_flags.empty() ? o.device.placement_flags.front()
-                             : !o.device.profile.empty()       ? "--profile"
-                                                               : "";
-    if (!flag.empty())
-        throw MoeError(flag + ": needs a device (a GPU, or --emulate-gpu) to place experts on (" + why_cpu + ")");
-    // Whatever a failed CUDA attempt left behind goes; the CPU serves.
-    std::string warning = info.warning;
+    // Whatever a failed CUDA attempt left behind goes; the CPU serves. A
+    // budget too small keeps its device's name and figures: they say why.
+    const PlacementInfo tried = std::move(s.info);
     s = DeviceSetup{};
-    s.info.warning = warning;
-    s.info.n_layers = c.n_layers;
-    s.info.n_experts = std::max(1, c.n_experts);
-    s.info.resident.assign(size_t(s.info.n_layers) * s.info.n_experts, 0);
-    s.info.expert_bytes = one_expert_bytes;
-    s.info.device_name = why_cpu;
+    PlacementInfo& cpu = s.info;
+    cpu.cpu = why_cpu;
+    cpu.note = tried.note;
+    cpu.latency.calibration = tried.latency.calibration;
+    cpu.n_layers = c.n_layers;
+    cpu.n_experts = std::max(1, c.n_experts);
+    cpu.resident.assign(size_t(cpu.n_layers) * cpu.n_experts, 0);
+    cpu.expert_bytes = one_expert_bytes;
+    if (why_cpu.reason == CpuReason::BUDGET_TOO_SMALL) {
+        cpu.device_name = tried.device_name;
+        cpu.staging_slots = tried.staging_slots;
+        cpu.budget_bytes = tried.budget_bytes;
+        cpu.dense_bytes = tried.dense_bytes;
+        cpu.kv_bytes = tried.kv_bytes;
+        cpu.activation_bytes = tried.activation_bytes;
+        cpu.margin_bytes = tried.margin_bytes;
+    }
+    if (gpu_tried && o.device.gpu_required) throw NoDeviceError(SessionOption::GPU_REQUIRED, cpu);
+    // One rule for every placement option: without a device there is nothing to place.
+    if (!o.device.placement_set.empty()) throw NoDeviceError(o.device.placement_set.front(), cpu);
+    if (!o.device.profile.empty()) throw NoDeviceError(SessionOption::PROFILE, cpu);
     // Every expert runs on the CPU, called directly: nothing is planned or
     // timed. The latency model (a calibration's when there is one) is only
     // reported.
     if (cpu_curve) s.latency.cpu = *cpu_curve;
-    s.info.latency_source = cpu_curve ? "CPU: " + calibration : "none (no calibration: predictions are 0)";
+    cpu.latency.cpu = cpu_curve ? CpuCurveSource::CALIBRATION : CpuCurveSource::NONE;
     s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * std::max(1, c.n_experts_active));
     return s;
 }

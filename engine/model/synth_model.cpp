@@ -769,7 +769,7 @@ void synth_model_write(const SynthOptions& o) {
         if (!fs::is_empty(out, ec)) throw MoeError(out.string() + ": exists and is not empty; refusing to overwrite");
     }
     if (synth_uses_standin_tokenizer(c) && !o.tokenizer.empty())
-        throw MoeError("synth-model: --tokenizer takes a SentencePiece model, for the Mixtral presets only; preset '" +
+        throw MoeError("synth-model: a tokenizer file (SentencePiece) is for the Mixtral presets only; preset '" +
                        o.preset + "' writes its own tokenizer.json");
     std::string tokenizer =
         synth_uses_standin_tokenizer(c) ? synth_standin_tokenizer_json() : tokenizer_bytes(o.tokenizer);

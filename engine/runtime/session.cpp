@@ -41,6 +41,49 @@ ContextLengthError::ContextLengthError(int n_prompt_, int ctx_)
       n_prompt(n_prompt_),
       ctx(ctx_) {}
 
+const char* session_option_name(SessionOption option) {
+    switch (option) {
+    case SessionOption::CTX: return "ctx";
+    case SessionOption::MAX_BATCH: return "max_batch";
+    case SessionOption::GPU_MEMORY: return "device.gpu_memory";
+    case SessionOption::GPU_REQUIRED: return "device.gpu_required";
+    case SessionOption::EMULATE_GPU: return "device.emulate_gpu";
+    case SessionOption::PROFILE: return "device.profile";
+    case SessionOption::CACHE_POLICY: return "device.cache_policy";
+    case SessionOption::CACHE_SHARE: return "device.cache_share";
+    case SessionOption::CACHE_SCOPE: return "device.cache_scope";
+    case SessionOption::PREFETCH: return "device.prefetch";
+    case SessionOption::SCORE_WINDOW: return "score.window";
+    case SessionOption::SCORE_CHUNKS: return "score.chunks";
+    }
+    return "?";
+}
+
+OptionError::OptionError(SessionOption option_, std::string value_, std::string message_)
+    : MoeError(std::string(session_option_name(option_)) + (value_.empty() ? "" : " " + value_) + ": " + message_),
+      option(option_),
+      value(std::move(value_)),
+      message(std::move(message_)) {}
+
+const char* cpu_reason_name(CpuReason reason) {
+    switch (reason) {
+    case CpuReason::NO_DEVICE_ASKED: return "no_device_asked";
+    case CpuReason::DENSE_MODEL: return "dense_model";
+    case CpuReason::NO_CUDA: return "no_cuda";
+    case CpuReason::NO_CUDA_DEVICE: return "no_cuda_device";
+    case CpuReason::NO_SUCH_DEVICE: return "no_such_device";
+    case CpuReason::BUDGET_TOO_SMALL: return "budget_too_small";
+    case CpuReason::CUDA_FAILED: return "cuda_failed";
+    }
+    return "?";
+}
+
+NoDeviceError::NoDeviceError(SessionOption option_, PlacementInfo placement_)
+    : OptionError(option_, "",
+                  std::string("needs a device to place experts on; the CPU serves (") +
+                      cpu_reason_name(placement_.cpu.reason) + ")"),
+      placement(std::move(placement_)) {}
+
 const char* device_kind_name(DeviceKind kind) {
     switch (kind) {
     case DeviceKind::NONE:
@@ -80,7 +123,6 @@ struct Session::Impl {
     const ModelConfig& config;
     const ModelWeights& weights;
     const Tokenizer& tokenizer;
-    std::string warning;  // the device's (a cached calibration it could not use)
     int ctx;
     ThreadPool pool;
     DeviceSetup device;  // the backend, and the device experts may run on
@@ -126,7 +168,6 @@ struct Session::Impl {
         forward.set_predict_next_layer(o.predict_next_layer);
         slots_now.assign(size_t(config.n_layers) * std::max(1, config.n_experts), Session::EXPERT_CPU);
         if (hybrid) copy_slots();
-        if (!device.info.warning.empty()) warning += (warning.empty() ? "" : "; ") + device.info.warning;
     }
 
     // Runs tokens[from..) at positions from.. in chunks; returns the logits of
@@ -213,8 +254,9 @@ struct Session::Impl {
 };
 
 void check_session_options(const SessionOptions& options) {
-    if (options.ctx < 16) throw MoeError("--ctx: must be at least 16, got " + std::to_string(options.ctx));
-    if (options.max_batch < 1) throw MoeError("max_batch must be at least 1");
+    if (options.ctx < 16)
+        throw OptionError(SessionOption::CTX, "", "must be at least 16, got " + std::to_string(options.ctx));
+    if (options.max_batch < 1) throw OptionError(SessionOption::MAX_BATCH, "", "must be at least 1");
 }
 
 namespace {
@@ -233,7 +275,6 @@ Session::~Session() = default;
 
 const Model& Session::model() const { return impl_->model; }
 const std::shared_ptr<const Model>& Session::shared_model() const { return impl_->model_held; }
-const std::string& Session::load_warning() const { return impl_->warning; }
 int Session::ctx() const { return impl_->ctx; }
 int Session::threads() const { return impl_->pool.size(); }
 
@@ -451,7 +492,7 @@ Session::Score Session::score(const std::vector<int>& tokens, int window, bool c
     Impl& m = *impl_;
     if (tokens.size() < 2) throw MoeError("need at least 2 tokens to score");
     window = std::min(window, m.ctx);
-    if (window < 2) throw MoeError("--ctx: the scoring window must be at least 2 tokens");
+    if (window < 2) throw OptionError(SessionOption::SCORE_WINDOW, "", "the scoring window must be at least 2 tokens");
     const int vocab = m.config.vocab_size;
     Score s;
     m.cached.clear();  // the state is overwritten window by window
@@ -460,8 +501,9 @@ Session::Score Session::score(const std::vector<int>& tokens, int window, bool c
     // exactly once, each window starting from an empty cache; chunks do not
     // overlap and score from their middle.
     if (chunks && tokens.size() < size_t(window))
-        throw MoeError("--chunks: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
-                       std::to_string(window));
+        throw OptionError(SessionOption::SCORE_CHUNKS, "",
+                          "the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
+                              std::to_string(window));
     const size_t step = chunks ? size_t(window) : size_t(window - 1);
     const int first = chunks ? window / 2 : 0;
     for (size_t start = 0; chunks ? start + window <= tokens.size() : start + 1 < tokens.size(); start += step) {

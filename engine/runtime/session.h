@@ -12,7 +12,7 @@
 // pass and the pool. While one runs, any other thread (the server's HTTP
 // threads) may call the rest:
 // * model() (every Model method is const and thread-safe), ctx, threads,
-//   load_warning, placement: set at construction, never changed;
+//   placement: set at construction, never changed;
 // * check_prompt and check_grammar: read only what construction fixed;
 // * carry_replies: the remembered replies are guarded by a mutex
 //   (engine/runtime/reply_memory.h);
@@ -39,6 +39,38 @@
 #include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"
 #include "placement/expert_cache.h"
+
+// The options a caller of the engine sets (SessionOptions, DeviceOptions,
+// Session::score's window), as errors name them: the engine names the
+// option, its caller says it in its own words (the CLI: its flag,
+// server/placement_text.h).
+enum class SessionOption : uint8_t {
+    CTX,           // SessionOptions::ctx
+    MAX_BATCH,     // SessionOptions::max_batch
+    GPU_MEMORY,    // DeviceOptions::gpu_memory_bytes or gpu_expert_share
+    GPU_REQUIRED,  // DeviceOptions::gpu_required (a GPU device or memory was asked for)
+    EMULATE_GPU,   // DeviceOptions::emulate_gpu_bytes or emulate_gpu_expert_share
+    PROFILE,       // DeviceOptions::profile
+    CACHE_POLICY,  // DeviceOptions::cache_policy
+    CACHE_SHARE,   // DeviceOptions::cache_share
+    CACHE_SCOPE,   // DeviceOptions::cache_scope
+    PREFETCH,      // DeviceOptions::prefetch
+    SCORE_WINDOW,  // Session::score's window
+    SCORE_CHUNKS,  // Session::score's chunks
+};
+// The option's field: "ctx", "device.gpu_memory", "score.window", ...
+const char* session_option_name(SessionOption option);
+
+// A value of an option no session takes: the option, its value where the
+// words need it ("50%", "on"; mostly empty) and what is wrong, naming no
+// option. what() is "NAME[ VALUE]: MESSAGE" with session_option_name; a
+// caller with words of its own for the option says it with those.
+struct OptionError : MoeError {
+    OptionError(SessionOption option, std::string value, std::string message);
+    SessionOption option;
+    std::string value;
+    std::string message;
+};
 
 // Where the model runs: a CUDA device when there is one (dense weights, KV
 // cache and the popular experts on it), else the CPU; or the emulated device
@@ -74,11 +106,12 @@ struct DeviceOptions {
     double cache_share = 0.25;
     CacheScope cache_scope = CacheScope::GLOBAL;
     bool prefetch = true;
-    // The placement flags the user gave (--profile, --cache-policy,
-    // --cache-share, --cache-scope, --prefetch), in order: they place experts
-    // on a device, so without one (no GPU, --gpu-device none, a dense model)
-    // the load fails naming the first, as it does for a profile set here.
-    std::vector<std::string> placement_flags;
+    // The placement options the caller set (PROFILE, CACHE_POLICY,
+    // CACHE_SHARE, CACHE_SCOPE, PREFETCH; the CLI: the flags given): they
+    // place experts on a device, so without one (no GPU, gpu_device -1, a
+    // dense model) the load fails naming the first (NoDeviceError), as it
+    // does for a profile set here.
+    std::vector<SessionOption> placement_set;
 };
 
 struct SessionOptions {
@@ -91,8 +124,8 @@ struct SessionOptions {
     // figures are in routing_counts()). Changes no result.
     bool predict_next_layer = false;
 };
-// Throws MoeError naming the flag for options no session accepts (a
-// context under 16, a batch under 1), before anything is loaded.
+// Throws OptionError for options no session accepts (a context under 16,
+// a batch under 1), before anything is loaded.
 void check_session_options(const SessionOptions& options);
 
 // The device experts may run on. NONE: every expert on the CPU, with no
@@ -104,13 +137,85 @@ const char* device_kind_name(DeviceKind kind);  // "none", "emulated", "cuda"
 enum class PlanKind : uint8_t { NONE, EVEN, POPULARITY };
 const char* plan_kind_name(PlanKind kind);  // "none", "even", "popularity"
 
+// Why the CPU serves every expert (DeviceKind::NONE).
+enum class CpuReason : uint8_t {
+    NO_DEVICE_ASKED,   // DeviceOptions::gpu_device < 0
+    DENSE_MODEL,       // the model has no experts (the GPU path places experts)
+    NO_CUDA,           // built without CUDA
+    NO_CUDA_DEVICE,    // CUDA found no device
+    NO_SUCH_DEVICE,    // no device gpu_device among the gpu_devices found
+    BUDGET_TOO_SMALL,  // the budget does not hold the dense part and the staging slots (see PlacementInfo)
+    CUDA_FAILED,       // CUDA failed at start (gpu_error)
+};
+const char* cpu_reason_name(CpuReason reason);  // "no_device_asked", "dense_model", ...
+
+// Why the CPU serves, with what its words need.
+struct CpuServes {
+    CpuReason reason = CpuReason::NO_DEVICE_ASKED;
+    int gpu_device = 0;     // NO_SUCH_DEVICE: the device asked for
+    int gpu_devices = 0;    // NO_SUCH_DEVICE: the devices CUDA found
+    std::string gpu_error;  // CUDA_FAILED: CUDA's message
+};
+
+// Where a copied expert's bytes come from (the CUDA device).
+enum class CopySource : uint8_t {
+    STAGED,      // host memcpy into pinned buffers, then DMA from them
+    REGISTERED,  // DMA straight from the mapped weights (cudaHostRegister)
+};
+// How the copy source was chosen.
+enum class CopyChoice : uint8_t {
+    MEASURED,              // the faster of the two, measured at load
+    NOTHING_TO_COPY,       // every expert is pinned
+    BY_CALLER,             // the caller chose it (CopyMode)
+    REGISTER_REFUSED,      // measuring: cudaHostRegister refused (error), pinned staging measured alone
+    REGISTER_ALL_REFUSED,  // cudaHostRegister of every copied expert refused (error): pinned staging
+};
+// The copy source in use, both measured rates and how it was chosen.
+struct CopySourceChoice {
+    CopySource source = CopySource::STAGED;
+    double staged_gb_s = 0;      // measured copy rate of pinned staging; 0 when not measured
+    double registered_gb_s = 0;  // the same for the registered mapping; 0 when not measured or refused
+    CopyChoice choice = CopyChoice::MEASURED;
+    std::string error;           // REGISTER_REFUSED, REGISTER_ALL_REFUSED: CUDA's message
+};
+
+// Where the latency model's curves came from: the CPU's expert curve and
+// the device's curves (copies, expert FFN).
+enum class CpuCurveSource : uint8_t {
+    NONE,         // no curve: the CPU serves alone and no calibration is cached (predictions are 0)
+    CALIBRATION,  // `calibrate`'s cached file (LatencySources::calibration)
+    PROBE,        // a quick probe at load
+};
+enum class DeviceCurveSource : uint8_t {
+    NONE,         // no device
+    CALIBRATION,  // `calibrate` measured this device (LatencySources::calibration)
+    NOMINAL,      // the nominal GPU (placement/latency_model.h), not a measurement
+};
+struct LatencySources {
+    CpuCurveSource cpu = CpuCurveSource::NONE;
+    DeviceCurveSource device = DeviceCurveSource::NONE;
+    std::string calibration;  // the cached calibration file, when there is one
+};
+
+// A non-fatal problem of the device setup.
+enum class PlacementWarning : uint8_t {
+    NONE,
+    CALIBRATION_IGNORED,  // the cached calibration does not validate (detail: the reader's message, naming it)
+};
+struct PlacementNote {
+    PlacementWarning warning = PlacementWarning::NONE;
+    std::string detail;
+};
+
 // Where experts live: the device, its budget and the static plan. Facts
-// only: the words for people are the caller's.
+// only: the words for people are the caller's (server/placement_text.h).
 struct PlacementInfo {
     DeviceKind device = DeviceKind::NONE;
-    std::string device_name;          // CUDA: "NVIDIA H100 80GB HBM3 (cuda:0)"; NONE: why the CPU serves
+    CpuServes cpu;                    // NONE: why the CPU serves
+    std::string device_name;          // CUDA (and NONE's BUDGET_TOO_SMALL): "NVIDIA H100 80GB HBM3 (cuda:0)"
     int staging_slots = 0;            // device slots copied experts run from
-    std::string copy_source;          // CUDA: how copies reach the device (pinned staging or registered mapping, measured)
+    std::optional<CopySourceChoice> copy_source;  // CUDA: how copies reach the device
+    // The budget: CUDA and EMULATED, and NONE's BUDGET_TOO_SMALL (the one that did not hold).
     double budget_bytes = 0;          // device memory given to moe-server (GiB mode) or to experts (share mode)
     double dense_bytes = 0;           // non-expert weights a GPU would hold
     double kv_bytes = 0;              // the sequence state on the device (the fp32 KV cache; sequence_state_bytes)
@@ -119,15 +224,23 @@ struct PlacementInfo {
     double expert_bytes = 0;          // one expert
     int capacity = 0;                 // resident experts: pinned plus cache slots
     int cache_slots = 0;              // of those, cache slots (0: the static plan)
-    std::string cache_policy;         // "static", "lru", "lfu", "score"
+    std::optional<CachePolicy> cache_policy;  // with a device: the cache's policy; none = the static plan
     bool prefetch = false;            // next-layer prefetch into cache slots
     PlanKind plan = PlanKind::NONE;
     std::string profile;              // the profile the plan came from
     double expected_hit_rate = -1;    // on the profile's workload; -1 without a profile
-    std::string latency_source;       // where the latency model came from
-    std::string warning;              // non-fatal (an unusable cached calibration); empty when none
+    LatencySources latency;           // where the latency model came from
+    PlacementNote note;               // a non-fatal problem (an unusable cached calibration)
     int n_layers = 0, n_experts = 0;
     std::vector<uint8_t> resident;  // (n_layers, n_experts) pinned at load (cache slots change: Session::expert_slots)
+};
+
+// An option that needs a device where the CPU serves every expert: a
+// placement option (DeviceOptions::placement_set, a profile) or
+// GPU_REQUIRED. placement says why (PlacementInfo::cpu).
+struct NoDeviceError : OptionError {
+    NoDeviceError(SessionOption option, PlacementInfo placement);
+    PlacementInfo placement;
 };
 
 struct GenerateRequest {
@@ -224,8 +337,6 @@ public:
     const std::shared_ptr<const Model>& shared_model() const;
     int ctx() const;      // usable positions per sequence
     int threads() const;
-    // Non-fatal notes from setting up the device; empty when none.
-    const std::string& load_warning() const;
 
     // The one check of a prompt: refuses one that is empty or holds an id
     // outside the vocabulary (MoeError), or leaves no room for a reply in
@@ -271,7 +382,9 @@ public:
     // chunks of `window` (the remainder dropped), each chunk's first token
     // replaced by BOS when the tokenizer adds one (Tokenizer::prompt_bos),
     // and only the predictions of its second half scored (tokens window/2 + 1
-    // .. window - 1 of each chunk).
+    // .. window - 1 of each chunk). Throws OptionError (SCORE_WINDOW,
+    // SCORE_CHUNKS) for a window under 2 tokens or a text shorter than one
+    // chunk.
     struct Score {
         double nll_sum = 0;
         long n_scored = 0;

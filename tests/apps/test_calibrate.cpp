@@ -18,6 +18,7 @@
 #include "engine/model/synth_model.h"
 #include "engine/runtime/session.h"
 #include "profiles/calibration.h"
+#include "server/placement_text.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -130,15 +131,20 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
     o.ctx = 64;
     {
         Session engine(load_model({model, o.threads}), o);
-        INFO(engine.load_warning());
-        REQUIRE(engine.load_warning().empty());
-        REQUIRE(engine.placement().latency_source == "CPU: " + written);
+        INFO(placement_warning(engine.placement()));
+        REQUIRE(placement_warning(engine.placement()).empty());
+        REQUIRE(engine.placement().note.warning == PlacementWarning::NONE);
+        REQUIRE(engine.placement().latency.cpu == CpuCurveSource::CALIBRATION);
+        REQUIRE(engine.placement().latency.calibration == written);
+        REQUIRE(placement_latency_source(engine.placement()) == "CPU: " + written);
     }
     // The dry run's planner uses it too, instead of the quick probe.
     o.device.emulate_gpu_expert_share = 0.5;
     {
         Session emulated(load_model({model, o.threads}), o);
-        REQUIRE(emulated.placement().latency_source.rfind("CPU: " + written + "; device:", 0) == 0);
+        REQUIRE(emulated.placement().latency.cpu == CpuCurveSource::CALIBRATION);
+        REQUIRE(emulated.placement().latency.device == DeviceCurveSource::NOMINAL);
+        REQUIRE(placement_latency_source(emulated.placement()).rfind("CPU: " + written + "; device:", 0) == 0);
     }
 
     // And it plans with the file's numbers, not just its name: with a CPU

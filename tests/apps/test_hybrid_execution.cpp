@@ -441,7 +441,8 @@ TEST_CASE("the engine with --emulate-gpu generates the same tokens and reports p
     // the rest pinned (p.resident: pinned at load).
     int resident = 0;
     for (uint8_t r : p.resident) resident += r;
-    REQUIRE(p.cache_policy == "lfu");
+    REQUIRE(p.cache_policy == CachePolicy::LFU);
+    REQUIRE(placement_cache_policy(p) == "lfu");
     REQUIRE(p.cache_slots == 1);
     REQUIRE(resident + p.cache_slots == p.capacity);
     ExecutionStats last = b.execution_stats().last;

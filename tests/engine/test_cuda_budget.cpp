@@ -11,6 +11,7 @@
 #include "engine/model/cost.h"
 #include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
+#include "server/placement_text.h"
 
 namespace {
 
@@ -25,7 +26,7 @@ TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV 
     o.gpu_memory_bytes = 24 * GIB;
     PlacementInfo info;
     const int ctx = 4096, max_batch = 512, staging = 2;
-    REQUIRE(cuda_budget(o, c, WeightFormat{}, ctx, max_batch, 79 * GIB, "test GPU", staging, info).empty());
+    REQUIRE(cuda_budget(o, c, WeightFormat{}, ctx, max_batch, 79 * GIB, "test GPU", staging, info));
     CHECK(info.budget_bytes == 24 * GIB);
     CHECK(info.dense_bytes == cost_dense_bytes(c));
     // fp32 keys and values of every layer for one context.
@@ -50,14 +51,14 @@ TEST_CASE("cuda budget: the free memory by default, a share of experts, and refu
     const ModelConfig c = synth_preset("mixtral-mini");
     const double expert = cost_expert(c, 0).bytes;
     PlacementInfo free_info;
-    REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, free_info).empty());
+    REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, free_info));
     CHECK(free_info.budget_bytes == 8 * GIB);
     CHECK(free_info.capacity == c.n_layers * c.n_experts);  // everything fits
 
     DeviceOptions share;
     share.gpu_expert_share = 0.25;
     PlacementInfo s;
-    REQUIRE(cuda_budget(share, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, s).empty());
+    REQUIRE(cuda_budget(share, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, s));
     CHECK(s.capacity == c.n_layers * c.n_experts / 4);
     CHECK(s.budget_bytes < 8 * GIB);
 
@@ -66,14 +67,36 @@ TEST_CASE("cuda budget: the free memory by default, a share of experts, and refu
     PlacementInfo t;
     CHECK_THROWS_WITH(cuda_budget(too_much, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, t),
                       Catch::Contains("9.00 GiB asked") && Catch::Contains("8.00 GiB free"));
+    try {
+        cuda_budget(too_much, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, t);
+    } catch (const OptionError& e) {
+        CHECK(e.option == SessionOption::GPU_MEMORY);
+        CHECK(engine_error_text(e) == "--gpu-memory: 9.00 GiB asked, but test GPU has 8.00 GiB free");
+    }
+    DeviceOptions too_many;
+    too_many.gpu_expert_share = 1;
+    PlacementInfo m;
+    try {
+        cuda_budget(too_many, c, WeightFormat{}, 1024, 64, 0.5 * GIB, "test GPU", 2, m);
+        FAIL("all experts of mixtral-mini fit in 0.5 GiB");
+    } catch (const OptionError& e) {
+        CHECK(e.option == SessionOption::GPU_MEMORY);
+        CHECK(e.value == "100%");
+        CHECK_THAT(engine_error_text(e), Catch::StartsWith("--gpu-memory 100%: needs ") &&
+                                             Catch::EndsWith(" GiB, but test GPU has 0.50 GiB free"));
+    }
 
     // Room for the dense part but not for two staging slots: no GPU plan.
     DeviceOptions small;
     PlacementInfo d;
-    REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "x", 2, d).empty());
+    REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "x", 2, d));
     small.gpu_memory_bytes = (d.dense_bytes + d.kv_bytes + d.activation_bytes + 1.5 * expert) / 0.9;
     PlacementInfo n;
-    std::string why = cuda_budget(small, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, n);
-    CHECK(why.find("does not hold the dense weights") != std::string::npos);
+    REQUIRE_FALSE(cuda_budget(small, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, n));
+    // The figures say why; the words are the text module's.
+    n.device_name = "test GPU";
+    n.cpu.reason = CpuReason::BUDGET_TOO_SMALL;
+    const std::string why = placement_cpu_reason(n);
+    CHECK(why.find("of test GPU does not hold the dense weights") != std::string::npos);
     CHECK(why.find("2 staging slots") != std::string::npos);
 }

@@ -22,6 +22,7 @@
 #include "engine/model/weights.h"
 #include "gpu_support.h"
 #include "placement/residency.h"
+#include "server/placement_text.h"
 #include "test_support.h"
 
 namespace {
@@ -77,7 +78,7 @@ TEST_CASE("the CUDA expert device computes resident and copied experts like the 
             const double budget = double(n_pinned + 2 + staging) * cost_expert(c, 0).bytes;
             CudaExpertDevice device(c, w, slots, n_pinned, budget, max_tokens, backend.stream(), backend.blas(),
                                     staging, mode);
-            INFO(device.copy_source().describe());
+            INFO(copy_source_text(device.copy_source()));
             size_t n_copied = 0;
             for (int round = 0; round < 3; round++) {
                 // Round 0: the first odd expert copied into cache slot 0, the
