@@ -20,7 +20,6 @@
 #include "engine/runtime/forward.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/token_mixer.h"
-#include "server/placement_text.h"
 #include "test_support.h"
 #include "weights_compare.h"
 
@@ -101,7 +100,7 @@ TEST_CASE("synth: synth:tiny:7 gives bitwise the logits and greedy tokens of the
     folder_options.ctx = synth_options.ctx = 128;
     Session folder(load_model({dir, 2}), folder_options), synth(load_model({"synth:tiny:7", 2}), synth_options);
     CHECK(synth.model().model_id() == "synth:tiny:7");
-    CHECK(placement_warning(synth.placement()).empty());
+    CHECK(synth.placement().note.warning == PlacementWarning::NONE);
     // The same tokenizer and chat template as the folder's.
     const std::vector<ChatMessage> chat = {{"user", "Hello there, how are you?"}};
     std::string synth_warning, folder_warning;
