@@ -13,8 +13,8 @@
 #      spending device minutes on a build (and on a compiler of another
 #      version). It builds there after all when the stamp does not match.
 # Both folders are git-ignored; the device tool carries them:
-#   carry [".gpu-deps", "build-gpu"]   (about 31 MB together, 38 MB with the working
-#   tree; the tool carries 64 MiB at most)
+#   carry [".gpu-deps", "build-gpu"]   (about 58 MB together with Node.js,
+#   65 MB with the working tree; the tool carries 64 MiB, 67.1 MB, at most)
 # MOE_GPU_PREPARE_BUILD=0 skips step 3.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -44,18 +44,38 @@ if [ -d "$shared" ]; then
   cp "$shared/tokenizers/mistral-v1.model" "$out/shared-data/tokenizers/"
 fi
 
+# Node.js (this machine's, one self-contained binary) and the openai npm
+# package without its type declarations, for the SDK case on the GPU: about
+# 25 MB compressed, packed once (xz takes about 2 minutes).
+node_bin=$(command -v node || true)
+modules="$root/build/npm/node_modules/openai"
+if [ ! -f "$out/node.tar.xz" ] && [ -n "$node_bin" ] && [ -f "$modules/package.json" ]; then
+  stage=$(mktemp -d)
+  mkdir -p "$stage/node_modules"
+  cp "$(readlink -f "$node_bin")" "$stage/node"
+  (cd "$(dirname "$modules")" && find openai -type f ! \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \
+    -o -name '*.ts' -o -name '*.mts' -o -name '*.md' \) -print0 | xargs -0 cp --parents -t "$stage/node_modules")
+  tar cf - -C "$stage" node node_modules | xz -T0 -6 >"$out/node.tar.xz.tmp" && mv "$out/node.tar.xz.tmp" "$out/node.tar.xz"
+  rm -rf "$stage"
+elif [ ! -f "$out/node.tar.xz" ]; then
+  echo "gpu_prepare: no Node.js or no openai package in build/npm (scripts/setup_test_tools.sh): the SDK case will skip there" >&2
+fi
+
 if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
   build="$root/build-gpu"
   rm -rf "$build"
-  configured=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+  # test_client (the openai SDK case) looks for Node.js and the package where
+  # gpu_check.sh unpacks .gpu-deps/node.tar.xz.
+  configured=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMOE_NODE_EXECUTABLE=/tmp/moe-node/node -DMOE_TEST_NODE_MODULES=/tmp/moe-node/node_modules)
   grep -q "CUDA executor ON" <<<"$configured" || { echo "gpu_prepare: no CUDA toolkit here (nvcc)" >&2; exit 1; }
-  cmake --build "$build" -j "$(nproc)" --target moe-server test_gpu
+  cmake --build "$build" -j "$(nproc)" --target moe-server test_gpu test_client
   # Keep the binaries and every CTest file (ctest reads them; the tests of
   # the labels not built register as not built and -L gpu leaves them out).
   find "$build" -type f ! -name 'CTestTestfile.cmake' ! -name '*_tests-*.cmake' ! -name '*_include-*.cmake' ! -name '*_slow_labels.cmake' \
-    ! -path "$build/moe-server" ! -path "$build/test_gpu" -delete
+    ! -path "$build/moe-server" ! -path "$build/test_gpu" ! -path "$build/test_client" -delete
   find "$build" -type d -empty -delete
-  strip "$build/moe-server" "$build/test_gpu"
+  strip "$build/moe-server" "$build/test_gpu" "$build/test_client"
   printf 'root=%s\nsources=%s\n' "$root" "$(bash "$root/scripts/gpu_source_hash.sh" "$root")" >"$build/prebuilt.stamp"
   du -sh "$build" | awk '{print "gpu_prepare: build-gpu holds " $1 " (sm_90)"}'
 fi
