@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,8 @@
 #include "chat/json_schema.h"
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
+#include "cpu_kernels/quant.h"
+#include "cpu_kernels/thread_pool.h"
 #include "engine/devices/calibration_key.h"
 #include "engine/model/cost.h"
 #include "engine/model/fingerprint.h"
@@ -680,6 +683,11 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
     std::optional<ModelSource> source = parse_optional_model_flag(args);
     const int gpu_device = parse_gpu_device_flag(args);
     int reps = int(args.get_int("--reps", 7, 1, 1000));
+    // --type: the random expert quantized as a GGUF of that type holds it
+    // (q8_0: Q8_0_R8; q4_k_m: Q4_K_R8 gate and up, Q6_K_R8 down).
+    const std::string type = args.get("--type", "bf16");
+    if (type != "bf16" && type != "q8_0" && type != "q4_k_m")
+        throw MoeError("bench gpu: --type " + type + ": use bf16, q8_0 or q4_k_m");
     args.finish();
 #ifdef MOE_HAVE_CUDA
     std::vector<GpuDevice> devices = gpu_devices();
@@ -716,6 +724,32 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
         expert = {weight_view(DType::BF16, random.data(), hidden, dim),
                   weight_view(DType::BF16, random.data() + mat, hidden, dim),
                   weight_view(DType::BF16, random.data() + 2 * mat, dim, hidden)};
+    }
+    std::vector<std::vector<uint8_t>> quantized;
+    if (type != "bf16") {
+        if (with_experts != weights->layers.end() || dtype_quantized(expert.w1.type))
+            throw MoeError("bench gpu: --type quantizes the random expert of a synthetic or default shape; " +
+                           std::string("this model's own expert is timed in its own types"));
+        ThreadPool pool(std::max(1, int(std::thread::hardware_concurrency())));
+        auto quantize_matrix = [&](WeightView& w, DType plain, DType held) {
+            const size_t row = *dtype_row_bytes(plain, w.cols);
+            std::vector<uint8_t> q(row * size_t(w.rows)), out(q.size());
+            pool.parallel_for(long(w.rows), 1, [&](long begin, long end) {
+                std::vector<float> f(size_t(w.cols));
+                for (long r = begin; r < end; r++) {
+                    weight_row_f32(f.data(), w, r);
+                    quantize_row(plain, f.data(), q.data() + size_t(r) * row, w.cols);
+                }
+            });
+            quant_repack_r8(held, q.data(), out.data(), w.rows, row);
+            quantized.push_back(std::move(out));
+            w = weight_view(held, quantized.back().data(), w.rows, w.cols);
+        };
+        quantized.reserve(3);
+        const bool q8 = type == "q8_0";
+        quantize_matrix(expert.w1, q8 ? DType::Q8_0 : DType::Q4_K, q8 ? DType::Q8_0_R8 : DType::Q4_K_R8);
+        quantize_matrix(expert.w3, q8 ? DType::Q8_0 : DType::Q4_K, q8 ? DType::Q8_0_R8 : DType::Q4_K_R8);
+        quantize_matrix(expert.w2, q8 ? DType::Q8_0 : DType::Q6_K, q8 ? DType::Q8_0_R8 : DType::Q6_K_R8);
     }
     GpuCeilings g = gpu_measure_ceilings();
     const std::string name = devices[size_t(gpu_device)].name;
@@ -757,7 +791,7 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
                             .c_str());
     return 0;
 #else
-    (void)source, (void)gpu_device, (void)reps, (void)loaded;
+    (void)source, (void)gpu_device, (void)reps, (void)loaded, (void)type;
     throw MoeError("bench gpu: this build has no CUDA (configure with a CUDA toolkit present)");
 #endif
 }

@@ -77,7 +77,7 @@ const Subcommand SUBCOMMANDS[] = {
      "                 [--budgets 10,25,50%] [--cache-share F] [--scope layer|global] [--threads N]\n"
      "                 (or --profile P.json --eval-profile B.json [--sample-requests N] [--sample-prefill N]\n"
      "                 [--sample-decode N] [--seed S]: the eval trace drawn from B's counts) |\n"
-     "               gpu [--model DIR] [--gpu-device N] [--reps N] |\n"
+     "               gpu [--model DIR] [--gpu-device N] [--reps N] [--type bf16|q8_0|q4_k_m] |\n"
      "               suite --model DIR --step 'decode --tokens 32' [--step ...] [--threads N]: steps of\n"
      "                 decode|prefill|beam|latency|gpu|calibrate in one process, the model loaded once\n"
      "               (JSON lines)\n",

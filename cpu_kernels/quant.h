@@ -281,18 +281,73 @@ MOE_HD static inline void quant_group32_row(DType type, const uint8_t* row, int6
         return;  // float types are not block-quantized
     }
 }
+// y (32 fp32) = group j (0..7; 0 for Q8_0_R8) of lane l's block, read in
+// place out of the group block gb of an _R8 type: the bytes r8_take would
+// gather (the struct comments above say where each lies), the arithmetic of
+// quant_group32_row, so the values are the same bit for bit. Only the bytes
+// of that group are read: a GPU thread decodes one group.
+MOE_HD static inline void quant_group32_r8(DType type, const uint8_t* gb, int l, int j, float* y) {
+    uint32_t w;
+    switch (type) {
+    case DType::Q8_0_R8: {
+        const float d = fp16_to_f32(load_le16(gb + 2 * l));
+        for (int k = 0; k < 8; k++) {
+            memcpy(&w, gb + 16 + 32 * k + 4 * l, 4);
+            w ^= 0x80808080u;
+            for (int i = 0; i < 4; i++) y[4 * k + i] = d * float(int8_t(uint8_t(w >> (8 * i))));
+        }
+        return;
+    }
+    case DType::Q4_K_R8: {
+        uint8_t s[12];
+        for (int k = 0; k < 3; k++) memcpy(s + 4 * k, gb + 32 + 32 * k + 4 * l, 4);
+        uint64_t sc, mn;
+        k_scale_min64(s, sc, mn);
+        const float d = fp16_to_f32(load_le16(gb + 2 * l)) * float(uint8_t(sc >> (8 * j))),
+                    m = fp16_to_f32(load_le16(gb + 16 + 2 * l)) * float(uint8_t(mn >> (8 * j)));
+        // Sub-block j: the low (j even) or high nibbles of qs[32 (j / 2) ..], word k of them at row 8 (j / 2) + k.
+        const int shift = j % 2 ? 4 : 0;
+        for (int k = 0; k < 8; k++) {
+            memcpy(&w, gb + 128 + 32 * (8 * (j / 2) + k) + 4 * l, 4);
+            for (int i = 0; i < 4; i++) y[4 * k + i] = d * float((w >> (8 * i + shift)) & 15) - m;
+        }
+        return;
+    }
+    case DType::Q6_K_R8: {
+        const float d = fp16_to_f32(load_le16(gb + 2 * l));
+        // Group j: half h = j / 4, part p = j % 4 (q6_k_level): ql word k of
+        // q[8h + k][p % 2], qh word k of q[8h + k][2]; scales 2j and 2j + 1.
+        const int h = j / 4, p = j % 4;
+        const int8_t sc[2] = {int8_t(gb[16 + 32 * (2 * j / 4) + 4 * l + (2 * j) % 4]),
+                              int8_t(gb[16 + 32 * ((2 * j + 1) / 4) + 4 * l + (2 * j + 1) % 4])};
+        for (int k = 0; k < 8; k++) {
+            uint32_t ql, qh;
+            memcpy(&ql, gb + 144 + 32 * (3 * (8 * h + k) + p % 2) + 4 * l, 4);
+            memcpy(&qh, gb + 144 + 32 * (3 * (8 * h + k) + 2) + 4 * l, 4);
+            for (int i = 0; i < 4; i++) {
+                const int lo = int(ql >> (8 * i)) & 0xff, hi = int(qh >> (8 * i)) & 0xff;
+                const int level = (p < 2 ? lo & 15 : lo >> 4) | ((hi >> (2 * p)) & 3) << 4;
+                y[4 * k + i] = d * float(sc[(4 * k + i) / 16]) * float(level - 32);
+            }
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
 // y (32 fp32) = elements [32 g, 32 g + 32) of row r of a block-quantized
 // matrix of `type` at data, rows row_bytes apart (row groups for the _R8
-// types: lane r % 8's block taken out of its group block first); any
+// types: lane r % 8's group read in place, quant_group32_r8); any
 // alignment. Every quantized type's dequantization, CPU and GPU alike.
 MOE_HD static inline void quant_group32(DType type, const uint8_t* data, size_t row_bytes, int64_t r, int64_t g,
                                         float* y) {
     if (!r8_type(type)) return quant_group32_row(type, data + size_t(r) * row_bytes, g, y);
-    uint8_t b[sizeof(BlockQ6_K)];
     const int bytes = r8_block_bytes(type);
     const int64_t per_block = r8_plain(type) == DType::Q8_0 ? 1 : 8;  // groups of 32 in one block
-    r8_take(type, data + size_t(r / 8) * 8 * row_bytes + size_t(g / per_block) * 8 * bytes, int(r % 8), b);
-    quant_group32_row(r8_plain(type), b, g % per_block, y);
+    quant_group32_r8(type, data + size_t(r / 8) * 8 * row_bytes + size_t(g / per_block) * 8 * bytes, int(r % 8),
+                     int(g % per_block), y);
 }
 
 // ---------------------------------------------------------------------------

@@ -93,7 +93,9 @@ suite() {
 }
 
 note "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $cores cores, budget ${budget}s"
-{ nvidia-smi || true; nvcc --version || true; cmake --version | head -1 || true; free -g || true; df -h "$root" || true; } >>"$log" 2>&1
+{ nvidia-smi || true; lscpu || true; grep . /sys/devices/system/node/node*/cpulist 2>/dev/null || true
+  grep -E "MemTotal|Hugepagesize|HugePages_Total" /proc/meminfo || true; cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || true
+  nvcc --version || true; cmake --version | head -1 || true; free -g || true; df -h "$root" || true; } >>"$log" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu     /' | tee -a "$summary"
 
 # ---- dependencies: the system's, else the carried .debs -----------------
@@ -155,6 +157,9 @@ prebuilt_ok() {
     mkdir -p "$(dirname "$built_root")" && ln -s "$root" "$built_root" || { echo "cannot link $built_root to $root"; return 1; }
     echo "linked $built_root -> $root" >>"$log"
   fi
+  # The tests name the folder they were built in (gpu_prepare.sh's
+  # build-gpu-full, which stays there): here that is build-gpu.
+  [ -e "$root/build-gpu-full" ] || ln -s build-gpu "$root/build-gpu-full" || { echo "cannot link build-gpu-full"; return 1; }
   for b in "$bin" "$build/test_gpu" "$build/test_client"; do
     local missing
     missing=$(ldd "$b" 2>&1 | grep -E "not found|not a dynamic" | tr -s ' \t' ' ')
@@ -200,6 +205,12 @@ note "$([ $rc -eq 0 ] && echo "ok     " || echo "FAILED ") ctest -L gpu: $(grep 
 grep -E "Skipped|\*\*\*Failed|Not Run|Timeout" "$out/ctest_gpu.log" | head -20 >>"$summary"
 
 step "bench gpu (mixtral-8x7b expert shape)" 60 "$bin" bench gpu && grep '^{' "$work/step.out" >>"$bench"
+# The quantized expert FFN at full size: Mixtral-8x7B's and Qwen3-30B-A3B's
+# expert shapes, random weights quantized as Q8_0 / Q4_K_M files hold them.
+for args in "--type q4_k_m" "--type q8_0" "--type q4_k_m --model synth:qwen3-30b-a3b"; do
+  # shellcheck disable=SC2086
+  step "bench gpu $args" 60 "$bin" bench gpu $args && grep '"expert_ffn"' "$work/step.out" >>"$bench"
+done
 
 # ---- quantized experts on the device: mixtral-mini as Q4_K_M and Q8_0 ------
 # (first among the benchmarks: this path has run on no GPU before)
@@ -213,6 +224,8 @@ for type in q4_k_m q8_0; do
     "decode --gpu-memory 25% --tokens 64" \
     "prefill --gpu-memory 25% --tokens 512" \
     "decode --gpu-device none --tokens 64" \
+    "decode --gpu-device none --tokens 32 --repeat 2 --threads 1" \
+    "decode --gpu-device none --tokens 32 --repeat 2 --threads 2" \
     "decode --gpu-device none --tokens 32 --repeat 2 --threads 4" \
     "decode --gpu-device none --tokens 32 --repeat 2 --threads 8"
   rm -f "$gguf"
@@ -258,7 +271,10 @@ suite "suite synth:mixtral-8x7b" 400 synth:mixtral-8x7b \
   "beam --gpu-memory 24 --widths 4,8,16 --tokens 16 --repeat 1" \
   "prefill --gpu-device none --tokens 512 --repeat 1" \
   "prefill --gpu-device none --tokens 2048 --repeat 1" \
-  "beam --gpu-device none --widths 4,8,16 --tokens 8 --repeat 1"
+  "beam --gpu-device none --widths 4,8,16 --tokens 8 --repeat 1" \
+  "decode --gpu-device none --tokens 8 --repeat 1 --threads 4" \
+  "decode --gpu-device none --tokens 4 --repeat 1 --threads 2" \
+  "decode --gpu-device none --tokens 2 --repeat 1 --threads 1"
 
 rm -rf "$work"
 note "total $(($(date +%s) - t_start))s of the ${budget}s budget"

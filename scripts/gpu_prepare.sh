@@ -5,7 +5,8 @@
 #   1. downloads the .deb files of those dependencies (headers, pkg-config
 #      files and the libraries they link) into .gpu-deps/debs/;
 #   2. copies the shared data the GPU tests and benchmarks read (the Mistral
-#      tokenizer, the ShareGPT prompts) into .gpu-deps/shared-data/;
+#      tokenizer, the ShareGPT prompts, Qwen3's chat template) into
+#      .gpu-deps/shared-data/;
 #   3. builds moe-server and the gpu tests for Hopper (sm_90: H100, H200)
 #      into build-gpu/, keeps only what `ctest -L gpu` and the benchmarks run
 #      (binaries, CTest files) and stamps it with this checkout's path and
@@ -42,6 +43,9 @@ if [ -d "$shared" ]; then
   rm -rf "$out/shared-data/tokenizers"
   mkdir -p "$out/shared-data/tokenizers"
   cp "$shared/tokenizers/mistral-v1.model" "$out/shared-data/tokenizers/"
+  # The openai SDK case serves a model with Qwen3's chat template (tools).
+  mkdir -p "$out/shared-data/chat_templates"
+  cp "$shared/chat_templates/Qwen-Qwen3-0.6B.jinja" "$out/shared-data/chat_templates/"
 fi
 
 # Node.js (this machine's, one self-contained binary) and the openai npm
@@ -62,20 +66,26 @@ elif [ ! -f "$out/node.tar.xz" ]; then
 fi
 
 if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
+  # The build itself stays in build-gpu-full/ (an incremental rebuild takes
+  # a minute or two); build-gpu/ gets its binaries and CTest files only.
+  full="$root/build-gpu-full"
   build="$root/build-gpu"
-  rm -rf "$build"
   # test_client (the openai SDK case) looks for Node.js and the package where
   # gpu_check.sh unpacks .gpu-deps/node.tar.xz.
-  configured=$(cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  configured=$(cmake -S "$root" -B "$full" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DMOE_NODE_EXECUTABLE=/tmp/moe-node/node -DMOE_TEST_NODE_MODULES=/tmp/moe-node/node_modules)
   grep -q "CUDA executor ON" <<<"$configured" || { echo "gpu_prepare: no CUDA toolkit here (nvcc)" >&2; exit 1; }
-  cmake --build "$build" -j "$(nproc)" --target moe-server test_gpu test_client
-  # Keep the binaries and every CTest file (ctest reads them; the tests of
-  # the labels not built register as not built and -L gpu leaves them out).
-  find "$build" -type f ! -name 'CTestTestfile.cmake' ! -name '*_tests-*.cmake' ! -name '*_include-*.cmake' ! -name '*_slow_labels.cmake' \
-    ! -path "$build/moe-server" ! -path "$build/test_gpu" ! -path "$build/test_client" -delete
-  find "$build" -type d -empty -delete
-  strip "$build/moe-server" "$build/test_gpu" "$build/test_client"
+  cmake --build "$full" -j "$(nproc)" --target moe-server test_gpu test_client
+  # The binaries and every CTest file (ctest reads them; the tests of the
+  # labels not built register as not built and -L gpu leaves them out),
+  # their paths moved from build-gpu-full to build-gpu.
+  rm -rf "$build"
+  (cd "$full" && find . -type f \( -name 'CTestTestfile.cmake' -o -name '*_tests-*.cmake' -o -name '*_include-*.cmake' \
+    -o -name '*_slow_labels.cmake' \) -print0) | while IFS= read -r -d '' f; do
+    mkdir -p "$build/$(dirname "$f")"
+    sed "s#$full#$build#g" "$full/$f" >"$build/$f"
+  done
+  for b in moe-server test_gpu test_client; do strip -o "$build/$b" "$full/$b"; done
   printf 'root=%s\nsources=%s\n' "$root" "$(bash "$root/scripts/gpu_source_hash.sh" "$root")" >"$build/prebuilt.stamp"
   du -sh "$build" | awk '{print "gpu_prepare: build-gpu holds " $1 " (sm_90)"}'
 fi

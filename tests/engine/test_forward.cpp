@@ -377,7 +377,7 @@ TEST_CASE("new architectures: logits match the reference on every ISA path", "[f
     // within that rounding (a gap of 0.002 to 0.008 in the logits here) may
     // take the other one and move its logits by more than 1e-2: there the
     // device's criterion applies (logit_compare.h: a tenth of the positions
-    // may be over LOGIT_TOL, the median within a quarter of it).
+    // may be over LOGIT_TOL, the median within half of it).
     for (const auto& [name, config] : small_arch_configs()) {
         SECTION(name) {
             const std::filesystem::path dir = test_checkpoint_dir("arch", config);

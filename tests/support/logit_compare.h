@@ -9,8 +9,14 @@
 // two experts' router scores lie within that rounding, the device may route
 // a token to the other expert, and that position's logits legitimately move
 // by whole units. So the criterion is per position: at most a tenth of the
-// positions beyond the tolerance, and the median position within a quarter
-// of it (a wrong kernel, copy or cache moves most positions, and fails).
+// positions beyond the tolerance, and the median position within half of it
+// (a wrong kernel, copy or cache moves most positions, and fails).
+//
+// Why half: on the small preset quantized by `quantize` (random weights, a
+// chaotic model) the device's rounding alone puts the median at 0.19-0.23 of
+// the tolerance on the CPU (test_device_rounding.cpp) and at 0.29 on an
+// H200 (2026-11-28, an AVX-512 host: another CPU reference), while one stale
+// expert slot per layer puts it at 3-8 times the tolerance.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,7 +38,7 @@ struct LogitComparison {
 LogitComparison compare_logits(const std::vector<float>& device, const std::vector<float>& cpu, int vocab);
 
 // The criterion: finite, at most a tenth of the positions over, the median
-// within a quarter of the tolerance.
+// within half the tolerance.
 bool logits_close(const LogitComparison& r);
 
 // Catch assertions of the criterion above, with the comparison as context.
