@@ -61,11 +61,13 @@ void gpu_matmul(GpuBlas& blas, float* y, const float* x, const WeightView& w, in
 
 // y (m, n) fp32 = x (m, k) fp32 @ W^T, W block-quantized (n, k): one warp
 // per row of W decodes its groups of 32 (quant_group32) and dots them with
-// every row of x. m <= GPU_QUANT_GEMV_MAX_M.
+// every row of x, staged in shared memory a chunk of 1024 columns at a
+// time. m <= GPU_QUANT_GEMV_MAX_M.
 void gpu_matvec_quant(float* y, const float* x, const WeightView& w, int m, GpuStream stream);
 
 // out ((r1 - r0), k) bf16 = rows [r0, r1) of block-quantized W, each
-// element quant_group32's value rounded to bf16 (f32_to_bf16).
+// element quant_group32's value rounded to bf16 (f32_to_bf16); out 16-byte
+// aligned (device allocations are), written 16 bytes at a time.
 void gpu_dequant_bf16(bf16* out, const WeightView& w, int64_t r0, int64_t r1, GpuStream stream);
 
 // x (n, dim) = table[tokens[i]] as fp32, table (vocab, dim) bf16 or block-

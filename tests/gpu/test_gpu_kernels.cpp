@@ -326,10 +326,12 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
     GpuStreamOwner stream;
     GpuBlas blas(stream.get());
     ThreadPool pool(2);
-    const int k = 768;  // whole blocks of every type
+    // Whole blocks of every type; the GEMV stages x 1024 columns at a time:
+    // one short chunk, and two whole chunks and a short one.
+    for (const int k : {768, 2304})
     for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8,
                        DType::Q6_K_R8}) {
-        INFO(dtype_name(type));
+        INFO(dtype_name(type) << ", k " << k);
         // n: no multiple of the 8 rows a GEMV block takes, except where rows go in groups of 8.
         const int n = dtype_row_group(type) == 1 ? 300 : 304;
         QuantMatrix w = random_quant(type, n, k);
