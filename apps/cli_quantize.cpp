@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "apps/args.h"
@@ -17,8 +18,11 @@
 
 namespace {
 
-// "[=====>     ]  45%  1.2 / 2.6 GB" on one stderr line, redrawn.
+// "[=====>     ]  45%  1.2 / 2.6 GB" on one stderr line, redrawn; only
+// where stderr is a terminal (a log or a test's captured output gets the
+// final line alone).
 void progress_bar(uint64_t done, uint64_t total) {
+    if (!isatty(STDERR_FILENO)) return;
     const int width = 30;
     const double f = total ? double(done) / double(total) : 1.0;
     std::string bar(size_t(width), ' ');
@@ -38,6 +42,7 @@ int cli_quantize(const std::vector<std::string>& words) {
     const std::string out = args.required("--out");
     GgufWriteOptions o;
     o.experts_only = args.flag("--experts-only");
+    if (args.flag("--fast-scales")) o.search = QuantSearch::RANGE;
     const int threads = int(args.get_int("--threads", 0, 0, 1024));
     args.finish();
     std::optional<QuantMix> mix = quant_mix_parse(type);
@@ -55,7 +60,7 @@ int cli_quantize(const std::vector<std::string>& words) {
     o.progress = progress_bar;
     gguf_model_write(out, config, weights, o);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "wrote %s (%s%s) in %.1f s\n", out.c_str(), quant_mix_name(o.mix),
-                 o.experts_only ? ", experts only" : "", secs);
+    std::fprintf(stderr, "wrote %s (%s%s%s) in %.1f s\n", out.c_str(), quant_mix_name(o.mix),
+                 o.experts_only ? ", experts only" : "", o.search == QuantSearch::RANGE ? ", fast scales" : "", secs);
     return 0;
 }

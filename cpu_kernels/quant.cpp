@@ -50,7 +50,7 @@ inline uint16_t load_u16(const void* p) {
 // x (n) ~ s * q with integer q in [qmin, qmax]; returns s (0 for a zero
 // block). The candidates map the element of largest magnitude to levels
 // near qmin and near qmax.
-float fit_symmetric(const float* x, int n, int qmin, int qmax) {
+float fit_symmetric(const float* x, int n, int qmin, int qmax, QuantSearch search) {
     assert(n % 4 == 0 && n <= 32);
     float xm = 0.0f, sxx = 0.0f;
     for (int i = 0; i < n; i++) {
@@ -76,7 +76,8 @@ float fit_symmetric(const float* x, int n, int qmin, int qmax) {
         float err = sxx - a * a / b;
         if (err < best_err) best_err = err, best_s = a / b;
     };
-    for (int i = 0; i <= 12; i++) {
+    const int steps = search == QuantSearch::RANGE ? 0 : 12;
+    for (int i = 0; i <= steps; i++) {
         try_scale(xm / (float(qmin) + 0.125f * float(i)));
         try_scale(xm / (float(qmax) - 0.125f * float(i)));
     }
@@ -86,7 +87,7 @@ float fit_symmetric(const float* x, int n, int qmin, int qmax) {
 
 // x (n) ~ s * q - m with integer q in [0, qmax], s >= 0, m >= 0 (the K
 // types' sub-blocks: a min at or below zero).
-void fit_affine(const float* x, int n, int qmax, float& scale, float& min) {
+void fit_affine(const float* x, int n, int qmax, float& scale, float& min, QuantSearch search) {
     assert(n % 4 == 0 && n <= 32);
     float lo = 0.0f, hi = x[0], sx = 0.0f, sxx = 0.0f;
     for (int i = 0; i < n; i++) {
@@ -116,7 +117,8 @@ void fit_affine(const float* x, int n, int qmax, float& scale, float& min) {
         float err = s2 * s2 * sqq + 2.0f * s2 * b2 * sq - 2.0f * s2 * sxq + fn * b2 * b2 - 2.0f * b2 * sx + sxx;
         if (err < best_err) best_err = err, scale = s2, min = -b2;
     };
-    for (int i = -10; i <= 10; i++) try_scale((hi - lo) / (float(qmax) + 0.1f * float(i)), lo);
+    const int span = search == QuantSearch::RANGE ? 0 : 10;
+    for (int i = -span; i <= span; i++) try_scale((hi - lo) / (float(qmax) + 0.1f * float(i)), lo);
     if (best_err < INFINITY) try_scale(scale, -min);
 }
 
@@ -130,11 +132,11 @@ struct KBlock {
     uint8_t q[256];
 };
 
-KBlock quantize_k_affine(const float* x, int qmax) {
+KBlock quantize_k_affine(const float* x, int qmax, QuantSearch search) {
     KBlock b{};
     float s[8], m[8], smax = 0.0f, mmax = 0.0f;
     for (int j = 0; j < 8; j++) {
-        fit_affine(x + 32 * j, 32, qmax, s[j], m[j]);
+        fit_affine(x + 32 * j, 32, qmax, s[j], m[j], search);
         smax = s[j] > smax ? s[j] : smax;
         mmax = m[j] > mmax ? m[j] : mmax;
     }
@@ -160,16 +162,16 @@ void k_pack_scales(const uint8_t sc[8], const uint8_t mn[8], uint8_t s[12]) {
     }
 }
 
-void quantize_q4_k(const float* x, BlockQ4_K& out) {
-    KBlock b = quantize_k_affine(x, 15);
+void quantize_q4_k(const float* x, BlockQ4_K& out, QuantSearch search) {
+    KBlock b = quantize_k_affine(x, 15, search);
     out.d = b.d, out.dmin = b.dmin;
     k_pack_scales(b.sc, b.mn, out.scales);
     for (int c = 0; c < 4; c++)
         for (int l = 0; l < 32; l++) out.qs[32 * c + l] = uint8_t(b.q[64 * c + l] | b.q[64 * c + 32 + l] << 4);
 }
 
-void quantize_q5_k(const float* x, BlockQ5_K& out) {
-    KBlock b = quantize_k_affine(x, 31);
+void quantize_q5_k(const float* x, BlockQ5_K& out, QuantSearch search) {
+    KBlock b = quantize_k_affine(x, 31, search);
     out.d = b.d, out.dmin = b.dmin;
     k_pack_scales(b.sc, b.mn, out.scales);
     memset(out.qh, 0, sizeof out.qh);
@@ -180,10 +182,10 @@ void quantize_q5_k(const float* x, BlockQ5_K& out) {
         for (int l = 0; l < 32; l++) out.qh[l] |= uint8_t((b.q[32 * j + l] >> 4) << j);
 }
 
-void quantize_q6_k(const float* x, BlockQ6_K& out) {
+void quantize_q6_k(const float* x, BlockQ6_K& out, QuantSearch search) {
     float s[16], smax = 0.0f;
     for (int g = 0; g < 16; g++) {
-        s[g] = fit_symmetric(x + 16 * g, 16, -32, 31);
+        s[g] = fit_symmetric(x + 16 * g, 16, -32, 31, search);
         smax = std::fabs(s[g]) > smax ? std::fabs(s[g]) : smax;
     }
     float d = fp16_round(smax / 127.0f);
@@ -216,8 +218,8 @@ void quantize_q8_0(const float* x, BlockQ8_0& out) {
     for (int i = 0; i < 32; i++) out.qs[i] = int8_t(round_away(x[i] * id));  // as llama.cpp
 }
 
-void quantize_q4_0(const float* x, BlockQ4_0& out) {
-    float d = fp16_round(fit_symmetric(x, 32, -8, 7));
+void quantize_q4_0(const float* x, BlockQ4_0& out, QuantSearch search) {
+    float d = fp16_round(fit_symmetric(x, 32, -8, 7, search));
     out.d = f32_to_fp16(d);
     for (int i = 0; i < 16; i++) {
         int lo = d != 0.0f ? qround(x[i] / d, -8, 7) : 0;
@@ -302,7 +304,7 @@ void quant_repack_r8(DType type, const void* src, void* dst, int64_t rows, size_
         }
 }
 
-void quantize_row(DType type, const float* src, void* dst, int64_t n) {
+void quantize_row(DType type, const float* src, void* dst, int64_t n, QuantSearch search) {
     assert(n % dtype_info(type).block == 0);
     char* d = static_cast<char*>(dst);
     int block = dtype_info(type).block, bb = dtype_info(type).block_bytes;
@@ -332,25 +334,25 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
         }
         case DType::Q4_0: {
             BlockQ4_0 b;
-            quantize_q4_0(x, b);
+            quantize_q4_0(x, b, search);
             put(b);
             break;
         }
         case DType::Q4_K: {
             BlockQ4_K b;
-            quantize_q4_k(x, b);
+            quantize_q4_k(x, b, search);
             put(b);
             break;
         }
         case DType::Q5_K: {
             BlockQ5_K b;
-            quantize_q5_k(x, b);
+            quantize_q5_k(x, b, search);
             put(b);
             break;
         }
         case DType::Q6_K: {
             BlockQ6_K b;
-            quantize_q6_k(x, b);
+            quantize_q6_k(x, b, search);
             put(b);
             break;
         }

@@ -365,12 +365,21 @@ const void* quant_row_plain(DType type, const void* data, size_t row_bytes, int6
 // overlapping src).
 void quant_repack_r8(DType type, const void* src, void* dst, int64_t rows, size_t row_bytes);
 
+// How the block-quantized types other than Q8_0 choose each block's scale
+// (and min): LEAST_SQUARES tries 20-odd candidates around the block's range
+// and keeps the least squared error; RANGE takes the range's own scale (one
+// candidate, refitted), several times faster and a little less accurate:
+// for the large synthetic files of speed benchmarks (`quantize
+// --fast-scales`), whose values nobody reads.
+enum class QuantSearch { LEAST_SQUARES, RANGE };
+
 // The row at dst = src (n fp32) in `type`. Float types round to nearest
 // even. Q8_0: d = amax / 127 as fp16, q = round(x * (1 / d)) (llama.cpp's
 // reference rounding, so its files are reproduced byte for byte). The
-// other types search each block's scale (and min) for the least squared
-// error, then quantize the per-block scales.
-void quantize_row(DType type, const float* src, void* dst, int64_t n);
+// other types choose each block's scale (and min) as `search` says, then
+// quantize the per-block scales.
+void quantize_row(DType type, const float* src, void* dst, int64_t n,
+                  QuantSearch search = QuantSearch::LEAST_SQUARES);
 
 // ---------------------------------------------------------------------------
 // Activations for the quantized kernels: rows of int8 blocks with an fp32

@@ -16,8 +16,8 @@
 # the rounds.
 #
 # llama.cpp itself: the source of the release that the npm package
-# node-llama-cpp (pinned version and checksum below) carries as a git
-# bundle, built here once with GGML_NATIVE (<build>/llamacpp/, about ten
+# node-llama-cpp carries as a git bundle (scripts/llamacpp_source.sh: the
+# pinned version and checksum), built here once with GGML_NATIVE (<build>/llamacpp/, about ten
 # minutes on two cores). Needs npm, git, cmake, a C++ compiler and python3
 # (JSON of this script only). A benchmark, not a test: nothing here runs in
 # scripts/test.sh.
@@ -26,8 +26,6 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${MOE_BUILD_DIR:-build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 tools="$build/llamacpp"
-NLC_VERSION=3.22.1
-NLC_SHA256=a0d9dd80eacd2ab1cfe71aee57ac8a806487fd70b3d2a38fbec637752d9e5c5f
 
 model=synth:mixtral-mini
 types=bf16,q8_0,q4_k_m
@@ -50,16 +48,8 @@ log() { echo "bench_vs_llamacpp: $*" >&2; }
 mkdir -p "$tools"
 llama_bench="$tools/build/bin/llama-bench"
 if [ ! -x "$llama_bench" ]; then
-  tgz="$tools/node-llama-cpp-$NLC_VERSION.tgz"
-  if [ ! -f "$tgz" ]; then
-    log "fetching node-llama-cpp $NLC_VERSION from npm (it carries llama.cpp's source)"
-    (cd "$tools" && npm pack --silent "node-llama-cpp@$NLC_VERSION" >/dev/null)
-  fi
-  echo "$NLC_SHA256  $tgz" | sha256sum -c --quiet - || { log "checksum mismatch: $tgz"; exit 1; }
-  rm -rf "$tools/src" "$tools/pkg" && mkdir -p "$tools/pkg"
-  tar xzf "$tgz" -C "$tools/pkg" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
-  git clone -q "$tools/pkg/package/llama/gitRelease.bundle" "$tools/src"
-  log "building llama-bench ($(cat "$tools/pkg/package/llama/llama.cpp.info.json" | tr -d ' \n'))"
+  bash "$root/scripts/llamacpp_source.sh" "$tools" >/dev/null
+  log "building llama-bench ($(tr -d ' \n' <"$tools/src/llama.cpp.info.json"))"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   # GGML_NATIVE turns on llama.cpp's AMX kernels where the CPU reports AMX;

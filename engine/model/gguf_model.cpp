@@ -459,7 +459,7 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
                         continue;
                     }
                     dequantize_row(plain, src, row.data(), cols);
-                    quantize_row(t.view.dtype, row.data(), dst, cols);
+                    quantize_row(t.view.dtype, row.data(), dst, cols, o.search);
                 }
             });
             os.write(packed.data(), std::streamsize(packed.size()));

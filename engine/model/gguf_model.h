@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpu_kernels/quant.h"
 #include "engine/formats/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
@@ -87,6 +88,7 @@ struct GgufWriteOptions {
     std::string name;                          // general.name
     std::vector<GgufKeyValue> extra_metadata;  // the tokenizer's and chat template's keys
     int threads = 1;                           // rows are converted in parallel
+    QuantSearch search = QuantSearch::LEAST_SQUARES;  // how block scales are chosen (cpu_kernels/quant.h)
     // Called after each tensor with the bytes of source weights read so far
     // and in all (a progress bar).
     std::function<void(uint64_t done, uint64_t total)> progress;

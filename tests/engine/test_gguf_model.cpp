@@ -397,6 +397,28 @@ TEST_CASE("gguf model: quantize mixes give each matrix its type", "[gguf_model]"
     std::map<std::string, DType> b = types({"--type", "bf16"});
     CHECK(b.at("blk.1.ffn_up_exps.weight") == DType::BF16);
     CHECK(b.at("output.weight") == DType::BF16);
+
+    // --fast-scales: the same types, other bytes (the blocks' scales from
+    // their range), and a model that scores near the folder's.
+    const fs::path fast = dir / "fast.gguf", searched = dir / "searched.gguf";
+    REQUIRE(moe({"quantize", "--model", hf.string(), "--type", "q4_k_m", "--out", searched.string()}).exit_code == 0);
+    CommandResult r = moe({"quantize", "--model", hf.string(), "--type", "q4_k_m", "--fast-scales", "--out", fast.string()});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("(q4_k_m, fast scales)") != std::string::npos);
+    CHECK(r.err.find("\r") == std::string::npos);  // no progress bar where stderr is no terminal
+    GgufFile f(fast), g(searched);
+    REQUIRE(f.tensors().size() == g.tensors().size());
+    bool differs = false;
+    for (const TensorView& t : g.tensors()) {
+        const TensorView* o = f.find(t.name);
+        REQUIRE(o);
+        CHECK(o->dtype == k.at(t.name));
+        REQUIRE(o->nbytes == t.nbytes);
+        differs |= std::memcmp(o->data, t.data, t.nbytes) != 0;
+    }
+    CHECK(differs);
+    CHECK(std::fabs(perplexity_of(fast) / perplexity_of(hf) - 1) < 0.06);
 }
 
 TEST_CASE("gguf model: quantize refuses bad arguments in one line", "[gguf_model]") {
