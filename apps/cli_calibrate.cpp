@@ -96,6 +96,26 @@ void print_table(const Calibration& cal) {
     for (const TimingPoint& p : cal.copy_points)
         std::printf("  %12.0f bytes %10.4f ms measured %10.4f fitted %+7.2f %%\n", p.x, p.ms, model.copy_ms(p.x),
                     error_pct(model.copy_ms(p.x), p.ms));
+    if (!cal.has_side_by_side) {
+        std::printf("  side by side: not measured (the planner prices each side alone)\n");
+        return;
+    }
+    // Side by side: each measurement against the fit, and against the same
+    // work alone (the idle fit), the slowdown the planner prices.
+    std::printf("  cpu beside copies: ms(n) = %.4f + max(%.4f, n * %.5f)\n", model.cpu_beside_copies->fixed_ms,
+                model.cpu_beside_copies->stream_ms, model.cpu_beside_copies->per_token_ms);
+    std::printf("  %6s %12s %12s %9s %12s\n", "n", "measured_ms", "fitted_ms", "error_%", "x_alone");
+    for (const TimingPoint& p : cal.cpu_beside_copies_points) {
+        const double fit = model.cpu_ms(int(p.x), true);
+        std::printf("  %6d %12.4f %12.4f %+9.2f %12.2f\n", int(p.x), p.ms, fit, error_pct(fit, p.ms),
+                    p.ms / model.cpu_ms(int(p.x)));
+    }
+    std::printf("  copy beside cpu: ms(bytes) = %.4f + bytes / %.3g per ms (%.2f GB/s, alone %.2f)\n",
+                model.copy_beside_cpu->latency_ms, model.copy_beside_cpu->bytes_per_ms,
+                model.copy_beside_cpu->bytes_per_ms / 1e6, model.copy.bytes_per_ms / 1e6);
+    for (const TimingPoint& p : cal.copy_beside_cpu_points)
+        std::printf("  %12.0f bytes %10.4f ms measured %10.4f fitted %+7.2f %%\n", p.x, p.ms, model.copy_ms(p.x, true),
+                    error_pct(model.copy_ms(p.x, true), p.ms));
 }
 
 // The ceilings of the device a calibration measured, one line before its table.

@@ -1,5 +1,10 @@
 // bench_gpu.h: copies, GEMMs and the expert FFN timed with CUDA events.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <thread>
+#include <utility>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +119,52 @@ std::vector<double> gpu_time_h2d_pinned(const std::vector<size_t>& sizes, int re
     for (size_t bytes : sizes)
         out.push_back(time_ms(stream.get(), reps, [&] { gpu_copy_h2d(dev.data(), pinned.data(), bytes, stream.get()); }));
     return out;
+}
+
+struct GpuCopyLoad::State {
+    GpuStreamOwner stream;
+    GpuBuffer dev;
+    PinnedBuffer pinned;
+    std::atomic<bool> running{true};
+    std::exception_ptr error;
+    double gbs = 0;
+    std::thread thread;
+    explicit State(size_t bytes) : dev(bytes), pinned(bytes) { std::memset(pinned.data(), 1, bytes); }
+};
+
+GpuCopyLoad::GpuCopyLoad(size_t bytes) : state_(std::make_unique<State>(bytes)) {
+    State* st = state_.get();
+    st->thread = std::thread([st, bytes] {
+        try {
+            const auto t0 = std::chrono::steady_clock::now();
+            size_t copied = 0;
+            while (st->running.load(std::memory_order_relaxed)) {
+                gpu_copy_h2d(st->dev.data(), st->pinned.data(), bytes, st->stream.get());
+                st->stream.synchronize();
+                copied += bytes;
+            }
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            st->gbs = s > 0 ? double(copied) / s / 1e9 : 0;
+        } catch (...) {
+            st->error = std::current_exception();
+        }
+    });
+}
+
+double GpuCopyLoad::stop() {
+    if (state_->thread.joinable()) {
+        state_->running = false;
+        state_->thread.join();
+    }
+    if (state_->error) std::rethrow_exception(std::exchange(state_->error, nullptr));
+    return state_->gbs;
+}
+
+GpuCopyLoad::~GpuCopyLoad() {
+    if (state_->thread.joinable()) {
+        state_->running = false;
+        state_->thread.join();
+    }
 }
 
 std::vector<double> gpu_time_expert_ffn(const WeightView& w1, const WeightView& w3, const WeightView& w2,

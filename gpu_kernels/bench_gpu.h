@@ -7,6 +7,7 @@
 // build, defined only with CUDA).
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "cpu_kernels/dtype.h"
@@ -27,6 +28,25 @@ GpuCeilings gpu_measure_ceilings(size_t copy_bytes = size_t(256) << 20, int gemm
 
 // Median ms of one host -> device copy of each size from pinned memory.
 std::vector<double> gpu_time_h2d_pinned(const std::vector<size_t>& sizes, int reps);
+
+// Host memory kept busy by the copy engine, as copied experts keep it: from
+// construction on, host-to-device copies of `bytes` from pinned memory, one
+// after another on a stream and a thread of their own, until stop() (or
+// destruction), which returns the copies' rate in GB/s. For `calibrate`'s
+// CPU curve beside copies. Throws GpuError when CUDA fails (the thread's
+// failure is rethrown by stop()).
+class GpuCopyLoad {
+public:
+    explicit GpuCopyLoad(size_t bytes);
+    ~GpuCopyLoad();
+    GpuCopyLoad(const GpuCopyLoad&) = delete;
+    GpuCopyLoad& operator=(const GpuCopyLoad&) = delete;
+    double stop();
+
+private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
 
 // Median ms of gpu_expert_ffn over n tokens for each n in ns, with one
 // expert's weights (host views w1, w3 (hidden, dim), w2 (dim, hidden), of

@@ -185,5 +185,9 @@ LatencyModel latency_model_from_calibration(const Calibration& c) {
         m.device = c.device;
         m.copy = c.copy;
     }
+    if (c.has_device && c.has_side_by_side) {
+        m.cpu_beside_copies = c.cpu_beside_copies;
+        m.copy_beside_cpu = c.copy_beside_cpu;
+    }
     return m;
 }

@@ -6,6 +6,7 @@
 // themselves (LatencyCurve, CopyCurve, TimingPoint) are profiles/'s, which
 // stores them in the calibration file.
 #pragma once
+#include <optional>
 #include <span>
 #include <string>
 
@@ -35,9 +36,26 @@ struct LatencyModel {
     // number. Meaningless without a device.
     int staging_slots = DEFAULT_STAGING_SLOTS;
 
+    // Side by side: where one layer step both runs experts on the CPU and
+    // copies experts to the device, both read host memory at once, and each
+    // side takes the curve `calibrate` measured with the other running (the
+    // CPU experts while the copy engine streams; copies while the CPU runs
+    // experts on every thread). Absent (no device, a calibration file
+    // without them, the nominal GPU): the idle curve. placement/layer_plan.h
+    // says which steps pay them.
+    std::optional<LatencyCurve> cpu_beside_copies;
+    std::optional<CopyCurve> copy_beside_cpu;
+
     double cpu_ms(int n_tokens) const { return cpu.ms(n_tokens); }
     double device_ms(int n_tokens) const { return device.ms(n_tokens); }
     double copy_ms(double bytes) const { return copy.ms(bytes); }
+    double cpu_ms(int n_tokens, bool beside_copies) const {
+        return beside_copies && cpu_beside_copies ? cpu_beside_copies->ms(n_tokens) : cpu.ms(n_tokens);
+    }
+    double copy_ms(double bytes, bool beside_cpu) const {
+        return beside_cpu && copy_beside_cpu ? copy_beside_cpu->ms(bytes) : copy.ms(bytes);
+    }
+    bool side_by_side_curves() const { return cpu_beside_copies || copy_beside_cpu; }
 };
 
 // Least-squares fits in relative error (every point weighs the same whatever
@@ -65,7 +83,7 @@ constexpr int NOMINAL_GPU_STAGING_SLOTS = 2;
 LatencyModel latency_model_nominal_gpu(const LatencyCurve& cpu, double weight_bytes, double flops_per_token);
 
 // The model a calibration file describes (has_device and the device and copy
-// curves only when the file has them). The file measures times, not the
+// curves only when the file has them, the side-by-side curves likewise). The file measures times, not the
 // executor's buffers: staging_slots stays DEFAULT_STAGING_SLOTS, and the
 // caller sets the slots of the device it runs on.
 LatencyModel latency_model_from_calibration(const Calibration& c);

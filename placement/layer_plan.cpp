@@ -72,15 +72,21 @@ PlanCost plan_cost(std::span<const PlanInput> inputs, std::span<const ExpertSite
     check_sizes(inputs, sites.size(), "plan_cost");
     check_slots(model, "plan_cost");
     PlanCost cost;
+    // Side by side: the layer both copies and runs CPU experts with tokens.
+    bool copies = false, cpu_work = false;
+    for (size_t i = 0; i < inputs.size(); i++) {
+        copies |= sites[i] == ExpertSite::COPY;
+        cpu_work |= sites[i] == ExpertSite::CPU && inputs[i].n_tokens > 0;
+    }
     double compute_free = 0;  // the compute stream: resident experts first
     for (size_t i = 0; i < inputs.size(); i++) {
-        if (sites[i] == ExpertSite::CPU) cost.cpu_ms += model.cpu_ms(inputs[i].n_tokens);
+        if (sites[i] == ExpertSite::CPU) cost.cpu_ms += model.cpu_ms(inputs[i].n_tokens, copies);
         if (sites[i] == ExpertSite::DEVICE) compute_free += model.device_ms(inputs[i].n_tokens);
     }
     // Copies in input order; slot_free[s]: when the compute that last used
     // slot s finished (0: never used), so copy j waits for copy j - S.
     const int slots = model.staging_slots;
-    const double copy = model.copy_ms(expert_bytes);
+    const double copy = model.copy_ms(expert_bytes, cpu_work);
     std::array<double, MAX_STAGING_SLOTS> slot_free;
     std::fill_n(slot_free.begin(), slots, 0.0);
     double copy_free = 0;
@@ -161,9 +167,12 @@ PlanCost LayerPlanner::plan(std::span<const PlanInput> inputs, std::span<ExpertS
     std::copy(floor_sites.begin(), floor_sites.end(), sites.begin());
     if (!model_.has_device) return floor;
 
-    const double c = model_.copy_ms(expert_bytes_);
+    // The DP prices every item as in a mixed plan (CPU experts beside copies:
+    // the side-by-side curves); the two pure plans, all on the CPU and all
+    // copied, are priced exactly as candidates of their own (see layer_plan.h).
+    const double c = model_.copy_ms(expert_bytes_, true);
     const bool serial = model_.staging_slots == 1;
-    double r = 0, sum_min = 0, max_min = 0;
+    double r = 0, sum_min = 0, max_min = 0, cpu_alone = 0;
     int m = 0;
     for (int i = 0; i < n; i++)
         if (inputs[i].resident) r += model_.device_ms(inputs[i].n_tokens);
@@ -171,7 +180,8 @@ PlanCost LayerPlanner::plan(std::span<const PlanInput> inputs, std::span<ExpertS
         if (inputs[i].resident || inputs[i].n_tokens <= 0) continue;
         double d = model_.device_ms(inputs[i].n_tokens);
         items_[m] = i;
-        cpu_cost_[m] = model_.cpu_ms(inputs[i].n_tokens);
+        cpu_cost_[m] = model_.cpu_ms(inputs[i].n_tokens, true);
+        cpu_alone += model_.cpu_ms(inputs[i].n_tokens);
         single_cost_[m] = std::max(r, c) + d;
         first_cost_[m] = serial ? std::max(r, c) + d : std::max(r + d, c + std::max(c, d));
         mid_cost_[m] = serial ? c + d : std::max(c, d);
@@ -239,8 +249,16 @@ PlanCost LayerPlanner::plan(std::span<const PlanInput> inputs, std::span<ExpertS
     // table value is the exact cost, with S >= 3 the plan is traced and
     // simulated) and the all-CPU plan; the per-expert rule is the floor.
     std::span<ExpertSite> trial(trial_sites_.data(), n);
-    int pick = -1;
-    double pick_ms = std::max(cpu_time, r);  // all on the CPU
+    constexpr int ALL_CPU = -1, ALL_COPIED = -2;
+    int pick = ALL_CPU;
+    double pick_ms = std::max(cpu_alone, r);  // all on the CPU
+    if (model_.side_by_side_curves()) {
+        // All copied: the DP priced its copies beside CPU work there is none of.
+        std::copy(floor_sites.begin(), floor_sites.end(), trial.begin());
+        for (int k = 0; k < m; k++) trial[items_[k]] = ExpertSite::COPY;
+        const double ms = plan_cost(inputs, trial, model_, expert_bytes_).makespan_ms();
+        if (ms < pick_ms) pick_ms = ms, pick = ALL_COPIED;
+    }
     for (int g = 0; g < cells; g++) {
         if (!(done_dev_[g] < INF) || !(done_cpu_[g] < pick_ms)) continue;
         double ms = std::max(done_cpu_[g], done_dev_[g]);
@@ -253,7 +271,7 @@ PlanCost LayerPlanner::plan(std::span<const PlanInput> inputs, std::span<ExpertS
     if (!(pick_ms < floor.makespan_ms())) return floor;
     if (pick < 0) {
         std::copy(floor_sites.begin(), floor_sites.end(), trial.begin());
-        for (int k = 0; k < m; k++) trial[items_[k]] = ExpertSite::CPU;
+        for (int k = 0; k < m; k++) trial[items_[k]] = pick == ALL_CPU ? ExpertSite::CPU : ExpertSite::COPY;
     } else {
         trace_plan(pick, m, cells, trial);
     }

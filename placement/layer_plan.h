@@ -22,6 +22,12 @@
 //   first copy still overlaps the residents); S >= 2: copy j+1 overlaps
 //   compute j. plan_cost simulates exactly that.
 //
+// Side by side: in a layer that both copies experts and runs experts with
+// tokens on the CPU, the two read host memory at once, so the CPU side is
+// priced with LatencyModel::cpu_beside_copies and every copy with
+// copy_beside_cpu (each the idle curve where the model has none). A layer
+// with only one of the two pays the idle curves.
+//
 // An expert with no tokens costs nothing and runs nowhere: the planners
 // give it DEVICE when resident, CPU otherwise, and the executor skips it.
 //
@@ -34,6 +40,12 @@
 // where OPT is the best of the 2^m assignments under the exact pipeline cost
 // and L <= OPT the lower bound max(R, (R + sum_k min(cpu_k, c + d_k)) / 3,
 // max_k min(cpu_k, c + d_k)) (R: the resident experts' device time).
+// With side-by-side curves the DP prices every item as in a mixed plan (both
+// sides on those curves, L and OPT over that pricing) and the two plans
+// that are not mixed, all on the CPU and all copied, are priced exactly as
+// candidates of their own: the best plan is one of those two, found
+// exactly, or mixed, where the DP's pricing is its true cost, so the bound
+// holds with L taken over the mixed pricing (at most OPT then).
 // Measured against a brute force on 20 000 random layers per S (m <= 10):
 // worst plan / OPT 1.0019 (S = 1), 1.0010 (S = 2), 1.034 (S = 3).
 // Time O(m^2 / eps), at most O(PLAN_FULL_ITEMS^2 / PLAN_EPSILON). Sketch: with S <= 2 the pipeline's device side
@@ -87,7 +99,8 @@ struct PlanCost {
 
 // The cost of a given assignment (sites[i] for inputs[i]), priced as given
 // (a COPY pays the copy even for zero tokens): CPU side the sum of CPU
-// times, device side the pipeline above with model.staging_slots slots.
+// times, device side the pipeline above with model.staging_slots slots;
+// side by side (copies and CPU work in the layer) on the curves for that.
 // std::invalid_argument when the spans differ in size or staging_slots is
 // outside [1, MAX_STAGING_SLOTS], here and in the planners.
 PlanCost plan_cost(std::span<const PlanInput> inputs, std::span<const ExpertSite> sites, const LatencyModel& model,

@@ -62,8 +62,9 @@ public:
     bool boolean(const json& obj, const std::string& parent, const char* name) const {
         return typed<bool>(obj, parent, name, &json::is_boolean, "true or false");
     }
-    LatencyCurve curve(const json& obj, const std::string& field) const {
-        const json& c = at(obj, "", field.c_str());
+    LatencyCurve curve(const json& obj, const std::string& parent, const char* name) const {
+        const json& c = at(obj, parent, name);
+        const std::string field = path(parent, name);
         return {number(c, field, "fixed_ms"),    number(c, field, "stream_ms"), number(c, field, "per_token_ms"),
                 integer(c, field, "large_from"), number(c, field, "pack_ms"),   number(c, field, "large_per_token_ms")};
     }
@@ -199,6 +200,14 @@ void calibration_validate(const Calibration& c, std::string_view source) {
         check_value(c.copy.latency_ms, "copy.latency_ms", source, false);
         check_value(c.copy.bytes_per_ms, "copy.bytes_per_ms", source, true);
     }
+    if (c.has_side_by_side) {
+        if (!c.has_device) throw MoeError(std::string(source) + ": side_by_side: measured without a device");
+        check_points(c.cpu_beside_copies_points, "side_by_side.cpu.points", "n", source);
+        check_curve(c.cpu_beside_copies, "side_by_side.cpu", source);
+        check_points(c.copy_beside_cpu_points, "side_by_side.copy.points", "bytes", source);
+        check_value(c.copy_beside_cpu.latency_ms, "side_by_side.copy.latency_ms", source, false);
+        check_value(c.copy_beside_cpu.bytes_per_ms, "side_by_side.copy.bytes_per_ms", source, true);
+    }
 }
 
 Calibration calibration_read(const fs::path& path) {
@@ -221,15 +230,26 @@ Calibration calibration_read(const fs::path& path) {
     const json& ceiling = r.at(j, "", "ceiling");
     c.read_gbs = r.number(ceiling, "ceiling", "read_gbs");
     c.fma_gflops = r.number(ceiling, "ceiling", "fma_gflops");
-    c.cpu = r.curve(j, "cpu");
+    c.cpu = r.curve(j, "", "cpu");
     c.cpu_points = r.points(r.at(j, "", "cpu"), "cpu", "n");
     c.has_device = r.boolean(j, "", "has_device");
     if (c.has_device) {
-        c.device = r.curve(j, "device");
+        c.device = r.curve(j, "", "device");
         c.device_points = r.points(r.at(j, "", "device"), "device", "n");
         const json& copy = r.at(j, "", "copy");
         c.copy = {r.number(copy, "copy", "latency_ms"), r.number(copy, "copy", "bytes_per_ms")};
         c.copy_points = r.points(copy, "copy", "bytes");
+    }
+    // Optional (files of earlier builds have none).
+    if (j.is_object() && j.contains("side_by_side")) {
+        const json& side = r.at(j, "", "side_by_side");
+        c.has_side_by_side = true;
+        c.cpu_beside_copies = r.curve(side, "side_by_side", "cpu");
+        c.cpu_beside_copies_points = r.points(r.at(side, "side_by_side", "cpu"), "side_by_side.cpu", "n");
+        const json& copy = r.at(side, "side_by_side", "copy");
+        c.copy_beside_cpu = {r.number(copy, "side_by_side.copy", "latency_ms"),
+                             r.number(copy, "side_by_side.copy", "bytes_per_ms")};
+        c.copy_beside_cpu_points = r.points(copy, "side_by_side.copy", "bytes");
     }
     calibration_validate(c, source);
     std::string key = r.string(j, "", "key");
@@ -262,6 +282,13 @@ void calibration_write(const Calibration& c, const fs::path& path) {
         j["device"]["points"] = points_json(c.device_points, "n");
         j["copy"] = {{"latency_ms", c.copy.latency_ms}, {"bytes_per_ms", c.copy.bytes_per_ms}};
         j["copy"]["points"] = points_json(c.copy_points, "bytes");
+    }
+    if (c.has_side_by_side) {
+        j["side_by_side"]["cpu"] = curve_json(c.cpu_beside_copies);
+        j["side_by_side"]["cpu"]["points"] = points_json(c.cpu_beside_copies_points, "n");
+        j["side_by_side"]["copy"] = {{"latency_ms", c.copy_beside_cpu.latency_ms},
+                                     {"bytes_per_ms", c.copy_beside_cpu.bytes_per_ms}};
+        j["side_by_side"]["copy"]["points"] = points_json(c.copy_beside_cpu_points, "bytes");
     }
     std::error_code ec;
     if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);

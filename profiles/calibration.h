@@ -44,6 +44,17 @@ struct Calibration {
     LatencyCurve device;
     std::vector<TimingPoint> copy_points;
     CopyCurve copy;
+
+    // Side by side, only with a device and only when measured (files of
+    // earlier builds have none; the planner then prices both sides alone):
+    // the CPU expert FFN while the copy stream streams expert weights to the
+    // device, and the copies while the CPU runs experts on every thread
+    // (placement/latency_model.h).
+    bool has_side_by_side = false;
+    std::vector<TimingPoint> cpu_beside_copies_points;
+    LatencyCurve cpu_beside_copies;
+    std::vector<TimingPoint> copy_beside_cpu_points;
+    CopyCurve copy_beside_cpu;
 };
 
 // The cache key from plain values, e.g.

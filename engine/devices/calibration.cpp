@@ -22,8 +22,8 @@ CalibrationResult calibration_measure(const ModelConfig& config, const ModelWeig
                                       int gpu_device, int reps) {
     const Ceiling ceiling = bench_ceiling(pool, false);
     const StageCost one = cost_expert(config, 1, weight_format(weights));
-    std::vector<TimingPoint> points = measure_expert_ffn(config, {expert_cycle(weights, one.bytes, 1, 0, CYCLE_BYTES)},
-                                                         calibration_token_counts(), reps, pool)[0];
+    const std::vector<ExpertWeights> cycle = expert_cycle(weights, one.bytes, 1, 0, CYCLE_BYTES);
+    std::vector<TimingPoint> points = measure_expert_ffn(config, {cycle}, calibration_token_counts(), reps, pool)[0];
 
     CalibrationResult r;
     Calibration& cal = r.calibration;
@@ -35,6 +35,7 @@ CalibrationResult calibration_measure(const ModelConfig& config, const ModelWeig
     cal.cpu = expert_ffn_curve_fit(points);
     cal.cpu_points = std::move(points);
     r.device_ceilings = calibration_measure_device(cal, weights.layers.at(0).experts.at(0), gpu_device, reps);
+    if (cal.has_device) calibration_measure_side_by_side(cal, config, cycle, pool, reps);
     return r;
 }
 

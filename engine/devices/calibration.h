@@ -40,7 +40,8 @@ struct CalibrationResult {
 // threads: the ceiling (about 2 s), the CPU expert FFN over a cycle of
 // experts far larger than the caches, fitted with the active kernels'
 // large_from, and, when gpu_device names a CUDA device,
-// calibration_measure_device. reps: sweeps over n (at least 1).
+// calibration_measure_device and calibration_measure_side_by_side. reps:
+// sweeps over n (at least 1).
 CalibrationResult calibration_measure(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
                                       int gpu_device, int reps);
 
@@ -54,6 +55,16 @@ CalibrationResult calibration_measure(const ModelConfig& config, const ModelWeig
 // Throws GpuError when CUDA fails.
 std::optional<GpuCeilings> calibration_measure_device(Calibration& cal, const ExpertWeights& expert, int gpu_device,
                                                       int reps);
+
+// Side by side (after calibration_measure_device, only when cal.has_device;
+// a build without CUDA does nothing): the CPU expert FFN over `cycle` at
+// every calibration_token_counts() n while the copy engine streams
+// expert-sized copies from pinned memory (GpuCopyLoad), and the copies of
+// calibration_measure_device's sizes while the CPU runs one-token experts
+// over `cycle` on every thread of pool; each fitted. Sets cal's side-by-side
+// fields (has_side_by_side true). Throws GpuError when CUDA fails.
+void calibration_measure_side_by_side(Calibration& cal, const ModelConfig& config,
+                                      const std::vector<ExpertWeights>& cycle, ThreadPool& pool, int reps);
 
 // `bench latency`: a fit on one set of experts checked against another.
 struct LatencyCheck {

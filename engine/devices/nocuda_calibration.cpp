@@ -6,3 +6,6 @@
 std::optional<GpuCeilings> calibration_measure_device(Calibration&, const ExpertWeights&, int, int) {
     return std::nullopt;
 }
+
+void calibration_measure_side_by_side(Calibration&, const ModelConfig&, const std::vector<ExpertWeights>&, ThreadPool&,
+                                      int) {}

@@ -172,4 +172,17 @@ TEST_CASE("latency_model_from_calibration carries every curve field", "[placemen
     REQUIRE(m.staging_slots == DEFAULT_STAGING_SLOTS);  // not in the file: the caller sets its device's
     REQUIRE(m.device_ms(1) == Approx(0.05));
     REQUIRE(m.copy_ms(2e7) == Approx(1.01));
+    // Without side-by-side curves both sides are priced alone.
+    REQUIRE_FALSE(m.side_by_side_curves());
+    REQUIRE(m.cpu_ms(2, true) == m.cpu_ms(2));
+    REQUIRE(m.copy_ms(2e7, true) == m.copy_ms(2e7));
+    c.has_side_by_side = true;
+    c.cpu_beside_copies = {0.3, 0.6, 0.09};
+    c.copy_beside_cpu = {0.01, 1e7};
+    m = latency_model_from_calibration(c);
+    REQUIRE(m.side_by_side_curves());
+    REQUIRE(m.cpu_ms(2, true) == Approx(0.3 + 0.6));
+    REQUIRE(m.cpu_ms(2, false) == Approx(0.1 + 0.2));
+    REQUIRE(m.copy_ms(2e7, true) == Approx(2.01));
+    REQUIRE(m.copy_ms(2e7, false) == Approx(1.01));
 }

@@ -146,6 +146,21 @@ TEST_CASE("calibration file round trip, with and without a device", "[calibratio
     REQUIRE(r.device_points.size() == 2);
     REQUIRE(r.copy.bytes_per_ms == c.copy.bytes_per_ms);
     REQUIRE(r.copy_points[1].x == 2.2e7);
+    REQUIRE_FALSE(r.has_side_by_side);  // as files of earlier builds: no side_by_side object
+    REQUIRE_FALSE(json::parse(read_file(dir / "gpu.json")).contains("side_by_side"));
+
+    c.has_side_by_side = true;
+    c.cpu_beside_copies_points = {{1, 9.0}, {256, 40.0}};
+    c.cpu_beside_copies = {1.5, 7.5, 0.15};
+    c.copy_beside_cpu_points = {{1e6, 0.08}, {2.2e7, 1.4}};
+    c.copy_beside_cpu = {0.02, 1.6e7};
+    calibration_write(c, dir / "side.json");
+    r = calibration_read(dir / "side.json");
+    REQUIRE(r.has_side_by_side);
+    REQUIRE(r.cpu_beside_copies.stream_ms == c.cpu_beside_copies.stream_ms);
+    REQUIRE(r.cpu_beside_copies_points[1].ms == 40.0);
+    REQUIRE(r.copy_beside_cpu.bytes_per_ms == c.copy_beside_cpu.bytes_per_ms);
+    REQUIRE(r.copy_beside_cpu_points[0].x == 1e6);
 }
 
 TEST_CASE("calibration cache: path under XDG_CACHE_HOME, lookup by key", "[calibration]") {
@@ -204,6 +219,19 @@ TEST_CASE("bad calibration files: one MoeError naming the file and the problem",
                       "missing");
         require_error(edited_file("missing-top", [](json& j) { j.erase("ceiling"); }), "ceiling", "missing");
         require_error(edited_file("missing-device", [](json& j) { j["has_device"] = true; }), "device", "missing");
+        require_error(edited_file("side-missing", [](json& j) { j["side_by_side"] = json::object(); }),
+                      "side_by_side.cpu", "missing");
+        require_error(edited_file("side-no-device",
+                                  [](json& j) {
+                                      j["side_by_side"] = {
+                                          {"cpu", j["cpu"]},
+                                          {"copy",
+                                           {{"latency_ms", 0.0},
+                                            {"bytes_per_ms", 1e7},
+                                            {"points", json::array({{{"bytes", 1e6}, {"ms", 0.1}},
+                                                                    {{"bytes", 2e6}, {"ms", 0.2}}})}}}};
+                                  }),
+                      "side_by_side", "without a device");
     }
     SECTION("wrong type") {
         require_error(edited_file("type", [](json& j) { j["threads"] = "two"; }), "threads", "expected an integer");
