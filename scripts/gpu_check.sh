@@ -188,12 +188,87 @@ else
 fi
 # Node.js and the openai npm package for the SDK case (gpu_prepare.sh packs
 # them; the carried test_client looks for them under /tmp/moe-node).
-if [ -f "$root/.gpu-deps/node.tar.xz" ]; then
-  rm -rf /tmp/moe-node && mkdir -p /tmp/moe-node && tar xJf "$root/.gpu-deps/node.tar.xz" -C /tmp/moe-node &&
-    note "node    $(/tmp/moe-node/node --version 2>&1) and openai $(sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' /tmp/moe-node/node_modules/openai/package.json | head -1) from .gpu-deps"
+if [ -f "$root/.gpu-node/node.tar.xz" ]; then
+  rm -rf /tmp/moe-node && mkdir -p /tmp/moe-node && tar xJf "$root/.gpu-node/node.tar.xz" -C /tmp/moe-node &&
+    note "node    $(/tmp/moe-node/node --version 2>&1) and openai $(sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' /tmp/moe-node/node_modules/openai/package.json | head -1) from .gpu-node"
 fi
 [ "${MOE_GPU_CHECK_STEPS:-all}" = build ] && { note "built; MOE_GPU_CHECK_STEPS=build stops here"; exit 0; }
 export HOME="${HOME:-/root}"
+
+# ---- MOE_GPU_CHECK_STEPS=peer: issue 33 part 4, llama.cpp's hybrid offload beside ours
+# Q4_K_M files of synth:qwen3-30b-a3b (8 GiB of GPU memory) and
+# synth:mixtral-8x7b (16 GiB), written with --fast-scales; per model and
+# round, ours (`bench suite`: decode 32, prefill 512 and 2048 with
+# --gpu-memory) and llama.cpp's llama-bench (-ngl 99, --n-cpu-moe N: the
+# experts of the first N layers on the CPU, N chosen so that its GPU holds
+# at least the experts ours does; pp512, pp2048, tg32), alternating which
+# runs first. Each run's peak GPU memory (nvidia-smi every 200 ms) is
+# printed beside it. llama-bench comes from .gpu-peer/ (gpu_prepare_peer.sh).
+vram_start() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$work/vram.log" 2>/dev/null &
+  vram_pid=$!
+}
+vram_stop() {  # prints the peak MiB
+  kill "$vram_pid" 2>/dev/null
+  wait "$vram_pid" 2>/dev/null
+  sort -n "$work/vram.log" | tail -1
+}
+peer_round() {  # ENGINE PRESET GIB GGUF LAYERS EXPERTS
+  local engine=$1 preset=$2 gib=$3 gguf=$4 layers=$5 experts=$6 peak
+  if [ "$engine" = ours ]; then
+    vram_start
+    suite "ours: $preset q4_k_m, --gpu-memory $gib" 150 "$gguf" \
+      "decode --gpu-memory $gib --tokens 32 --repeat 2" \
+      "prefill --gpu-memory $gib --tokens 512 --repeat 2" \
+      "prefill --gpu-memory $gib --tokens 2048 --repeat 1"
+    peak=$(vram_stop)
+    note "        ours: peak GPU memory $peak MiB"
+    echo "{\"bench\":\"peer\",\"engine\":\"moe-server\",\"model\":\"$preset-q4_k_m\",\"gpu_memory_gib\":$gib,\"peak_vram_mib\":${peak:-0}}" >>"$bench"
+    return
+  fi
+  # The experts ours keeps resident, from its decode line; llama.cpp keeps
+  # whole layers: at least as many experts on its GPU.
+  local resident n_gpu_layers n_cpu_moe
+  resident=$(grep '"bench":"decode"' "$bench" | grep "\"model\":\"$preset-q4_k_m" | tail -1 |
+    sed -n 's/.*"resident_experts":\([0-9]*\).*/\1/p')
+  n_gpu_layers=$(( (${resident:-0} + experts - 1) / experts ))
+  n_cpu_moe=$(( layers - n_gpu_layers ))
+  [ "$n_cpu_moe" -lt 0 ] && n_cpu_moe=0
+  vram_start
+  step "llama.cpp: $preset q4_k_m, --n-cpu-moe $n_cpu_moe (ours: $resident experts resident)" 200 \
+    /tmp/moe-peer/llama-bench -m "$gguf" -ngl 99 -ncmoe "$n_cpu_moe" -t "$cores" -p 512,2048 -n 32 -r 2 -o jsonl
+  peak=$(vram_stop)
+  grep '^{' "$work/step.out" | sed "s/^{/{\"bench\":\"peer\",\"engine\":\"llama.cpp\",\"preset\":\"$preset\",\"n_cpu_moe\":$n_cpu_moe,\"peak_vram_mib\":${peak:-0},/" >>"$bench"
+  grep '^{' "$work/step.out" | sed -n 's/.*"n_prompt":\([0-9]*\),"n_gen":\([0-9]*\).*"avg_ts":\([0-9.e+-]*\).*/        llama.cpp pp\1 tg\2: \3 tok\/s/p' | tee -a "$summary"
+  note "        llama.cpp: peak GPU memory $peak MiB"
+}
+if [ "${MOE_GPU_CHECK_STEPS:-all}" = peer ]; then
+  if [ ! -f "$root/.gpu-peer/llama-bench.xz" ]; then
+    note "FAILED  peer: no .gpu-peer/llama-bench.xz (run scripts/gpu_prepare_peer.sh here, carry .gpu-peer)"
+    exit 1
+  fi
+  mkdir -p /tmp/moe-peer && xz -dc "$root/.gpu-peer/llama-bench.xz" >/tmp/moe-peer/llama-bench && chmod +x /tmp/moe-peer/llama-bench
+  note "peer    llama.cpp $(tr -d ' \n' <"$root/.gpu-peer/llama.cpp.info.json" 2>/dev/null)"
+  step "llama-bench starts" 30 /tmp/moe-peer/llama-bench --list-devices || exit 1
+  # MOE_GPU_CHECK_PEER_MODELS: "PRESET GIB LAYERS EXPERTS;..." instead of these two.
+  IFS=';' read -r -a specs <<<"${MOE_GPU_CHECK_PEER_MODELS:-qwen3-30b-a3b 8 48 128;mixtral-8x7b 16 32 8}"
+  for spec in "${specs[@]}"; do
+    read -r preset gib layers experts <<<"$spec"
+    gguf="$work/$preset-q4_k_m.gguf"
+    step "quantize synth:$preset to q4_k_m (fast scales)" 300 "$bin" quantize --model "synth:$preset" --type q4_k_m \
+      --fast-scales --out "$gguf" --threads "$cores" || continue
+    peer_round ours "$preset" "$gib" "$gguf" "$layers" "$experts"
+    peer_round llama "$preset" "$gib" "$gguf" "$layers" "$experts"
+    if [ "$(left)" -gt 240 ]; then
+      peer_round llama "$preset" "$gib" "$gguf" "$layers" "$experts"
+      peer_round ours "$preset" "$gib" "$gguf" "$layers" "$experts"
+    fi
+    rm -f "$gguf"
+  done
+  rm -rf "$work"
+  note "total $(($(date +%s) - t_start))s of the ${budget}s budget"
+  exit 0
+fi
 
 # ---- tests ----------------------------------------------------------------
 t0=$(date +%s)

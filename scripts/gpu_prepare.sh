@@ -13,9 +13,9 @@
 #      scripts/gpu_source_hash.sh, so gpu_check.sh there runs it instead of
 #      spending device minutes on a build (and on a compiler of another
 #      version). It builds there after all when the stamp does not match.
-# Both folders are git-ignored; the device tool carries them:
-#   carry [".gpu-deps", "build-gpu"]   (about 58 MB together with Node.js,
-#   65 MB with the working tree; the tool carries 64 MiB, 67.1 MB, at most)
+# The folders are git-ignored; the device tool carries them:
+#   carry [".gpu-deps", ".gpu-node", "build-gpu"]   (about 59 MB together, 66 MB
+#   with the working tree; the tool carries 64 MiB, 67.1 MB, at most)
 # MOE_GPU_PREPARE_BUILD=0 skips step 3.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -50,18 +50,21 @@ fi
 
 # Node.js (this machine's, one self-contained binary) and the openai npm
 # package without its type declarations, for the SDK case on the GPU: about
-# 25 MB compressed, packed once (xz takes about 2 minutes).
+# 25 MB compressed, packed once (xz takes about 2 minutes), into .gpu-node/
+# (a folder of its own: the side-by-side with llama.cpp carries no Node.js).
+node_out="$root/.gpu-node"
+mkdir -p "$node_out"
 node_bin=$(command -v node || true)
 modules="$root/build/npm/node_modules/openai"
-if [ ! -f "$out/node.tar.xz" ] && [ -n "$node_bin" ] && [ -f "$modules/package.json" ]; then
+if [ ! -f "$node_out/node.tar.xz" ] && [ -n "$node_bin" ] && [ -f "$modules/package.json" ]; then
   stage=$(mktemp -d)
   mkdir -p "$stage/node_modules"
   cp "$(readlink -f "$node_bin")" "$stage/node"
   (cd "$(dirname "$modules")" && find openai -type f ! \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \
     -o -name '*.ts' -o -name '*.mts' -o -name '*.md' \) -print0 | xargs -0 cp --parents -t "$stage/node_modules")
-  tar cf - -C "$stage" node node_modules | xz -T0 -6 >"$out/node.tar.xz.tmp" && mv "$out/node.tar.xz.tmp" "$out/node.tar.xz"
+  tar cf - -C "$stage" node node_modules | xz -T0 -6 >"$node_out/node.tar.xz.tmp" && mv "$node_out/node.tar.xz.tmp" "$node_out/node.tar.xz"
   rm -rf "$stage"
-elif [ ! -f "$out/node.tar.xz" ]; then
+elif [ ! -f "$node_out/node.tar.xz" ]; then
   echo "gpu_prepare: no Node.js or no openai package in build/npm (scripts/setup_test_tools.sh): the SDK case will skip there" >&2
 fi
 
@@ -71,7 +74,7 @@ if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
   full="$root/build-gpu-full"
   build="$root/build-gpu"
   # test_client (the openai SDK case) looks for Node.js and the package where
-  # gpu_check.sh unpacks .gpu-deps/node.tar.xz.
+  # gpu_check.sh unpacks .gpu-node/node.tar.xz.
   configured=$(cmake -S "$root" -B "$full" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DMOE_NODE_EXECUTABLE=/tmp/moe-node/node -DMOE_TEST_NODE_MODULES=/tmp/moe-node/node_modules)
   grep -q "CUDA executor ON" <<<"$configured" || { echo "gpu_prepare: no CUDA toolkit here (nvcc)" >&2; exit 1; }
@@ -89,4 +92,4 @@ if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
   printf 'root=%s\nsources=%s\n' "$root" "$(bash "$root/scripts/gpu_source_hash.sh" "$root")" >"$build/prebuilt.stamp"
   du -sh "$build" | awk '{print "gpu_prepare: build-gpu holds " $1 " (sm_90)"}'
 fi
-du -sh "$out" | awk '{print "gpu_prepare: .gpu-deps holds " $1}'
+du -sh "$out" "$node_out" | awk '{print "gpu_prepare: " $2 " holds " $1}'
