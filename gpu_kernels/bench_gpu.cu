@@ -130,6 +130,7 @@ struct GpuCopyLoad::State {
     double gbs = 0;
     std::thread thread;
     explicit State(size_t bytes) : dev(bytes), pinned(bytes) { std::memset(pinned.data(), 1, bytes); }
+    void join();  // stops the copies and waits for the thread
 };
 
 GpuCopyLoad::GpuCopyLoad(size_t bytes) : state_(std::make_unique<State>(bytes)) {
@@ -151,21 +152,19 @@ GpuCopyLoad::GpuCopyLoad(size_t bytes) : state_(std::make_unique<State>(bytes)) 
     });
 }
 
+void GpuCopyLoad::State::join() {
+    if (!thread.joinable()) return;
+    running = false;
+    thread.join();
+}
+
 double GpuCopyLoad::stop() {
-    if (state_->thread.joinable()) {
-        state_->running = false;
-        state_->thread.join();
-    }
+    state_->join();
     if (state_->error) std::rethrow_exception(std::exchange(state_->error, nullptr));
     return state_->gbs;
 }
 
-GpuCopyLoad::~GpuCopyLoad() {
-    if (state_->thread.joinable()) {
-        state_->running = false;
-        state_->thread.join();
-    }
-}
+GpuCopyLoad::~GpuCopyLoad() { state_->join(); }
 
 std::vector<double> gpu_time_expert_ffn(const WeightView& w1, const WeightView& w3, const WeightView& w2,
                                         const std::vector<int>& ns, int reps) {
