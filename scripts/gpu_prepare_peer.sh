@@ -5,7 +5,8 @@
 # the CPU kernels of the lent machines' Sapphire Rapids hosts (AVX-512 with
 # VNNI and BF16; AMX left out, as in scripts/bench_vs_llamacpp.sh: its
 # kernels died with SIGILL on this project's Intel VMs), statically linked
-# except for the CUDA libraries, which that machine's toolkit provides.
+# except for the CUDA libraries, which that machine's toolkit provides
+# (without NCCL: one GPU, and the lent machine may not have it).
 # The build stays in build-peer/ (rebuilds are incremental); the stripped
 # binary goes compressed into .gpu-peer/llama-bench.xz with the source's
 # description, for the device tool to carry: carry [".gpu-peer"].
@@ -22,7 +23,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
   -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 cmake -S "$src" -B "$build/cuda" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+  -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=OFF \
   -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=ON \
   -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
   "${launcher[@]}" >"$build/cmake.log" 2>&1 || { echo "gpu_prepare_peer: configure failed; see $build/cmake.log" >&2; exit 1; }
