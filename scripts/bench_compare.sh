@@ -50,6 +50,8 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 groups = {}
 for j in rows:
+    if j["bench"] not in ("decode", "prefill"):
+        continue  # the ceiling lines each process prints first
     key = (j.get("model"), j["bench"])
     ratio = j.get("ratio_to_roofline", j.get("ratio_to_peak"))
     speed = j.get("decode_tok_s", j.get("prefill_tok_s"))
