@@ -280,6 +280,13 @@ note "$([ $rc -eq 0 ] && echo "ok     " || echo "FAILED ") ctest -L gpu: $(grep 
 grep -E "Skipped|\*\*\*Failed|Not Run|Timeout" "$out/ctest_gpu.log" | head -20 >>"$summary"
 
 step "bench gpu (mixtral-8x7b expert shape)" 60 "$bin" bench gpu && grep '^{' "$work/step.out" >>"$bench"
+# How steady the host's read ceiling is (issue 33 part 3): five readings at
+# 16 and at 8 threads, back to back.
+for t in "$cores" 8 "$cores" 8 "$cores" 8 "$cores" 8 "$cores" 8; do
+  "$bin" bench ceiling --threads "$t" 2>/dev/null | grep '^{' >>"$bench"
+done
+note "ceiling read GB/s at $cores / 8 threads: $(grep '"bench":"ceiling"' "$bench" | tail -10 |
+  sed -n 's/.*"threads":\([0-9]*\).*"read_gbs":\([0-9.]*\).*/\1:\2/p' | tr '\n' ' ')"
 # The quantized expert FFN at full size: Mixtral-8x7B's and Qwen3-30B-A3B's
 # expert shapes, random weights quantized as Q8_0 / Q4_K_M files hold them.
 for args in "--type q4_k_m" "--type q8_0" "--type q4_k_m --model synth:qwen3-30b-a3b"; do
