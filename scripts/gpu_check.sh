@@ -291,7 +291,9 @@ note "ceiling read GB/s at $cores / 8 threads: $(grep '"bench":"ceiling"' "$benc
 # expert shapes, random weights quantized as Q8_0 / Q4_K_M files hold them.
 for args in "--type q4_k_m" "--type q8_0" "--type q4_k_m --model synth:qwen3-30b-a3b"; do
   # shellcheck disable=SC2086
-  step "bench gpu $args" 60 "$bin" bench gpu $args && grep '"expert_ffn"' "$work/step.out" >>"$bench"
+  step "bench gpu $args" 60 "$bin" bench gpu $args && grep '"expert_ffn"' "$work/step.out" >>"$bench" &&
+    note "        expert FFN n:ms(ratio to roofline) $(grep '"expert_ffn"' "$work/step.out" |
+      sed -n 's/.*"ms":\([0-9.e-]*\),"n":\([0-9]*\),"ratio_to_roofline":\([0-9.e-]*\).*/\2:\1(\3)/p' | tr '\n' ' ')"
 done
 
 # ---- quantized experts on the device: mixtral-mini as Q4_K_M and Q8_0 ------
