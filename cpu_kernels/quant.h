@@ -110,16 +110,21 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // nibble, min: high nibble) and its high 2 bits from the top bits of byte j
 // (scale) and 4 + j (min). Done on 32-bit words: four sub-blocks at once;
 // k_scale_min64 leaves them as the bytes of two words (kept in registers).
-MOE_HD static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn) {
-    uint32_t a, b, c;
-    memcpy(&a, s, 4);
-    memcpy(&b, s + 4, 4);
-    memcpy(&c, s + 8, 4);
+// k_scale_min64_words takes the 12 bytes as their three little-endian words
+// (an _R8 group block holds them apart).
+MOE_HD static inline void k_scale_min64_words(uint32_t a, uint32_t b, uint32_t c, uint64_t& sc, uint64_t& mn) {
     uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = b & 0x3f3f3f3fu;
     uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4;
     uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4;
     sc = sc_lo | uint64_t(sc_hi) << 32;  // byte j: sub-block j (little-endian)
     mn = mn_lo | uint64_t(mn_hi) << 32;
+}
+MOE_HD static inline void k_scale_min64(const uint8_t s[12], uint64_t& sc, uint64_t& mn) {
+    uint32_t a, b, c;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    k_scale_min64_words(a, b, c, sc, mn);
 }
 
 MOE_HD static inline void k_scale_min(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
@@ -256,9 +261,10 @@ MOE_HD static inline void quant_group32_row(DType type, const uint8_t* row, int6
         const bool q5 = type == DType::Q5_K;
         const uint8_t* b = row + g / 8 * int64_t(q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
         const int j = int(g % 8);
-        uint8_t sc[8], mn[8];
-        k_scale_min(b + offsetof(BlockQ4_K, scales), sc, mn);
-        const float d = fp16_to_f32(load_le16(b)) * float(sc[j]), m = fp16_to_f32(load_le16(b + 2)) * float(mn[j]);
+        uint64_t sc, mn;  // in registers: a device thread indexes them by j
+        k_scale_min64(b + offsetof(BlockQ4_K, scales), sc, mn);
+        const float d = fp16_to_f32(load_le16(b)) * float(uint8_t(sc >> (8 * j))),
+                    m = fp16_to_f32(load_le16(b + 2)) * float(uint8_t(mn >> (8 * j)));
         const uint8_t* qs = b + (q5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs));
         for (int l = 0; l < 32; l++) {
             const int e = 32 * j + l;
@@ -299,10 +305,12 @@ MOE_HD static inline void quant_group32_r8(DType type, const uint8_t* gb, int l,
         return;
     }
     case DType::Q4_K_R8: {
-        uint8_t s[12];
-        for (int k = 0; k < 3; k++) memcpy(s + 4 * k, gb + 32 + 32 * k + 4 * l, 4);
+        uint32_t a, b, c;
+        memcpy(&a, gb + 32 + 4 * l, 4);
+        memcpy(&b, gb + 64 + 4 * l, 4);
+        memcpy(&c, gb + 96 + 4 * l, 4);
         uint64_t sc, mn;
-        k_scale_min64(s, sc, mn);
+        k_scale_min64_words(a, b, c, sc, mn);
         const float d = fp16_to_f32(load_le16(gb + 2 * l)) * float(uint8_t(sc >> (8 * j))),
                     m = fp16_to_f32(load_le16(gb + 16 + 2 * l)) * float(uint8_t(mn >> (8 * j)));
         // Sub-block j: the low (j even) or high nibbles of qs[32 (j / 2) ..], word k of them at row 8 (j / 2) + k.
