@@ -248,6 +248,8 @@ if [ "${MOE_GPU_CHECK_STEPS:-all}" = peer ]; then
     exit 1
   fi
   mkdir -p /tmp/moe-peer && xz -dc "$root/.gpu-peer/llama-bench.xz" >/tmp/moe-peer/llama-bench && chmod +x /tmp/moe-peer/llama-bench
+  # Its libraries beyond the system's and CUDA's (libgomp), after this machine's own.
+  [ -d "$root/.gpu-peer/lib" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$root/.gpu-peer/lib"
   note "peer    llama.cpp $(tr -d ' \n' <"$root/.gpu-peer/llama.cpp.info.json" 2>/dev/null)"
   step "llama-bench starts" 30 /tmp/moe-peer/llama-bench --list-devices || exit 1
   # MOE_GPU_CHECK_PEER_MODELS: "PRESET GIB LAYERS EXPERTS;..." instead of these two.

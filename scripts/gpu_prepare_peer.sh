@@ -32,6 +32,13 @@ cmake --build "$build/cuda" --target llama-bench -j "$(nproc)" >"$build/build.lo
 strip -o "$out/llama-bench" "$build/cuda/bin/llama-bench"
 xz -T0 -6 -f "$out/llama-bench"
 cp "$src/llama.cpp.info.json" "$out/"
+# The shared libraries it needs beyond libc, libstdc++ and CUDA's (OpenMP's
+# libgomp), for gpu_check.sh to put last on the library path there.
+rm -rf "$out/lib" && mkdir -p "$out/lib"
+ldd "$build/cuda/bin/llama-bench" | awk '/=> \//{print $3}' |
+  { grep -vE '/lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s|cuda|cudart|cublas|cublasLt)\.so' || true; } |
+  while read -r lib; do cp -L "$lib" "$out/lib/"; done
 echo "gpu_prepare_peer: built in $(($(date +%s) - t0)) s; llama-bench $(stat -c %s "$build/cuda/bin/llama-bench") bytes," \
-  "stripped and compressed $(stat -c %s "$out/llama-bench.xz") bytes; needs: $(ldd "$build/cuda/bin/llama-bench" |
+  "stripped and compressed $(stat -c %s "$out/llama-bench.xz") bytes, carried libraries: $(ls "$out/lib" | tr '\n' ' ')" \
+  "($(du -sb "$out/lib" | cut -f1) bytes); needs: $(ldd "$build/cuda/bin/llama-bench" |
   grep -oE 'lib(cuda|cublas|cublasLt|cudart)[^ ]*' | sort -u | tr '\n' ' ')"
