@@ -507,7 +507,8 @@ LatencyModel replay_latency_model(const ModelConfig& c, int threads, std::string
     try {
         cal = calibration_find_cached(key);
     } catch (const MoeError& e) {
-        std::fprintf(stderr, "moe-server: warning: ignoring the cached calibration: %s\n", e.what());
+        std::fprintf(stderr, "moe-server: warning: ignoring the cached calibration: %s (run 'moe-server calibrate --force')\n",
+                     e.what());
     }
     const std::string file = calibration_cache_path(key).string();
     if (cal && cal->has_device) {

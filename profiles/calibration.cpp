@@ -176,8 +176,8 @@ fs::path calibration_cache_path(std::string_view key) {
 
 void calibration_validate(const Calibration& c, std::string_view source) {
     if (c.version != CALIBRATION_VERSION)
-        throw MoeError(std::string(source) + ": version: " + std::to_string(c.version) + " (this moe-server reads " +
-                       std::to_string(CALIBRATION_VERSION) + "; run `moe-server calibrate --force`)");
+        throw MoeError(std::string(source) + ": version: " + std::to_string(c.version) + " (this build reads " +
+                       std::to_string(CALIBRATION_VERSION) + ")");
     check_text(c.cpu_name, "cpu_name", source);
     check_text(c.isa, "isa", source);
     check_text(c.device_name, "device_name", source);
@@ -303,6 +303,6 @@ std::optional<Calibration> calibration_find_cached(std::string_view key) {
     Calibration c = calibration_read(path);
     if (calibration_key(c) != key)
         throw MoeError(path.string() + ": key: '" + calibration_key(c) + "' is not the key looked up ('" +
-                       std::string(key) + "'); run `moe-server calibrate --force`");
+                       std::string(key) + "')");
     return c;
 }

@@ -85,6 +85,7 @@ void calibration_write(const Calibration& c, const std::filesystem::path& path);
 
 // The cached calibration for a key (calibration_cache_path), or nothing when
 // no file exists. A file that exists but does not validate, or whose key
-// fields do not give this key, is a MoeError (run `moe-server calibrate
-// --force` to replace it).
+// fields do not give this key, is a MoeError naming the file and the field;
+// the layers that speak to the user add how to replace it (`calibrate
+// --force`: server/placement_text.cpp, apps/).
 std::optional<Calibration> calibration_find_cached(std::string_view key);
