@@ -17,6 +17,10 @@ struct Ceiling {
     double fma_gflops;  // fp32 FMA peak, all threads, widest ISA that runs here
     int threads;
     double fork_join_us;  // one empty ThreadPool::run
+    // The median window's read rate at the best stream count: read_gbs is the
+    // luckiest moment (a kernel's ratio stays honest); this says how steady
+    // the machine was.
+    double read_gbs_median;
 };
 
 // Measures the ceilings (about 2 s); prints one JSON line when print.
