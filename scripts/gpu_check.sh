@@ -287,8 +287,8 @@ step "bench gpu (mixtral-8x7b expert shape)" 60 "$bin" bench gpu && grep '^{' "$
 for t in "$cores" 8 "$cores" 8 "$cores" 8 "$cores" 8 "$cores" 8; do
   "$bin" bench ceiling --threads "$t" 2>/dev/null | grep '^{' >>"$bench"
 done
-note "ceiling read GB/s at $cores / 8 threads: $(grep '"bench":"ceiling"' "$bench" | tail -10 |
-  sed -n 's/.*"threads":\([0-9]*\).*"read_gbs":\([0-9.]*\).*/\1:\2/p' | tr '\n' ' ')"
+note "ceiling read GB/s (threads:best/median window) $(grep '"bench":"ceiling"' "$bench" | tail -10 |
+  sed -n 's/.*"threads":\([0-9]*\).*"read_gbs":\([0-9.]*\),"read_gbs_median":\([0-9.]*\).*/\1:\2\/\3/p' | tr '\n' ' ')"
 # The quantized expert FFN at full size: Mixtral-8x7B's and Qwen3-30B-A3B's
 # expert shapes, random weights quantized as Q8_0 / Q4_K_M files hold them.
 for args in "--type q4_k_m" "--type q8_0" "--type q4_k_m --model synth:qwen3-30b-a3b"; do
