@@ -282,9 +282,10 @@ note "$([ $rc -eq 0 ] && echo "ok     " || echo "FAILED ") ctest -L gpu: $(grep 
 grep -E "Skipped|\*\*\*Failed|Not Run|Timeout" "$out/ctest_gpu.log" | head -20 >>"$summary"
 
 step "bench gpu (mixtral-8x7b expert shape)" 60 "$bin" bench gpu && grep '^{' "$work/step.out" >>"$bench"
-# How steady the host's read ceiling is (issue 33 part 3): five readings at
-# 16 and at 8 threads, back to back.
-for t in "$cores" 8 "$cores" 8 "$cores" 8 "$cores" 8 "$cores" 8; do
+# How steady the host's read ceiling is (issue 33 part 3): five readings on
+# every core and on half of them (16 and 8 on the H200 machine), back to back.
+half=$(( cores > 1 ? cores / 2 : 1 ))
+for t in "$cores" "$half" "$cores" "$half" "$cores" "$half" "$cores" "$half" "$cores" "$half"; do
   "$bin" bench ceiling --threads "$t" 2>/dev/null | grep '^{' >>"$bench"
 done
 note "ceiling read GB/s (threads:best/median window) $(grep '"bench":"ceiling"' "$bench" | tail -10 |
