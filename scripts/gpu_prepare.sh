@@ -78,7 +78,11 @@ if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
   configured=$(cmake -S "$root" -B "$full" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DMOE_NODE_EXECUTABLE=/tmp/moe-node/node -DMOE_TEST_NODE_MODULES=/tmp/moe-node/node_modules)
   grep -q "CUDA executor ON" <<<"$configured" || { echo "gpu_prepare: no CUDA toolkit here (nvcc)" >&2; exit 1; }
-  cmake --build "$full" -j "$(nproc)" --target moe-server test_gpu test_client
+  # MOE_GPU_PREPARE_TESTS=0: moe-server alone (7 MB), for a call that runs no
+  # tests and carries llama.cpp's llama-bench beside it (gpu_check.sh's peer steps).
+  binaries=(moe-server test_gpu test_client)
+  [ "${MOE_GPU_PREPARE_TESTS:-1}" = 0 ] && binaries=(moe-server)
+  cmake --build "$full" -j "$(nproc)" --target "${binaries[@]}"
   # The binaries and every CTest file (ctest reads them; the tests of the
   # labels not built register as not built and -L gpu leaves them out),
   # their paths moved from build-gpu-full to build-gpu.
@@ -88,7 +92,7 @@ if [ "${MOE_GPU_PREPARE_BUILD:-1}" != 0 ]; then
     mkdir -p "$build/$(dirname "$f")"
     sed "s#$full#$build#g" "$full/$f" >"$build/$f"
   done
-  for b in moe-server test_gpu test_client; do strip -o "$build/$b" "$full/$b"; done
+  for b in "${binaries[@]}"; do strip -o "$build/$b" "$full/$b"; done
   printf 'root=%s\nsources=%s\n' "$root" "$(bash "$root/scripts/gpu_source_hash.sh" "$root")" >"$build/prebuilt.stamp"
   du -sh "$build" | awk '{print "gpu_prepare: build-gpu holds " $1 " (sm_90)"}'
 fi
