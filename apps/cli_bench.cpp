@@ -25,7 +25,6 @@
 #include "chat/json_schema.h"
 #include "cpu_kernels/bench.h"
 #include "cpu_kernels/kernels.h"
-#include "cpu_kernels/quant.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/calibration_key.h"
 #include "engine/model/cost.h"
@@ -732,25 +731,16 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
             throw MoeError("bench gpu: --type quantizes the random expert of a synthetic or default shape; " +
                            std::string("this model's own expert is timed in its own types"));
         ThreadPool pool(std::max(1, int(std::thread::hardware_concurrency())));
-        auto quantize_matrix = [&](WeightView& w, DType plain, DType held) {
-            const size_t row = *dtype_row_bytes(plain, w.cols);
-            std::vector<uint8_t> q(row * size_t(w.rows)), out(q.size());
-            pool.parallel_for(long(w.rows), 1, [&](long begin, long end) {
-                std::vector<float> f(size_t(w.cols));
-                for (long r = begin; r < end; r++) {
-                    weight_row_f32(f.data(), w, r);
-                    quantize_row(plain, f.data(), q.data() + size_t(r) * row, w.cols);
-                }
-            });
-            quant_repack_r8(held, q.data(), out.data(), w.rows, row);
-            quantized.push_back(std::move(out));
+        auto quantize = [&](WeightView& w, DType held) {
+            quantized.emplace_back(w.rows * *dtype_row_bytes(held, w.cols));
+            quantize_matrix(held, w, quantized.back().data(), pool);
             w = weight_view(held, quantized.back().data(), w.rows, w.cols);
         };
         quantized.reserve(3);
         const bool q8 = type == "q8_0";
-        quantize_matrix(expert.w1, q8 ? DType::Q8_0 : DType::Q4_K, q8 ? DType::Q8_0_R8 : DType::Q4_K_R8);
-        quantize_matrix(expert.w3, q8 ? DType::Q8_0 : DType::Q4_K, q8 ? DType::Q8_0_R8 : DType::Q4_K_R8);
-        quantize_matrix(expert.w2, q8 ? DType::Q8_0 : DType::Q6_K, q8 ? DType::Q8_0_R8 : DType::Q6_K_R8);
+        quantize(expert.w1, q8 ? DType::Q8_0_R8 : DType::Q4_K_R8);
+        quantize(expert.w3, q8 ? DType::Q8_0_R8 : DType::Q4_K_R8);
+        quantize(expert.w2, q8 ? DType::Q8_0_R8 : DType::Q6_K_R8);
     }
     GpuCeilings g = gpu_measure_ceilings();
     const std::string name = devices[size_t(gpu_device)].name;

@@ -205,22 +205,12 @@ WeightCopies make_weights(DType type, long rows, long cols, ThreadPool& pool) {
         pool.parallel_for(long(total / 2), 4096, [&](long b, long e) { fill(all + b, b, e); });
         return w;
     }
-    // Rows in groups (the _R8 types): quantized in their plain type, then interleaved.
-    const DType plain = dtype_plain(type);
-    std::vector<unsigned char> plain_rows(plain == type ? 0 : bytes);
-    unsigned char* dst = plain == type ? as<unsigned char>(w.data) : plain_rows.data();
+    // The bf16 rows (each filled from its own start, as the bf16 copies are not), quantized.
+    std::vector<bf16> src(size_t(rows) * size_t(cols));
     pool.parallel_for(rows, 1, [&](long r0, long r1) {
-        std::vector<bf16> src(static_cast<size_t>(cols));
-        std::vector<float> row(static_cast<size_t>(cols));
-        size_t rb = *dtype_row_bytes(type, cols);
-        for (long r = r0; r < r1; r++) {
-            fill(src.data(), r * cols, (r + 1) * cols);
-            for (long j = 0; j < cols; j++) row[size_t(j)] = bf16_to_f32(src[size_t(j)]);
-            quantize_row(plain, row.data(), dst + size_t(r) * rb, cols);
-        }
+        for (long r = r0; r < r1; r++) fill(src.data() + size_t(r) * cols, r * cols, (r + 1) * cols);
     });
-    if (plain != type)
-        quant_repack_r8(type, plain_rows.data(), as<unsigned char>(w.data), rows, *dtype_row_bytes(type, cols));
+    quantize_matrix(type, weight_view(DType::BF16, src.data(), rows, cols), w.data.get(), pool);
     for (int c = 1; c < w.copies; c++)
         std::memcpy(as<unsigned char>(w.data) + size_t(c) * w.bytes_per_copy, w.data.get(), bytes);
     return w;

@@ -206,6 +206,21 @@ void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& po
     matmul(active_table(), y, x, w, m, pool);
 }
 
+void quantize_matrix(DType type, const WeightView& w, void* dst, ThreadPool& pool) {
+    const DType plain = dtype_plain(type);
+    const size_t row = *dtype_row_bytes(plain, w.cols);
+    std::vector<unsigned char> plain_rows(plain == type ? 0 : row * size_t(w.rows));
+    unsigned char* out = plain == type ? static_cast<unsigned char*>(dst) : plain_rows.data();
+    pool.parallel_for(long(w.rows), 1, [&](long begin, long end) {
+        std::vector<float> f(size_t(w.cols));
+        for (long r = begin; r < end; r++) {
+            weight_row_f32(f.data(), w, r);
+            quantize_row(plain, f.data(), out + size_t(r) * row, w.cols);
+        }
+    });
+    if (plain != type) quant_repack_r8(type, plain_rows.data(), dst, w.rows, row);
+}
+
 void weight_row_f32(float* out, const WeightView& w, int64_t r) {
     assert(r >= 0 && r < w.rows);
     if (dtype_row_group(w.type) == 1) return dequantize_row(w.type, w.row(r), out, w.cols);

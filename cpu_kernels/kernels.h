@@ -34,6 +34,11 @@ void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView
 
 // out (w.cols) = row r of W as fp32 (an embedding lookup).
 void weight_row_f32(float* out, const WeightView& w, int64_t r);
+// W (any type weight_row_f32 reads) as block-quantized `type` at dst
+// (w.rows * dtype_row_bytes(type, w.cols) bytes): every row quantized in
+// dtype_plain(type) on pool's threads, then, for an _R8 type (rows a
+// multiple of 8), interleaved.
+void quantize_matrix(DType type, const WeightView& w, void* dst, ThreadPool& pool);
 
 // y (m, n) = x (m, k) @ W (n, k)^T, W bf16. Threads split the n output rows, so each
 // streams its own slice of W once for all m tokens.

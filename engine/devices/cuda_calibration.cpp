@@ -12,8 +12,15 @@
 
 namespace {
 
-// The copies timed, in experts' bytes.
-constexpr double COPY_SIZES[] = {0.25, 0.5, 1.0, 2.0};
+// Pinned host-to-device copies of 1/4, 1/2, 1 and 2 experts' bytes: (bytes, median ms) each.
+std::vector<TimingPoint> time_expert_copies(double expert_bytes, int reps) {
+    std::vector<size_t> sizes;
+    for (double f : {0.25, 0.5, 1.0, 2.0}) sizes.push_back(size_t(f * expert_bytes));
+    std::vector<double> ms = gpu_time_h2d_pinned(sizes, reps);
+    std::vector<TimingPoint> points;
+    for (size_t i = 0; i < sizes.size(); i++) points.push_back({double(sizes[i]), std::max(ms[i], 1e-6)});
+    return points;
+}
 
 }  // namespace
 
@@ -28,11 +35,7 @@ std::optional<GpuCeilings> calibration_measure_device(Calibration& cal, const Ex
     std::vector<TimingPoint> points;
     for (size_t i = 0; i < ns.size(); i++) points.push_back({double(ns[i]), std::max(ffn[i], 1e-6)});
     LatencyCurve fit = latency_curve_fit(points, 0);
-    std::vector<size_t> sizes;
-    for (double f : COPY_SIZES) sizes.push_back(size_t(f * cal.expert_bytes));
-    std::vector<double> copy_ms = gpu_time_h2d_pinned(sizes, device_reps);
-    std::vector<TimingPoint> copies;
-    for (size_t i = 0; i < sizes.size(); i++) copies.push_back({double(sizes[i]), std::max(copy_ms[i], 1e-6)});
+    std::vector<TimingPoint> copies = time_expert_copies(cal.expert_bytes, device_reps);
     CopyCurve copy = copy_curve_fit(copies);
     GpuCeilings ceilings = gpu_measure_ceilings(size_t(64) << 20, 4096);
     cal.has_device = true;
@@ -64,11 +67,9 @@ void calibration_measure_side_by_side(Calibration& cal, const ModelConfig& confi
             cpu_error = std::current_exception();
         }
     });
-    std::vector<size_t> sizes;
-    for (double f : COPY_SIZES) sizes.push_back(size_t(f * cal.expert_bytes));
-    std::vector<double> copy_ms;
+    std::vector<TimingPoint> copies;
     try {
-        copy_ms = gpu_time_h2d_pinned(sizes, std::max(5, reps));
+        copies = time_expert_copies(cal.expert_bytes, std::max(5, reps));
     } catch (...) {
         running = false;
         cpu_load.join();
@@ -77,8 +78,6 @@ void calibration_measure_side_by_side(Calibration& cal, const ModelConfig& confi
     running = false;
     cpu_load.join();
     if (cpu_error) std::rethrow_exception(cpu_error);
-    std::vector<TimingPoint> copies;
-    for (size_t i = 0; i < sizes.size(); i++) copies.push_back({double(sizes[i]), std::max(copy_ms[i], 1e-6)});
     cal.has_side_by_side = true;
     cal.cpu_beside_copies = expert_ffn_curve_fit(cpu);
     cal.cpu_beside_copies_points = std::move(cpu);

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/kernels.h"
 #include "cpu_kernels/quant.h"
+#include "cpu_kernels/thread_pool.h"
 #include "engine/formats/gguf.h"
 #include "engine/formats/safetensors.h"
 #include "support/test_support.h"
@@ -363,6 +365,25 @@ TEST_CASE("quant: the _R8 types interleave 8 rows' blocks and give every row bac
                 REQUIRE(std::memcmp(a, b, sizeof a) == 0);
             }
         }
+    }
+}
+
+TEST_CASE("quant: quantize_matrix is quantize_row per row, interleaved for the _R8 types", "[quant]") {
+    std::mt19937 rng(9);
+    const int64_t rows = 24, cols = 512;
+    const std::vector<float> x = rand_normal(rng, size_t(rows * cols));
+    ThreadPool pool(2);
+    for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8}) {
+        INFO(dtype_name(type));
+        const DType plain = dtype_plain(type);
+        std::vector<uint8_t> want = quantize(plain, x, cols);
+        if (plain != type) {
+            std::vector<uint8_t> rows_plain = want;
+            quant_repack_r8(type, rows_plain.data(), want.data(), rows, *dtype_row_bytes(plain, cols));
+        }
+        std::vector<uint8_t> got(want.size());
+        quantize_matrix(type, weight_view(DType::F32, x.data(), rows, cols), got.data(), pool);
+        CHECK(got == want);
     }
 }
 
