@@ -28,7 +28,7 @@
 #include "engine/runtime/session.h"
 #include "server/generation_task.h"
 #include "server/http_server.h"
-#include "server/openai_response.h"
+#include "server/openai.h"
 
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -166,7 +166,7 @@ void run_benchmarks(HttpServer& server, const std::string& host, int port, const
             // The model's own template, as the server renders the HTTP request.
             GenerateRequest g;
             std::string warning;
-            g.prompt = chat_prompt_ids(engine, ModelChat(engine.model(), &warning), ChatInput::of({{"user", convs[0].turn1}}));
+            g.prompt = chat_prompt_ids(engine, ModelChat(engine.model(), &warning), ChatInput::of({{ChatRole::USER, convs[0].turn1}}));
             g.sampling.temperature = 0;
             g.max_tokens = tokens;
             g.ignore_eos = true;

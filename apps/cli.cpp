@@ -227,7 +227,11 @@ ChatInput read_chat_file(const std::string& path) {
         std::string where = path + ": messages[" + std::to_string(i) + "]";
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
             throw MoeError(where + ": needs a string \"role\"");
-        ChatMessage msg{m["role"].get<std::string>(), ""};
+        const std::optional<ChatRole> role = chat_role_parse(m["role"].get_ref<const std::string&>());
+        if (!role)
+            throw MoeError(where + ": unknown role '" + m["role"].get<std::string>() +
+                           "' (expected system, developer, user, assistant or tool)");
+        ChatMessage msg{*role, ""};
         const nlohmann::ordered_json& c = m.contains("content") ? m["content"] : nlohmann::ordered_json();
         if (c.is_string()) {
             msg.content = c.get<std::string>();
@@ -356,7 +360,7 @@ int cli_generate(const std::vector<std::string>& words) {
         request.prompt = engine.model().tokenizer().encode_prompt(*prompt);
         request.continues_prompt = true;
     } else {
-        if (user) messages = ChatInput::of({{"user", *user}});
+        if (user) messages = ChatInput::of({{ChatRole::USER, *user}});
         request.prompt = chat_prompt_ids(engine, model_chat, messages);
     }
     if (beam.width > 0) {
@@ -452,20 +456,21 @@ int cli_perplexity(const std::vector<std::string>& words) {
 int cli_synth_model(const std::vector<std::string>& words) {
     Args args(words);
     SynthOptions o;
-    o.preset = args.required("--preset");
+    const std::string preset = args.required("--preset");
     o.out = args.required("--out");
     o.seed = uint64_t(args.get_int("--seed", 0, 0, 1L << 62));
     o.tokenizer = args.get("--tokenizer", "");
     o.max_shard_bytes = size_t(args.get_int("--shard-mb", long(o.max_shard_bytes >> 20), 1, 1 << 30)) << 20;
     args.finish();
     // An unknown preset, or a tokenizer it does not take: refused before touching the disk.
+    o.preset = synth_preset_parse(preset);
     if (synth_uses_standin_tokenizer(synth_preset(o.preset)) && !o.tokenizer.empty())
         throw MoeError("synth-model: --tokenizer takes a SentencePiece model, for the Mixtral presets only; preset '" +
-                       o.preset + "' writes its own tokenizer.json");
+                       preset + "' writes its own tokenizer.json");
     auto t0 = std::chrono::steady_clock::now();
     synth_model_write(o);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "wrote %s model to %s in %.1f s (random weights: its text is gibberish)\n", o.preset.c_str(),
+    std::fprintf(stderr, "wrote %s model to %s in %.1f s (random weights: its text is gibberish)\n", preset.c_str(),
                  o.out.c_str(), secs);
     return 0;
 }

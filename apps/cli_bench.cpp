@@ -82,7 +82,7 @@ void add_gpu_ceilings(json& line, const Session& engine) {
 #ifdef MOE_HAVE_CUDA
     if (engine.placement().device != DeviceKind::CUDA) return;
     GpuCeilings g = gpu_measure_ceilings(size_t(64) << 20, 4096);
-    line["gpu"] = engine.placement().device_name;
+    line["gpu"] = placement_device_name(engine.placement());
     line["h2d_pinned_gbs"] = g.h2d_pinned_gbs;
     line["h2d_pageable_gbs"] = g.h2d_pageable_gbs;
     line["device_gbs"] = g.device_gbs;
@@ -795,9 +795,9 @@ std::vector<BenchExpertShape> bench_expert_shapes(Args& args) {
         return {{source->text, c.dim, c.hidden_dim}};
     }
     std::vector<BenchExpertShape> shapes;
-    for (const char* preset : {"mixtral-8x7b", "mixtral-mini"}) {
+    for (SynthPreset preset : {SynthPreset::MIXTRAL_8X7B, SynthPreset::MIXTRAL_MINI}) {
         ModelConfig c = synth_preset(preset);
-        shapes.push_back({preset, c.dim, c.hidden_dim});
+        shapes.push_back({synth_preset_name(preset), c.dim, c.hidden_dim});
     }
     return shapes;
 }

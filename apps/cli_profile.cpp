@@ -205,7 +205,7 @@ int cli_profile(const std::vector<std::string>& words) {
         if (chat) {
             // The model's own template, as generate and the server render it
             // (Qwen's ChatML has no BOS; the built-in renderer wants one).
-            request.prompt = chat_prompt_ids(engine, model_chat, ChatInput::of({{"user", text}}));
+            request.prompt = chat_prompt_ids(engine, model_chat, ChatInput::of({{ChatRole::USER, text}}));
         } else {
             request.prompt = engine.model().tokenizer().encode_prompt(text);
         }

@@ -12,7 +12,7 @@
 namespace fs = std::filesystem;
 
 namespace {
-constexpr const char* DEMO_PRESET = "small";
+constexpr SynthPreset DEMO_PRESET = SynthPreset::SMALL;
 constexpr uint64_t DEMO_SEED = 0;
 }  // namespace
 
@@ -25,7 +25,7 @@ fs::path demo_model_dir() {
     } else {
         throw MoeError("demo model: neither XDG_CACHE_HOME nor HOME is set; pass --model DIR");
     }
-    return cache / "moe-server" / (std::string("demo-") + DEMO_PRESET);
+    return cache / "moe-server" / (std::string("demo-") + synth_preset_name(DEMO_PRESET));
 }
 
 fs::path demo_model_ensure() {
@@ -34,7 +34,7 @@ fs::path demo_model_ensure() {
     std::error_code ec;
     fs::create_directories(dir.parent_path(), ec);
     if (ec) throw MoeError("demo model: cannot create " + dir.parent_path().string() + ": " + ec.message());
-    std::fprintf(stderr, "moe-server: writing the demo model (synth-model preset %s) to %s ...\n", DEMO_PRESET,
+    std::fprintf(stderr, "moe-server: writing the demo model (synth-model preset %s) to %s ...\n", synth_preset_name(DEMO_PRESET),
                  dir.c_str());
     SynthOptions options;
     options.preset = DEMO_PRESET;

@@ -15,7 +15,7 @@
 #include "apps/cli_profile.h"
 #include "apps/serve.h"
 #include "base/errors.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 #include "server/placement_text.h"
 
 namespace {

@@ -38,6 +38,24 @@
 #include "base/errors.h"
 #include "base/files.h"
 
+const char* chat_role_name(ChatRole role) {
+    switch (role) {
+    case ChatRole::SYSTEM: return "system";
+    case ChatRole::USER: return "user";
+    case ChatRole::ASSISTANT: return "assistant";
+    case ChatRole::TOOL: return "tool";
+    }
+    return "?";
+}
+
+std::optional<ChatRole> chat_role_parse(std::string_view name) {
+    if (name == "system" || name == "developer") return ChatRole::SYSTEM;
+    if (name == "user") return ChatRole::USER;
+    if (name == "assistant") return ChatRole::ASSISTANT;
+    if (name == "tool") return ChatRole::TOOL;
+    return std::nullopt;
+}
+
 namespace {
 
 enum class PartKind { BOS, EOS, MARKER, TEXT };
@@ -49,23 +67,23 @@ struct ChatPart {
     bool reply = false;  // ChatSpan::reply
 };
 
-std::string role_list_error(size_t index, const std::string& role) {
-    return "chat message " + std::to_string(index) + ": unknown role '" + role +
+std::string role_list_error(size_t index, ChatRole role) {
+    return "chat message " + std::to_string(index) + ": unknown role '" + chat_role_name(role) +
            "' (expected system, user or assistant)";
 }
 
 void check_roles(std::span<const ChatMessage> messages) {
     if (messages.empty()) throw MoeError("chat messages: the conversation is empty");
     for (size_t i = 0; i < messages.size(); ++i) {
-        const std::string& role = messages[i].role;
-        if (role != "system" && role != "user" && role != "assistant") throw MoeError(role_list_error(i, role));
+        if (messages[i].role == ChatRole::TOOL) throw MoeError(role_list_error(i, messages[i].role));
     }
 }
 
 std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
     // A turn: neighbouring messages of one role (system messages removed), joined.
     struct Turn {
-        std::string role, content;
+        ChatRole role;
+        std::string content;
         int message = 0;         // its first message
         int n_messages = 1;      // messages joined into it
         size_t system_size = 0;  // of the system prompt as it stood at its first message
@@ -75,7 +93,7 @@ std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
     std::vector<Turn> turns;
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
-        if (m.role == "system") {
+        if (m.role == ChatRole::SYSTEM) {
             system += (have_system ? "\n\n" : "") + m.content;
             have_system = true;
         } else if (!turns.empty() && turns.back().role == m.role) {
@@ -86,14 +104,15 @@ std::vector<ChatPart> mistral_parts(std::span<const ChatMessage> messages) {
         }
     }
     if (turns.empty()) throw MoeError("chat messages: no user message (Mistral template)");
-    if (turns.front().role != "user")
-        throw MoeError("chat messages: the conversation must start with a user message, got " + turns.front().role +
+    if (turns.front().role != ChatRole::USER)
+        throw MoeError(std::string("chat messages: the conversation must start with a user message, got ") +
+                       chat_role_name(turns.front().role) +
                        " (Mistral template)");
 
     std::vector<ChatPart> parts{{PartKind::BOS, {}}};
     for (size_t i = 0; i < turns.size(); ++i) {
         const Turn& turn = turns[i];
-        if (turn.role == "user") {
+        if (turn.role == ChatRole::USER) {
             const std::string prefix = i == 0 && !system.empty() ? system + "\n\n" : "";
             parts.push_back({PartKind::TEXT, "[INST] " + prefix + turn.content + " [/INST]", turn.message});
         } else {
@@ -113,7 +132,7 @@ std::vector<ChatPart> chatml_parts(std::span<const ChatMessage> messages, bool a
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         parts.push_back({PartKind::MARKER, "<|im_start|>", int(i)});
-        parts.push_back({PartKind::TEXT, m.role + "\n" + m.content, int(i)});
+        parts.push_back({PartKind::TEXT, chat_role_name(m.role) + ("\n" + m.content), int(i)});
         parts.push_back({PartKind::MARKER, "<|im_end|>", int(i)});
         parts.push_back({PartKind::TEXT, "\n", int(i)});
     }
@@ -140,7 +159,7 @@ std::vector<ChatPart> llama3_parts(std::span<const ChatMessage> messages, bool a
         parts.push_back({PartKind::MARKER, "<|end_header_id|>", message});
     };
     for (size_t i = 0; i < messages.size(); ++i) {
-        header(messages[i].role, int(i));
+        header(chat_role_name(messages[i].role), int(i));
         parts.push_back({PartKind::TEXT, "\n\n" + trim(messages[i].content), int(i)});
         parts.push_back({PartKind::MARKER, "<|eot_id|>", int(i)});
     }
@@ -155,8 +174,8 @@ std::vector<ChatPart> phi3_parts(std::span<const ChatMessage> messages, bool add
     std::vector<ChatPart> parts{{PartKind::BOS, {}}};
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
-        if (m.role == "system" && m.content.empty()) continue;  // as the template skips it
-        parts.push_back({PartKind::MARKER, "<|" + m.role + "|>", int(i)});
+        if (m.role == ChatRole::SYSTEM && m.content.empty()) continue;  // as the template skips it
+        parts.push_back({PartKind::MARKER, std::string("<|") + chat_role_name(m.role) + "|>", int(i)});
         parts.push_back({PartKind::TEXT, "\n" + m.content, int(i)});
         parts.push_back({PartKind::MARKER, "<|end|>", int(i)});
         parts.push_back({PartKind::TEXT, "\n", int(i)});
@@ -196,7 +215,8 @@ bool text_dummy_prefix(ChatFamily family) {
 
 ChatInput ChatInput::of(std::vector<ChatMessage> messages) {
     ChatInput in;
-    for (const ChatMessage& m : messages) in.messages_json.push_back({{"role", m.role}, {"content", m.content}});
+    for (const ChatMessage& m : messages)
+        in.messages_json.push_back({{"role", chat_role_name(m.role)}, {"content", m.content}});
     in.messages = std::move(messages);
     return in;
 }

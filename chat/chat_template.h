@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,8 +23,17 @@
 #include "engine/text/hf_tokenizer.h"
 #include "engine/text/tokenizer.h"
 
+// A message's role, parsed once where a chat comes in (OpenAI's
+// "developer" is SYSTEM). The built-in renderers know SYSTEM, USER and
+// ASSISTANT; TOOL messages only a Jinja template renders.
+enum class ChatRole : uint8_t { SYSTEM, USER, ASSISTANT, TOOL };
+const char* chat_role_name(ChatRole role);  // "system", "user", "assistant", "tool"
+// The role a message names: system, developer, user, assistant or tool;
+// nullopt for any other word.
+std::optional<ChatRole> chat_role_parse(std::string_view name);
+
 struct ChatMessage {
-    std::string role;  // "system", "user" or "assistant" ("tool": only a Jinja template renders it)
+    ChatRole role = ChatRole::USER;
     std::string content;
 };
 

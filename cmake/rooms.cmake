@@ -1,8 +1,9 @@
 # The rooms of moe-server and the one graph of their dependencies.
 #
 # A room is one CMake target and the folders (or single files) whose code it
-# holds: cpu_kernels/ is moe_cpu_kernels, engine/'s four folders are
-# moe_engine, server/ without main.cpp is moe_server_lib, apps/ is
+# holds: cpu_kernels/ is moe_cpu_kernels, engine/'s folders are moe_formats,
+# moe_text, moe_model, moe_state, moe_devices and moe_engine (runtime/),
+# server/ is moe_server_lib, apps/ without main.cpp is
 # moe_cli, apps/main.cpp is the moe-server executable (and cmake/'s two
 # files are the embedding tool and moe_assets). A room's DEPS are the
 # rooms its code may include (and, through them, what those reach); they are
@@ -218,15 +219,25 @@ moe_room(moe_placement DIRS placement DEPS moe_profiles)
 # (cpu_kernels/dtype.h, bf16.h, quant.h).
 moe_room(moe_gpu_kernels DIRS gpu_kernels DEPS moe_cpu_kernels EXTERNAL CUDA::cudart CUDA::cublas
   ONLY_IF MOE_HAVE_CUDA)
-# One room for now: its folders include each other both ways.
 moe_room(moe_formats DIRS engine/formats DEPS moe_base moe_cpu_kernels)
 moe_room(moe_text DIRS engine/text DEPS moe_base moe_formats moe_assets
   EXTERNAL nlohmann_json::nlohmann_json PkgConfig::SENTENCEPIECE PkgConfig::PCRE2 PkgConfig::UTF8PROC)
 moe_room(moe_model DIRS engine/model DEPS moe_base moe_cpu_kernels moe_formats moe_text moe_profiles moe_assets
   EXTERNAL nlohmann_json::nlohmann_json Threads::Threads)
 moe_room(moe_chat DIRS chat DEPS moe_base moe_text moe_model EXTERNAL nlohmann_json::nlohmann_json)
-moe_room(moe_engine DIRS engine/devices engine/runtime
-  DEPS moe_base moe_cpu_kernels moe_model moe_text moe_placement moe_profiles moe_gpu_kernels
+# What a sequence keeps between forward passes (SequenceState, the paged
+# KvCache, the state a config's mixers need) and a pass's Batch: below the
+# devices, whose backends compute in it, and the runtime, which owns it.
+moe_room(moe_state DIRS engine/state DEPS moe_base moe_model)
+# Where each op and expert runs: the Backend seam and its CPU and CUDA
+# backends, expert executors and devices, the device setup, calibration.
+moe_room(moe_devices DIRS engine/devices
+  DEPS moe_base moe_cpu_kernels moe_model moe_state moe_placement moe_profiles moe_gpu_kernels
+  EXTERNAL nlohmann_json::nlohmann_json Threads::Threads)
+# A request through the model: Session, the forward pass and its token
+# mixers, sampling, beam search, remembered replies.
+moe_room(moe_engine DIRS engine/runtime
+  DEPS moe_base moe_cpu_kernels moe_model moe_text moe_state moe_devices moe_placement moe_profiles
   EXTERNAL nlohmann_json::nlohmann_json Threads::Threads)
 moe_room(moe_server_lib DIRS server DEPS moe_base moe_engine moe_chat moe_assets
   EXTERNAL PkgConfig::CPP_HTTPLIB)

@@ -29,7 +29,24 @@ struct DTypeInfo {
     bool in_files;        // a type of safetensors or GGUF files (not the _R8 ones)
 };
 
-const DTypeInfo& dtype_info(DType dtype);
+// Indexed by DType. Block layouts: quant.h.
+// Q4_K: fp16 d, dmin + 12 bytes of 6-bit scales / mins + 128 bytes of nibbles.
+// Q6_K: 128 bytes of low nibbles + 64 of high 2 bits + 16 int8 scales + fp16 d.
+inline constexpr DTypeInfo DTYPE_INFO[] = {
+    {"F32", 0, 1, 4, 1, DType::F32, true},             // F32
+    {"F16", 1, 1, 2, 1, DType::F16, true},             // F16
+    {"BF16", 30, 1, 2, 1, DType::BF16, true},          // BF16
+    {"Q8_0", 8, 32, 34, 1, DType::Q8_0, true},         // fp16 scale + 32 int8
+    {"Q4_0", 2, 32, 18, 1, DType::Q4_0, true},         // fp16 scale + 32 nibbles
+    {"Q4_K", 12, 256, 144, 1, DType::Q4_K, true},      // see above
+    {"Q5_K", 13, 256, 176, 1, DType::Q5_K, true},      // Q4_K's + 32 bytes of fifth bits
+    {"Q6_K", 14, 256, 210, 1, DType::Q6_K, true},      // see above
+    {"Q4_K_R8", 12, 256, 144, 8, DType::Q4_K, false},  // Q4_K, 8 rows interleaved (memory only)
+    {"Q6_K_R8", 14, 256, 210, 8, DType::Q6_K, false},  // Q6_K, 8 rows interleaved (memory only)
+    {"Q8_0_R8", 8, 32, 34, 8, DType::Q8_0, false},     // Q8_0, 8 rows interleaved (memory only)
+};
+
+inline const DTypeInfo& dtype_info(DType dtype) { return DTYPE_INFO[static_cast<size_t>(dtype)]; }
 inline const char* dtype_name(DType dtype) { return dtype_info(dtype).name; }
 inline bool dtype_quantized(DType dtype) { return dtype_info(dtype).block > 1; }
 inline int dtype_row_group(DType dtype) {

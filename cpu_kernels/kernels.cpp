@@ -223,6 +223,11 @@ void quantize_matrix(DType type, const WeightView& w, void* dst, ThreadPool& poo
 
 void weight_row_f32(float* out, const WeightView& w, int64_t r) {
     assert(r >= 0 && r < w.rows);
+    if (w.type == DType::BF16) {  // the common case (a bf16 model's embedding row), without the block decoders
+        const bf16* row = static_cast<const bf16*>(w.row(r));
+        for (int64_t c = 0; c < w.cols; c++) out[c] = bf16_to_f32(row[c]);
+        return;
+    }
     if (dtype_row_group(w.type) == 1) return dequantize_row(w.type, w.row(r), out, w.cols);
     static thread_local std::vector<char> scratch;
     scratch.resize(w.row_bytes);

@@ -6,6 +6,7 @@
 // to. Pure bookkeeping: it never runs a model.
 #pragma once
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <vector>
 
@@ -38,7 +39,15 @@ public:
         runs_ = 0;
     }
     // this += other (same shape).
-    void merge(const RoutingStats& other);
+    void merge(const RoutingStats& other) {
+        assert(other.n_layers_ == n_layers_ && other.n_experts_ == n_experts_);
+        for (size_t i = 0; i < counts_.size(); i++) counts_[i] += other.counts_[i];
+        for (size_t l = 0; l < predicted_.size(); l++) {
+            predicted_[l] += other.predicted_[l];
+            predicted_right_[l] += other.predicted_right_[l];
+        }
+        runs_ += other.runs_;
+    }
 
     int n_layers() const { return n_layers_; }
     int n_experts() const { return n_experts_; }

@@ -1,11 +1,11 @@
-// Request -> task mapping: turns a parsed OpenAI request (openai_request.h)
-// into the prompt's token ids and the engine Task (request_queue.h) that
+// Request -> task mapping: turns a parsed OpenAI request (openai.h)
+// into the prompt's token ids and the engine Task (engine_worker.h) that
 // runs its generation, sampled or beam search, and sends typed events back.
 // The prompt is checked here, once, by the engine (Session::check_prompt),
 // before the task is queued: the HTTP status must be known before the
 // response starts. On the engine thread the task also keeps the server's
 // books (metrics); prefix reuse across chat turns is the session's own
-// business. The way back, task events -> OpenAI JSON, is openai_response.h.
+// business. The way back, task events -> OpenAI JSON, is openai.h's too.
 // A generation the server's shutdown cut short ends in TaskError 503, never
 // in a result. Must not know about HTTP transport or the queue's owner.
 #pragma once
@@ -19,9 +19,8 @@
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/session.h"
 #include "server/metrics.h"
-#include "server/openai_request.h"
-#include "server/openai_response.h"
-#include "server/request_queue.h"
+#include "server/openai.h"
+#include "server/engine_worker.h"
 
 // A request's text (messages or prompt) may hold at most this many bytes per
 // context position; longer text is refused before it is tokenized.

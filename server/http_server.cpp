@@ -28,8 +28,7 @@
 #include "server/generation_task.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
-#include "server/openai_request.h"
-#include "server/openai_response.h"
+#include "server/openai.h"
 #include "server/placement_text.h"
 
 using json = nlohmann::ordered_json;

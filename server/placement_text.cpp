@@ -6,6 +6,12 @@
 
 namespace {
 
+// A CUDA device as people name it: "NVIDIA H100 80GB HBM3 (cuda:0)".
+std::string cuda_device_words(const PlacementInfo& p) {
+    if (p.gpu_index < 0) return p.device_name;
+    return p.device_name + " (cuda:" + std::to_string(p.gpu_index) + ")";
+}
+
 // What the emulated device is, in every line that names it.
 constexpr const char* EMULATED_WHAT = "test double, computes on the CPU";
 
@@ -78,7 +84,7 @@ std::string placement_cpu_reason(const PlacementInfo& p) {
             line, sizeof line,
             "%.2f GiB of %s does not hold the dense weights (%.2f GiB), the KV cache (%.2f GiB), the "
             "activations (%.2f GiB), the margin (%.2f GiB) and %d staging slots of one expert (%.3f GiB each)",
-            p.budget_bytes / GIB, p.device_name.c_str(), p.dense_bytes / GIB, p.kv_bytes / GIB,
+            p.budget_bytes / GIB, cuda_device_words(p).c_str(), p.dense_bytes / GIB, p.kv_bytes / GIB,
             p.activation_bytes / GIB, p.margin_bytes / GIB, p.staging_slots, p.expert_bytes / GIB);
         return line;
     }
@@ -91,7 +97,7 @@ std::string placement_cpu_reason(const PlacementInfo& p) {
 std::string placement_device_name(const PlacementInfo& p) {
     if (p.device == DeviceKind::EMULATED) return std::string("emulated GPU (") + EMULATED_WHAT + ")";
     if (p.device == DeviceKind::NONE) return placement_cpu_reason(p);
-    return p.device_name;
+    return cuda_device_words(p);
 }
 
 std::string placement_cache_policy(const PlacementInfo& p) {
@@ -185,7 +191,7 @@ std::string placement_summary(const PlacementInfo& p) {
         n = std::snprintf(line, sizeof line,
                           "device: %s, %.2f GiB: %d of %d experts resident (%.1f MiB each; dense %.2f GiB, KV %.2f "
                           "GiB, activations %.2f GiB, margin %.2f GiB, %d staging slots), plan: %s",
-                          p.device_name.c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
+                          cuda_device_words(p).c_str(), p.budget_bytes / GIB, p.capacity, p.n_layers * p.n_experts,
                           p.expert_bytes / (1 << 20), p.dense_bytes / GIB, p.kv_bytes / GIB, p.activation_bytes / GIB,
                           p.margin_bytes / GIB, p.staging_slots, plan);
     else if (p.margin_bytes > 0)

@@ -16,8 +16,8 @@
 #include <span>
 
 #include "engine/devices/expert_executor.h"
-#include "engine/runtime/kv_cache.h"
-#include "engine/runtime/sequence_state.h"
+#include "engine/state/kv_cache.h"
+#include "engine/state/sequence_state.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 

@@ -2,6 +2,8 @@
 // thread pool. Its arithmetic and order are those of the CPU forward pass
 // before the seam existed, so results and speed are unchanged. Expert rows
 // are host memory, so moving them to and from the host does nothing.
+//
+// CpuExpertExecutor (expert_executor.h): every routed expert through expert_ffn.
 #include <algorithm>
 #include <cassert>
 #include <memory>
@@ -10,7 +12,8 @@
 #include "cpu_kernels/kernels.h"
 #include "cpu_kernels/thread_pool.h"
 #include "engine/devices/backend.h"
-#include "engine/runtime/forward.h"
+#include "engine/state/batch.h"
+#include "engine/devices/expert_executor.h"
 #include "gpu_kernels/gpu_math.h"
 
 namespace {
@@ -162,4 +165,20 @@ private:
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
                                           int ctx, int max_rows) {
     return std::make_unique<CpuBackend>(config, weights, pool, ctx, max_rows);
+}
+
+CpuExpertExecutor::CpuExpertExecutor(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
+                                     int max_tokens)
+    : config_(config), weights_(weights), pool_(pool), max_tokens_(max_tokens),
+      scratch_(size_t(2) * max_tokens * config.hidden_dim) {}
+
+void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
+                                  const NextLayerGuess&) {
+    const LayerWeights& lw = weights_.layers[layer];
+    const size_t dim = size_t(config_.dim);
+    for (const ExpertTask& t : tasks) {
+        assert(t.n_tokens > 0 && t.n_tokens <= max_tokens_);
+        const ExpertWeights& e = lw.experts[t.expert];
+        expert_ffn(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, scratch_.data(), pool_);
+    }
 }

@@ -10,7 +10,7 @@
 
 #include "engine/devices/device_setup.h"
 #include "engine/model/cost.h"
-#include "engine/runtime/forward.h"
+#include "engine/state/batch.h"
 
 namespace {
 

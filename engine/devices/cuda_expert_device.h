@@ -35,7 +35,7 @@
 #include "engine/devices/expert_pipeline.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/session.h"
+#include "engine/devices/device_options.h"
 #include "gpu_kernels/gpu_runtime.h"
 #include "placement/residency.h"
 
@@ -75,7 +75,7 @@ public:
     // copy) to its last compute's end, by the device's timing events.
 
     // The copy source in use and how it was chosen (CopySource, CopyChoice:
-    // engine/runtime/session.h, beside the PlacementInfo that carries it).
+    // device_options.h, beside the PlacementInfo that carries it).
     const CopySourceChoice& copy_source() const { return choice_; }
 
 private:

@@ -14,10 +14,10 @@
 #include "engine/model/cost.h"
 #include "gpu_kernels/device.h"
 
-bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+bool cuda_setup(DeviceSetup& s, const DeviceOptions& o, int max_batch, const ModelConfig& c, const ModelWeights& weights, int ctx,
                 ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu,
                 const std::optional<LatencyModel>& measured, CpuServes* why_not) {
-    const int index = o.device.gpu_device;
+    const int index = o.gpu_device;
     std::vector<GpuDevice> devices = gpu_devices();
     if (devices.empty()) {
         *why_not = {CpuReason::NO_CUDA_DEVICE, index, 0, ""};
@@ -30,10 +30,12 @@ bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, c
     const GpuDevice& d = devices[size_t(index)];
     PlacementInfo& info = s.info;
     const int staging = DEFAULT_STAGING_SLOTS;
-    const int max_rows = o.max_batch * std::max(1, c.n_experts_active);
+    const int max_rows = max_batch * std::max(1, c.n_experts_active);
     info.device = DeviceKind::CUDA;
-    info.device_name = d.name + " (cuda:" + std::to_string(index) + ")";
-    if (!cuda_budget(o.device, c, weight_format(weights), ctx, o.max_batch, double(d.free_bytes), info.device_name,
+    info.device_name = d.name;
+    info.gpu_index = index;
+    if (!cuda_budget(o, c, weight_format(weights), ctx, max_batch, double(d.free_bytes),
+                     d.name + " (cuda:" + std::to_string(index) + ")",
                      staging, info)) {
         *why_not = {CpuReason::BUDGET_TOO_SMALL, index, int(devices.size()), ""};
         return false;
@@ -51,11 +53,11 @@ bool cuda_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, c
         info.latency.device = DeviceCurveSource::NOMINAL;
     }
     s.latency.staging_slots = staging;
-    setup_placement(s, o.device, c);
+    setup_placement(s, o, c);
 
-    auto backend = std::make_unique<CudaBackend>(c, weights, index, ctx, o.max_batch, max_rows);
+    auto backend = std::make_unique<CudaBackend>(c, weights, index, ctx, max_batch, max_rows);
     auto device = std::make_unique<CudaExpertDevice>(c, weights, device_slots(c, *s.placement), s.placement->n_pinned(),
-                                                     info.budget_bytes - fixed, o.max_batch, backend->stream(),
+                                                     info.budget_bytes - fixed, max_batch, backend->stream(),
                                                      backend->blas(), staging);
     info.copy_source = device->copy_source();
     s.backend = std::move(backend);

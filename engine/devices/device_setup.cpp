@@ -18,8 +18,7 @@
 #include "engine/devices/expert_timing.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/host_memory.h"
-#include "engine/runtime/kv_cache.h"
-#include "engine/runtime/token_mixer.h"
+#include "engine/state/kv_cache.h"
 #include "gpu_kernels/device.h"
 #include "gpu_kernels/gpu_limits.h"
 #include "placement/residency.h"
@@ -196,12 +195,12 @@ namespace {
 
 // The dry run: an emulated device (a test double that computes on the
 // CPU) with a budget in GiB or a share of all experts.
-void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+void emulated_setup(DeviceSetup& s, const DeviceOptions& o, int max_batch, const ModelConfig& c, const ModelWeights& weights, int ctx,
                     ThreadPool& pool, const std::optional<LatencyCurve>& cached_cpu) {
     PlacementInfo& info = s.info;
     constexpr SessionOption EMULATE_GPU = SessionOption::EMULATE_GPU;
     if (!c.is_moe()) throw OptionError(EMULATE_GPU, "", "the model has no experts to place (dense model)");
-    if (o.device.emulate_gpu_bytes > 0 && o.device.emulate_gpu_expert_share > 0)
+    if (o.emulate_gpu_bytes > 0 && o.emulate_gpu_expert_share > 0)
         throw OptionError(EMULATE_GPU, "", "give a size in GiB or a share of experts, not both");
 
     const int total = c.n_moe_layers() * c.n_experts;
@@ -211,9 +210,9 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
     info.dense_bytes = cost_dense_bytes(c, weight_format(weights));
     info.kv_bytes = sequence_state_bytes(c, ctx);
     double device_expert_bytes = 0;
-    if (o.device.emulate_gpu_bytes > 0) {
-        info.budget_bytes = o.device.emulate_gpu_bytes;
-        info.margin_bytes = margin_for(o.device.emulate_gpu_bytes);
+    if (o.emulate_gpu_bytes > 0) {
+        info.budget_bytes = o.emulate_gpu_bytes;
+        info.margin_bytes = margin_for(o.emulate_gpu_bytes);
         DeviceBudget b{info.budget_bytes, info.dense_bytes, info.kv_bytes, info.margin_bytes, info.expert_bytes, staging};
         info.capacity = expert_capacity(b, c.n_moe_layers(), c.n_experts);
         device_expert_bytes = info.budget_bytes - info.dense_bytes - info.kv_bytes - info.margin_bytes;
@@ -227,9 +226,9 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
             throw OptionError(EMULATE_GPU, "", msg);
         }
     } else {
-        if (o.device.emulate_gpu_expert_share > 1)
+        if (o.emulate_gpu_expert_share > 1)
             throw OptionError(EMULATE_GPU, "", "a share of experts must be at most 100%");
-        info.capacity = int(std::lround(o.device.emulate_gpu_expert_share * total));
+        info.capacity = int(std::lround(o.emulate_gpu_expert_share * total));
         device_expert_bytes = double(info.capacity + staging) * info.expert_bytes;
         info.budget_bytes = device_expert_bytes;
     }
@@ -237,7 +236,7 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
     info.latency.device = DeviceCurveSource::NOMINAL;
     s.latency = latency_model_nominal_gpu(cpu, info.expert_bytes, cost_expert(c, 1).flops);
     s.latency.staging_slots = staging;
-    setup_placement(s, o.device, c);
+    setup_placement(s, o, c);
 
     double host_bytes = double(s.placement->n_slots() + staging) * info.expert_bytes;
     double available = double(host_memory_available());
@@ -249,16 +248,16 @@ void emulated_setup(DeviceSetup& s, const SessionOptions& o, const ModelConfig& 
                       host_bytes / GIB, available / GIB);
         throw OptionError(EMULATE_GPU, "", msg);
     }
-    s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * c.n_experts_active);
+    s.backend = make_cpu_backend(c, weights, pool, ctx, max_batch * c.n_experts_active);
     // The CPU side's own kernel path and threads: a dry run of placement
     // costs no more than the CPU would, and its logits are bitwise the CPU's.
     s.device = std::make_unique<EmulatedDevice>(c, weights, device_slots(c, *s.placement), device_expert_bytes,
-                                                o.max_batch, pool.size(), isa_active(), staging);
+                                                max_batch, pool.size(), isa_active(), staging);
 }
 
 }  // namespace
 
-DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const ModelWeights& weights, int ctx,
+DeviceSetup device_setup(const DeviceOptions& o, int max_batch, const ModelConfig& c, const ModelWeights& weights, int ctx,
                          ThreadPool& pool) {
     DeviceSetup s;
     PlacementInfo& info = s.info;
@@ -268,18 +267,18 @@ DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const Mo
     const double one_expert_bytes = cost_expert(c, 0, weight_format(weights)).bytes;
     info.expert_bytes = one_expert_bytes;
     std::optional<Calibration> cal =
-        c.is_moe() ? cached_calibration(c, weights, pool.size(), o.device.gpu_device, info) : std::nullopt;
+        c.is_moe() ? cached_calibration(c, weights, pool.size(), o.gpu_device, info) : std::nullopt;
     std::optional<LatencyCurve> cpu_curve;
     if (cal) cpu_curve = latency_model_from_calibration(*cal).cpu;
-    if (o.device.emulate_gpu_bytes > 0 || o.device.emulate_gpu_expert_share > 0) {
-        emulated_setup(s, o, c, weights, ctx, pool, cpu_curve);
+    if (o.emulate_gpu_bytes > 0 || o.emulate_gpu_expert_share > 0) {
+        emulated_setup(s, o, max_batch, c, weights, ctx, pool, cpu_curve);
         return s;
     }
 
     // A CUDA device when there is one; else the CPU, and why.
     CpuServes why_cpu;
     bool gpu_tried = false;
-    if (o.device.gpu_device < 0) {
+    if (o.gpu_device < 0) {
         why_cpu.reason = CpuReason::NO_DEVICE_ASKED;
     } else if (!c.is_moe()) {
         why_cpu.reason = CpuReason::DENSE_MODEL;
@@ -289,7 +288,7 @@ DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const Mo
         try {
             std::optional<LatencyModel> measured;
             if (cal && cal->has_device) measured = latency_model_from_calibration(*cal);
-            if (cuda_setup(s, o, c, weights, ctx, pool, cpu_curve, measured, &why_cpu)) return s;
+            if (cuda_setup(s, o, max_batch, c, weights, ctx, pool, cpu_curve, measured, &why_cpu)) return s;
         } catch (const GpuError& e) {
             why_cpu = {CpuReason::CUDA_FAILED, 0, 0, e.what()};
         }
@@ -311,6 +310,7 @@ DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const Mo
     cpu.expert_bytes = one_expert_bytes;
     if (why_cpu.reason == CpuReason::BUDGET_TOO_SMALL) {
         cpu.device_name = tried.device_name;
+        cpu.gpu_index = tried.gpu_index;
         cpu.staging_slots = tried.staging_slots;
         cpu.budget_bytes = tried.budget_bytes;
         cpu.dense_bytes = tried.dense_bytes;
@@ -318,15 +318,15 @@ DeviceSetup device_setup(const SessionOptions& o, const ModelConfig& c, const Mo
         cpu.activation_bytes = tried.activation_bytes;
         cpu.margin_bytes = tried.margin_bytes;
     }
-    if (gpu_tried && o.device.gpu_required) throw NoDeviceError(SessionOption::GPU_REQUIRED, cpu);
+    if (gpu_tried && o.gpu_required) throw NoDeviceError(SessionOption::GPU_REQUIRED, cpu);
     // One rule for every placement option: without a device there is nothing to place.
-    if (!o.device.placement_set.empty()) throw NoDeviceError(o.device.placement_set.front(), cpu);
-    if (!o.device.profile.empty()) throw NoDeviceError(SessionOption::PROFILE, cpu);
+    if (!o.placement_set.empty()) throw NoDeviceError(o.placement_set.front(), cpu);
+    if (!o.profile.empty()) throw NoDeviceError(SessionOption::PROFILE, cpu);
     // Every expert runs on the CPU, called directly: nothing is planned or
     // timed. The latency model (a calibration's when there is one) is only
     // reported.
     if (cpu_curve) s.latency.cpu = *cpu_curve;
     cpu.latency.cpu = cpu_curve ? CpuCurveSource::CALIBRATION : CpuCurveSource::NONE;
-    s.backend = make_cpu_backend(c, weights, pool, ctx, o.max_batch * std::max(1, c.n_experts_active));
+    s.backend = make_cpu_backend(c, weights, pool, ctx, max_batch * std::max(1, c.n_experts_active));
     return s;
 }

@@ -1,4 +1,4 @@
-// Device setup at load time: turns SessionOptions' device flags into a
+// Device setup at load time: turns DeviceOptions (with the session's max_batch) into a
 // budget, a static plan (popularity profile or even spread), a latency model
 // and the device itself: a CUDA device when there is one (cuda_setup.h),
 // the emulated one for a dry run (a test double), or none (CPU only). It
@@ -14,7 +14,7 @@
 #include "engine/devices/expert_device.h"
 #include "engine/model/cost.h"
 #include "engine/model/weights.h"
-#include "engine/runtime/session.h"
+#include "engine/devices/device_options.h"
 #include "placement/cached_placement.h"
 #include "placement/latency_model.h"
 #include "placement/residency.h"
@@ -69,5 +69,5 @@ bool cuda_budget(const DeviceOptions& o, const ModelConfig& c, const WeightForma
 // Throws OptionError for a budget too small for one expert or a device on a
 // dense model, NoDeviceError for an option that needs a device where the CPU
 // serves, MoeError for a bad profile.
-DeviceSetup device_setup(const SessionOptions& options, const ModelConfig& config, const ModelWeights& weights,
+DeviceSetup device_setup(const DeviceOptions& options, int max_batch, const ModelConfig& config, const ModelWeights& weights,
                          int ctx, ThreadPool& pool);

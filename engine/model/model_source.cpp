@@ -28,9 +28,7 @@ constexpr const char* EMBEDDED_TOKENIZER = "embedded:mistral-v1.model";
 
 // What a synthetic string must look like, for error messages.
 std::string synth_usage() {
-    std::string names;
-    for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    return "expected synth:PRESET[:SEED], PRESET one of " + names + ": random weights built in memory, a benchmark aid";
+    return "expected synth:PRESET[:SEED], PRESET one of " + synth_preset_list() + ": random weights built in memory, a benchmark aid";
 }
 
 MoeError synth_error(std::string_view text, const std::string& what) {
@@ -60,11 +58,11 @@ ModelSource model_source_parse(std::string_view text) {
     s.synthetic = true;
     std::string_view rest = text.substr(SYNTH_PREFIX.size());
     size_t colon = rest.find(':');
-    s.preset = std::string(rest.substr(0, colon));
-    if (s.preset.empty()) throw synth_error(text, "no preset");
-    bool known = false;
-    for (const std::string& n : synth_preset_names()) known = known || n == s.preset;
-    if (!known) throw synth_error(text, "unknown preset '" + s.preset + "'");
+    const std::string_view name = rest.substr(0, colon);
+    if (name.empty()) throw synth_error(text, "no preset");
+    const std::optional<SynthPreset> preset = synth_preset_find(name);
+    if (!preset) throw synth_error(text, "unknown preset '" + std::string(name) + "'");
+    s.preset = *preset;
     if (colon == std::string_view::npos) return s;
     std::string_view seed = rest.substr(colon + 1);
     if (seed.find(':') != std::string_view::npos) throw synth_error(text, "too many ':' parts");
@@ -75,7 +73,7 @@ ModelSource model_source_parse(std::string_view text) {
 }
 
 std::string model_source_id(const ModelSource& s) {
-    if (s.synthetic) return std::string(SYNTH_PREFIX) + s.preset + ":" + std::to_string(s.seed);
+    if (s.synthetic) return std::string(SYNTH_PREFIX) + synth_preset_name(s.preset) + ":" + std::to_string(s.seed);
     fs::path p = fs::absolute(s.dir).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();
     return (s.gguf ? p.stem() : p.filename()).string();
@@ -83,7 +81,7 @@ std::string model_source_id(const ModelSource& s) {
 
 std::string model_source_note(const ModelSource& s) {
     if (!s.synthetic) return "";
-    return model_source_id(s) + ": random weights of synth-model preset " + s.preset + ", seed " +
+    return model_source_id(s) + ": random weights of synth-model preset " + synth_preset_name(s.preset) + ", seed " +
            std::to_string(s.seed) + " (" + bytes_text(synth_memory_bytes(synth_preset(s.preset))) +
            "), built in memory: a benchmark aid, not a real model (its text is gibberish)";
 }
@@ -101,7 +99,7 @@ void model_source_check_memory(const ModelSource& s, const ModelConfig& config, 
     if (!s.synthetic || available_bytes == 0) return;
     const uint64_t needed = synth_memory_bytes(config);
     if (needed <= available_bytes) return;
-    throw MoeError(model_source_id(s) + ": preset " + s.preset + " needs " + std::to_string(needed) + " bytes (" +
+    throw MoeError(model_source_id(s) + ": preset " + synth_preset_name(s.preset) + " needs " + std::to_string(needed) + " bytes (" +
                    bytes_text(needed) + ") of memory for its random weights, but only " +
                    std::to_string(available_bytes) + " bytes (" + bytes_text(available_bytes) +
                    ") are available (MemAvailable in /proc/meminfo)");

@@ -25,6 +25,7 @@
 
 #include "engine/formats/gguf.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synth_model.h"
 #include "engine/model/weights.h"
 #include "engine/text/tokenizer.h"
 
@@ -33,7 +34,7 @@ struct ModelSource {
     bool synthetic = false;     // synth:PRESET[:SEED]
     bool gguf = false;          // one GGUF file
     std::filesystem::path dir;  // a folder: the folder; a GGUF model: the file
-    std::string preset;         // synthetic: the synth-model preset (engine/model/synth_model.h)
+    SynthPreset preset = SynthPreset::TINY;  // synthetic: the synth-model preset
     uint64_t seed = 0;          // synthetic: the synth-model seed
 };
 

@@ -570,18 +570,45 @@ void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthT
 
 }  // namespace
 
-std::vector<std::string> synth_preset_names() {
-    return {"tiny",           "small",         "mixtral-mini", "mixtral-8x7b",
-            "qwen3-moe-mini", "qwen3-30b-a3b", "olmoe-mini",   "qwen2-moe-mini"};
+const char* synth_preset_name(SynthPreset preset) {
+    switch (preset) {
+    case SynthPreset::TINY: return "tiny";
+    case SynthPreset::SMALL: return "small";
+    case SynthPreset::MIXTRAL_MINI: return "mixtral-mini";
+    case SynthPreset::MIXTRAL_8X7B: return "mixtral-8x7b";
+    case SynthPreset::QWEN3_MOE_MINI: return "qwen3-moe-mini";
+    case SynthPreset::QWEN3_30B_A3B: return "qwen3-30b-a3b";
+    case SynthPreset::OLMOE_MINI: return "olmoe-mini";
+    case SynthPreset::QWEN2_MOE_MINI: return "qwen2-moe-mini";
+    }
+    return "?";
 }
 
-ModelConfig synth_preset(const std::string& name) {
-    if (name == "tiny") return mixtral_preset(64, 128, 2, 4, 2, 4);
-    if (name == "small") return mixtral_preset(256, 512, 4, 8, 2, 8);
-    if (name == "mixtral-mini") return mixtral_preset(1024, 3584, 8, 16, 4, 8);
+std::string synth_preset_list() {
+    std::string names;
+    for (SynthPreset p : SYNTH_PRESETS) names += (names.empty() ? "" : ", ") + std::string(synth_preset_name(p));
+    return names;
+}
+
+std::optional<SynthPreset> synth_preset_find(std::string_view name) {
+    for (SynthPreset p : SYNTH_PRESETS)
+        if (name == synth_preset_name(p)) return p;
+    return std::nullopt;
+}
+
+SynthPreset synth_preset_parse(std::string_view name) {
+    if (std::optional<SynthPreset> p = synth_preset_find(name)) return *p;
+    throw MoeError("synth-model: unknown preset '" + std::string(name) + "' (presets: " + synth_preset_list() + ")");
+}
+
+ModelConfig synth_preset(SynthPreset preset) {
+    switch (preset) {
+    case SynthPreset::TINY: return mixtral_preset(64, 128, 2, 4, 2, 4);
+    case SynthPreset::SMALL: return mixtral_preset(256, 512, 4, 8, 2, 8);
+    case SynthPreset::MIXTRAL_MINI: return mixtral_preset(1024, 3584, 8, 16, 4, 8);
     // The shapes of mixtral-8x7b-instruct-v0.1/config.json.
-    if (name == "mixtral-8x7b") return mixtral_preset(4096, 14336, 32, 32, 8, 8);
-    if (name == "qwen3-30b-a3b") {
+    case SynthPreset::MIXTRAL_8X7B: return mixtral_preset(4096, 14336, 32, 32, 8, 8);
+    case SynthPreset::QWEN3_30B_A3B: {
         // Qwen3-30B-A3B's config.json; its vocabulary padded above the stand-in tokenizer.
         ModelConfig c = qwen_preset("Qwen3MoeForCausalLM", 2048, 768, 48, 32, 4, 128, 128, 8);
         c.vocab_size = 151936;
@@ -591,9 +618,9 @@ ModelConfig synth_preset(const std::string& name) {
     }
     // Qwen3-30B-A3B scaled down: 128 experts of top-8, head_dim above
     // dim / n_heads, GQA 8:1, q/k norms per head; experts about 87 % of the weights.
-    if (name == "qwen3-moe-mini") return qwen_preset("Qwen3MoeForCausalLM", 512, 256, 8, 16, 2, 64, 128, 8);
+    case SynthPreset::QWEN3_MOE_MINI: return qwen_preset("Qwen3MoeForCausalLM", 512, 256, 8, 16, 2, 64, 128, 8);
     // OLMoE-1B-7B scaled down: 64 experts of top-8, no GQA, full-width q/k norms, weights not renormalised.
-    if (name == "olmoe-mini") {
+    case SynthPreset::OLMOE_MINI: {
         ModelConfig c = qwen_preset("OlmoeForCausalLM", 512, 256, 8, 8, 8, 64, 64, 8);
         c.qk_norm = QkNorm::FULL;
         c.dense_hidden_dim = c.hidden_dim;  // OLMoE has no dense layers: intermediate_size is the experts'
@@ -608,7 +635,7 @@ ModelConfig synth_preset(const std::string& name) {
     }
     // Qwen1.5-MoE-A2.7B scaled down: 60 experts of top-4 and a shared expert
     // four experts wide, q/k/v biases, weights not renormalised.
-    if (name == "qwen2-moe-mini") {
+    case SynthPreset::QWEN2_MOE_MINI: {
         ModelConfig c = qwen_preset("Qwen2MoeForCausalLM", 512, 352, 8, 8, 8, 64, 60, 4);
         c.qk_norm = QkNorm::NONE;
         c.qkv_bias = true;
@@ -617,9 +644,8 @@ ModelConfig synth_preset(const std::string& name) {
         c.dense_hidden_dim = 4 * 352;
         return c;
     }
-    std::string names;
-    for (const std::string& n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw MoeError("synth-model: unknown preset '" + name + "' (presets: " + names + ")");
+    }
+    std::abort();
 }
 
 std::string synth_chat_template(const ModelConfig& c) {
@@ -770,7 +796,7 @@ void synth_model_write(const SynthOptions& o) {
     }
     if (synth_uses_standin_tokenizer(c) && !o.tokenizer.empty())
         throw MoeError("synth-model: a tokenizer file (SentencePiece) is for the Mixtral presets only; preset '" +
-                       o.preset + "' writes its own tokenizer.json");
+                       std::string(synth_preset_name(o.preset)) + "' writes its own tokenizer.json");
     std::string tokenizer =
         synth_uses_standin_tokenizer(c) ? synth_standin_tokenizer_json() : tokenizer_bytes(o.tokenizer);
     std::vector<SynthTensor> ts = synth_tensors(c);

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,12 +20,26 @@
 
 // Presets: tiny, small, mixtral-mini, mixtral-8x7b (Mixtral); qwen3-moe-mini,
 // qwen3-30b-a3b (Qwen3-MoE), olmoe-mini (OLMoE), qwen2-moe-mini (Qwen2-MoE,
-// a shared expert). Throws MoeError for an unknown name.
-ModelConfig synth_preset(const std::string& name);
-std::vector<std::string> synth_preset_names();
+// a shared expert). A name is parsed once where it comes in (the CLI's
+// --preset, a synth:PRESET source, a test's model).
+enum class SynthPreset : uint8_t {
+    TINY, SMALL, MIXTRAL_MINI, MIXTRAL_8X7B, QWEN3_MOE_MINI, QWEN3_30B_A3B, OLMOE_MINI, QWEN2_MOE_MINI,
+};
+inline constexpr SynthPreset SYNTH_PRESETS[] = {
+    SynthPreset::TINY,           SynthPreset::SMALL,         SynthPreset::MIXTRAL_MINI, SynthPreset::MIXTRAL_8X7B,
+    SynthPreset::QWEN3_MOE_MINI, SynthPreset::QWEN3_30B_A3B, SynthPreset::OLMOE_MINI,   SynthPreset::QWEN2_MOE_MINI,
+};
+const char* synth_preset_name(SynthPreset preset);  // "tiny", "mixtral-mini", ...
+// "tiny, small, ...": every name, for usage lines and errors.
+std::string synth_preset_list();
+// The preset a name names; nullopt for any other.
+std::optional<SynthPreset> synth_preset_find(std::string_view name);
+// The same, throwing MoeError naming the name and the presets for any other.
+SynthPreset synth_preset_parse(std::string_view name);
+ModelConfig synth_preset(SynthPreset preset);
 
 struct SynthOptions {
-    std::string preset = "tiny";
+    SynthPreset preset = SynthPreset::TINY;
     std::filesystem::path out;
     uint64_t seed = 0;
     std::filesystem::path tokenizer;  // empty = the embedded Mixtral tokenizer

@@ -14,7 +14,7 @@
 #include "cpu_kernels/thread_pool.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/sequence_state.h"
+#include "engine/state/sequence_state.h"
 #include "engine/model/model_config.h"
 #include "engine/text/tokenizer.h"
 #include "profiles/routing_stats.h"

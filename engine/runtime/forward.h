@@ -14,8 +14,8 @@
 
 #include "engine/devices/backend.h"
 #include "engine/devices/expert_executor.h"
-#include "engine/runtime/batch.h"
-#include "engine/runtime/sequence_state.h"
+#include "engine/state/batch.h"
+#include "engine/state/sequence_state.h"
 #include "engine/runtime/token_mixer.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"

@@ -3,6 +3,8 @@
 // request is reused where the sequence state can be cut back to it, and a
 // chat prompt carries the ids generated for earlier replies (ReplyMemory),
 // so a multi-turn chat only prefills what is new.
+//
+// Remembered replies and their splice into a prompt (see reply_memory.h).
 #include "engine/runtime/session.h"
 
 #include <algorithm>
@@ -21,8 +23,9 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/sequence_state.h"
+#include "engine/runtime/reply_memory.h"
 #include "engine/runtime/token_mixer.h"
+#include "engine/state/sequence_state.h"
 #include "profiles/routing_stats.h"
 
 namespace {
@@ -40,73 +43,6 @@ ContextLengthError::ContextLengthError(int n_prompt_, int ctx_)
                std::to_string(ctx_) + " tokens"),
       n_prompt(n_prompt_),
       ctx(ctx_) {}
-
-const char* session_option_name(SessionOption option) {
-    switch (option) {
-    case SessionOption::CTX: return "ctx";
-    case SessionOption::MAX_BATCH: return "max_batch";
-    case SessionOption::GPU_MEMORY: return "device.gpu_memory";
-    case SessionOption::GPU_REQUIRED: return "device.gpu_required";
-    case SessionOption::EMULATE_GPU: return "device.emulate_gpu";
-    case SessionOption::PROFILE: return "device.profile";
-    case SessionOption::CACHE_POLICY: return "device.cache_policy";
-    case SessionOption::CACHE_SHARE: return "device.cache_share";
-    case SessionOption::CACHE_SCOPE: return "device.cache_scope";
-    case SessionOption::PREFETCH: return "device.prefetch";
-    case SessionOption::SCORE_WINDOW: return "score.window";
-    case SessionOption::SCORE_CHUNKS: return "score.chunks";
-    }
-    return "?";
-}
-
-OptionError::OptionError(SessionOption option_, std::string value_, std::string message_)
-    : MoeError(std::string(session_option_name(option_)) + (value_.empty() ? "" : " " + value_) + ": " + message_),
-      option(option_),
-      value(std::move(value_)),
-      message(std::move(message_)) {}
-
-const char* cpu_reason_name(CpuReason reason) {
-    switch (reason) {
-    case CpuReason::NO_DEVICE_ASKED: return "no_device_asked";
-    case CpuReason::DENSE_MODEL: return "dense_model";
-    case CpuReason::NO_CUDA: return "no_cuda";
-    case CpuReason::NO_CUDA_DEVICE: return "no_cuda_device";
-    case CpuReason::NO_SUCH_DEVICE: return "no_such_device";
-    case CpuReason::BUDGET_TOO_SMALL: return "budget_too_small";
-    case CpuReason::CUDA_FAILED: return "cuda_failed";
-    }
-    return "?";
-}
-
-NoDeviceError::NoDeviceError(SessionOption option_, PlacementInfo placement_)
-    : OptionError(option_, "",
-                  std::string("needs a device to place experts on; the CPU serves (") +
-                      cpu_reason_name(placement_.cpu.reason) + ")"),
-      placement(std::move(placement_)) {}
-
-const char* device_kind_name(DeviceKind kind) {
-    switch (kind) {
-    case DeviceKind::NONE:
-        return "none";
-    case DeviceKind::EMULATED:
-        return "emulated";
-    case DeviceKind::CUDA:
-        return "cuda";
-    }
-    return "?";
-}
-
-const char* plan_kind_name(PlanKind kind) {
-    switch (kind) {
-    case PlanKind::NONE:
-        return "none";
-    case PlanKind::EVEN:
-        return "even";
-    case PlanKind::POPULARITY:
-        return "popularity";
-    }
-    return "?";
-}
 
 const char* finish_reason_name(FinishReason reason) {
     switch (reason) {
@@ -150,7 +86,7 @@ struct Session::Impl {
           tokenizer(model.tokenizer()),
           ctx(config.max_position_embeddings > 0 ? std::min(o.ctx, config.max_position_embeddings) : o.ctx),
           pool(n_threads),
-          device(device_setup(o, config, weights, ctx, pool)),
+          device(device_setup(o.device, o.max_batch, config, weights, ctx, pool)),
           state(make_sequence_state(config, 1, ctx, device.backend->state_memory())),
           cpu_executor(config, weights, pool, o.max_batch),
           hybrid(device.device
@@ -522,4 +458,51 @@ Session::Score Session::score(const std::vector<int>& tokens, int window, bool c
         });
     }
     return s;
+}
+
+void ReplyMemory::remember(const std::string& text, const std::vector<int>& tokens) {
+    if (text.empty() || tokens.empty()) return;
+    std::lock_guard lock(mutex_);
+    std::erase_if(replies_, [&](const auto& r) { return r.first == text; });
+    replies_.emplace_back(text, tokens);
+    if (replies_.size() > MAX_REPLIES) replies_.pop_front();
+}
+
+std::vector<int> ReplyMemory::splice(std::vector<int> ids, std::span<ReplySpan> spans,
+                                     const Tokenizer& tokenizer) const {
+    // The generated ids for each span, found under the lock (replies_ holds
+    // each text once); empty where none is remembered.
+    std::vector<std::vector<int>> generated(spans.size());
+    bool any = false;
+    {
+        std::lock_guard lock(mutex_);
+        for (size_t s = 0; s < spans.size(); s++) {
+            const auto it =
+                std::find_if(replies_.begin(), replies_.end(), [&](const auto& r) { return r.first == spans[s].text; });
+            if (it == replies_.end()) continue;
+            generated[s] = it->second;
+            any = true;
+        }
+    }
+    if (!any) return ids;
+    std::vector<int> out;
+    out.reserve(ids.size());
+    size_t copied = 0;  // ids before this are in out
+    for (size_t s = 0; s < spans.size(); s++) {
+        ReplySpan& span = spans[s];
+        out.insert(out.end(), ids.begin() + long(copied), ids.begin() + long(span.begin));
+        const std::vector<int>& mine = generated[s];
+        // Ids that do not decode to the text would change what the model reads.
+        const bool use = !mine.empty() && tokenizer.decode(mine) == span.text;
+        const size_t begin = out.size();
+        if (use)
+            out.insert(out.end(), mine.begin(), mine.end());
+        else
+            out.insert(out.end(), ids.begin() + long(span.begin), ids.begin() + long(span.end));
+        copied = span.end;
+        span.begin = begin;
+        span.end = out.size();
+    }
+    out.insert(out.end(), ids.begin() + long(copied), ids.end());
+    return out;
 }

@@ -5,7 +5,7 @@
 #include <cassert>
 
 #include "engine/devices/backend.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/state/kv_cache.h"
 
 namespace {
 
@@ -90,18 +90,4 @@ LayerMixers make_layer_mixers(const ModelConfig& config, Backend& backend, int m
         }
     }
     return mixers;
-}
-
-std::unique_ptr<SequenceState> make_sequence_state(const ModelConfig& config, int n_seqs, int ctx,
-                                                   StateMemory& memory, int kv_blocks) {
-    auto state = std::make_unique<SequenceState>(n_seqs, ctx);
-    const int n_attention = config.n_attention_layers();
-    if (n_attention > 0)
-        state->add(std::make_unique<KvCache>(n_attention, n_seqs, ctx, config.n_kv_heads * config.head_dim,
-                                             kv_blocks, memory));
-    return state;
-}
-
-double sequence_state_bytes(const ModelConfig& config, int ctx) {
-    return double(KvCache::position_bytes(config.n_attention_layers(), config.n_kv_heads * config.head_dim)) * ctx;
 }

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
-#include "engine/runtime/batch.h"
-#include "engine/runtime/sequence_state.h"
+#include "engine/state/batch.h"
+#include "engine/state/sequence_state.h"
 
 class Backend;
 
@@ -38,13 +38,3 @@ using LayerMixers = std::vector<std::shared_ptr<TokenMixer>>;
 // backend, for batches of up to max_batch entries; they keep their state in
 // `state` (made by make_sequence_state for the same config).
 LayerMixers make_layer_mixers(const ModelConfig& config, Backend& backend, int max_batch);
-
-// The sequence state of the config's mixers: a paged KvCache over the
-// attention layers (kv_blocks blocks; -1: every sequence a whole context),
-// its memory from `memory` (a backend's state_memory()).
-std::unique_ptr<SequenceState> make_sequence_state(const ModelConfig& config, int n_seqs, int ctx,
-                                                   StateMemory& memory, int kv_blocks = -1);
-
-// Bytes of the sequence state of one sequence of ctx positions (a device's
-// budget holds it): per position times ctx plus the fixed part.
-double sequence_state_bytes(const ModelConfig& config, int ctx);

@@ -175,7 +175,7 @@ TEST_CASE("the engine loads the calibration that calibrate wrote", "[calibrate]"
 }
 
 TEST_CASE("calibration_measure and latency_check_measure return their results as data", "[calibrate]") {
-    const ModelConfig c = synth_preset("tiny");
+    const ModelConfig c = synth_preset(SynthPreset::TINY);
     const ModelWeights w = synth_weights(c, 0, 1);
     ThreadPool pool(1);
     const std::vector<int> ns = calibration_token_counts();

@@ -21,7 +21,7 @@ constexpr double GIB = double(1u << 30);
 
 TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV cache and what experts fit",
           "[unit][cuda_budget]") {
-    const ModelConfig c = synth_preset("mixtral-8x7b");
+    const ModelConfig c = synth_preset(SynthPreset::MIXTRAL_8X7B);
     DeviceOptions o;
     o.gpu_memory_bytes = 24 * GIB;
     PlacementInfo info;
@@ -48,7 +48,7 @@ TEST_CASE("cuda budget: Mixtral-8x7B in 24 GiB holds its dense part, an fp32 KV 
 }
 
 TEST_CASE("cuda budget: the free memory by default, a share of experts, and refusals", "[unit][cuda_budget]") {
-    const ModelConfig c = synth_preset("mixtral-mini");
+    const ModelConfig c = synth_preset(SynthPreset::MIXTRAL_MINI);
     const double expert = cost_expert(c, 0).bytes;
     PlacementInfo free_info;
     REQUIRE(cuda_budget(DeviceOptions{}, c, WeightFormat{}, 1024, 64, 8 * GIB, "test GPU", 2, free_info));

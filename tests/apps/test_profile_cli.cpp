@@ -53,7 +53,7 @@ uint64_t expected_prompt_tokens(const fs::path& model, const std::vector<int>& i
     ChatTemplate tmpl = ChatTemplate::from_model_dir(model, &warning);
     uint64_t n = 0;
     for (int i : indices) {
-        ChatMessage user{"user", set.prompts[size_t(i)]};
+        ChatMessage user{ChatRole::USER, set.prompts[size_t(i)]};
         n += chat ? tmpl.encode(tok, {&user, 1}).size() : 1 + tok.encode(user.content).size();
     }
     return n;
@@ -135,7 +135,7 @@ TEST_CASE("a profile of one preset is refused for another model", "[profile_cli]
     REQUIRE(r.exit_code == 0);
     Profile p = profile_read(out);
     REQUIRE(p.workload.prompt_format == "mtbench");
-    const ModelFingerprint small = model_fingerprint(synth_preset("small"));
+    const ModelFingerprint small = model_fingerprint(synth_preset(SynthPreset::SMALL));
     // bench placement refuses it for the small model, one line, exit code 2.
     CommandResult b = moe({"bench", "placement", "--model", test_model_dir("small", 1).string(), "--profile",
                            out.string(), "--eval", out.string()});
@@ -291,7 +291,7 @@ TEST_CASE("Ctrl-C during profile writes the prompts completed and exits 0", "[pr
 TEST_CASE("fingerprint tensor list matches a synthetic checkpoint", "[profile_cli]") {
     const fs::path model = test_model_dir("tiny", 1);
     const ModelConfig config = model_config_load(model);
-    REQUIRE(model_fingerprint(config) == model_fingerprint(synth_preset("tiny")));
+    REQUIRE(model_fingerprint(config) == model_fingerprint(synth_preset(SynthPreset::TINY)));
     SafetensorsSet files(model);
     const auto tensors = tensor_table(config);
     REQUIRE(tensors.size() == files.tensors().size());
@@ -420,6 +420,6 @@ TEST_CASE("profile of a Qwen2-MoE model: its chat template, 60 experts of top-4,
     // Qwen2.5's template (ChatML with its default system turn), no BOS.
     CHECK(p.workload.prefill_tokens > 2 * 20);
     // Another architecture, another fingerprint.
-    CHECK_FALSE(p.model == model_fingerprint(synth_preset("qwen3-moe-mini")));
-    CHECK_FALSE(model_fingerprint(synth_preset("qwen3-moe-mini")) == model_fingerprint(synth_preset("olmoe-mini")));
+    CHECK_FALSE(p.model == model_fingerprint(synth_preset(SynthPreset::QWEN3_MOE_MINI)));
+    CHECK_FALSE(model_fingerprint(synth_preset(SynthPreset::QWEN3_MOE_MINI)) == model_fingerprint(synth_preset(SynthPreset::OLMOE_MINI)));
 }

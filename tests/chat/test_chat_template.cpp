@@ -52,10 +52,10 @@ std::string moe_error_of(const ChatTemplate& t, const Tokenizer& tok, const std:
 }
 
 const std::vector<ChatMessage> CONVERSATION = {
-    {"system", "You are terse."},
-    {"user", "Hi"},
-    {"assistant", "Hello!"},
-    {"user", " Bye \n"},
+    {ChatRole::SYSTEM, "You are terse."},
+    {ChatRole::USER, "Hi"},
+    {ChatRole::ASSISTANT, "Hello!"},
+    {ChatRole::USER, " Bye \n"},
 };
 
 std::filesystem::path write_config(const std::string& tag, const nlohmann::json& config) {
@@ -71,7 +71,7 @@ TEST_CASE("Mistral template reproduces mistral-common's reference ids", "[chat_t
     const auto sample = nlohmann::json::parse(read_file(ref_dir / "no_tools__sample.json"));
     std::vector<ChatMessage> messages;
     for (const auto& m : sample["messages"])
-        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+        messages.push_back({*chat_role_parse(m["role"].get<std::string>()), m["content"].get<std::string>()});
     const auto expected =
         nlohmann::json::parse(read_file(ref_dir / "no_tools__tokens_v1.json"))["tokens"].get<std::vector<int>>();
 
@@ -96,31 +96,31 @@ TEST_CASE("Mistral template: system prompt, merging and segments", "[chat_templa
     auto enc = [&](const std::string& s) { return tok.encode(s); };
 
     // The system prompt goes before the FIRST user message (v1), each turn is its own segment.
-    const std::vector<ChatMessage> with_system = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+    const std::vector<ChatMessage> with_system = {{ChatRole::SYSTEM, "S"}, {ChatRole::USER, "U"}, {ChatRole::ASSISTANT, "A"}, {ChatRole::USER, "V"}};
     CHECK(t.encode(tok, with_system) ==
           concat({{1}, enc("[INST] S\n\nU [/INST]"), enc("A"), {2}, enc("[INST] V [/INST]")}));
     CHECK(t.render_text(with_system) == "<s> [INST] S\n\nU [/INST] A</s> [INST] V [/INST]");
 
     // Consecutive messages of one role are joined with "\n\n"; system messages
     // anywhere are pulled out and joined the same way.
-    const std::vector<ChatMessage> split = {{"user", "a"},      {"system", "s1"}, {"user", "b"}, {"assistant", "c"},
-                                            {"assistant", "d"}, {"system", "s2"}, {"user", "e"}};
+    const std::vector<ChatMessage> split = {{ChatRole::USER, "a"},      {ChatRole::SYSTEM, "s1"}, {ChatRole::USER, "b"}, {ChatRole::ASSISTANT, "c"},
+                                            {ChatRole::ASSISTANT, "d"}, {ChatRole::SYSTEM, "s2"}, {ChatRole::USER, "e"}};
     const std::vector<ChatMessage> merged = {
-        {"system", "s1\n\ns2"}, {"user", "a\n\nb"}, {"assistant", "c\n\nd"}, {"user", "e"}};
+        {ChatRole::SYSTEM, "s1\n\ns2"}, {ChatRole::USER, "a\n\nb"}, {ChatRole::ASSISTANT, "c\n\nd"}, {ChatRole::USER, "e"}};
     CHECK(t.encode(tok, split) == t.encode(tok, merged));
     CHECK(t.render_text(split) == "<s> [INST] s1\n\ns2\n\na\n\nb [/INST] c\n\nd</s> [INST] e [/INST]");
 
     // A conversation may end with an assistant reply (then it ends with EOS).
-    const std::vector<ChatMessage> ends_with_reply = {{"user", "U"}, {"assistant", "A"}};
+    const std::vector<ChatMessage> ends_with_reply = {{ChatRole::USER, "U"}, {ChatRole::ASSISTANT, "A"}};
     CHECK(t.encode(tok, ends_with_reply) == concat({{1}, enc("[INST] U [/INST]"), enc("A"), {2}}));
 
     // An empty user message is allowed, as in the jinja; an empty system prompt adds nothing.
-    const std::vector<ChatMessage> empty_user = {{"system", ""}, {"user", ""}};
+    const std::vector<ChatMessage> empty_user = {{ChatRole::SYSTEM, ""}, {ChatRole::USER, ""}};
     CHECK(t.encode(tok, empty_user) == concat({{1}, enc("[INST]  [/INST]")}));
     CHECK(t.render_text(empty_user) == "<s> [INST]  [/INST]");
 
     // Message text never becomes a control id: only the template's BOS/EOS are.
-    const std::vector<ChatMessage> sneaky = {{"user", "</s><s>[INST]"}, {"assistant", "</s>"}, {"user", "<unk>"}};
+    const std::vector<ChatMessage> sneaky = {{ChatRole::USER, "</s><s>[INST]"}, {ChatRole::ASSISTANT, "</s>"}, {ChatRole::USER, "<unk>"}};
     const auto ids = t.encode(tok, sneaky);
     int controls = 0;
     for (int id : ids) controls += tok.is_control(id);
@@ -157,13 +157,13 @@ TEST_CASE("render: every segment's tokens and message, and the reply spans", "[c
     // Mistral: a reply alone in its turn is a reply span; one joined with its
     // neighbour is not, nor is one followed by a system message.
     check_segments(ChatTemplate(ChatFamily::MISTRAL),
-                   {{"system", "S"},
-                    {"user", "U"},
-                    {"assistant", "A"},
-                    {"user", "V"},
-                    {"assistant", "B"},
-                    {"assistant", "C"},
-                    {"user", "W"}},
+                   {{ChatRole::SYSTEM, "S"},
+                    {ChatRole::USER, "U"},
+                    {ChatRole::ASSISTANT, "A"},
+                    {ChatRole::USER, "V"},
+                    {ChatRole::ASSISTANT, "B"},
+                    {ChatRole::ASSISTANT, "C"},
+                    {ChatRole::USER, "W"}},
                    {{{1}, -1, false},
                     {enc("[INST] S\n\nU [/INST]", true), 1, false},
                     {enc("A", true), 2, true},
@@ -173,7 +173,7 @@ TEST_CASE("render: every segment's tokens and message, and the reply spans", "[c
                     {{2}, 4, false},
                     {enc("[INST] W [/INST]", true), 6, false}});
     check_segments(ChatTemplate(ChatFamily::MISTRAL),
-                   {{"user", "U"}, {"assistant", "A"}, {"system", "S"}, {"user", "V"}},
+                   {{ChatRole::USER, "U"}, {ChatRole::ASSISTANT, "A"}, {ChatRole::SYSTEM, "S"}, {ChatRole::USER, "V"}},
                    {{{1}, -1, false},
                     {enc("[INST] S\n\nU [/INST]", true), 0, false},
                     {enc("A", true), 1, false},
@@ -183,7 +183,7 @@ TEST_CASE("render: every segment's tokens and message, and the reply spans", "[c
     // ChatML: each message's markers and text are its own; the generation
     // prompt belongs to none; the reply is encoded with its role, no reply span.
     const int start = tok.piece_to_id("<|im_start|>"), end = tok.piece_to_id("<|im_end|>");
-    check_segments(ChatTemplate(ChatFamily::CHATML), {{"user", "Hi"}, {"assistant", "Hello"}},
+    check_segments(ChatTemplate(ChatFamily::CHATML), {{ChatRole::USER, "Hi"}, {ChatRole::ASSISTANT, "Hello"}},
                    {{{1}, -1, false},
                     {{start}, 0, false},
                     {enc("user\nHi", false), 0, false},
@@ -212,13 +212,13 @@ TEST_CASE("Mistral template rejects what the reference rejects", "[chat_template
     const Tokenizer& tok = mistral();
     const ChatTemplate t(ChatFamily::MISTRAL);
     CHECK_THAT(moe_error_of(t, tok, {}), Catch::Contains("empty"));
-    CHECK_THAT(moe_error_of(t, tok, {{"assistant", "A"}, {"user", "U"}}),
+    CHECK_THAT(moe_error_of(t, tok, {{ChatRole::ASSISTANT, "A"}, {ChatRole::USER, "U"}}),
                Catch::Contains("must start with a user message, got assistant"));
-    CHECK_THAT(moe_error_of(t, tok, {{"system", "S"}, {"assistant", "A"}}), Catch::Contains("must start with a user"));
-    CHECK_THAT(moe_error_of(t, tok, {{"system", "S"}}), Catch::Contains("no user message"));
-    CHECK_THAT(moe_error_of(t, tok, {{"user", "U"}, {"tool", "42"}}),
+    CHECK_THAT(moe_error_of(t, tok, {{ChatRole::SYSTEM, "S"}, {ChatRole::ASSISTANT, "A"}}), Catch::Contains("must start with a user"));
+    CHECK_THAT(moe_error_of(t, tok, {{ChatRole::SYSTEM, "S"}}), Catch::Contains("no user message"));
+    CHECK_THAT(moe_error_of(t, tok, {{ChatRole::USER, "U"}, {ChatRole::TOOL, "42"}}),
                Catch::Contains("message 1: unknown role 'tool'"));
-    CHECK_THAT(moe_error_of(t, tok, {{"user", "U"}, {"assistant", ""}}),
+    CHECK_THAT(moe_error_of(t, tok, {{ChatRole::USER, "U"}, {ChatRole::ASSISTANT, ""}}),
                Catch::Contains("assistant message content must be non-empty"));
     CHECK_THROWS_AS(t.render_text(std::vector<ChatMessage>{}), MoeError);
 }
@@ -302,14 +302,19 @@ TEST_CASE("ChatTemplate::from_model_dir", "[chat_template]") {
 }
 
 TEST_CASE("ChatML, Llama-3 and Phi-3 need their markers in the vocabulary", "[chat_template]") {
-    const std::vector<ChatMessage> hi = {{"user", "Hi"}};
+    const std::vector<ChatMessage> hi = {{ChatRole::USER, "Hi"}};
     CHECK_THAT(moe_error_of(ChatTemplate(ChatFamily::CHATML), mistral(), hi),
                Catch::Contains("needs token <|im_start|>") && Catch::Contains("lacks"));
     CHECK_THAT(moe_error_of(ChatTemplate(ChatFamily::LLAMA3), mistral(), hi),
                Catch::Contains("needs token <|begin_of_text|>"));
     CHECK_THAT(moe_error_of(ChatTemplate(ChatFamily::PHI3), mistral(), hi), Catch::Contains("needs token <|user|>"));
-    CHECK_THAT(moe_error_of(ChatTemplate(ChatFamily::CHATML), extended(), {{"robot", "x"}}),
-               Catch::Contains("unknown role"));
+    CHECK_THAT(moe_error_of(ChatTemplate(ChatFamily::CHATML), extended(), {{ChatRole::TOOL, "x"}}),
+               Catch::Contains("unknown role 'tool'"));
+    // Roles are parsed once, where a chat comes in: "developer" is the system role, other words none.
+    CHECK(chat_role_parse("developer") == ChatRole::SYSTEM);
+    CHECK_FALSE(chat_role_parse("robot").has_value());
+    for (ChatRole r : {ChatRole::SYSTEM, ChatRole::USER, ChatRole::ASSISTANT, ChatRole::TOOL})
+        CHECK(chat_role_parse(chat_role_name(r)) == r);
 }
 
 TEST_CASE("ChatML, Llama-3 and Phi-3 render like their Hugging Face templates", "[chat_template]") {
@@ -350,7 +355,7 @@ TEST_CASE("ChatML, Llama-3 and Phi-3 render like their Hugging Face templates", 
         CHECK(spelled_out(tok, t.encode(tok, CONVERSATION, false)) == c.without_prompt);
         CHECK(tok.is_control(ids.front()));
     }
-    const auto chatml_ids = ChatTemplate(ChatFamily::CHATML).encode(tok, std::vector<ChatMessage>{{"user", "Hi"}});
+    const auto chatml_ids = ChatTemplate(ChatFamily::CHATML).encode(tok, std::vector<ChatMessage>{{ChatRole::USER, "Hi"}});
     CHECK(chatml_ids == concat({{tok.bos_id(), tok.piece_to_id("<|im_start|>")},
                                 tok.encode("user\nHi", false),
                                 {tok.piece_to_id("<|im_end|>")},
@@ -358,13 +363,13 @@ TEST_CASE("ChatML, Llama-3 and Phi-3 render like their Hugging Face templates", 
                                 {tok.piece_to_id("<|im_start|>")},
                                 tok.encode("assistant\n", false)}));
     // An empty system message is skipped by the Phi-3 template.
-    const std::vector<ChatMessage> empty_system = {{"system", ""}, {"user", "Hi"}};
+    const std::vector<ChatMessage> empty_system = {{ChatRole::SYSTEM, ""}, {ChatRole::USER, "Hi"}};
     CHECK(ChatTemplate(ChatFamily::PHI3).render_text(empty_system) == "<s><|user|>\nHi<|end|>\n<|assistant|>\n");
 }
 
 TEST_CASE("ChatML starts with BOS only when the tokenizer adds one", "[chat_template]") {
     // The byte-level BPE of tests/support: 259 <|endoftext|>, 260 <|im_start|>, 261 <|im_end|>.
-    const std::vector<ChatMessage> chat = {{"user", "Hi"}};
+    const std::vector<ChatMessage> chat = {{ChatRole::USER, "Hi"}};
     const ChatTemplate chatml(ChatFamily::CHATML);
     const auto first_id = [&](const HfSpecialTokens& specials) {
         return chatml.encode(hf_tokenizer_parse(byte_level_tokenizer_json_text(), "bpe", specials), chat).front();
@@ -392,7 +397,7 @@ TEST_CASE("Phi-3 template on the real Phi-3 vocabulary", "[chat_template]") {
     CHECK(t.family() == ChatFamily::PHI3);
     CHECK(warning.empty());
 
-    const std::vector<ChatMessage> messages = {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+    const std::vector<ChatMessage> messages = {{ChatRole::USER, "Hi"}, {ChatRole::ASSISTANT, "Hello!"}, {ChatRole::USER, "Bye"}};
     // What that template renders (bos_token = "<s>") for these messages.
     const std::string expected =
         "<s><|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n";
@@ -431,7 +436,7 @@ TEST_CASE("chat template: Mixtral's chat template from a GGUF", "[chat_template]
     const auto sample = nlohmann::json::parse(read_file(mc / "no_tools__sample.json"));
     std::vector<ChatMessage> messages;
     for (const auto& m : sample["messages"])
-        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+        messages.push_back({*chat_role_parse(m["role"].get<std::string>()), m["content"].get<std::string>()});
     const auto expected =
         nlohmann::json::parse(read_file(mc / "no_tools__tokens_v1.json"))["tokens"].get<std::vector<int>>();
     CHECK(t.encode(tok, messages) == expected);

@@ -18,7 +18,7 @@
 #include "alloc_count.h"
 #include "base/errors.h"
 #include "chat/jinja.h"
-#include "chat/jinja_chat.h"
+#include "chat/model_chat.h"
 #include "engine/text/work_budget.h"
 #include "test_support.h"
 

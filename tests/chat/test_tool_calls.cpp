@@ -16,7 +16,7 @@
 #include <set>
 
 #include "base/errors.h"
-#include "chat/jinja_chat.h"
+#include "chat/model_chat.h"
 #include "chat/json_schema.h"
 #include "chat/tool_calls.h"
 #include "engine/text/grammar.h"

@@ -96,7 +96,7 @@ TEST_CASE("arch presets: each folder loads back as its preset's config and in-me
             const ScratchModel model(preset, 3);
             const fs::path& dir = model.dir();
             const nlohmann::json config_json = nlohmann::json::parse(read_file(dir / "config.json"));
-            const ModelConfig want = synth_preset(preset);
+            const ModelConfig want = synth_preset(synth_preset_parse(preset));
             const ModelConfig c = model_config_load(dir);
             CHECK(config_json["architectures"][0] == want.architecture);
             check_same_config(c, want);
@@ -114,7 +114,7 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
           "[arch][slow]") {
     for (const char* preset : PRESETS) {
         SECTION(preset) {
-            const ModelConfig c = synth_preset(preset);
+            const ModelConfig c = synth_preset(synth_preset_parse(preset));
             const ModelWeights w = synth_weights(c, 5, 2);
             const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30, 50257, 198};
             const std::vector<float> logits = cpu_prefill_logits(c, w, prompt);
@@ -173,7 +173,7 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             const ModelChat model_chat(e.model(), &warning);
             CHECK(model_chat.has_jinja());
             ChatInput chat;
-            chat.messages = {{"user", "Hi"}};
+            chat.messages = {{ChatRole::USER, "Hi"}};
             chat.messages_json = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
             const std::string text = model_chat.text(chat);
             INFO(text);
@@ -248,7 +248,7 @@ TEST_CASE("arch presets: a bf16 GGUF of each gives the preset's config, logits a
 
 TEST_CASE("arch presets: the shared expert counts as dense bytes, read every step, never as a routed expert",
           "[arch]") {
-    const ModelConfig c = synth_preset("qwen2-moe-mini");
+    const ModelConfig c = synth_preset(SynthPreset::QWEN2_MOE_MINI);
     ModelConfig without = c;
     without.shared_hidden_dim = 0;
     // Per layer: gate, up and down (shared x dim each) and the (1, dim) gate, bf16.
@@ -266,7 +266,7 @@ TEST_CASE("arch presets: the shared expert counts as dense bytes, read every ste
 }
 
 TEST_CASE("arch presets: dense layers among MoE layers run their MLP on the backend and route nothing", "[arch]") {
-    ModelConfig c = synth_preset("qwen3-moe-mini");
+    ModelConfig c = synth_preset(SynthPreset::QWEN3_MOE_MINI);
     c.n_layers = 3;
     c.dense_layers = {0, 2};  // as mlp_only_layers [0, 2]
     c.dense_hidden_dim = 384;
@@ -314,7 +314,7 @@ TEST_CASE(
     "arch presets: with dense layers, an emulated device holding and copying experts gives bitwise the CPU's "
     "logits",
     "[arch]") {
-    ModelConfig c = synth_preset("qwen3-moe-mini");
+    ModelConfig c = synth_preset(SynthPreset::QWEN3_MOE_MINI);
     c.n_layers = 4;
     c.dense_layers = {0, 3};
     c.dense_hidden_dim = 384;

@@ -28,7 +28,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/beam_search.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/state/kv_cache.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/token_mixer.h"
 #include "reference_model.h"

@@ -34,7 +34,7 @@ TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]"
         return engine.generate(req, [](const TokenEvent&) { return true; });
     };
 
-    const std::vector<ChatMessage> turn1 = {{"user", "Tell me a story."}};
+    const std::vector<ChatMessage> turn1 = {{ChatRole::USER, "Tell me a story."}};
     const auto [ids1, replies1] = chat_prompt(turn1);
     CHECK(replies1.empty());
     CHECK(ids1 == chat.builtin().encode(tok, turn1));
@@ -51,7 +51,7 @@ TEST_CASE("the second turn of a chat reuses the first turn's KV cache", "[chat]"
                reencoded.begin());
     REQUIRE(same + 1 < reply.tokens.size());
 
-    const std::vector<ChatMessage> turn2 = {turn1[0], {"assistant", reply.text}, {"user", "Say it shorter."}};
+    const std::vector<ChatMessage> turn2 = {turn1[0], {ChatRole::ASSISTANT, reply.text}, {ChatRole::USER, "Say it shorter."}};
     // The model's rendering alone re-encodes the reply's text; the session
     // remembered the reply it generated and carries its ids.
     const ChatPrompt rendered2 = chat.prompt(tok, ChatInput::of(turn2));

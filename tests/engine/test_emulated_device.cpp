@@ -205,7 +205,7 @@ TEST_CASE("the hybrid executor with the expert cache and prefetch allocates noth
     // executor: lookups, plans, admissions and evictions, prefetches and
     // fills, the device's pipeline and the statistics. After a warm-up, no
     // layer makes a heap allocation.
-    const ModelConfig c = synth_preset("mixtral-mini");
+    const ModelConfig c = synth_preset(SynthPreset::MIXTRAL_MINI);
     ModelWeights w;  // the executor reads no weights: its CPU side and device are test doubles
     ThreadPool pool(1);
     LatencyModel model;  // a lone miss stays on the CPU with a fill beside it; busy experts are copied

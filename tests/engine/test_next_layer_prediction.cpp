@@ -48,7 +48,7 @@ TEST_CASE("next-layer prediction changes no logits and is counted for every MoE 
           "[predict]") {
     for (const char* preset : {"tiny", "olmoe-mini"}) {
         SECTION(preset) {
-            const ModelConfig c = synth_preset(preset);
+            const ModelConfig c = synth_preset(synth_preset_parse(preset));
             const ModelWeights w = synth_weights(c, 3, 2);
             std::vector<int> tokens;
             for (int i = 0; i < 24; i++) tokens.push_back(300 + (i * 7919) % 20000);
@@ -71,7 +71,7 @@ TEST_CASE("next-layer prediction changes no logits and is counted for every MoE 
 }
 
 TEST_CASE("next-layer prediction is exactly right where the stream does not change in between", "[predict]") {
-    const ModelConfig c = synth_preset("olmoe-mini");
+    const ModelConfig c = synth_preset(SynthPreset::OLMOE_MINI);
     ModelWeights w = synth_weights(c, 4, 2);
     // Layer 1's experts' down projections and layer 2's output projection
     // all zeros: layer 2's router sees what layer 1's router saw.

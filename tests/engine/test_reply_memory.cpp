@@ -35,7 +35,7 @@ std::vector<int> reference_splice(const ChatTemplate& t, const Tokenizer& tok, s
     for (size_t k = 1; k < messages.size(); k++) {
         const ChatMessage& m = messages[k];
         const auto it = remembered.find(m.content);
-        if (m.role != "assistant" || m.content.empty() || it == remembered.end()) continue;
+        if (m.role != ChatRole::ASSISTANT || m.content.empty() || it == remembered.end()) continue;
         if (tok.decode(it->second) != m.content) continue;
         std::vector<int> before, through;
         try {
@@ -91,7 +91,7 @@ TEST_CASE("earlier replies are carried by their generated ids, not a re-encoding
     REQUIRE(generated[1] >= 0);
     REQUIRE(t.decode(generated) == "Hello");
     REQUIRE(t.encode("Hello") != generated);
-    std::vector<ChatMessage> chat = {{"user", "hi"}, {"assistant", "Hello"}, {"user", "again"}};
+    std::vector<ChatMessage> chat = {{ChatRole::USER, "hi"}, {ChatRole::ASSISTANT, "Hello"}, {ChatRole::USER, "again"}};
     std::vector<int> plain = mistral.encode(t, chat);
 
     ReplyMemory replies;
@@ -121,7 +121,7 @@ TEST_CASE("earlier replies are carried by their generated ids, not a re-encoding
           std::vector<int>(rendered.ids.begin() + long(before_splice[0].end), rendered.ids.end()));
 
     // A different text, or ids that do not decode to it, are left alone.
-    std::vector<ChatMessage> other = {{"user", "hi"}, {"assistant", "Hello!"}, {"user", "again"}};
+    std::vector<ChatMessage> other = {{ChatRole::USER, "hi"}, {ChatRole::ASSISTANT, "Hello!"}, {ChatRole::USER, "again"}};
     CHECK(spliced(replies, mistral, t, other) == mistral.encode(t, other));
     ReplyMemory wrong;
     wrong.remember("Hello", {t.piece_to_id("lo")});
@@ -131,31 +131,31 @@ TEST_CASE("earlier replies are carried by their generated ids, not a re-encoding
 TEST_CASE("one rendering splices exactly where rendering every prefix again did", "[reply_memory]") {
     const Tokenizer& tok = tokenizer_test::extended();
     const std::vector<std::vector<ChatMessage>> conversations = {
-        {{"user", "hi"}, {"assistant", "Hello there"}, {"user", "again"}},
-        {{"system", "Be brief."},
-         {"user", "Hi"},
-         {"assistant", "Hello, friend!"},
-         {"user", "More?"},
-         {"assistant", "Sure thing"},
-         {"user", "Bye"}},
+        {{ChatRole::USER, "hi"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::USER, "again"}},
+        {{ChatRole::SYSTEM, "Be brief."},
+         {ChatRole::USER, "Hi"},
+         {ChatRole::ASSISTANT, "Hello, friend!"},
+         {ChatRole::USER, "More?"},
+         {ChatRole::ASSISTANT, "Sure thing"},
+         {ChatRole::USER, "Bye"}},
         // A system message before the reply, after it, and both.
-        {{"user", "a"}, {"system", "s"}, {"assistant", "Hello there"}, {"user", "b"}},
-        {{"user", "a"}, {"assistant", "Hello there"}, {"system", "s"}, {"user", "b"}},
-        {{"system", "s1"}, {"user", "a"}, {"assistant", "Hello there"}, {"system", "s2"}, {"user", "b"}},
+        {{ChatRole::USER, "a"}, {ChatRole::SYSTEM, "s"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::USER, "b"}},
+        {{ChatRole::USER, "a"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::SYSTEM, "s"}, {ChatRole::USER, "b"}},
+        {{ChatRole::SYSTEM, "s1"}, {ChatRole::USER, "a"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::SYSTEM, "s2"}, {ChatRole::USER, "b"}},
         // An empty system prompt after the reply adds nothing, unless one came before.
-        {{"user", "a"}, {"assistant", "Hello there"}, {"system", ""}, {"user", "b"}},
-        {{"system", ""}, {"user", "a"}, {"assistant", "Hello there"}, {"system", ""}, {"user", "b"}},
+        {{ChatRole::USER, "a"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::SYSTEM, ""}, {ChatRole::USER, "b"}},
+        {{ChatRole::SYSTEM, ""}, {ChatRole::USER, "a"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::SYSTEM, ""}, {ChatRole::USER, "b"}},
         // Replies joined with their neighbour; users joined.
-        {{"user", "a"}, {"assistant", "Hello there"}, {"assistant", "Sure thing"}, {"user", "b"}},
-        {{"user", "a"},
-         {"user", "b"},
-         {"assistant", "Hello there"},
-         {"user", "c"},
-         {"user", "d"},
-         {"assistant", " spaced  out "},
-         {"user", "e"}},
+        {{ChatRole::USER, "a"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::ASSISTANT, "Sure thing"}, {ChatRole::USER, "b"}},
+        {{ChatRole::USER, "a"},
+         {ChatRole::USER, "b"},
+         {ChatRole::ASSISTANT, "Hello there"},
+         {ChatRole::USER, "c"},
+         {ChatRole::USER, "d"},
+         {ChatRole::ASSISTANT, " spaced  out "},
+         {ChatRole::USER, "e"}},
         // Ending with a reply.
-        {{"user", "a"}, {"assistant", "Hello there"}, {"user", "b"}, {"assistant", "Sure thing"}},
+        {{ChatRole::USER, "a"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::USER, "b"}, {ChatRole::ASSISTANT, "Sure thing"}},
     };
     std::map<ChatFamily, std::vector<size_t>> differ_from_plain;  // the conversations spliced
     for (ChatFamily family : {ChatFamily::MISTRAL, ChatFamily::CHATML, ChatFamily::LLAMA3, ChatFamily::PHI3}) {
@@ -166,7 +166,7 @@ TEST_CASE("one rendering splices exactly where rendering every prefix again did"
             Remembered right, wrong;
             ReplyMemory right_replies, wrong_replies;
             for (const ChatMessage& m : messages) {
-                if (m.role != "assistant") continue;
+                if (m.role != ChatRole::ASSISTANT) continue;
                 right[m.content] = respelled(tok, m.content);
                 wrong[m.content] = tok.encode(m.content + "?");
                 right_replies.remember(m.content, right[m.content]);
@@ -190,7 +190,7 @@ TEST_CASE("only the newest replies are remembered", "[reply_memory]") {
     const Tokenizer& tok = tokenizer_test::mistral();
     const ChatTemplate t(ChatFamily::MISTRAL);
     ReplyMemory replies;
-    const std::vector<ChatMessage> chat = {{"user", "hi"}, {"assistant", "Hello there"}, {"user", "again"}};
+    const std::vector<ChatMessage> chat = {{ChatRole::USER, "hi"}, {ChatRole::ASSISTANT, "Hello there"}, {ChatRole::USER, "again"}};
     replies.remember("Hello there", respelled(tok, "Hello there"));
     REQUIRE(spliced(replies, t, tok, chat) != t.encode(tok, chat));
     for (size_t i = 0; i < ReplyMemory::MAX_REPLIES; i++) replies.remember("reply " + std::to_string(i), {1});

@@ -102,7 +102,7 @@ TEST_CASE("synth: synth:tiny:7 gives bitwise the logits and greedy tokens of the
     CHECK(synth.model().model_id() == "synth:tiny:7");
     CHECK(synth.placement().note.warning == PlacementWarning::NONE);
     // The same tokenizer and chat template as the folder's.
-    const std::vector<ChatMessage> chat = {{"user", "Hello there, how are you?"}};
+    const std::vector<ChatMessage> chat = {{ChatRole::USER, "Hello there, how are you?"}};
     std::string synth_warning, folder_warning;
     const ModelChat synth_chat(synth.model(), &synth_warning), folder_chat(folder.model(), &folder_warning);
     CHECK(synth_warning.empty());
@@ -150,7 +150,7 @@ TEST_CASE("synth: malformed synthetic names are refused by name in one line", "[
 
     ModelSource s = model_source_parse("synth:mixtral-mini");
     CHECK(s.synthetic);
-    CHECK(s.preset == "mixtral-mini");
+    CHECK(s.preset == SynthPreset::MIXTRAL_MINI);
     CHECK(s.seed == 0);
     CHECK(model_source_id(s) == "synth:mixtral-mini:0");
     CHECK(model_source_note(s).find("benchmark aid") != std::string::npos);

@@ -1,5 +1,5 @@
 // The token-mixer seam (engine/runtime/token_mixer.h) and the sequence state
-// (engine/runtime/sequence_state.h), shown with a second mixer that exists
+// (engine/state/sequence_state.h), shown with a second mixer that exists
 // only here: a test double, DecayMixer, with a fixed-size recurrent state
 // (per sequence one vector s; each position t: s = 0.5 s + xb_t, out_t = s),
 // the shape of state a linear-attention mixer keeps. It replaces the
@@ -19,8 +19,8 @@
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/forward.h"
-#include "engine/runtime/kv_cache.h"
-#include "engine/runtime/sequence_state.h"
+#include "engine/state/kv_cache.h"
+#include "engine/state/sequence_state.h"
 #include "engine/runtime/token_mixer.h"
 #include "test_support.h"
 

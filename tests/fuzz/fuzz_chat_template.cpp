@@ -28,7 +28,7 @@ void check(const ChatPrompt& p, const std::vector<int>& ids) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2) return 0;
-    static const char* const roles[] = {"system", "user", "assistant", "developer"};
+    static const ChatRole roles[] = {ChatRole::SYSTEM, ChatRole::USER, ChatRole::ASSISTANT, ChatRole::TOOL};
     ChatTemplate tmpl(static_cast<ChatFamily>(data[0] % 4));
     bool generation_prompt = data[1] & 1;
     std::vector<ChatMessage> messages;

@@ -14,7 +14,7 @@
 #include "engine/formats/gguf.h"
 #include "engine/text/gguf_tokenizer.h"
 #include "fuzz_support.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "base/errors.h"
 #include "engine/text/hf_tokenizer.h"
 #include "fuzz_support.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 
 namespace {
 

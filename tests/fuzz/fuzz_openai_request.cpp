@@ -1,4 +1,4 @@
-// Fuzzes the OpenAI request parser (server/openai_request.h): any body must
+// Fuzzes the OpenAI request parser (server/openai.h): any body must
 // parse into the request structs of every endpoint or be refused with an
 // ApiError of status 4xx whose error body serialises as the server sends it.
 // Also: utf8_sanitize always yields valid UTF-8.
@@ -6,8 +6,7 @@
 
 #include "base/utf8.h"
 #include "fuzz_support.h"
-#include "server/openai_request.h"
-#include "server/openai_response.h"
+#include "server/openai.h"
 
 namespace {
 

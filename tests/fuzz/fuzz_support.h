@@ -18,7 +18,7 @@
 #include "embedded_files.h"
 #include "engine/text/grammar.h"
 #include "engine/text/tokenizer.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 
 inline std::string fuzz_text(const uint8_t* data, size_t size) {
     return std::string(reinterpret_cast<const char*>(data), size);

@@ -8,7 +8,7 @@
 
 #include "engine/text/tokenizer.h"
 #include "fuzz_support.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const Tokenizer& t = fuzz_tokenizer_model();

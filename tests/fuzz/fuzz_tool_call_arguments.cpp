@@ -1,5 +1,5 @@
 // Fuzzes a tool call's `arguments` (a JSON text inside a JSON string) through
-// the request parser (server/openai_request.h): the input, made valid UTF-8,
+// the request parser (server/openai.h): the input, made valid UTF-8,
 // is the arguments string of an assistant message's tool call in a chat body
 // for /v1/chat/completions, /tokenize and /apply-template. Each must parse
 // (the arguments into the value their text holds) or be refused with an
@@ -13,8 +13,7 @@
 #include "base/json_bounded.h"
 #include "base/utf8.h"
 #include "fuzz_support.h"
-#include "server/openai_request.h"
-#include "server/openai_response.h"
+#include "server/openai.h"
 
 namespace {
 

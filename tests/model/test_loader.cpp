@@ -122,7 +122,7 @@ TEST_CASE("loader: tiny synthetic model, single file", "[loader]") {
     CHECK(fs::exists(dir / "model.safetensors"));
     CHECK(!fs::exists(dir / "model.safetensors.index.json"));
     ModelConfig c = model_config_load(dir);
-    ModelConfig p = synth_preset("tiny");
+    ModelConfig p = synth_preset(SynthPreset::TINY);
     CHECK(c.dim == 64);
     CHECK(c.hidden_dim == 128);
     CHECK(c.n_layers == 2);
@@ -157,7 +157,7 @@ TEST_CASE("loader: tiny synthetic model, single file", "[loader]") {
         CHECK(std::fabs(w.layers[0].attn_norm[i] - 1.0f) < 0.1f);
     }
     CHECK(cost_expert(c, 0).bytes == 3 * 128 * 64 * 2);
-    CHECK(cost_expert(synth_preset("mixtral-8x7b"), 0).bytes == size_t(3) * 14336 * 4096 * 2);
+    CHECK(cost_expert(synth_preset(SynthPreset::MIXTRAL_8X7B), 0).bytes == size_t(3) * 14336 * 4096 * 2);
 }
 
 TEST_CASE("loader: small synthetic model, sharded, equals the single file", "[loader][synth]") {
@@ -167,7 +167,7 @@ TEST_CASE("loader: small synthetic model, sharded, equals the single file", "[lo
         ~Cleanup() { fs::remove_all(dir.parent_path()); }
     } cleanup{dir};
     SynthOptions o;
-    o.preset = "small";
+    o.preset = SynthPreset::SMALL;
     o.out = dir;
     o.seed = 1;
     o.max_shard_bytes = size_t(4) << 20;
@@ -469,7 +469,7 @@ TEST_CASE("loader: broken sharded models give a one-line error", "[loader]") {
         ~Cleanup() { fs::remove_all(dir.parent_path()); }
     } cleanup{dir};
     SynthOptions o;
-    o.preset = "tiny";
+    o.preset = SynthPreset::TINY;
     o.out = dir;
     o.seed = 1;
     o.max_shard_bytes = size_t(1) << 20;
@@ -511,7 +511,7 @@ TEST_CASE("synth: same seed same bytes, different seed different weights", "[syn
     fs::path root = test_temp_dir("synth-det");
     auto write = [&](const std::string& name, uint64_t seed) {
         SynthOptions o;
-        o.preset = "tiny";
+        o.preset = SynthPreset::TINY;
         o.out = root / name;
         o.seed = seed;
         synth_model_write(o);
@@ -589,16 +589,15 @@ TEST_CASE("synth: refusals", "[synth]") {
     CHECK(read_file(root / "full" / "x") == "x");
 
     o.out = root / "fresh";
-    o.preset = "huge";
     try {
-        synth_model_write(o);
+        o.preset = synth_preset_parse("huge");
         FAIL("unknown preset accepted");
     } catch (const MoeError& e) {
         CHECK(std::string(e.what()) ==
               "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b, qwen3-moe-mini, "
               "qwen3-30b-a3b, olmoe-mini, qwen2-moe-mini)");
     }
-    o.preset = "tiny";
+    o.preset = SynthPreset::TINY;
     o.tokenizer = root / "absent.model";
     CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains((root / "absent.model").string()));
     CHECK(!fs::exists(root / "fresh"));
@@ -615,29 +614,29 @@ TEST_CASE("synth: refusals", "[synth]") {
     CHECK_NOTHROW(synth_check_free_space(root / "fresh", 1 << 20));
 
     // The real-size preset refuses up front where the disk lacks room (no partial output).
-    uint64_t need = synth_disk_bytes(synth_preset("mixtral-8x7b"));
+    uint64_t need = synth_disk_bytes(synth_preset(SynthPreset::MIXTRAL_8X7B));
     CHECK(need > uint64_t(90e9));
     CHECK(need < uint64_t(96e9));
     if (fs::space(root).available < need) {
-        o.preset = "mixtral-8x7b";
+        o.preset = SynthPreset::MIXTRAL_8X7B;
         o.tokenizer.clear();
         o.out = root / "big";
         CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("not enough free disk space"));
         CHECK(!fs::exists(root / "big.partial"));
     }
     // Qwen3-30B-A3B's real shape: about 61 GB of bf16 weights.
-    need = synth_disk_bytes(synth_preset("qwen3-30b-a3b"));
+    need = synth_disk_bytes(synth_preset(SynthPreset::QWEN3_30B_A3B));
     CHECK(need > uint64_t(60e9));
     CHECK(need < uint64_t(63e9));
     if (fs::space(root).available < need) {
-        o.preset = "qwen3-30b-a3b";
+        o.preset = SynthPreset::QWEN3_30B_A3B;
         o.tokenizer.clear();
         o.out = root / "big";
         CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("not enough free disk space"));
         CHECK(!fs::exists(root / "big.partial"));
     }
     // The stand-in tokenizer presets take no SentencePiece --tokenizer.
-    o.preset = "olmoe-mini";
+    o.preset = SynthPreset::OLMOE_MINI;
     o.tokenizer = root / "absent.model";
     o.out = root / "olmoe";
     CHECK_THROWS_WITH(synth_model_write(o), Catch::Contains("writes its own tokenizer.json"));
@@ -647,7 +646,7 @@ TEST_CASE("synth: refusals", "[synth]") {
 TEST_CASE("synth: presets", "[synth]") {
     ModelConfig real = model_config_parse(
         json::parse(read_file(shared_data_dir() / "model_configs" / "mixtral-8x7b-instruct-v0.1.config.json")), "real");
-    ModelConfig p = synth_preset("mixtral-8x7b");
+    ModelConfig p = synth_preset(SynthPreset::MIXTRAL_8X7B);
     CHECK(p.architecture == real.architecture);
     CHECK(p.dim == real.dim);
     CHECK(p.hidden_dim == real.hidden_dim);
@@ -664,7 +663,7 @@ TEST_CASE("synth: presets", "[synth]") {
     CHECK(p.tie_embeddings == real.tie_embeddings);
     CHECK(p.eos_token_ids == real.eos_token_ids);
 
-    ModelConfig mini = synth_preset("mixtral-mini");
+    ModelConfig mini = synth_preset(SynthPreset::MIXTRAL_MINI);
     CHECK(mini.dim == 1024);
     CHECK(mini.hidden_dim == 3584);
     CHECK(mini.n_layers == 8);
@@ -675,16 +674,17 @@ TEST_CASE("synth: presets", "[synth]") {
     uint64_t mini_bytes = synth_disk_bytes(mini);
     CHECK(mini_bytes > uint64_t(1.5e9));
     CHECK(mini_bytes < uint64_t(1.7e9));
-    ModelConfig small = synth_preset("small");
+    ModelConfig small = synth_preset(SynthPreset::SMALL);
     CHECK(small.dim == 256);
     CHECK(small.hidden_dim == 512);
     CHECK(small.n_layers == 4);
     CHECK(small.n_heads == 8);
     CHECK(small.n_kv_heads == 2);
     CHECK(small.n_experts == 8);
-    CHECK(synth_preset_names().size() == 8);
+    CHECK(std::size(SYNTH_PRESETS) == 8);
+    for (SynthPreset p : SYNTH_PRESETS) CHECK(synth_preset_parse(synth_preset_name(p)) == p);
     // Qwen3-30B-A3B's real shape.
-    ModelConfig q3 = synth_preset("qwen3-30b-a3b");
+    ModelConfig q3 = synth_preset(SynthPreset::QWEN3_30B_A3B);
     CHECK(q3.architecture == "Qwen3MoeForCausalLM");
     CHECK(q3.n_layers == 48);
     CHECK(q3.dim == 2048);
@@ -698,11 +698,11 @@ TEST_CASE("synth: presets", "[synth]") {
     CHECK(q3.qk_norm == QkNorm::PER_HEAD);
     CHECK(q3.norm_topk_prob);
     // The minis keep their architecture's features.
-    CHECK(synth_preset("qwen3-moe-mini").head_dim * synth_preset("qwen3-moe-mini").n_heads != 512);
-    CHECK(synth_preset("olmoe-mini").qk_norm == QkNorm::FULL);
-    CHECK_FALSE(synth_preset("olmoe-mini").norm_topk_prob);
-    CHECK(synth_preset("qwen2-moe-mini").shared_hidden_dim > 0);
-    CHECK(synth_preset("qwen2-moe-mini").qkv_bias);
+    CHECK(synth_preset(SynthPreset::QWEN3_MOE_MINI).head_dim * synth_preset(SynthPreset::QWEN3_MOE_MINI).n_heads != 512);
+    CHECK(synth_preset(SynthPreset::OLMOE_MINI).qk_norm == QkNorm::FULL);
+    CHECK_FALSE(synth_preset(SynthPreset::OLMOE_MINI).norm_topk_prob);
+    CHECK(synth_preset(SynthPreset::QWEN2_MOE_MINI).shared_hidden_dim > 0);
+    CHECK(synth_preset(SynthPreset::QWEN2_MOE_MINI).qkv_bias);
 }
 
 TEST_CASE("synth: routing is not uniform and logits are not flat", "[synth]") {

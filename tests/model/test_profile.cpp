@@ -218,11 +218,11 @@ TEST_CASE("profile of a model with dense layers: their rows sum to 0, MoE rows t
     REQUIRE(check_error(all_moe, p.model).find("profile is for another model") != std::string::npos);
 
     // The fingerprint of a model with dense layers carries them; the hashed text is unchanged by the field.
-    ModelConfig c = synth_preset("qwen3-moe-mini");
+    ModelConfig c = synth_preset(SynthPreset::QWEN3_MOE_MINI);
     REQUIRE(model_fingerprint(c).dense_layers.empty());
     c.dense_layers = {0, 2};
     REQUIRE(model_fingerprint(c).dense_layers == std::vector<int>{0, 2});
-    REQUIRE(model_fingerprint(synth_preset("tiny")).dense_layers.empty());
+    REQUIRE(model_fingerprint(synth_preset(SynthPreset::TINY)).dense_layers.empty());
 }
 
 TEST_CASE("profile of another model is refused naming both fingerprints", "[profile]") {
@@ -284,14 +284,14 @@ TEST_CASE("Fiddler popularity file is imported as total counts and checked by it
 }
 
 TEST_CASE("model fingerprint follows the config and the tensor shapes", "[profile]") {
-    const ModelConfig tiny = synth_preset("tiny");
+    const ModelConfig tiny = synth_preset(SynthPreset::TINY);
     const ModelFingerprint f = model_fingerprint(tiny);
     REQUIRE(f.architecture == "MixtralForCausalLM");
     REQUIRE(f.n_layers == tiny.n_layers);
     REQUIRE(f.n_experts == tiny.n_experts);
     REQUIRE(f.n_experts_active == tiny.n_experts_active);
-    REQUIRE(model_fingerprint(synth_preset("tiny")) == f);
-    REQUIRE(model_fingerprint(synth_preset("small")).hash != f.hash);
+    REQUIRE(model_fingerprint(synth_preset(SynthPreset::TINY)) == f);
+    REQUIRE(model_fingerprint(synth_preset(SynthPreset::SMALL)).hash != f.hash);
 
     // One line per field, then one per tensor: embed, per layer 6 + router +
     // 3 per expert, final norm, lm_head.
@@ -331,7 +331,7 @@ TEST_CASE("model fingerprint hashes stay those that existing profiles carry", "[
     // shapes or order would orphan every profile already written. Change
     // these values only on purpose, together with the profile format.
     auto hash = [](const std::string& preset, bool dense, bool tied) {
-        ModelConfig c = synth_preset(preset);
+        ModelConfig c = synth_preset(synth_preset_parse(preset));
         if (dense) {
             c.architecture = "MistralForCausalLM";
             c.n_experts = 0;
@@ -354,7 +354,7 @@ TEST_CASE("model fingerprint tells the Qwen3-MoE, Qwen2-MoE and OLMoE layouts ap
     std::set<uint64_t> hashes;
     for (const char* preset :
          {"tiny", "small", "mixtral-mini", "qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini", "qwen3-30b-a3b"}) {
-        const ModelConfig c = synth_preset(preset);
+        const ModelConfig c = synth_preset(synth_preset_parse(preset));
         const ModelFingerprint f = model_fingerprint(c);
         INFO(preset);
         REQUIRE(f.architecture == c.architecture);
@@ -364,13 +364,13 @@ TEST_CASE("model fingerprint tells the Qwen3-MoE, Qwen2-MoE and OLMoE layouts ap
                                               0) == 0);
         REQUIRE(hashes.insert(f.hash).second);
     }
-    const ModelConfig q3 = synth_preset("qwen3-30b-a3b");
+    const ModelConfig q3 = synth_preset(SynthPreset::QWEN3_30B_A3B);
     REQUIRE(model_fingerprint_text(q3).find("model.layers.47.mlp.experts.127.down_proj.weight [2048, 768]") !=
             std::string::npos);
     REQUIRE(model_fingerprint_text(q3).find("model.layers.0.self_attn.q_norm.weight [128]") != std::string::npos);
 
     // Each feature of the new layouts changes the hash on its own.
-    const ModelConfig base = synth_preset("qwen3-moe-mini");
+    const ModelConfig base = synth_preset(SynthPreset::QWEN3_MOE_MINI);
     const uint64_t h = model_fingerprint(base).hash;
     auto changed = [&](auto&& change) {
         ModelConfig c = base;

@@ -14,7 +14,7 @@
 namespace {
 
 ModelConfig dense_config(bool tied) {
-    ModelConfig c = synth_preset("tiny");
+    ModelConfig c = synth_preset(SynthPreset::TINY);
     c.architecture = "MistralForCausalLM";
     c.n_experts = 0;
     c.n_experts_active = 0;
@@ -36,7 +36,7 @@ void require_unique(const std::vector<TensorEntry>& table) {
 }  // namespace
 
 TEST_CASE("tensor table: Mixtral tensors in load order with roles and indices", "[tensor_table]") {
-    const ModelConfig c = synth_preset("tiny");
+    const ModelConfig c = synth_preset(SynthPreset::TINY);
     const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
     const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
     const std::vector<TensorEntry> table = tensor_table(c);
@@ -129,7 +129,7 @@ void check_entry(const std::map<std::string, TensorEntry>& m, const std::string&
 }  // namespace
 
 TEST_CASE("tensor table: Qwen3-MoE names, per-head q/k norms, mlp.experts, explicit head_dim", "[tensor_table]") {
-    const ModelConfig c = synth_preset("qwen3-moe-mini");
+    const ModelConfig c = synth_preset(SynthPreset::QWEN3_MOE_MINI);
     const std::vector<TensorEntry> table = tensor_table(c);
     require_unique(table);
     // embed; per layer 2 norms, q k v o, q/k norms, router, 3 per expert; final norm, lm_head.
@@ -153,7 +153,7 @@ TEST_CASE("tensor table: Qwen3-MoE names, per-head q/k norms, mlp.experts, expli
 }
 
 TEST_CASE("tensor table: OLMoE full-width q/k norms", "[tensor_table]") {
-    const ModelConfig c = synth_preset("olmoe-mini");
+    const ModelConfig c = synth_preset(SynthPreset::OLMOE_MINI);
     const auto m = by_name(tensor_table(c));
     const int64_t q = int64_t(c.n_heads) * c.head_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
     check_entry(m, "model.layers.1.self_attn.q_norm.weight", {q}, TensorRole::Q_NORM, 1);
@@ -163,7 +163,7 @@ TEST_CASE("tensor table: OLMoE full-width q/k norms", "[tensor_table]") {
 }
 
 TEST_CASE("tensor table: Qwen2-MoE q/k/v biases, the shared expert and its gate", "[tensor_table]") {
-    const ModelConfig c = synth_preset("qwen2-moe-mini");
+    const ModelConfig c = synth_preset(SynthPreset::QWEN2_MOE_MINI);
     const std::vector<TensorEntry> table = tensor_table(c);
     require_unique(table);
     const auto m = by_name(table);
@@ -184,7 +184,7 @@ TEST_CASE("tensor table: Qwen2-MoE q/k/v biases, the shared expert and its gate"
 
 TEST_CASE("tensor table: a dense layer of a MoE model has mlp.*_proj of intermediate_size and no router",
           "[tensor_table]") {
-    ModelConfig c = synth_preset("qwen3-moe-mini");
+    ModelConfig c = synth_preset(SynthPreset::QWEN3_MOE_MINI);
     c.dense_layers = {0, 5};
     c.dense_hidden_dim = 1536;
     const std::vector<TensorEntry> table = tensor_table(c);

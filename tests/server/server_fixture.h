@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/openai_request.h"
+#include "server/openai.h"
 
 class ServerProcess {
 public:

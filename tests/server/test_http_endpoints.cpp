@@ -6,7 +6,7 @@
 
 #include "apps/http_sse_client.h"
 #include "base/utf8.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 

@@ -17,7 +17,7 @@
 
 #include "apps/http_sse_client.h"
 #include "server/generation_task.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 

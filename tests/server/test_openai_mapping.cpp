@@ -5,10 +5,9 @@
 
 #include "base/utf8.h"
 #include "engine/text/tokenizer.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 #include "server_fixture.h"
-#include "server/openai_response.h"
-#include "server/request_queue.h"
+#include "server/engine_worker.h"
 #include "support/test_support.h"
 
 using json = nlohmann::json;
@@ -114,7 +113,7 @@ TEST_CASE("chat requests parse into native options", "[server]") {
         {"n", 1}};
     ChatRequest r = chat_request_parse(body, 100);
     REQUIRE(r.chat.messages.size() == 2);
-    CHECK(r.chat.messages[0].role == "system");
+    CHECK(r.chat.messages[0].role == ChatRole::SYSTEM);
     CHECK(r.chat.messages[1].content == "a\nb");
     // As sent, for a Jinja template: content parts and key order kept; no tools, no extras.
     CHECK(r.chat.messages_json.dump() == body["messages"].dump());
@@ -137,7 +136,7 @@ TEST_CASE("chat requests parse into native options", "[server]") {
 
     json minimal = {{"messages", {{{"role", "developer"}, {"content", "s"}}, {{"role", "user"}, {"content", "u"}}}}};
     ChatRequest m = chat_request_parse(minimal, 100);
-    CHECK(m.chat.messages[0].role == "system");
+    CHECK(m.chat.messages[0].role == ChatRole::SYSTEM);
     CHECK(m.chat.messages_json[0]["role"] == "developer");
     CHECK_FALSE(m.options.max_tokens);
     CHECK(m.options.top_logprobs == -1);
@@ -163,7 +162,7 @@ TEST_CASE("chat requests carry tools and template variables in order", "[server]
     CHECK(r.chat.tools.dump() == body["tools"].dump());
     CHECK(r.chat.extras.dump() == R"({"enable_thinking":false,"x":[1]})");
     CHECK_FALSE(r.chat.add_generation_prompt);
-    CHECK(r.chat.messages[2].role == "tool");
+    CHECK(r.chat.messages[2].role == ChatRole::TOOL);
     CHECK(r.chat.messages[1].content.empty());
 }
 

@@ -24,7 +24,8 @@ PlacementInfo cpu_because(CpuReason reason) {
 PlacementInfo cuda_placement() {
     PlacementInfo p;
     p.device = DeviceKind::CUDA;
-    p.device_name = "NVIDIA H100 80GB HBM3 (cuda:0)";
+    p.device_name = "NVIDIA H100 80GB HBM3";
+    p.gpu_index = 0;
     p.budget_bytes = 24 * GIB;
     p.dense_bytes = 2 * GIB;
     p.kv_bytes = 1 * GIB;

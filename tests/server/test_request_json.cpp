@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "server/generation_task.h"
-#include "server/openai_request.h"
+#include "server/openai.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
 

@@ -154,7 +154,7 @@ fs::path test_checkpoint_dir(const std::string& name, const json& config, unsign
 }
 
 json small_arch_config(const std::string& preset) {
-    const ModelConfig p = synth_preset(preset);
+    const ModelConfig p = synth_preset(synth_preset_parse(preset));
     const int dim = 64, heads = 4;
     json j = {{"architectures", {p.architecture}},
               {"hidden_size", dim},

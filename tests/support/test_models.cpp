@@ -22,7 +22,7 @@ fs::path test_model_dir(const std::string& preset, unsigned seed) {
     fs::path tmp = dir.string() + ".tmp" + std::to_string(getpid());
     fs::remove_all(tmp);
     SynthOptions options;
-    options.preset = preset;
+    options.preset = synth_preset_parse(preset);
     options.out = tmp;
     options.seed = seed;
     synth_model_write(options);
@@ -35,7 +35,7 @@ fs::path test_model_dir(const std::string& preset, unsigned seed) {
 ScratchModel::ScratchModel(const std::string& preset, unsigned seed)
     : dir_(test_temp_dir("scratch-" + preset) / "model") {
     SynthOptions options;
-    options.preset = preset;
+    options.preset = synth_preset_parse(preset);
     options.out = dir_;
     options.seed = seed;
     synth_model_write(options);

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/errors.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/state/kv_cache.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/runtime/sequence_state.h"
+#include "engine/state/sequence_state.h"
 
 // Positions per block: a fork shares all full blocks and copies at most the
 // one partial block it writes into.

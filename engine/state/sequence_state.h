@@ -8,12 +8,16 @@
 //
 // A sequence is a slot (0 .. n_seqs - 1) whose positions 0, 1, ... are
 // written in order; a forward pass writes a batch's entries after
-// prepare_write. Must not know about tokens, models or beams.
+// prepare_write. The caches know nothing of tokens, weights or beams; only
+// make_sequence_state (at the end) reads a config, to pick the caches its
+// mixers need.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "engine/model/model_config.h"
 
 // Where a cache's memory is: host memory or a device's.
 enum class StateHome : uint8_t { HOST, DEVICE };
@@ -109,3 +113,13 @@ private:
     std::vector<std::unique_ptr<SequenceCache>> caches_;
     KvCache* kv_ = nullptr;
 };
+
+// The sequence state of the config's mixers: a paged KvCache over the
+// attention layers (kv_blocks blocks; -1: every sequence a whole context),
+// its memory from `memory` (a backend's state_memory()).
+std::unique_ptr<SequenceState> make_sequence_state(const ModelConfig& config, int n_seqs, int ctx,
+                                                   StateMemory& memory, int kv_blocks = -1);
+
+// Bytes of the sequence state of one sequence of ctx positions (a device's
+// budget holds it): per position times ctx plus the fixed part.
+double sequence_state_bytes(const ModelConfig& config, int ctx);
