@@ -355,6 +355,8 @@ int cli_generate(const std::vector<std::string>& words) {
     const ModelChat model_chat(engine.model(), &chat_warning);
     for (const std::string& w : {chat_warning, placement_warning(engine.placement())})
         if (!w.empty()) std::fprintf(stderr, "moe-server: warning: %s\n", w.c_str());
+    if (const std::string unread = model_unread_text(engine.model().config()); !unread.empty())
+        std::fprintf(stderr, "moe-server: %s\n", unread.c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine.placement()).c_str());
     if (prompt) {
         request.prompt = engine.model().tokenizer().encode_prompt(*prompt);

@@ -16,6 +16,73 @@ MOE_HD inline float gm_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
+// log(1 + e^x), without overflow for large x (PyTorch's softplus, threshold 20).
+MOE_HD inline float gm_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Gated DeltaNet's causal depthwise conv, one channel c at one position:
+// taps (channels, K) oldest input first, window ((K - 1) rows of `stride`
+// channels) the K - 1 inputs before this one, oldest first; shifts x into
+// the window and returns silu(conv).
+MOE_HD inline float gm_conv_channel(float* window, float x, const float* taps, int c, int stride, int K) {
+    const float* t = taps + c * K;
+    float y = t[K - 1] * x;
+    for (int j = 0; j < K - 1; j++) y += t[j] * window[j * stride + c];
+    for (int j = 0; j + 1 < K - 1; j++) window[j * stride + c] = window[(j + 1) * stride + c];
+    if (K > 1) window[(K - 2) * stride + c] = x;
+    return y / (1.0f + expf(-y));
+}
+
+// x (n) to unit length, times scale: x * scale / sqrt(sum x^2 + 1e-6)
+// (Gated DeltaNet's q and k; transformers' l2norm, eps 1e-6).
+MOE_HD inline void gm_l2_normalize(float* x, int n, float scale) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const float f = scale / sqrtf(ss + 1e-6f);
+    for (int i = 0; i < n; i++) x[i] *= f;
+}
+
+// Gated RMSNorm of one head's output o (n): rmsnorm(o) * w * silu(z).
+MOE_HD inline void gm_rmsnorm_gated(float* o, const float* z, const float* w, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += o[i] * o[i];
+    const float r = 1.0f / sqrtf(ss / float(n) + eps);
+    for (int i = 0; i < n; i++) o[i] = o[i] * r * w[i] * (z[i] / (1.0f + expf(-z[i])));
+}
+
+// Gated DeltaNet, one position of one head (Qwen3.5 / Qwen3-Next; the
+// delta rule with a per-step decay): state S (dk, dv), row-major, k and q
+// unit vectors (q scaled by 1/sqrt(dk)), v (dv), g <= 0 the log decay,
+// beta in (0, 1). In order:
+//   S *= exp(g);  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
+MOE_HD inline void gm_delta_rule_head(float* S, float* o, const float* q, const float* k, const float* v, float g,
+                                      float beta, int dk, int dv) {
+    const float decay = expf(g);
+    for (int j = 0; j < dv; j++) o[j] = 0.0f;  // o holds S^T k first
+    for (int i = 0; i < dk; i++) {
+        float* row = S + i * dv;
+        const float ki = k[i];
+        for (int j = 0; j < dv; j++) {
+            row[j] *= decay;
+            o[j] += row[j] * ki;
+        }
+    }
+    for (int j = 0; j < dv; j++) o[j] = beta * (v[j] - o[j]);  // u
+    // S += k u^T, then o = S^T q (the updated state), u kept in o until read.
+    float u_local[512];
+    for (int j = 0; j < dv; j++) {
+        u_local[j] = o[j];
+        o[j] = 0.0f;
+    }
+    for (int i = 0; i < dk; i++) {
+        float* row = S + i * dv;
+        const float ki = k[i], qi = q[i];
+        for (int j = 0; j < dv; j++) {
+            row[j] += ki * u_local[j];
+            o[j] += row[j] * qi;
+        }
+    }
+}
+
 // The RMSNorm factor of a row of n values whose squares sum to sum_sq:
 // out = x * gm_rms_scale(...) * weight.
 MOE_HD inline float gm_rms_scale(float sum_sq, int n, float eps) { return 1.0f / sqrtf(sum_sq / float(n) + eps); }

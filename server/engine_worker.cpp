@@ -56,6 +56,8 @@ void EngineWorker::main(const std::function<void(const Session&)>& on_ready, con
     }
     if (const std::string warning = placement_warning(engine_->placement()); !warning.empty())
         std::fprintf(stderr, "moe-server: %s\n", warning.c_str());
+    if (const std::string unread = model_unread_text(engine_->model().config()); !unread.empty())
+        std::fprintf(stderr, "moe-server: %s\n", unread.c_str());
     std::fprintf(stderr, "moe-server: %s\n", placement_summary(engine_->placement()).c_str());
     ready_.store(true);
     on_ready(*engine_);

@@ -72,6 +72,8 @@ std::string placement_cpu_reason(const PlacementInfo& p) {
         return "--gpu-device none";
     case CpuReason::DENSE_MODEL:
         return "dense model (the GPU path places experts)";
+    case CpuReason::MIXER_NOT_ON_GPU:
+        return "the model's Gated DeltaNet and gated attention layers have no GPU kernels yet";
     case CpuReason::NO_CUDA:
         return "built without CUDA";
     case CpuReason::NO_CUDA_DEVICE:
@@ -220,4 +222,15 @@ std::string placement_summary(const PlacementInfo& p) {
         s += line;
     }
     return s;
+}
+
+std::string model_unread_text(const ModelConfig& c) {
+    std::string parts;
+    if (c.has_vision_tower) parts = "vision tower";
+    if (c.n_mtp_layers > 0)
+        parts += (parts.empty() ? "" : " and ") + std::to_string(c.n_mtp_layers) + " multi-token-prediction layer" +
+                 (c.n_mtp_layers == 1 ? "" : "s");
+    if (parts.empty()) return "";
+    const bool one = !(c.has_vision_tower && c.n_mtp_layers > 0) && c.n_mtp_layers <= 1;
+    return "the checkpoint's " + parts + (one ? " is" : " are") + " not read: text in, one token a step";
 }

@@ -21,6 +21,11 @@ const char* session_option_flag(SessionOption option);
 // serves; any other error's what().
 std::string engine_error_text(const std::exception& e);
 
+// What the checkpoint holds that moe-server does not run, as one line for
+// the load: Qwen3.5's vision tower, multi-token-prediction layers; empty
+// when it runs everything.
+std::string model_unread_text(const ModelConfig& config);
+
 // Why the CPU serves every expert (p.cpu, DeviceKind::NONE): "--gpu-device
 // none", "built without CUDA", "no CUDA device 1 (1 found)", ...
 std::string placement_cpu_reason(const PlacementInfo& p);

@@ -49,8 +49,22 @@ public:
     virtual void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) = 0;
     // y (m, w.rows) = x (m, w.cols) @ W^T.
     virtual void matmul(float* y, const float* x, const WeightView& w, int m) = 0;
-    // Rotate-half RoPE on x (n, n_heads * head_dim), entry i at its batch position.
+    // Rotate-half RoPE on x (n, n_heads * head_dim), entry i at its batch
+    // position: the first rope_dim() of each head's dims (ModelConfig).
     virtual void rope(float* x, int n_heads) = 0;
+    // a, b (rows, n_heads * head_dim) from x (rows, 2 * n_heads * head_dim)
+    // whose heads are [a_h | b_h] (a gated attention's query and gate).
+    virtual void split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) = 0;
+    // x (n,) *= sigmoid(gate) elementwise (gated attention's output).
+    virtual void sigmoid_mul(float* x, const float* gate, size_t n) = 0;
+    // Gated DeltaNet layer `layer` (the delta-net layers' index among
+    // themselves) on the batch's entries, in batch order, continuing each
+    // sequence's RecurrentState: qkv (n, conv_dim) the projections before
+    // the conv (overwritten), z (n, value_dim) the output gate, b and a
+    // (n, n_v_heads) beta's and the decay's inputs. o (n, value_dim): each
+    // value head's output after the gated RMSNorm.
+    virtual void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
+                           const LinearAttentionWeights& w) = 0;
     // Writes the batch's keys and values (n, kv_dim) of KV-cache layer
     // kv_layer (the attention layers' index among themselves) into the cache.
     virtual void kv_store(int kv_layer, const float* k, const float* v) = 0;

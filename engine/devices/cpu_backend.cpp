@@ -14,6 +14,7 @@
 #include "engine/devices/backend.h"
 #include "engine/state/batch.h"
 #include "engine/devices/expert_executor.h"
+#include "engine/state/recurrent_state.h"
 #include "gpu_kernels/gpu_math.h"
 
 namespace {
@@ -37,6 +38,7 @@ public:
     void begin(const Batch& batch, const SequenceState& state) override {
         batch_ = &batch;
         cache_ = state.kv();
+        recurrent_ = state.recurrent();
         assert(int(att_scratch_.size()) >= pool_.size() * state.ctx());
     }
 
@@ -52,9 +54,66 @@ public:
     void matmul(float* y, const float* x, const WeightView& w, int m) override { ::matmul(y, x, w, m, pool_); }
 
     void rope(float* x, int n_heads) override {
-        const int width = n_heads * c_.head_dim;
-        for (int i = 0; i < batch_->size(); i++)
-            rope_rotate_half(x + size_t(i) * width, n_heads, c_.head_dim, batch_->positions[i], c_.rope_theta);
+        const int width = n_heads * c_.head_dim, rot = c_.rope_dim();
+        for (int i = 0; i < batch_->size(); i++) {
+            float* row = x + size_t(i) * width;
+            if (rot == c_.head_dim) {
+                rope_rotate_half(row, n_heads, c_.head_dim, batch_->positions[i], c_.rope_theta);
+                continue;
+            }
+            // Partial rotary: each head's first rot dims as a head of their own.
+            for (int h = 0; h < n_heads; h++)
+                rope_rotate_half(row + size_t(h) * c_.head_dim, 1, rot, batch_->positions[i], c_.rope_theta);
+        }
+    }
+
+    void split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) override {
+        const size_t hd = size_t(head_dim);
+        for (size_t r = 0; r < size_t(rows) * n_heads; r++) {
+            std::copy_n(x + 2 * r * hd, hd, a + r * hd);
+            std::copy_n(x + (2 * r + 1) * hd, hd, b + r * hd);
+        }
+    }
+
+    void sigmoid_mul(float* x, const float* gate, size_t n) override {
+        for (size_t j = 0; j < n; j++) x[j] *= gm_sigmoid(gate[j]);
+    }
+
+    // Entry by entry (a sequence's entries come in position order): the
+    // conv over the channels, then each value head's delta rule and gated
+    // norm, heads spread over the pool.
+    void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
+                   const LinearAttentionWeights& w) override {
+        const LinearAttentionShape& s = c_.linear;
+        const int conv_dim = s.conv_dim(), key_dim = s.key_dim(), value_dim = s.value_dim();
+        const int dk = s.head_k_dim, dv = s.head_v_dim, K = s.conv_kernel;
+        const float q_scale = 1.0f / std::sqrt(float(dk));
+        assert(recurrent_ && dv <= 512);
+        for (int i = 0; i < batch_->size(); i++) {
+            const int seq = batch_->seq_ids[i];
+            float* x = qkv + size_t(i) * conv_dim;
+            float* window = recurrent_->conv(layer, seq);
+            pool_.parallel_for(conv_dim, 16, [&](long c0, long c1) {
+                for (long c = c0; c < c1; c++) x[c] = gm_conv_channel(window, x[c], w.conv, int(c), conv_dim, K);
+            });
+            // q and k of each key head to unit length (eps 1e-6), q scaled by 1/sqrt(dk).
+            for (int h = 0; h < 2 * s.n_k_heads; h++)
+                gm_l2_normalize(x + size_t(h) * dk, dk, h < s.n_k_heads ? q_scale : 1.0f);
+            float* S = recurrent_->matrices(layer, seq);
+            float* out = o + size_t(i) * value_dim;
+            const float* zi = z + size_t(i) * value_dim;
+            pool_.parallel_for(s.n_v_heads, 1, [&](long h0, long h1) {
+                for (long h = h0; h < h1; h++) {
+                    const int kh = s.k_head_of(int(h));
+                    const float g = w.a[h] * gm_softplus(a[size_t(i) * s.n_v_heads + h] + w.dt_bias[h]);
+                    const float beta = gm_sigmoid(b[size_t(i) * s.n_v_heads + h]);
+                    float* oh = out + size_t(h) * dv;
+                    gm_delta_rule_head(S + size_t(h) * dk * dv, oh, x + size_t(kh) * dk, x + key_dim + size_t(kh) * dk,
+                                       x + 2 * key_dim + size_t(h) * dv, g, beta, dk, dv);
+                    gm_rmsnorm_gated(oh, zi + size_t(h) * dv, w.norm, dv, c_.rms_norm_eps);
+                }
+            });
+        }
     }
 
     void kv_store(int layer, const float* k, const float* v) override {
@@ -155,6 +214,7 @@ private:
     int q_dim_, kv_dim_;
     const Batch* batch_ = nullptr;
     const KvCache* cache_ = nullptr;
+    RecurrentState* recurrent_ = nullptr;
     std::vector<float> att_scratch_;  // (threads, ctx)
     std::vector<float> rows_x_, rows_y_;  // (max_rows, dim) each
     std::vector<std::unique_ptr<float[]>> buffers_;

@@ -47,6 +47,7 @@ public:
     void copy(float* dst, const float* src, size_t floats) override {
         gpu_copy_d2d(dst, src, floats * sizeof(float), stream_);
     }
+    void zero(float* dst, size_t floats) override { gpu_memset(dst, 0, floats * sizeof(float), stream_); }
 
 private:
     GpuStream stream_;
@@ -243,6 +244,19 @@ void CudaBackend::rmsnorm(float* out, const float* x, const float* weight, int r
 void CudaBackend::matmul(float* y, const float* x, const WeightView& w, int m) {
     assert(size_t(m) * w.cols * sizeof(bf16) <= x_bf16_.bytes());
     gpu_matmul(*blas_, y, x, w, m, {x_bf16_.as<bf16>(), dequant_.as<bf16>(), dequant_.bytes() / sizeof(bf16)});
+}
+
+void CudaBackend::split_heads(float*, float*, const float*, int, int, int) {
+    throw GpuError("CUDA backend: gated attention has no GPU kernels yet");
+}
+
+void CudaBackend::sigmoid_mul(float*, const float*, size_t) {
+    throw GpuError("CUDA backend: gated attention has no GPU kernels yet");
+}
+
+void CudaBackend::delta_net(int, float*, float*, const float*, const float*, const float*,
+                            const LinearAttentionWeights&) {
+    throw GpuError("CUDA backend: the Gated DeltaNet has no GPU kernels yet");
 }
 
 void CudaBackend::rope(float* x, int n_heads) {

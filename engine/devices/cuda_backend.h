@@ -35,6 +35,13 @@ public:
     void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) override;
     void matmul(float* y, const float* x, const WeightView& w, int m) override;
     void rope(float* x, int n_heads) override;
+    // Gated attention and the Gated DeltaNet have no CUDA kernels yet: the
+    // device setup keeps such models on the CPU (CpuReason::MIXER_NOT_ON_GPU),
+    // so these throw GpuError if ever reached.
+    void split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) override;
+    void sigmoid_mul(float* x, const float* gate, size_t n) override;
+    void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
+                   const LinearAttentionWeights& w) override;
     void kv_store(int kv_layer, const float* k, const float* v) override;
     void attention(int kv_layer, float* out, const float* q) override;
     void add(float* x, const float* y, size_t n) override;

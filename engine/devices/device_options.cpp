@@ -33,6 +33,7 @@ const char* cpu_reason_name(CpuReason reason) {
     switch (reason) {
     case CpuReason::NO_DEVICE_ASKED: return "no_device_asked";
     case CpuReason::DENSE_MODEL: return "dense_model";
+    case CpuReason::MIXER_NOT_ON_GPU: return "mixer_not_on_gpu";
     case CpuReason::NO_CUDA: return "no_cuda";
     case CpuReason::NO_CUDA_DEVICE: return "no_cuda_device";
     case CpuReason::NO_SUCH_DEVICE: return "no_such_device";

@@ -103,6 +103,7 @@ const char* plan_kind_name(PlanKind kind);  // "none", "even", "popularity"
 enum class CpuReason : uint8_t {
     NO_DEVICE_ASKED,   // DeviceOptions::gpu_device < 0
     DENSE_MODEL,       // the model has no experts (the GPU path places experts)
+    MIXER_NOT_ON_GPU,  // the model's gated attention or Gated DeltaNet layers have no CUDA kernels yet
     NO_CUDA,           // built without CUDA
     NO_CUDA_DEVICE,    // CUDA found no device
     NO_SUCH_DEVICE,    // no device gpu_device among the gpu_devices found

@@ -282,6 +282,9 @@ DeviceSetup device_setup(const DeviceOptions& o, int max_batch, const ModelConfi
         why_cpu.reason = CpuReason::NO_DEVICE_ASKED;
     } else if (!c.is_moe()) {
         why_cpu.reason = CpuReason::DENSE_MODEL;
+    } else if (c.n_linear_layers() > 0 || c.attn_output_gate) {
+        gpu_tried = true;  // asked for, and of no use to this model: --gpu-memory refuses, as for no GPU
+        why_cpu.reason = CpuReason::MIXER_NOT_ON_GPU;
     } else {
         gpu_tried = true;
 #ifdef MOE_HAVE_CUDA

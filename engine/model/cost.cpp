@@ -36,8 +36,9 @@ WeightFormat weight_format(const ModelWeights& w) {
             const ExpertWeights& e = L.experts[0];
             expert = std::max(expert, double(e.bytes()) / double(e.w1.rows * e.w1.cols * 3));
         }
-        for (const WeightView* m :
-             {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.mlp.w1, &L.mlp.w3, &L.mlp.w2, &L.shared_gate}) {
+        for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.mlp.w1, &L.mlp.w3, &L.mlp.w2,
+                                    &L.shared_gate, &L.linear.wqkv, &L.linear.wz, &L.linear.wb, &L.linear.wa,
+                                    &L.linear.wout}) {
             if (m->empty()) continue;
             f.quantized_dense = f.quantized_dense || dtype_quantized(m->type);
             dense += double(m->bytes());
@@ -55,7 +56,19 @@ StageCost cost_expert(const ModelConfig& c, int n_tokens, const WeightFormat& f)
 
 StageCost cost_attention_proj(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
     double q = double(c.n_heads) * c.head_dim, kv = double(c.n_kv_heads) * c.head_dim;
-    return matmul_cost(q + 2 * kv, c.dim, n_tokens, f.dense) + matmul_cost(c.dim, q, n_tokens, f.dense);
+    const double q_rows = c.attn_output_gate ? 2 * q : q;  // the gate comes with the query
+    return matmul_cost(q_rows + 2 * kv, c.dim, n_tokens, f.dense) + matmul_cost(c.dim, q, n_tokens, f.dense);
+}
+
+StageCost cost_linear_proj(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
+    const LinearAttentionShape& s = c.linear;
+    const double in_rows = double(s.conv_dim()) + s.value_dim() + 2.0 * s.n_v_heads;  // qkv, z, b, a
+    return matmul_cost(in_rows, c.dim, n_tokens, f.dense) + matmul_cost(c.dim, s.value_dim(), n_tokens, f.dense);
+}
+
+StageCost cost_mixers(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
+    return double(c.n_attention_layers()) * cost_attention_proj(c, n_tokens, f) +
+           double(c.n_linear_layers()) * cost_linear_proj(c, n_tokens, f);
 }
 
 StageCost cost_router(const ModelConfig& c, int n_tokens, const WeightFormat& f) {
@@ -79,12 +92,12 @@ StageCost cost_lm_head(const ModelConfig& c, int n_tokens, const WeightFormat& f
 
 StageCost cost_decode_token(const ModelConfig& c, const WeightFormat& f) {
     StageCost layers =
-        double(c.n_layers) * cost_attention_proj(c, 1, f) + double(c.n_moe_layers()) * cost_router(c, 1, f);
+        cost_mixers(c, 1, f) + double(c.n_moe_layers()) * cost_router(c, 1, f);
     return layers + routed_per_token(c) * cost_expert(c, 1, f) + cost_always_mlp(c, 1, f) + cost_lm_head(c, 1, f);
 }
 
 StageCost cost_decode_step(const ModelConfig& c, int n_tokens, double routed_experts, const WeightFormat& f) {
-    StageCost layers = double(c.n_layers) * cost_attention_proj(c, n_tokens, f) +
+    StageCost layers = cost_mixers(c, n_tokens, f) +
                        double(c.n_moe_layers()) * cost_router(c, n_tokens, f);
     StageCost experts{routed_experts * cost_expert(c, 0, f).bytes,
                       routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
@@ -98,7 +111,7 @@ StageCost cost_prefill(const ModelConfig& c, int n_tokens, const WeightFormat& f
     // the FLOPs follow the tokens.
     StageCost moe{expert_layers * experts * cost_expert(c, 0, f).bytes,
                   routed_per_token(c) * cost_expert(c, n_tokens, f).flops};
-    StageCost layers = double(c.n_layers) * cost_attention_proj(c, n_tokens, f) +
+    StageCost layers = cost_mixers(c, n_tokens, f) +
                        double(c.n_moe_layers()) * cost_router(c, n_tokens, f);
     return layers + moe + cost_always_mlp(c, n_tokens, f) + cost_lm_head(c, 1, f);
 }
@@ -110,7 +123,9 @@ double cost_dense_bytes(const ModelConfig& c, const WeightFormat& f) {
     if (c.qk_norm == QkNorm::PER_HEAD) vectors += double(c.n_layers) * 2 * c.head_dim;
     if (c.qk_norm == QkNorm::FULL) vectors += double(c.n_layers) * (q_dim + kv_dim);
     if (c.qkv_bias) vectors += double(c.n_layers) * (q_dim + 2 * kv_dim);
-    const double layers = double(c.n_layers) * cost_attention_proj(c, 0, f).bytes +
+    const LinearAttentionShape& s = c.linear;  // conv taps, dt bias, A, gated norm
+    vectors += double(c.n_linear_layers()) * (double(s.conv_dim()) * s.conv_kernel + 2.0 * s.n_v_heads + s.head_v_dim);
+    const double layers = cost_mixers(c, 0, f).bytes +
                           double(c.n_moe_layers()) * cost_router(c, 0, f).bytes + cost_always_mlp(c, 0, f).bytes;
     double embeddings = double(c.vocab_size) * c.dim * (f.embed + (c.tie_embeddings ? 0.0 : f.lm_head));
     return layers + embeddings + vectors * 2.0;

@@ -29,6 +29,10 @@ struct StageCost {
 StageCost cost_expert(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
 // Attention projections (q, k, v, o) of one layer over n tokens.
 StageCost cost_attention_proj(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
+// A Gated DeltaNet layer's projections (q/k/v, z, b, a in; out).
+StageCost cost_linear_proj(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
+// Every layer's mixer projections: attention's or the delta net's.
+StageCost cost_mixers(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
 // Router GEMV of one layer over n tokens.
 StageCost cost_router(const ModelConfig& c, int n_tokens, const WeightFormat& f = {});
 // The MLPs every token runs (each layer's dense MLP or shared expert and its

@@ -91,6 +91,28 @@ const char* gguf_role_name(TensorRole role, bool shared) {
         return "output_norm";
     case TensorRole::LM_HEAD:
         return "output";
+    // Gated DeltaNet (llama.cpp's qwen35moe / qwen3next names).
+    case TensorRole::LIN_QKV:
+        return "attn_qkv";
+    case TensorRole::LIN_Z:
+        return "attn_gate";
+    case TensorRole::LIN_B:
+        return "ssm_beta";
+    case TensorRole::LIN_A:
+        return "ssm_alpha";
+    case TensorRole::LIN_CONV:
+        return "ssm_conv1d";
+    case TensorRole::LIN_DT_BIAS:
+        return "ssm_dt";
+    case TensorRole::LIN_A_LOG:
+        return "ssm_a";
+    case TensorRole::LIN_NORM:
+        return "ssm_norm";
+    case TensorRole::LIN_OUT:
+        return "ssm_out";
+    case TensorRole::LIN_QKVZ:  // GGUF files hold them split
+    case TensorRole::LIN_BA:
+        return "";
     }
     return "";
 }
@@ -419,6 +441,18 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         case TensorRole::SHARED_GATE:
             t.sources = {L->shared_gate};
             break;
+        case TensorRole::LIN_QKV:
+        case TensorRole::LIN_Z:
+        case TensorRole::LIN_B:
+        case TensorRole::LIN_A:
+        case TensorRole::LIN_QKVZ:
+        case TensorRole::LIN_BA:
+        case TensorRole::LIN_CONV:
+        case TensorRole::LIN_DT_BIAS:
+        case TensorRole::LIN_A_LOG:
+        case TensorRole::LIN_NORM:
+        case TensorRole::LIN_OUT:
+            throw MoeError("quantize: " + c.architecture + ": writing Gated DeltaNet layers to GGUF is not supported yet");
         }
         t.view.shape = e.shape;
         if (e.role == TensorRole::SHARED_GATE) t.view.shape = {int64_t(c.dim)};  // a vector in GGUF

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -20,9 +21,10 @@ using json = nlohmann::json;
 namespace {
 
 const char* const SUPPORTED_ARCHITECTURES =
-    "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM";
+    "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM, "
+    "Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
 
-enum class Arch { MIXTRAL, MISTRAL, QWEN3_MOE, QWEN2_MOE, OLMOE };
+enum class Arch { MIXTRAL, MISTRAL, QWEN3_MOE, QWEN2_MOE, OLMOE, QWEN35_MOE, QWEN3_NEXT };
 
 [[noreturn]] void config_fail(std::string_view source, const std::string& what) {
     throw MoeError(std::string(source) + ": " + what);
@@ -131,6 +133,19 @@ void validate(const ModelConfig& c, std::string_view source) {
         config_fail(source, "field 'rope_theta' must be positive, found " + std::to_string(c.rope_theta));
     if (!(c.rms_norm_eps > 0.0f))
         config_fail(source, "field 'rms_norm_eps' must be positive, found " + std::to_string(c.rms_norm_eps));
+    if (c.n_linear_layers() > 0) {
+        require_positive(source, "linear_conv_kernel_dim", c.linear.conv_kernel);
+        require_positive(source, "linear_num_key_heads", c.linear.n_k_heads);
+        require_positive(source, "linear_num_value_heads", c.linear.n_v_heads);
+        require_positive(source, "linear_key_head_dim", c.linear.head_k_dim);
+        require_positive(source, "linear_value_head_dim", c.linear.head_v_dim);
+        if (c.linear.n_v_heads % c.linear.n_k_heads != 0)
+            config_fail(source, "field 'linear_num_key_heads' = " + std::to_string(c.linear.n_k_heads) +
+                                    " does not divide linear_num_value_heads = " + std::to_string(c.linear.n_v_heads));
+    }
+    if (c.n_mtp_layers < 0)
+        config_fail(source, "field 'mtp_num_hidden_layers' must not be negative, found " +
+                                std::to_string(c.n_mtp_layers));
     // EOS first: a config without BOS takes its EOS id as BOS.
     for (int id : c.eos_token_ids) check_token_id(source, "eos_token_id", id, c.vocab_size);
     check_token_id(source, "bos_token_id", c.bos_token_id, c.vocab_size);
@@ -166,6 +181,52 @@ std::vector<int> qwen_dense_layers(const json& j, std::string_view source, int n
     return dense;
 }
 
+// The hybrid layers of Qwen3.5 / Qwen3-Next: layer_types ("linear_attention"
+// or "full_attention", one a layer), else every full_attention_interval-th
+// layer attention and the others the delta net.
+std::vector<MixerKind> hybrid_layer_mixers(const json& j, std::string_view source, int n_layers) {
+    std::vector<MixerKind> mixers(size_t(n_layers), MixerKind::GATED_DELTANET);
+    if (const json* types = field(j, "layer_types")) {
+        if (!types->is_array() || int(types->size()) != n_layers)
+            config_fail(source, "field 'layer_types' must be a list of num_hidden_layers = " +
+                                    std::to_string(n_layers) + " strings");
+        for (int l = 0; l < n_layers; l++) {
+            const json& t = (*types)[size_t(l)];
+            if (t == "full_attention")
+                mixers[size_t(l)] = MixerKind::ATTENTION;
+            else if (t != "linear_attention")
+                config_fail(source, "field 'layer_types' holds " + t.dump() + " at " + std::to_string(l) +
+                                        " (expected \"linear_attention\" or \"full_attention\")");
+        }
+        return mixers;
+    }
+    const int interval = optional_int(j, source, "full_attention_interval", 4);
+    require_positive(source, "full_attention_interval", interval);
+    for (int l = 0; l < n_layers; l++)
+        if ((l + 1) % interval == 0) mixers[size_t(l)] = MixerKind::ATTENTION;
+    return mixers;
+}
+
+// Plain RoPE only: rope_scaling / rope_parameters may say so (rope_type
+// "default"; Qwen3.5's text-only M-RoPE sections reduce to plain RoPE, as
+// every position id of text is the token's index). Returns rope_theta from
+// rope_parameters when it is there.
+std::optional<float> plain_rope(const json& j, std::string_view source, bool mrope_ok) {
+    std::optional<float> theta;
+    for (const char* name : {"rope_scaling", "rope_parameters"}) {
+        const json* r = field(j, name);
+        if (!r) continue;
+        const json* type = r->is_object() ? field(*r, "rope_type") : nullptr;
+        if (!type) type = r->is_object() ? field(*r, "type") : nullptr;
+        const bool plain = r->is_object() && (!type || *type == "default" || (mrope_ok && *type == "mrope"));
+        if (!plain)
+            config_fail(source, std::string("field '") + name + "' is set (" + r->dump() +
+                                    "): only plain RoPE is supported");
+        if (field(*r, "rope_theta")) theta = optional_float(*r, source, "rope_theta", 0.0f);
+    }
+    return theta;
+}
+
 // A field this engine does not implement must hold its harmless value.
 void refuse_true(const json& j, std::string_view source, const char* name, const char* why) {
     if (optional_bool(j, source, name, false)) config_fail(source, std::string("field '") + name + "' = true: " + why);
@@ -192,9 +253,19 @@ int ModelConfig::layer_mlp_hidden(int l) const {
     return layer_is_moe(l) ? shared_hidden_dim : dense_hidden_dim;
 }
 
-ModelConfig model_config_parse(const json& j, std::string_view source) {
-    if (!j.is_object()) config_fail(source, std::string("expected a JSON object, found ") + json_type_name(j));
+ModelConfig model_config_parse(const json& top, std::string_view source) {
+    if (!top.is_object()) config_fail(source, std::string("expected a JSON object, found ") + json_type_name(top));
     ModelConfig c;
+    // Qwen3.5's image-text checkpoints keep the language model's fields in
+    // text_config (read over the top level, as llama.cpp's converter does).
+    json merged;
+    const json* text_config = field(top, "text_config");
+    if (text_config && !text_config->is_object()) config_fail(source, "field 'text_config' must be an object");
+    if (text_config) {
+        merged = top;
+        for (auto it = text_config->begin(); it != text_config->end(); ++it) merged[it.key()] = it.value();
+    }
+    const json& j = text_config ? merged : top;
 
     const json* archs = field(j, "architectures");
     if (!archs) config_fail(source, "field 'architectures' missing");
@@ -212,10 +283,15 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
         arch = Arch::QWEN2_MOE;
     else if (c.architecture == "OlmoeForCausalLM")
         arch = Arch::OLMOE;
+    else if (c.architecture == "Qwen3_5MoeForConditionalGeneration" || c.architecture == "Qwen3_5MoeForCausalLM")
+        arch = Arch::QWEN35_MOE;
+    else if (c.architecture == "Qwen3NextForCausalLM")
+        arch = Arch::QWEN3_NEXT;
     else
         config_fail(source, "architecture '" + c.architecture +
                                 "' is not supported (supported: " + SUPPORTED_ARCHITECTURES + ")");
-    const bool qwen = arch == Arch::QWEN3_MOE || arch == Arch::QWEN2_MOE;
+    const bool hybrid = arch == Arch::QWEN35_MOE || arch == Arch::QWEN3_NEXT;
+    const bool qwen = arch == Arch::QWEN3_MOE || arch == Arch::QWEN2_MOE || hybrid;
 
     c.dim = required_int(j, source, "hidden_size");
     c.n_layers = required_int(j, source, "num_hidden_layers");
@@ -225,7 +301,7 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
     require_positive(source, "hidden_size", c.dim);
     require_positive(source, "num_attention_heads", c.n_heads);
     require_positive(source, "num_hidden_layers", c.n_layers);
-    c.head_dim = optional_int(j, source, "head_dim", c.dim / c.n_heads);
+    c.head_dim = optional_int(j, source, "head_dim", hybrid ? 256 : c.dim / c.n_heads);
     switch (arch) {
     case Arch::MISTRAL:
         c.hidden_dim = required_int(j, source, "intermediate_size");
@@ -258,6 +334,44 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
             require_positive(source, "shared_expert_intermediate_size", c.shared_hidden_dim);
         }
         break;
+    case Arch::QWEN35_MOE:
+    case Arch::QWEN3_NEXT: {
+        // Qwen3_5MoeTextConfig / Qwen3NextConfig defaults.
+        const bool next = arch == Arch::QWEN3_NEXT;
+        c.hidden_dim = optional_int(j, source, "moe_intermediate_size", 512);
+        c.n_experts = optional_int(j, source, "num_experts", next ? 512 : 256);
+        c.n_experts_active = optional_int(j, source, "num_experts_per_tok", next ? 10 : 8);
+        c.shared_hidden_dim = optional_int(j, source, "shared_expert_intermediate_size", 512);
+        require_positive(source, "moe_intermediate_size", c.hidden_dim);
+        require_positive(source, "num_experts", c.n_experts);
+        require_positive(source, "shared_expert_intermediate_size", c.shared_hidden_dim);
+        // Qwen3.5's router always renormalises the top k (its config's
+        // norm_topk_prob is not read); Qwen3-Next's follows the flag.
+        c.norm_topk_prob = next ? optional_bool(j, source, "norm_topk_prob", true) : true;
+        if (next) {
+            c.dense_hidden_dim = optional_int(j, source, "intermediate_size", 5120);
+            c.dense_layers = qwen_dense_layers(j, source, c.n_layers);
+        } else {
+            c.dense_hidden_dim = c.hidden_dim;  // every Qwen3.5 layer is sparse
+        }
+        c.qk_norm = QkNorm::PER_HEAD;
+        c.attn_output_gate = true;
+        c.norms_zero_centered = true;
+        refuse_true(j, source, "attention_bias", "projection biases are not supported");
+        refuse_true(j, source, "use_sliding_window", "sliding-window attention is not supported");
+        c.layer_mixers = hybrid_layer_mixers(j, source, c.n_layers);
+        c.linear.conv_kernel = optional_int(j, source, "linear_conv_kernel_dim", 4);
+        c.linear.n_k_heads = optional_int(j, source, "linear_num_key_heads", 16);
+        c.linear.n_v_heads = optional_int(j, source, "linear_num_value_heads", 32);
+        c.linear.head_k_dim = optional_int(j, source, "linear_key_head_dim", 128);
+        c.linear.head_v_dim = optional_int(j, source, "linear_value_head_dim", 128);
+        c.n_mtp_layers = optional_int(j, source, "mtp_num_hidden_layers", 0);
+        if (text_config) {
+            c.tensor_prefix = "model.language_model.";
+            c.has_vision_tower = field(top, "vision_config") != nullptr;
+        }
+        break;
+    }
     case Arch::OLMOE:
         // OlmoeConfig defaults.
         c.hidden_dim = optional_int(j, source, "intermediate_size", 2048);
@@ -272,21 +386,32 @@ ModelConfig model_config_parse(const json& j, std::string_view source) {
         break;
     }
     if (!qwen) c.dense_hidden_dim = c.hidden_dim;  // only Qwen gives dense layers their own width
-    if (const json* scaling = field(j, "rope_scaling"))
-        config_fail(source, "field 'rope_scaling' is set (" + scaling->dump() + "): only plain RoPE is supported");
+    const std::optional<float> rope_parameters_theta = plain_rope(j, source, arch == Arch::QWEN35_MOE);
     // Hugging Face defaults of each config class.
     const float theta = arch == Arch::MIXTRAL ? 1e6f : 10000.0f;
     const float eps = arch == Arch::MIXTRAL || arch == Arch::OLMOE ? 1e-5f : 1e-6f;
-    const int max_pos = arch == Arch::OLMOE ? 4096 : qwen ? 32768 : 4096 * 32;
-    c.rope_theta = optional_float(j, source, "rope_theta", theta);
+    const int max_pos = arch == Arch::OLMOE ? 4096 : arch == Arch::QWEN35_MOE ? 262144 : qwen ? 32768 : 4096 * 32;
+    c.rope_theta = optional_float(j, source, "rope_theta", rope_parameters_theta.value_or(theta));
+    if (hybrid) {
+        float factor = 0.25f;
+        if (const json* r = field(j, "rope_parameters"); r && r->is_object())
+            factor = optional_float(*r, source, "partial_rotary_factor", factor);
+        factor = optional_float(j, source, "partial_rotary_factor", factor);
+        c.rotary_dim = int(float(c.head_dim) * factor);
+        if (!(factor > 0.0f && factor <= 1.0f) || c.rotary_dim < 2 || c.rotary_dim % 2 != 0)
+            config_fail(source, "field 'partial_rotary_factor' = " + std::to_string(factor) +
+                                    " does not give an even number of rotary dimensions of head_dim " +
+                                    std::to_string(c.head_dim));
+    }
     c.rms_norm_eps = optional_float(j, source, "rms_norm_eps", eps);
     c.tie_embeddings = optional_bool(j, source, "tie_word_embeddings", false);
     c.max_position_embeddings = optional_int(j, source, "max_position_embeddings", max_pos);
     // Qwen's <|endoftext|> and OLMoE's eos are the defaults; their configs
     // may give no BOS (OLMoE's is null): the first EOS id stands in.
-    const std::vector<int> default_eos = arch == Arch::OLMOE ? std::vector<int>{50279}
-                                         : qwen              ? std::vector<int>{151643}
-                                                             : std::vector<int>{2};
+    const std::vector<int> default_eos = arch == Arch::OLMOE        ? std::vector<int>{50279}
+                                         : arch == Arch::QWEN35_MOE ? std::vector<int>{248044}
+                                         : qwen                     ? std::vector<int>{151643}
+                                                                    : std::vector<int>{2};
     const json* eos = field(j, "eos_token_id");
     c.eos_token_ids = eos ? eos_ids(*eos, source) : default_eos;
     const bool mistral_family = arch == Arch::MIXTRAL || arch == Arch::MISTRAL;

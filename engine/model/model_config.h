@@ -2,6 +2,7 @@
 // Hugging Face config.json (+ generation_config.json). Architecture
 // differences are fields, not subclasses. Must not touch tensors.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -19,7 +20,31 @@ enum class QkNorm {
 // What mixes a layer's positions (engine/runtime/token_mixer.h); the other
 // half of a layer is its FFN.
 enum class MixerKind {
-    ATTENTION,  // causal GQA self-attention over the KV cache, RoPE, the q/k norm and bias variants above
+    ATTENTION,  // causal GQA self-attention over the KV cache, RoPE, the q/k norm, bias and output-gate variants
+    // Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next): a causal
+    // depthwise conv over q/k/v, the gated delta rule on a fixed-size state
+    // per head, a gated RMSNorm; it keeps a recurrent state, not a KV cache.
+    GATED_DELTANET,
+};
+
+// The shapes of a Gated DeltaNet layer (linear_* fields of config.json).
+struct LinearAttentionShape {
+    int conv_kernel = 0;  // linear_conv_kernel_dim (K): the conv reads the K - 1 inputs before
+    int n_k_heads = 0;    // linear_num_key_heads
+    int n_v_heads = 0;    // linear_num_value_heads (a multiple of n_k_heads)
+    int head_k_dim = 0;   // linear_key_head_dim
+    int head_v_dim = 0;   // linear_value_head_dim
+    // Which key head value head h reads: h / (n_v_heads / n_k_heads) in
+    // Hugging Face's order (GROUPED), h % n_k_heads in the order llama.cpp's
+    // qwen35moe GGUFs store (TILED).
+    enum class VHeadOrder : uint8_t { GROUPED, TILED } v_head_order = VHeadOrder::GROUPED;
+
+    int key_dim() const { return n_k_heads * head_k_dim; }
+    int value_dim() const { return n_v_heads * head_v_dim; }
+    int conv_dim() const { return 2 * key_dim() + value_dim(); }  // q, k and v go through the conv
+    int k_head_of(int v_head) const {
+        return v_head_order == VHeadOrder::GROUPED ? v_head / (n_v_heads / n_k_heads) : v_head % n_k_heads;
+    }
 };
 
 struct ModelConfig {
@@ -47,12 +72,38 @@ struct ModelConfig {
     int dense_hidden_dim = 0;  // intermediate_size of a dense layer (Qwen); = hidden_dim otherwise
     float rope_theta = 10000.0f;
     float rms_norm_eps = 1e-5f;
+    // The checkpoint's RMSNorm weights are zero-centred: the scale is 1 + w
+    // (Qwen3.5, Qwen3-Next; all but the delta net's gated norm). The loader
+    // adds the 1, so the engine's norms always scale by their weight.
+    bool norms_zero_centered = false;
     bool tie_embeddings = false;    // lm_head shares embed_tokens
+    // Rotary dimensions of a head (the first rotary_dim of head_dim, rotate
+    // half within them): head_dim * partial_rotary_factor; 0 = head_dim
+    // (rope_dim() says which).
+    int rotary_dim = 0;
+    // Attention's q projection gives each head its query and a gate
+    // ([q_h | gate_h], 2 * head_dim rows a head); the attention output is
+    // multiplied by sigmoid(gate) before o_proj (Qwen3.5, Qwen3-Next).
+    bool attn_output_gate = false;
+    // The mixer of each layer (n_layers entries); empty: attention in every
+    // layer. Qwen3.5 / Qwen3-Next: layer_types, or every
+    // full_attention_interval-th layer attention and the rest GATED_DELTANET.
+    std::vector<MixerKind> layer_mixers;
+    LinearAttentionShape linear;  // the GATED_DELTANET layers' shapes
+    // Multi-token-prediction layers in the checkpoint (mtp.*): read past,
+    // never run.
+    int n_mtp_layers = 0;
+    // Where the decoder's tensors are named: "model." (model.layers.N...), or
+    // "model.language_model." (Qwen3.5's image-text checkpoints, whose
+    // model.visual.* tower is not read).
+    std::string tensor_prefix = "model.";
+    bool has_vision_tower = false;  // the checkpoint carries a vision tower moe-server does not read
     int max_position_embeddings = 0;
     int bos_token_id = 1;
     std::vector<int> eos_token_ids;  // any of these ends generation
 
     bool is_moe() const { return n_experts > 0; }
+    int rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
     // Layer l routes tokens to experts (a MoE model's layer not in dense_layers).
     bool layer_is_moe(int l) const;
     // Layers that route to experts: n_layers - dense_layers for a MoE model, 0 for a dense one.
@@ -61,11 +112,13 @@ struct ModelConfig {
     // dense layer, or the shared expert); 0 when there is none. Mistral's
     // dense MLP is its expert 0 instead (it runs as a routed expert).
     int layer_mlp_hidden(int l) const;
-    // The token mixer of layer l: attention in every layer of the
-    // architectures read today.
-    MixerKind layer_mixer(int) const { return MixerKind::ATTENTION; }
-    // Layers whose mixer is attention (the KV cache holds theirs).
+    // The token mixer of layer l.
+    MixerKind layer_mixer(int l) const {
+        return layer_mixers.empty() ? MixerKind::ATTENTION : layer_mixers[size_t(l)];
+    }
+    // Layers whose mixer is attention (the KV cache holds theirs), and those of the delta net.
     int n_attention_layers() const;
+    int n_linear_layers() const { return n_layers - n_attention_layers(); }
 };
 
 // The architectures model_config_parse accepts, for messages and docs.

@@ -95,10 +95,10 @@ void fill_uniform(Rng& rng, float a, const float* offset, size_t cols, size_t st
 }
 
 enum class Init {
-    UNIFORM,  // uniform with standard deviation `scale`
-    EMBED,    // uniform plus the shared direction every token has in common
-    NORM,     // RMSNorm weight: 1 +- a little
-    ROUTER,   // per-expert scale and bias, so experts differ in popularity
+    UNIFORM,   // uniform with standard deviation `scale`
+    EMBED,     // uniform plus the shared direction every token has in common
+    CENTERED,  // uniform around `center` (an RMSNorm weight: 1 +- a little; zero-centred: 0 +- a little)
+    ROUTER,    // per-expert scale and bias, so experts differ in popularity
 };
 
 // RMS of the direction all embeddings share (the noise has RMS 1). It gives
@@ -119,12 +119,15 @@ struct SynthTensor {
     TensorView view;  // name, dtype, shape, nbytes
     Init init = Init::UNIFORM;
     float scale = 0.0f;
+    float center = 0.0f;                        // CENTERED
+    TensorValues values = TensorValues::AS_IS;  // the in-memory weights hold what the loader would make of them
     int shard = 0;
 };
 
 struct SynthInit {
     Init init;
     float scale;
+    float center = 0.0f;
 };
 
 // Initialisation and scale of a tensor by its role. Matrix scales are
@@ -139,7 +142,16 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::FFN_NORM:
     case TensorRole::Q_NORM:
     case TensorRole::K_NORM:
-    case TensorRole::FINAL_NORM: return {Init::NORM, 0.05f};
+    case TensorRole::FINAL_NORM:
+        // Zero-centred weights scale by 1 + w: the same norms either way.
+        return {Init::CENTERED, 0.05f, t.values == TensorValues::PLUS_ONE ? 0.0f : 1.0f};
+    case TensorRole::LIN_NORM: return {Init::CENTERED, 0.05f, 1.0f};
+    // A causal conv of K taps keeping unit RMS; the decay
+    // -exp(A_log) * softplus(a + dt_bias) around -0.15 a step (exp: 0.86),
+    // with a spread between heads.
+    case TensorRole::LIN_CONV: return {Init::UNIFORM, 1.0f / std::sqrt(float(t.shape.back()))};
+    case TensorRole::LIN_A_LOG: return {Init::CENTERED, 0.3f, 1.0f};
+    case TensorRole::LIN_DT_BIAS: return {Init::CENTERED, 0.5f, -3.0f};
     case TensorRole::Q_BIAS:
     case TensorRole::K_BIAS:
     case TensorRole::V_BIAS:
@@ -157,6 +169,13 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::MLP_W3:
     case TensorRole::MLP_W2:
     case TensorRole::SHARED_GATE:
+    case TensorRole::LIN_QKV:
+    case TensorRole::LIN_Z:
+    case TensorRole::LIN_B:
+    case TensorRole::LIN_A:
+    case TensorRole::LIN_QKVZ:
+    case TensorRole::LIN_BA:
+    case TensorRole::LIN_OUT:
         break;
     }
     return {Init::UNIFORM, fan_in};
@@ -171,6 +190,8 @@ SynthTensor synth_tensor(const TensorEntry& entry) {
     const SynthInit init = synth_init(entry);
     t.init = init.init;
     t.scale = init.scale;
+    t.center = init.center;
+    t.values = entry.values;
     return t;
 }
 
@@ -288,11 +309,10 @@ void synth_fill(const SynthTensor& t, uint64_t seed, const std::vector<float>& c
     }
     if (start % 4 != 0) throw MoeError("synth-model: " + t.view.name + ": chunk start not a multiple of 4");
     rng.skip(start / 4);
-    const float one = 1.0f;
     const float* offset = nullptr;
     size_t cols = 0;
-    if (t.init == Init::NORM) {
-        offset = &one;
+    if (t.init == Init::CENTERED) {
+        offset = &t.center;
         cols = 1;
     } else if (t.init == Init::EMBED) {
         offset = common.data();
@@ -332,6 +352,8 @@ const char* model_type(const ModelConfig& c) {
     if (c.architecture == "Qwen3MoeForCausalLM") return "qwen3_moe";
     if (c.architecture == "Qwen2MoeForCausalLM") return "qwen2_moe";
     if (c.architecture == "OlmoeForCausalLM") return "olmoe";
+    if (c.architecture == "Qwen3_5MoeForConditionalGeneration") return "qwen3_5_moe";
+    if (c.architecture == "Qwen3NextForCausalLM") return "qwen3_next";
     return "mixtral";
 }
 
@@ -339,7 +361,10 @@ bool mixtral_family(const ModelConfig& c) {
     return std::string_view(model_type(c)) == "mixtral";
 }
 
+json hybrid_config_json(const ModelConfig& c);
+
 json config_json(const ModelConfig& c) {
+    if (!c.layer_mixers.empty()) return hybrid_config_json(c);
     json j;
     j["architectures"] = {c.architecture};
     j["attention_dropout"] = 0.0;
@@ -398,6 +423,73 @@ json config_json(const ModelConfig& c) {
     } else {
         j["shared_expert_intermediate_size"] = c.shared_hidden_dim;
     }
+    return j;
+}
+
+// Qwen3.5's config.json (the language model's fields in text_config; no
+// vision tower written) or Qwen3-Next's (flat).
+json hybrid_config_json(const ModelConfig& c) {
+    json t;
+    t["bos_token_id"] = c.bos_token_id;
+    t["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+    t["hidden_act"] = "silu";
+    t["hidden_size"] = c.dim;
+    t["head_dim"] = c.head_dim;
+    t["num_hidden_layers"] = c.n_layers;
+    t["num_attention_heads"] = c.n_heads;
+    t["num_key_value_heads"] = c.n_kv_heads;
+    json types = json::array();
+    for (MixerKind k : c.layer_mixers) types.push_back(k == MixerKind::ATTENTION ? "full_attention" : "linear_attention");
+    t["layer_types"] = types;
+    t["full_attention_interval"] = 4;
+    t["linear_conv_kernel_dim"] = c.linear.conv_kernel;
+    t["linear_key_head_dim"] = c.linear.head_k_dim;
+    t["linear_value_head_dim"] = c.linear.head_v_dim;
+    t["linear_num_key_heads"] = c.linear.n_k_heads;
+    t["linear_num_value_heads"] = c.linear.n_v_heads;
+    t["num_experts"] = c.n_experts;
+    t["num_experts_per_tok"] = c.n_experts_active;
+    t["moe_intermediate_size"] = c.hidden_dim;
+    t["shared_expert_intermediate_size"] = c.shared_hidden_dim;
+    t["norm_topk_prob"] = c.norm_topk_prob;
+    t["max_position_embeddings"] = c.max_position_embeddings;
+    t["rms_norm_eps"] = json_float(c.rms_norm_eps);
+    t["tie_word_embeddings"] = c.tie_embeddings;
+    t["vocab_size"] = c.vocab_size;
+    t["attention_bias"] = false;
+    t["attention_dropout"] = 0.0;
+    t["initializer_range"] = 0.02;
+    t["router_aux_loss_coef"] = 0.001;
+    t["output_router_logits"] = false;
+    t["use_cache"] = true;
+    const double factor = double(c.rope_dim()) / c.head_dim;
+    if (c.architecture == "Qwen3NextForCausalLM") {
+        t["architectures"] = {c.architecture};
+        t["model_type"] = "qwen3_next";
+        t["rope_theta"] = json_float(c.rope_theta);
+        t["partial_rotary_factor"] = factor;
+        t["rope_scaling"] = nullptr;
+        t["intermediate_size"] = c.dense_hidden_dim;
+        t["decoder_sparse_step"] = 1;
+        t["mlp_only_layers"] = c.dense_layers;
+        t["torch_dtype"] = "bfloat16";
+        t["transformers_version"] = "4.57.0.dev0";
+        return t;
+    }
+    t["model_type"] = "qwen3_5_moe_text";
+    t["mtp_num_hidden_layers"] = c.n_mtp_layers;
+    t["rope_parameters"] = {{"rope_type", "default"},
+                            {"rope_theta", json_float(c.rope_theta)},
+                            {"partial_rotary_factor", factor},
+                            {"mrope_section", {c.rope_dim() / 2 - 2 * (c.rope_dim() / 6), c.rope_dim() / 6, c.rope_dim() / 6}},
+                            {"mrope_interleaved", true}};
+    t["dtype"] = "bfloat16";
+    json j;
+    j["architectures"] = {c.architecture};
+    j["model_type"] = "qwen3_5_moe";
+    j["text_config"] = t;
+    j["tie_word_embeddings"] = c.tie_embeddings;
+    j["transformers_version"] = "5.2.0";
     return j;
 }
 
@@ -528,6 +620,27 @@ ModelConfig qwen_preset(const char* arch, int dim, int moe_hidden, int layers, i
     return c;
 }
 
+// A Qwen3.5 / Qwen3-Next layout on a qwen_preset: every fourth layer gated
+// attention (rotary on a quarter of each head, q/k norms), the others Gated
+// DeltaNet with these heads; a shared expert as wide as a routed one;
+// zero-centred norms; theta 1e7.
+ModelConfig hybrid_preset(ModelConfig c, int n_k_heads, int n_v_heads, int head_k_dim, int head_v_dim) {
+    c.attn_output_gate = true;
+    c.norms_zero_centered = true;
+    c.rotary_dim = c.head_dim / 4;
+    c.rope_theta = 1e7f;
+    c.shared_hidden_dim = c.hidden_dim;
+    c.layer_mixers.assign(size_t(c.n_layers), MixerKind::GATED_DELTANET);
+    for (int l = 3; l < c.n_layers; l += 4) c.layer_mixers[size_t(l)] = MixerKind::ATTENTION;
+    c.linear = {4, n_k_heads, n_v_heads, head_k_dim, head_v_dim};
+    if (c.architecture == "Qwen3_5MoeForConditionalGeneration") {
+        c.tensor_prefix = "model.language_model.";
+        c.dense_hidden_dim = c.hidden_dim;
+        c.max_position_embeddings = 262144;
+    }
+    return c;
+}
+
 void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthTensor>& ts, int n_shards,
                  const std::string& tokenizer, const fs::path& dir) {
     std::vector<bf16> buf;
@@ -580,6 +693,10 @@ const char* synth_preset_name(SynthPreset preset) {
     case SynthPreset::QWEN3_30B_A3B: return "qwen3-30b-a3b";
     case SynthPreset::OLMOE_MINI: return "olmoe-mini";
     case SynthPreset::QWEN2_MOE_MINI: return "qwen2-moe-mini";
+    case SynthPreset::QWEN35_MOE_MINI: return "qwen35-moe-mini";
+    case SynthPreset::QWEN36_35B_A3B: return "qwen3.6-35b-a3b";
+    case SynthPreset::QWEN3_NEXT_MINI: return "qwen3-next-mini";
+    case SynthPreset::QWEN3_NEXT_80B_A3B: return "qwen3-next-80b-a3b";
     }
     return "?";
 }
@@ -644,12 +761,36 @@ ModelConfig synth_preset(SynthPreset preset) {
         c.dense_hidden_dim = 4 * 352;
         return c;
     }
+    case SynthPreset::QWEN35_MOE_MINI:
+        // Qwen3.5-35B-A3B scaled down: 64 experts of top-8 and a shared
+        // expert, 8 layers (3 and 7 attention), value heads twice the key
+        // heads, a quarter of each attention head rotary.
+        return hybrid_preset(qwen_preset("Qwen3_5MoeForConditionalGeneration", 512, 128, 8, 8, 2, 64, 64, 8), 4, 8, 32, 32);
+    case SynthPreset::QWEN3_NEXT_MINI:
+        return hybrid_preset(qwen_preset("Qwen3NextForCausalLM", 512, 128, 8, 8, 2, 64, 64, 8), 4, 8, 32, 32);
+    case SynthPreset::QWEN36_35B_A3B: {
+        // Qwen3.6-35B-A3B's shapes (its text_config), the vocabulary padded above the stand-in tokenizer.
+        ModelConfig c = hybrid_preset(qwen_preset("Qwen3_5MoeForConditionalGeneration", 2048, 512, 40, 16, 2, 256, 256, 8),
+                                      16, 32, 128, 128);
+        c.vocab_size = 248320;
+        return c;
+    }
+    case SynthPreset::QWEN3_NEXT_80B_A3B: {
+        ModelConfig c =
+            hybrid_preset(qwen_preset("Qwen3NextForCausalLM", 2048, 512, 48, 16, 2, 256, 512, 10), 16, 32, 128, 128);
+        c.vocab_size = 151936;
+        c.dense_hidden_dim = 5120;
+        return c;
+    }
     }
     std::abort();
 }
 
 std::string synth_chat_template(const ModelConfig& c) {
-    if (c.architecture == "Qwen3MoeForCausalLM") return embedded_text("qwen3-chat-template.jinja");
+    // Qwen3-Next's template is Qwen3's; Qwen3.5's presets take it too (the
+    // stand-in tokenizer has no <think> tokens of its own).
+    if (c.architecture == "Qwen3MoeForCausalLM" || !c.layer_mixers.empty())
+        return embedded_text("qwen3-chat-template.jinja");
     if (c.architecture == "Qwen2MoeForCausalLM") return embedded_text("qwen2.5-chat-template.jinja");
     if (c.architecture == "OlmoeForCausalLM") return OLMOE_STANDIN_CHAT_TEMPLATE;
     return SYNTH_MIXTRAL_CHAT_TEMPLATE;
@@ -696,7 +837,7 @@ uint64_t synth_memory_bytes(const ModelConfig& config) {
     for (const TensorEntry& t : tensor_table(config)) {
         uint64_t n = 1;
         for (int64_t d : t.shape) n *= uint64_t(d);
-        total += n * (t.shape.size() == 1 ? sizeof(float) : sizeof(bf16));
+        total += n * (t.shape.size() != 2 ? sizeof(float) : sizeof(bf16));
     }
     return total;
 }
@@ -719,17 +860,12 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
     std::vector<Item> items;
     for (size_t i = 0; i < ts.size(); i++) {
         const size_t n = ts[i].view.nbytes / sizeof(bf16);
-        out[i] = w.arena.alloc(n * (ts[i].view.shape.size() == 1 ? sizeof(float) : sizeof(bf16)));
+        const bool vector = ts[i].view.shape.size() != 2;  // norms, biases, a conv's taps: fp32
+        out[i] = w.arena.alloc(n * (vector ? sizeof(float) : sizeof(bf16)));
         by_name[ts[i].view.name] = out[i];
-        const size_t chunk = ts[i].init == Init::ROUTER || ts[i].view.shape.size() == 1 ? n : CHUNK_ELEMENTS;
+        const size_t chunk = ts[i].init == Init::ROUTER || vector ? n : CHUNK_ELEMENTS;
         for (size_t start = 0; start < n; start += chunk) items.push_back({i, start, std::min(chunk, n - start)});
     }
-    weights_assign(w, c, [&](const TensorEntry& t) {
-        const void* p = by_name.at(t.name);
-        return t.shape.size() == 1 ? weight_view(DType::F32, p, 1, t.shape[0])
-                                   : weight_view(DType::BF16, p, t.shape[0], t.shape[1]);
-    });
-
     std::atomic<size_t> next{0};
     std::mutex error_mutex;
     std::exception_ptr error;
@@ -740,11 +876,11 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
             for (size_t k; (k = next.fetch_add(1)) < items.size();) {
                 const Item& it = items[k];
                 const SynthTensor& t = ts[it.tensor];
-                if (t.view.shape.size() == 1) {
+                if (t.view.shape.size() != 2) {
                     vector_buf.resize(it.n);
                     synth_fill(t, seed, common, it.start, vector_buf.data(), it.n);
                     float* dst = static_cast<float*>(out[it.tensor]) + it.start;
-                    for (size_t j = 0; j < it.n; j++) dst[j] = bf16_to_f32(vector_buf[j]);
+                    for (size_t j = 0; j < it.n; j++) dst[j] = tensor_value(bf16_to_f32(vector_buf[j]), t.values);
                 } else {
                     synth_fill(t, seed, common, it.start, static_cast<bf16*>(out[it.tensor]) + it.start, it.n);
                 }
@@ -756,6 +892,13 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
         }
     });
     if (error) std::rethrow_exception(error);
+    // After the values are there: a fused projection is split by copying rows.
+    weights_assign(w, c, [&](const TensorEntry& t) {
+        const void* p = by_name.at(t.name);
+        if (t.shape.size() == 2) return weight_view(DType::BF16, p, t.shape[0], t.shape[1]);
+        const int64_t rows = t.shape.size() == 1 ? 1 : t.shape[0];
+        return weight_view(DType::F32, p, rows, t.shape.back());
+    });
     return w;
 }
 

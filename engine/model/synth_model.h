@@ -20,14 +20,21 @@
 
 // Presets: tiny, small, mixtral-mini, mixtral-8x7b (Mixtral); qwen3-moe-mini,
 // qwen3-30b-a3b (Qwen3-MoE), olmoe-mini (OLMoE), qwen2-moe-mini (Qwen2-MoE,
-// a shared expert). A name is parsed once where it comes in (the CLI's
+// a shared expert); the hybrid ones (Gated DeltaNet in three layers of
+// four, gated attention in the fourth, a shared expert): qwen35-moe-mini and
+// qwen3.6-35b-a3b (Qwen3.5 / 3.6, the image-text checkpoint's text weights),
+// qwen3-next-mini and qwen3-next-80b-a3b (Qwen3-Next, its fused
+// projections). A name is parsed once where it comes in (the CLI's
 // --preset, a synth:PRESET source, a test's model).
 enum class SynthPreset : uint8_t {
     TINY, SMALL, MIXTRAL_MINI, MIXTRAL_8X7B, QWEN3_MOE_MINI, QWEN3_30B_A3B, OLMOE_MINI, QWEN2_MOE_MINI,
+    QWEN35_MOE_MINI, QWEN36_35B_A3B, QWEN3_NEXT_MINI, QWEN3_NEXT_80B_A3B,
 };
 inline constexpr SynthPreset SYNTH_PRESETS[] = {
-    SynthPreset::TINY,           SynthPreset::SMALL,         SynthPreset::MIXTRAL_MINI, SynthPreset::MIXTRAL_8X7B,
-    SynthPreset::QWEN3_MOE_MINI, SynthPreset::QWEN3_30B_A3B, SynthPreset::OLMOE_MINI,   SynthPreset::QWEN2_MOE_MINI,
+    SynthPreset::TINY,            SynthPreset::SMALL,          SynthPreset::MIXTRAL_MINI,
+    SynthPreset::MIXTRAL_8X7B,    SynthPreset::QWEN3_MOE_MINI, SynthPreset::QWEN3_30B_A3B,
+    SynthPreset::OLMOE_MINI,      SynthPreset::QWEN2_MOE_MINI, SynthPreset::QWEN35_MOE_MINI,
+    SynthPreset::QWEN36_35B_A3B,  SynthPreset::QWEN3_NEXT_MINI, SynthPreset::QWEN3_NEXT_80B_A3B,
 };
 const char* synth_preset_name(SynthPreset preset);  // "tiny", "mixtral-mini", ...
 // "tiny, small, ...": every name, for usage lines and errors.

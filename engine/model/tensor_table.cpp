@@ -14,13 +14,35 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
     const char* const w1 = mixtral ? "w1.weight" : "gate_proj.weight";
     const char* const w3 = mixtral ? "w3.weight" : "up_proj.weight";
     const char* const w2 = mixtral ? "w2.weight" : "down_proj.weight";
+    const std::string& m = c.tensor_prefix;
+    const TensorValues norm = c.norms_zero_centered ? TensorValues::PLUS_ONE : TensorValues::AS_IS;
+    const LinearAttentionShape& lin = c.linear;
+    const int64_t conv_dim = lin.conv_dim(), value_dim = lin.value_dim(), n_v = lin.n_v_heads;
+    const bool fused_qkvz = c.architecture == "Qwen3NextForCausalLM";
     std::vector<TensorEntry> t;
-    t.push_back({"model.embed_tokens.weight", {vocab, dim}, TensorRole::EMBED});
+    t.push_back({m + "embed_tokens.weight", {vocab, dim}, TensorRole::EMBED});
     for (int l = 0; l < c.n_layers; l++) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const std::string p = m + "layers." + std::to_string(l) + ".";
+        t.push_back({p + "input_layernorm.weight", {dim}, TensorRole::ATTN_NORM, l, -1, norm});
+        if (c.layer_mixer(l) == MixerKind::GATED_DELTANET) {
+            const std::string a = p + "linear_attn.";
+            if (fused_qkvz) {
+                t.push_back({a + "in_proj_qkvz.weight", {conv_dim + value_dim, dim}, TensorRole::LIN_QKVZ, l});
+                t.push_back({a + "in_proj_ba.weight", {2 * n_v, dim}, TensorRole::LIN_BA, l});
+            } else {
+                t.push_back({a + "in_proj_qkv.weight", {conv_dim, dim}, TensorRole::LIN_QKV, l});
+                t.push_back({a + "in_proj_z.weight", {value_dim, dim}, TensorRole::LIN_Z, l});
+                t.push_back({a + "in_proj_b.weight", {n_v, dim}, TensorRole::LIN_B, l});
+                t.push_back({a + "in_proj_a.weight", {n_v, dim}, TensorRole::LIN_A, l});
+            }
+            t.push_back({a + "conv1d.weight", {conv_dim, 1, int64_t(lin.conv_kernel)}, TensorRole::LIN_CONV, l});
+            t.push_back({a + "dt_bias", {n_v}, TensorRole::LIN_DT_BIAS, l});
+            t.push_back({a + "A_log", {n_v}, TensorRole::LIN_A_LOG, l, -1, TensorValues::NEG_EXP});
+            t.push_back({a + "norm.weight", {int64_t(lin.head_v_dim)}, TensorRole::LIN_NORM, l});
+            t.push_back({a + "out_proj.weight", {dim, value_dim}, TensorRole::LIN_OUT, l});
+        } else {
         const std::string a = p + "self_attn.";
-        t.push_back({p + "input_layernorm.weight", {dim}, TensorRole::ATTN_NORM, l});
-        t.push_back({a + "q_proj.weight", {q_dim, dim}, TensorRole::WQ, l});
+        t.push_back({a + "q_proj.weight", {c.attn_output_gate ? 2 * q_dim : q_dim, dim}, TensorRole::WQ, l});
         if (c.qkv_bias) t.push_back({a + "q_proj.bias", {q_dim}, TensorRole::Q_BIAS, l});
         t.push_back({a + "k_proj.weight", {kv_dim, dim}, TensorRole::WK, l});
         if (c.qkv_bias) t.push_back({a + "k_proj.bias", {kv_dim}, TensorRole::K_BIAS, l});
@@ -29,10 +51,11 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
         t.push_back({a + "o_proj.weight", {dim, q_dim}, TensorRole::WO, l});
         if (c.qk_norm != QkNorm::NONE) {
             const bool full = c.qk_norm == QkNorm::FULL;
-            t.push_back({a + "q_norm.weight", {full ? q_dim : int64_t(c.head_dim)}, TensorRole::Q_NORM, l});
-            t.push_back({a + "k_norm.weight", {full ? kv_dim : int64_t(c.head_dim)}, TensorRole::K_NORM, l});
+            t.push_back({a + "q_norm.weight", {full ? q_dim : int64_t(c.head_dim)}, TensorRole::Q_NORM, l, -1, norm});
+            t.push_back({a + "k_norm.weight", {full ? kv_dim : int64_t(c.head_dim)}, TensorRole::K_NORM, l, -1, norm});
         }
-        t.push_back({p + "post_attention_layernorm.weight", {dim}, TensorRole::FFN_NORM, l});
+        }
+        t.push_back({p + "post_attention_layernorm.weight", {dim}, TensorRole::FFN_NORM, l, -1, norm});
         if (!c.is_moe()) {
             t.push_back({p + "mlp.gate_proj.weight", {hidden, dim}, TensorRole::EXPERT_W1, l, 0});
             t.push_back({p + "mlp.up_proj.weight", {hidden, dim}, TensorRole::EXPERT_W3, l, 0});
@@ -59,7 +82,7 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
                 t.push_back({p + "mlp.shared_expert_gate.weight", {1, dim}, TensorRole::SHARED_GATE, l});
         }
     }
-    t.push_back({"model.norm.weight", {dim}, TensorRole::FINAL_NORM});
+    t.push_back({m + "norm.weight", {dim}, TensorRole::FINAL_NORM, -1, -1, norm});
     if (!c.tie_embeddings) t.push_back({"lm_head.weight", {vocab, dim}, TensorRole::LM_HEAD});
     return t;
 }

@@ -5,6 +5,7 @@
 // the synthetic-checkpoint writer and the model fingerprint all walk this
 // list. Opens no file and holds no data.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,7 +15,7 @@
 enum class TensorRole {
     EMBED,        // (vocab_size, dim)
     ATTN_NORM,    // (dim,)
-    WQ,           // (n_heads * head_dim, dim)
+    WQ,           // (n_heads * head_dim, dim); with attn_output_gate (2 * n_heads * head_dim, dim): [q_h | gate_h] a head
     Q_BIAS,       // (n_heads * head_dim,); qkv_bias only
     WK,           // (n_kv_heads * head_dim, dim)
     K_BIAS,       // (n_kv_heads * head_dim,); qkv_bias only
@@ -34,7 +35,36 @@ enum class TensorRole {
     SHARED_GATE,  // (1, dim) the shared expert's sigmoid gate; shared expert only
     FINAL_NORM,   // (dim,)
     LM_HEAD,      // (vocab_size, dim); absent when the embeddings are tied
+    // A Gated DeltaNet layer (ModelConfig::linear: conv_dim, key_dim, value_dim, n_v_heads):
+    LIN_QKV,      // (conv_dim, dim) in_proj_qkv: q (key_dim) | k (key_dim) | v (value_dim) rows
+    LIN_Z,        // (value_dim, dim) in_proj_z: the output gate
+    LIN_B,        // (n_v_heads, dim) in_proj_b: beta = sigmoid(x . b)
+    LIN_A,        // (n_v_heads, dim) in_proj_a: the decay's input
+    LIN_QKVZ,     // Qwen3-Next's fused in_proj_qkvz (2 key_dim + 2 value_dim, dim): per key head [q|k|v|z]; split at load
+    LIN_BA,       // Qwen3-Next's fused in_proj_ba (2 n_v_heads, dim): per key head [b|a]; split at load
+    LIN_CONV,     // (conv_dim, 1, conv_kernel) conv1d: the causal depthwise conv over q, k, v
+    LIN_DT_BIAS,  // (n_v_heads,) dt_bias
+    LIN_A_LOG,    // (n_v_heads,) A_log; held as -exp(A_log) (TensorValues::NEG_EXP)
+    LIN_NORM,     // (head_v_dim,) the gated RMSNorm's weight (a plain weight, never zero-centred)
+    LIN_OUT,      // (dim, value_dim) out_proj
 };
+
+// How the engine holds a tensor's values from a Hugging Face checkpoint.
+enum class TensorValues : uint8_t {
+    AS_IS,
+    PLUS_ONE,  // a zero-centred RMSNorm weight (ModelConfig::norms_zero_centered): 1 + w
+    NEG_EXP,   // A_log: -exp(A_log), the per-head decay rate
+};
+
+// A checkpoint's value x as the engine holds it.
+inline float tensor_value(float x, TensorValues values) {
+    switch (values) {
+    case TensorValues::AS_IS: break;
+    case TensorValues::PLUS_ONE: return 1.0f + x;
+    case TensorValues::NEG_EXP: return -std::exp(x);
+    }
+    return x;
+}
 
 struct TensorEntry {
     std::string name;            // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
@@ -42,6 +72,7 @@ struct TensorEntry {
     TensorRole role;
     int layer = -1;   // -1 for EMBED, FINAL_NORM, LM_HEAD
     int expert = -1;  // expert index for EXPERT_*, -1 otherwise
+    TensorValues values = TensorValues::AS_IS;  // what the loader makes of the checkpoint's values
 };
 
 // Every tensor of the checkpoint in load order: embed; per layer the input

@@ -7,8 +7,10 @@
 #include "engine/model/weights.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "base/errors.h"
@@ -67,13 +69,61 @@ WeightView weights_matrix(ModelWeights& w, const TensorView& t) {
     return weight_view(DType::BF16, w.owned_bf16.back().get(), rows, cols);
 }
 
-WeightView weights_vector(ModelWeights& w, const TensorView& t) {
-    const int64_t n = t.shape[0];
+WeightView weights_vector(ModelWeights& w, const TensorView& t, TensorValues values) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
     auto out = std::make_unique_for_overwrite<float[]>(size_t(n));
-    for (int64_t i = 0; i < n; i++) out[size_t(i)] = element_f32(t, size_t(i));
+    for (int64_t i = 0; i < n; i++) out[size_t(i)] = tensor_value(element_f32(t, size_t(i)), values);
     w.owned_f32.push_back(std::move(out));
-    return weight_view(DType::F32, w.owned_f32.back().get(), 1, n);
+    // A vector is one row; a conv's (channels, 1, taps) is channels rows of taps.
+    const int64_t rows = t.shape.size() == 1 ? 1 : t.shape[0];
+    return weight_view(DType::F32, w.owned_f32.back().get(), rows, n / rows);
 }
+
+namespace {
+
+// Rows [row, row + n) of a bf16 matrix copied to dst.
+void copy_rows(bf16* dst, const WeightView& m, int64_t row, int64_t n) {
+    std::memcpy(dst, m.row(row), size_t(n) * m.row_bytes);
+}
+
+// Qwen3-Next's fused in_proj_qkvz (per key head g: q_g, k_g, v_g, z_g rows)
+// split into in_proj_qkv's layout (every q, every k, every v) and in_proj_z;
+// in_proj_ba (per key head: b, a of its value heads) into b and a.
+void split_fused(ModelWeights& w, LinearAttentionWeights& L, const WeightView& m, const LinearAttentionShape& s,
+                 bool qkvz, const std::string& name) {
+    if (m.type != DType::BF16) throw MoeError(name + ": a fused projection must be a float type, found " + dtype_name(m.type));
+    const int64_t nk = s.n_k_heads, dk = s.head_k_dim, r = s.n_v_heads / s.n_k_heads, dv = s.head_v_dim;
+    auto alloc = [&](int64_t rows) {
+        w.owned_bf16.push_back(std::make_unique_for_overwrite<bf16[]>(size_t(rows * m.cols)));
+        return w.owned_bf16.back().get();
+    };
+    const int64_t cols = m.cols;
+    if (qkvz) {
+        bf16* qkv = alloc(s.conv_dim());
+        bf16* z = alloc(s.value_dim());
+        const int64_t group = 2 * dk + 2 * r * dv;
+        for (int64_t g = 0; g < nk; g++) {
+            copy_rows(qkv + (g * dk) * cols, m, g * group, dk);                                  // q_g
+            copy_rows(qkv + (nk * dk + g * dk) * cols, m, g * group + dk, dk);                   // k_g
+            copy_rows(qkv + (2 * nk * dk + g * r * dv) * cols, m, g * group + 2 * dk, r * dv);   // v of its heads
+            copy_rows(z + (g * r * dv) * cols, m, g * group + 2 * dk + r * dv, r * dv);          // z of its heads
+        }
+        L.wqkv = weight_view(DType::BF16, qkv, s.conv_dim(), cols);
+        L.wz = weight_view(DType::BF16, z, s.value_dim(), cols);
+    } else {
+        bf16* b = alloc(s.n_v_heads);
+        bf16* a = alloc(s.n_v_heads);
+        for (int64_t g = 0; g < nk; g++) {
+            copy_rows(b + (g * r) * cols, m, g * 2 * r, r);
+            copy_rows(a + (g * r) * cols, m, g * 2 * r + r, r);
+        }
+        L.wb = weight_view(DType::BF16, b, s.n_v_heads, cols);
+        L.wa = weight_view(DType::BF16, a, s.n_v_heads, cols);
+    }
+}
+
+}  // namespace
 
 void weights_assign(ModelWeights& w, const ModelConfig& config,
                     const std::function<WeightView(const TensorEntry&)>& data) {
@@ -129,6 +179,19 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
             break;
         case TensorRole::FINAL_NORM: w.final_norm = v; break;
         case TensorRole::LM_HEAD: w.lm_head = m; break;
+        case TensorRole::LIN_QKV: L->linear.wqkv = m; break;
+        case TensorRole::LIN_Z: L->linear.wz = m; break;
+        case TensorRole::LIN_B: L->linear.wb = m; break;
+        case TensorRole::LIN_A: L->linear.wa = m; break;
+        case TensorRole::LIN_QKVZ:
+        case TensorRole::LIN_BA:
+            split_fused(w, L->linear, m, config.linear, t.role == TensorRole::LIN_QKVZ, t.name);
+            break;
+        case TensorRole::LIN_CONV: L->linear.conv = v; break;
+        case TensorRole::LIN_DT_BIAS: L->linear.dt_bias = v; break;
+        case TensorRole::LIN_A_LOG: L->linear.a = v; break;
+        case TensorRole::LIN_NORM: L->linear.norm = v; break;
+        case TensorRole::LIN_OUT: L->linear.wout = m; break;
         }
     }
     if (config.tie_embeddings) w.lm_head = w.embed;
@@ -149,15 +212,48 @@ std::string weights_expert_dtypes(const ModelWeights& w) {
     return names;
 }
 
+namespace {
+
+// transformers 5 stores a layer's experts fused (Qwen3.5's checkpoints):
+// mlp.experts.gate_up_proj (n_experts, 2 hidden, dim), expert e's gate rows
+// then its up rows, and mlp.experts.down_proj (n_experts, dim, hidden).
+// Expert e's w1, w3 or w2 as a view into them; nullopt when the layer has
+// no such tensor.
+std::optional<TensorView> fused_expert(const SafetensorsSet& files, const TensorEntry& e, const ModelConfig& c) {
+    const size_t at = e.name.rfind("experts.");
+    if (at == std::string::npos) return std::nullopt;
+    const bool down = e.role == TensorRole::EXPERT_W2;
+    const std::string name = e.name.substr(0, at) + (down ? "experts.down_proj" : "experts.gate_up_proj");
+    const TensorView* all = files.find(name);
+    if (!all) return std::nullopt;
+    const int64_t hidden = c.hidden_dim, dim = c.dim, n = c.n_experts;
+    const std::vector<int64_t> want = down ? std::vector<int64_t>{n, dim, hidden} : std::vector<int64_t>{n, 2 * hidden, dim};
+    if (all->shape != want)
+        throw MoeError(all->file + ": " + name + ": expected shape " + tensor_shape_string(want) + ", found " +
+                       tensor_shape_string(all->shape));
+    const int64_t rows = down ? dim : hidden, cols = down ? hidden : dim;
+    const int64_t first = down ? int64_t(e.expert) * dim : int64_t(e.expert) * 2 * hidden + (e.role == TensorRole::EXPERT_W3 ? hidden : 0);
+    TensorView t = *all;
+    t.name = name + "[" + std::to_string(e.expert) + "]";
+    t.shape = {rows, cols};
+    t.nbytes = size_t(rows * cols) * size_t(dtype_info(all->dtype).block_bytes);
+    t.data = static_cast<const char*>(all->data) + size_t(first * cols) * size_t(dtype_info(all->dtype).block_bytes);
+    return t;
+}
+
+}  // namespace
+
 ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
     ModelWeights w;
     w.files = std::make_unique<SafetensorsSet>(dir);
     weights_assign(w, config, [&](const TensorEntry& entry) {
         const TensorView* t = w.files->find(entry.name);
+        std::optional<TensorView> slice;
+        if (!t && entry.expert >= 0 && (slice = fused_expert(*w.files, entry, config))) t = &*slice;
         if (!t) throw MoeError(w.files->source() + ": " + entry.name + ": tensor missing");
         // BF16, F16 and F32 are all accepted (the reader refuses anything else).
         weights_check_shape(*t, entry);
-        return entry.shape.size() == 1 ? weights_vector(w, *t) : weights_matrix(w, *t);
+        return entry.shape.size() == 2 ? weights_matrix(w, *t) : weights_vector(w, *t, entry.values);
     });
     return w;
 }

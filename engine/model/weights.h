@@ -27,9 +27,23 @@ struct ExpertWeights {
     bool empty() const { return w1.empty(); }
 };
 
+// A Gated DeltaNet layer's weights (ModelConfig::linear's shapes).
+struct LinearAttentionWeights {
+    WeightView wqkv;                 // (conv_dim, dim): q | k | v rows, each head-major
+    WeightView wz;                   // (value_dim, dim): the output gate
+    WeightView wb;                   // (n_v_heads, dim): beta = sigmoid(x . wb)
+    WeightView wa;                   // (n_v_heads, dim): the decay's input
+    const float* conv = nullptr;     // (conv_dim, conv_kernel): channel c's taps, oldest input first
+    const float* dt_bias = nullptr;  // (n_v_heads,)
+    const float* a = nullptr;        // (n_v_heads,): -exp(A_log), the decay rate (<= 0)
+    const float* norm = nullptr;     // (head_v_dim,): the gated RMSNorm's weight
+    WeightView wout;                 // (dim, value_dim)
+};
+
 struct LayerWeights {
     const float* attn_norm = nullptr;  // (dim,)
-    WeightView wq;                     // (n_heads * head_dim, dim)
+    // Attention (a layer whose mixer is ATTENTION):
+    WeightView wq;                     // (n_heads * head_dim, dim); with attn_output_gate (2 n_heads head_dim, dim), [q_h | gate_h]
     WeightView wk;                     // (n_kv_heads * head_dim, dim)
     WeightView wv;                     // (n_kv_heads * head_dim, dim)
     WeightView wo;                     // (dim, n_heads * head_dim)
@@ -38,6 +52,7 @@ struct LayerWeights {
     const float* v_bias = nullptr;     // (n_kv_heads * head_dim,)
     const float* q_norm = nullptr;     // (head_dim,) or (n_heads * head_dim,); null without qk_norm
     const float* k_norm = nullptr;     // (head_dim,) or (n_kv_heads * head_dim,)
+    LinearAttentionWeights linear;     // a GATED_DELTANET layer's mixer
     const float* ffn_norm = nullptr;   // (dim,)
     WeightView router;                 // (n_experts, dim); empty for a dense model or layer
     std::vector<ExpertWeights> experts;  // n_experts entries; one (the MLP) for a dense Mistral model;
@@ -82,7 +97,8 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
 // shape [..], found [..]". weights_matrix: a (rows, cols) matrix in place
 // when it is bf16 (aligned) or block-quantized, else converted to bf16 owned
 // by w. weights_vector: a (n,) vector converted to fp32 owned by w, as a
-// (1, n) F32 view; MoeError for a quantized one.
+// (1, n) F32 view (a conv's (channels, 1, taps): channels rows of taps),
+// its values as `values` says; MoeError for a quantized one.
 // The element types of the expert matrices, lower case, distinct, in
 // DType order, joined by "+": "bf16", "q8_0", "q4_k+q6_k". Keys the
 // calibration cache (an expert's speed follows its type).
@@ -90,4 +106,4 @@ std::string weights_expert_dtypes(const ModelWeights& w);
 
 const TensorView& weights_check_shape(const TensorView& t, const TensorEntry& entry);
 WeightView weights_matrix(ModelWeights& w, const TensorView& t);
-WeightView weights_vector(ModelWeights& w, const TensorView& t);
+WeightView weights_vector(ModelWeights& w, const TensorView& t, TensorValues values = TensorValues::AS_IS);

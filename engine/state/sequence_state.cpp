@@ -11,6 +11,7 @@
 
 #include "base/errors.h"
 #include "engine/state/kv_cache.h"
+#include "engine/state/recurrent_state.h"
 
 const char* state_home_name(StateHome home) {
     return home == StateHome::HOST ? "host" : "device";
@@ -24,6 +25,7 @@ public:
     float* alloc(size_t floats) override { return new float[floats]; }
     void free(float* p) override { delete[] p; }
     void copy(float* dst, const float* src, size_t floats) override { std::copy_n(src, floats, dst); }
+    void zero(float* dst, size_t floats) override { std::fill_n(dst, floats, 0.0f); }
 };
 
 }  // namespace
@@ -44,6 +46,10 @@ SequenceCache& SequenceState::add(std::unique_ptr<SequenceCache> cache) {
     if (auto* kv = dynamic_cast<KvCache*>(cache.get())) {
         assert(!kv_ && kv->ctx() == ctx_);
         kv_ = kv;
+    }
+    if (auto* r = dynamic_cast<RecurrentState*>(cache.get())) {
+        assert(!recurrent_);
+        recurrent_ = r;
     }
     caches_.push_back(std::move(cache));
     return *caches_.back();
@@ -222,9 +228,12 @@ std::unique_ptr<SequenceState> make_sequence_state(const ModelConfig& config, in
     if (n_attention > 0)
         state->add(std::make_unique<KvCache>(n_attention, n_seqs, ctx, config.n_kv_heads * config.head_dim,
                                              kv_blocks, memory));
+    if (config.n_linear_layers() > 0)
+        state->add(std::make_unique<RecurrentState>(config.n_linear_layers(), n_seqs, config.linear, memory));
     return state;
 }
 
 double sequence_state_bytes(const ModelConfig& config, int ctx) {
-    return double(KvCache::position_bytes(config.n_attention_layers(), config.n_kv_heads * config.head_dim)) * ctx;
+    return double(KvCache::position_bytes(config.n_attention_layers(), config.n_kv_heads * config.head_dim)) * ctx +
+           double(RecurrentState::sequence_bytes(config.n_linear_layers(), config.linear));
 }

@@ -35,6 +35,8 @@ public:
     virtual void free(float* p) = 0;
     // dst <- src, floats each; ordered before the next forward pass reads them.
     virtual void copy(float* dst, const float* src, size_t floats) = 0;
+    // dst <- 0, floats of them; ordered the same way.
+    virtual void zero(float* dst, size_t floats) = 0;
 };
 // new[] / memcpy.
 StateMemory& host_state_memory();
@@ -78,6 +80,7 @@ public:
 };
 
 class KvCache;
+class RecurrentState;
 
 // The caches of one model's mixers, for n_seqs sequences of up to ctx
 // positions. Each operation applies to every cache.
@@ -92,6 +95,8 @@ public:
     SequenceCache& add(std::unique_ptr<SequenceCache> cache);
     // The paged keys and values of the attention layers; null when no layer attends.
     KvCache* kv() const { return kv_; }
+    // The Gated DeltaNet layers' state; null when no layer has one.
+    RecurrentState* recurrent() const { return recurrent_; }
     const std::vector<std::unique_ptr<SequenceCache>>& caches() const { return caches_; }
 
     void prepare_write(int seq, int pos);
@@ -112,6 +117,7 @@ private:
     int n_seqs_, ctx_;
     std::vector<std::unique_ptr<SequenceCache>> caches_;
     KvCache* kv_ = nullptr;
+    RecurrentState* recurrent_ = nullptr;
 };
 
 // The sequence state of the config's mixers: a paged KvCache over the

@@ -350,7 +350,7 @@ TEST_CASE("new architectures: any placement gives the all-CPU logits within the 
     // Qwen3-MoE, OLMoE, Qwen2-MoE (its shared expert, a dense weight, always
     // on the CPU side) and dense layers among sparse ones: 16 experts of top-4,
     // a 150-token prefill (busy experts take the large-batch paths) and decode.
-    for (const auto& [name, config] : small_arch_configs()) {
+    for (const auto& [name, config] : all_arch_configs()) {
         SECTION(name) {
             const auto dir = test_checkpoint_dir("arch", config);
             ModelConfig c = model_config_load(dir);

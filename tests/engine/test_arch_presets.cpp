@@ -45,6 +45,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const PRESETS[] = {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"};
+// And the hybrid ones (Gated DeltaNet beside gated attention): no GGUF of them yet.
+const char* const ALL_PRESETS[] = {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini", "qwen35-moe-mini",
+                                   "qwen3-next-mini"};
 
 // Catch2 checks that every field the new architectures add or read agrees.
 void check_same_config(const ModelConfig& got, const ModelConfig& want) {
@@ -67,6 +70,16 @@ void check_same_config(const ModelConfig& got, const ModelConfig& want) {
     CHECK(got.vocab_size == want.vocab_size);
     CHECK(got.bos_token_id == want.bos_token_id);
     CHECK(got.eos_token_ids == want.eos_token_ids);
+    CHECK(got.rope_dim() == want.rope_dim());
+    CHECK(got.attn_output_gate == want.attn_output_gate);
+    CHECK(got.norms_zero_centered == want.norms_zero_centered);
+    CHECK(got.layer_mixers == want.layer_mixers);
+    CHECK(got.linear.conv_kernel == want.linear.conv_kernel);
+    CHECK(got.linear.n_k_heads == want.linear.n_k_heads);
+    CHECK(got.linear.n_v_heads == want.linear.n_v_heads);
+    CHECK(got.linear.head_k_dim == want.linear.head_k_dim);
+    CHECK(got.linear.head_v_dim == want.linear.head_v_dim);
+    CHECK(got.tensor_prefix == want.tensor_prefix);
 }
 
 // Removes a file when it goes out of scope.
@@ -91,7 +104,7 @@ std::string load_error(const ModelConfig& c, const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("arch presets: each folder loads back as its preset's config and in-memory weights", "[arch]") {
-    for (const char* preset : PRESETS) {
+    for (const char* preset : ALL_PRESETS) {
         SECTION(preset) {
             const ScratchModel model(preset, 3);
             const fs::path& dir = model.dir();
@@ -112,7 +125,7 @@ TEST_CASE("arch presets: each folder loads back as its preset's config and in-me
 
 TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GPU holding a quarter of the experts",
           "[arch][slow]") {
-    for (const char* preset : PRESETS) {
+    for (const char* preset : ALL_PRESETS) {
         SECTION(preset) {
             const ModelConfig c = synth_preset(synth_preset_parse(preset));
             const ModelWeights w = synth_weights(c, 5, 2);

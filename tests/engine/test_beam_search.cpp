@@ -559,7 +559,7 @@ double reference_logprob(const ReferenceModel& ref, const std::vector<int>& seq,
 }  // namespace
 
 TEST_CASE("beam search on the Qwen3-MoE OLMoE and Qwen2-MoE architectures matches the reference", "[beam]") {
-    for (const auto& [name, config] : small_arch_configs()) {
+    for (const auto& [name, config] : all_arch_configs()) {
         SECTION(name) {
             Session engine = arch_session(config);
             const ReferenceModel ref = ReferenceModel::load(test_checkpoint_dir("arch", config));

@@ -89,6 +89,14 @@ public:
         b_->matmul(y, rounded_.data(), used, m);
     }
     void rope(float* x, int n_heads) override { b_->rope(x, n_heads); }
+    void split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) override {
+        b_->split_heads(a, b, x, rows, n_heads, head_dim);
+    }
+    void sigmoid_mul(float* x, const float* gate, size_t n) override { b_->sigmoid_mul(x, gate, n); }
+    void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
+                   const LinearAttentionWeights& w) override {
+        b_->delta_net(layer, o, qkv, z, b, a, w);
+    }
     void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
     void attention(int layer, float* out, const float* q) override { b_->attention(layer, out, q); }
     void add(float* x, const float* y, size_t n) override { b_->add(x, y, n); }

@@ -15,6 +15,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <map>
 
 #include "base/errors.h"
 #include "checkpoint_writer.h"
@@ -378,7 +380,7 @@ TEST_CASE("new architectures: logits match the reference on every ISA path", "[f
     // take the other one and move its logits by more than 1e-2: there the
     // device's criterion applies (logit_compare.h: a tenth of the positions
     // may be over LOGIT_TOL, the median within half of it).
-    for (const auto& [name, config] : small_arch_configs()) {
+    for (const auto& [name, config] : all_arch_configs()) {
         SECTION(name) {
             const std::filesystem::path dir = test_checkpoint_dir("arch", config);
             Loaded m(dir);
@@ -436,7 +438,7 @@ TEST_CASE("new architectures: logits match the reference on every ISA path", "[f
 }
 
 TEST_CASE("new architectures: greedy generation equals the reference's for 16 tokens", "[forward][forward_arch]") {
-    for (const auto& [name, config] : small_arch_configs()) {
+    for (const auto& [name, config] : all_arch_configs()) {
         SECTION(name) {
             Session engine = arch_session(config);
             ReferenceModel ref = ReferenceModel::load(test_checkpoint_dir("arch", config));
@@ -481,4 +483,102 @@ TEST_CASE("new architecture presets match the reference", "[.forward_presets]") 
             });
         }
     }
+}
+
+TEST_CASE("hybrid architectures: a chat's next turn goes on from the recurrent state, as a cold run would",
+          "[forward][forward_arch]") {
+    // The Gated DeltaNet's state holds one point of the sequence: a second
+    // turn that extends the first (prompt, reply, more) reuses all of it; a
+    // prompt that leaves the cached sequence earlier starts again from 0.
+    for (const auto& [name, config] : hybrid_arch_configs()) {
+        SECTION(name) {
+            Session warm = arch_session(config);
+            std::vector<int> prompt = arch_prompt(9, 5);
+            GenerateRequest first = greedy_request(prompt, 6);
+            first.top_logprobs = 2;
+            const GenerateResult r1 = warm.generate(first, [](const TokenEvent&) { return true; });
+            REQUIRE(r1.n_generated == 6);
+            std::vector<int> turn2 = prompt;
+            turn2.insert(turn2.end(), r1.tokens.begin(), r1.tokens.end());
+            for (int t : arch_prompt(4, 8)) turn2.push_back(t);
+            GenerateRequest second = greedy_request(turn2, 5);
+            second.top_logprobs = 3;
+            std::vector<TokenEvent> hot, cold;
+            const GenerateResult r2 = warm.generate(second, [&](const TokenEvent& e) {
+                hot.push_back(e);
+                return true;
+            });
+            // Everything the first turn ran (its prompt and all but its last
+            // reply token, which was sampled, never run) is reused.
+            CHECK(r2.n_cached == int(prompt.size()) + r1.n_generated - 1);
+            Session fresh = arch_session(config);
+            const GenerateResult r3 = fresh.generate(second, [&](const TokenEvent& e) {
+                cold.push_back(e);
+                return true;
+            });
+            CHECK(r3.n_cached == 0);
+            REQUIRE(r2.tokens == r3.tokens);
+            REQUIRE(hot.size() == cold.size());
+            for (size_t i = 0; i < hot.size(); i++) CHECK(hot[i].logprob == Approx(cold[i].logprob).margin(1e-4));
+
+            // A prompt that parts from the cached sequence in its middle: no
+            // state of that point exists, so it runs from the start, correctly.
+            std::vector<int> other = prompt;
+            other.back() = (other.back() + 1) % 256;
+            const GenerateResult r4 = warm.generate(greedy_request(other, 3), [](const TokenEvent&) { return true; });
+            const GenerateResult r5 = fresh.generate(greedy_request(other, 3), [](const TokenEvent&) { return true; });
+            CHECK(r4.n_cached == 0);
+            CHECK(r4.tokens == r5.tokens);
+        }
+    }
+}
+
+TEST_CASE("hybrid architectures: experts stored fused (transformers 5) load as the per-expert tensors do",
+          "[forward][forward_arch]") {
+    // Qwen3.5's checkpoints keep a layer's experts in mlp.experts.gate_up_proj
+    // (n_experts, 2 hidden, dim) and mlp.experts.down_proj (n_experts, dim,
+    // hidden): the same folder written that way gives the same logits, bit for bit.
+    const nlohmann::json config = hybrid_arch_configs()[0].second;
+    const std::filesystem::path dir = test_checkpoint_dir("arch", config);
+    const std::filesystem::path fused = std::filesystem::path(MOE_TEST_BUILD_DIR) / "test-models" / "arch-fused-experts";
+    std::filesystem::remove_all(fused);
+    std::filesystem::create_directories(fused);
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
+        std::filesystem::copy_file(dir / f, fused / f);
+    const ModelConfig c = model_config_load(dir);
+    TensorMap out;
+    std::map<std::string, ReferenceTensor> in = reference_read_safetensors(dir / "model.safetensors");
+    const int64_t E = c.n_experts, I = c.hidden_dim, H = c.dim;
+    for (auto& [name, t] : in) {
+        const size_t at = name.find("mlp.experts.");
+        if (at == std::string::npos) {
+            out[name] = TestTensor{t.shape, std::vector<float>(t.data.begin(), t.data.end())};
+            continue;
+        }
+        const std::string layer = name.substr(0, at) + "mlp.experts.";
+        TestTensor& gu = out[layer + "gate_up_proj"];
+        TestTensor& down = out[layer + "down_proj"];
+        if (gu.data.empty()) {
+            gu = TestTensor{{E, 2 * I, H}, std::vector<float>(size_t(E * 2 * I * H))};
+            down = TestTensor{{E, H, I}, std::vector<float>(size_t(E * H * I))};
+        }
+        const std::string rest = name.substr(at + 12);  // "E.gate_proj.weight"
+        const int64_t e = std::stoll(rest);
+        const std::string kind = rest.substr(rest.find('.') + 1);
+        std::vector<float>& dst = kind == "down_proj.weight" ? down.data : gu.data;
+        const int64_t offset = kind == "down_proj.weight" ? e * H * I : kind == "gate_proj.weight" ? e * 2 * I * H
+                                                                                                   : (e * 2 + 1) * I * H;
+        for (size_t i = 0; i < t.data.size(); i++) dst[size_t(offset) + i] = float(t.data[i]);
+    }
+    write_safetensors(fused / "model.safetensors", out, WriteType::BF16);
+    Loaded a(dir), b(fused);
+    const std::vector<int> tokens = arch_prompt(10, 2);
+    Batch batch;
+    for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
+    const size_t n = tokens.size() * size_t(c.vocab_size);
+    const float* pa = a.forward.run(batch);
+    const std::vector<float> want(pa, pa + n);
+    const float* pb = b.forward.run(batch);
+    REQUIRE(std::memcmp(want.data(), pb, n * sizeof(float)) == 0);
+    std::filesystem::remove_all(fused);
 }

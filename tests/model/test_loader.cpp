@@ -595,7 +595,8 @@ TEST_CASE("synth: refusals", "[synth]") {
     } catch (const MoeError& e) {
         CHECK(std::string(e.what()) ==
               "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b, qwen3-moe-mini, "
-              "qwen3-30b-a3b, olmoe-mini, qwen2-moe-mini)");
+              "qwen3-30b-a3b, olmoe-mini, qwen2-moe-mini, qwen35-moe-mini, qwen3.6-35b-a3b, qwen3-next-mini, "
+              "qwen3-next-80b-a3b)");
     }
     o.preset = SynthPreset::TINY;
     o.tokenizer = root / "absent.model";
@@ -681,8 +682,23 @@ TEST_CASE("synth: presets", "[synth]") {
     CHECK(small.n_heads == 8);
     CHECK(small.n_kv_heads == 2);
     CHECK(small.n_experts == 8);
-    CHECK(std::size(SYNTH_PRESETS) == 8);
+    CHECK(std::size(SYNTH_PRESETS) == 12);
     for (SynthPreset p : SYNTH_PRESETS) CHECK(synth_preset_parse(synth_preset_name(p)) == p);
+    // Qwen3.6-35B-A3B's and Qwen3-Next-80B-A3B's shapes: 3 Gated DeltaNet layers in 4.
+    const ModelConfig q36 = synth_preset(SynthPreset::QWEN36_35B_A3B);
+    CHECK(q36.n_layers == 40);
+    CHECK(q36.n_attention_layers() == 10);
+    CHECK(q36.linear.conv_dim() == 8192);
+    CHECK(q36.linear.value_dim() == 4096);
+    CHECK(q36.n_experts == 256);
+    CHECK(q36.shared_hidden_dim == 512);
+    CHECK(q36.vocab_size == 248320);
+    CHECK(q36.rope_dim() == 64);
+    const ModelConfig next = synth_preset(SynthPreset::QWEN3_NEXT_80B_A3B);
+    CHECK(next.n_layers == 48);
+    CHECK(next.n_linear_layers() == 36);
+    CHECK(next.n_experts == 512);
+    CHECK(next.n_experts_active == 10);
     // Qwen3-30B-A3B's real shape.
     ModelConfig q3 = synth_preset(SynthPreset::QWEN3_30B_A3B);
     CHECK(q3.architecture == "Qwen3MoeForCausalLM");

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"
@@ -240,7 +241,8 @@ TEST_CASE("config: an unknown architecture lists the supported ones", "[config]"
     check_one_line(m);
     CHECK(m ==
           "dir/config.json: architecture 'LlamaForCausalLM' is not supported (supported: "
-          "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM)");
+          "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM, "
+          "Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM)");
     CHECK(parse_error(json::array()).find("expected a JSON object") != std::string::npos);
 }
 
@@ -464,5 +466,106 @@ TEST_CASE("config: bad Qwen and OLMoE fields are refused naming the field", "[co
         json j = k.base();
         j[k.field] = k.value;
         refused(j, k.field, k.what);
+    }
+}
+
+namespace {
+
+// Qwen3.5-35B-A3B's text_config fields (as its image-text config.json nests them).
+json qwen35_json() {
+    json t = {{"hidden_size", 2048},
+              {"num_hidden_layers", 8},
+              {"num_attention_heads", 16},
+              {"num_key_value_heads", 2},
+              {"head_dim", 256},
+              {"linear_conv_kernel_dim", 4},
+              {"linear_key_head_dim", 128},
+              {"linear_value_head_dim", 128},
+              {"linear_num_key_heads", 16},
+              {"linear_num_value_heads", 32},
+              {"num_experts", 256},
+              {"num_experts_per_tok", 8},
+              {"moe_intermediate_size", 512},
+              {"shared_expert_intermediate_size", 512},
+              {"norm_topk_prob", false},
+              {"vocab_size", 248320},
+              {"eos_token_id", 248044},
+              {"rope_parameters",
+               {{"rope_type", "default"},
+                {"rope_theta", 10000000},
+                {"partial_rotary_factor", 0.25},
+                {"mrope_section", {11, 11, 10}},
+                {"mrope_interleaved", true}}},
+              {"mtp_num_hidden_layers", 1}};
+    return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+            {"model_type", "qwen3_5_moe"},
+            {"text_config", t},
+            {"vision_config", {{"depth", 27}}},
+            {"tie_word_embeddings", false}};
+}
+
+}  // namespace
+
+TEST_CASE("config: Qwen3.5's image-text config and Qwen3-Next's hybrid layers", "[config]") {
+    const ModelConfig c = model_config_parse(qwen35_json(), "q35");
+    CHECK(c.architecture == "Qwen3_5MoeForConditionalGeneration");
+    CHECK(c.tensor_prefix == "model.language_model.");
+    CHECK(c.has_vision_tower);
+    CHECK(c.n_mtp_layers == 1);
+    // Every fourth layer attention (full_attention_interval's default), the rest the delta net.
+    REQUIRE(c.layer_mixers.size() == 8);
+    for (int l = 0; l < 8; l++)
+        CHECK(c.layer_mixer(l) == ((l + 1) % 4 == 0 ? MixerKind::ATTENTION : MixerKind::GATED_DELTANET));
+    CHECK(c.n_attention_layers() == 2);
+    CHECK(c.n_linear_layers() == 6);
+    CHECK(c.linear.conv_dim() == 2 * 16 * 128 + 32 * 128);
+    CHECK(c.linear.k_head_of(3) == 1);  // Hugging Face's order: value heads 2h and 2h+1 read key head h
+    CHECK(c.rope_dim() == 64);
+    CHECK(c.rope_theta == 1e7f);
+    CHECK(c.attn_output_gate);
+    CHECK(c.norms_zero_centered);
+    CHECK(c.qk_norm == QkNorm::PER_HEAD);
+    CHECK(c.norm_topk_prob);  // Qwen3.5's router renormalises whatever the flag says
+    CHECK(c.shared_hidden_dim == 512);
+    CHECK(c.dense_layers.empty());
+
+    json next = qwen35_json()["text_config"];
+    next["architectures"] = {"Qwen3NextForCausalLM"};
+    next.erase("rope_parameters");
+    next["rope_theta"] = 10000000;
+    next["partial_rotary_factor"] = 0.25;
+    next["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "linear_attention",
+                           "linear_attention", "linear_attention", "linear_attention", "full_attention"};
+    const ModelConfig n = model_config_parse(next, "next");
+    CHECK(n.tensor_prefix == "model.");
+    CHECK_FALSE(n.has_vision_tower);
+    CHECK(n.layer_mixer(1) == MixerKind::ATTENTION);
+    CHECK(n.layer_mixer(3) == MixerKind::GATED_DELTANET);
+    CHECK_FALSE(n.norm_topk_prob);  // Qwen3-Next follows its flag
+    CHECK(n.rope_dim() == 64);
+
+    // What a hybrid config must get right, each named in one line.
+    const std::vector<std::pair<std::function<void(json&)>, std::string>> bad = {
+        {[](json& j) { j["layer_types"] = {"linear_attention"}; }, "field 'layer_types' must be a list of"},
+        {[](json& j) { j["layer_types"][2] = "sliding_attention"; }, "holds \"sliding_attention\" at 2"},
+        {[](json& j) { j["linear_num_value_heads"] = 20; }, "does not divide linear_num_value_heads = 20"},
+        {[](json& j) { j["linear_key_head_dim"] = 0; }, "field 'linear_key_head_dim' must be positive"},
+        {[](json& j) { j["partial_rotary_factor"] = 0.001; }, "does not give an even number of rotary dimensions"},
+        {[](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; }, "only plain RoPE"},
+        {[](json& j) { j["full_attention_interval"] = 0; }, "field 'full_attention_interval' must be positive"},
+    };
+    for (const auto& [edit, want] : bad) {
+        json j = next;
+        if (want.find("interval") != std::string::npos) j.erase("layer_types");
+        edit(j);
+        std::string m;
+        try {
+            model_config_parse(j, "next");
+        } catch (const MoeError& e) {
+            m = e.what();
+        }
+        INFO(m);
+        CHECK(m.find(want) != std::string::npos);
+        check_one_line(m);
     }
 }

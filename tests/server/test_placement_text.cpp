@@ -204,3 +204,13 @@ TEST_CASE("option errors: the engine names the option, the text its flag", "[uni
     // Any other error as it is.
     CHECK(engine_error_text(MoeError("model.gguf: not a GGUF file")) == "model.gguf: not a GGUF file");
 }
+
+TEST_CASE("placement text: the parts of a checkpoint that are not run are said at load", "[placement_text]") {
+    ModelConfig c;
+    CHECK(model_unread_text(c).empty());
+    c.has_vision_tower = true;
+    CHECK(model_unread_text(c) == "the checkpoint's vision tower is not read: text in, one token a step");
+    c.n_mtp_layers = 1;
+    CHECK(model_unread_text(c) ==
+          "the checkpoint's vision tower and 1 multi-token-prediction layer are not read: text in, one token a step");
+}

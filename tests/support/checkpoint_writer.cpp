@@ -76,7 +76,22 @@ TestTensor random_tensor(const TensorEntry& t, std::mt19937_64& rng) {
     case TensorRole::K_NORM:
     case TensorRole::FINAL_NORM:
         rms = 0.05;
+        offset = t.values == TensorValues::PLUS_ONE ? 0.0 : 1.0;  // zero-centred: the scale is 1 + w
+        break;
+    case TensorRole::LIN_NORM:
+        rms = 0.05;
         offset = 1.0;
+        break;
+    case TensorRole::LIN_CONV:
+        rms = 0.5;
+        break;
+    case TensorRole::LIN_A_LOG:  // decay -exp(A_log) softplus(a + dt_bias): about 0.85 a step
+        rms = 0.3;
+        offset = 1.0;
+        break;
+    case TensorRole::LIN_DT_BIAS:
+        rms = 0.5;
+        offset = -3.0;
         break;
     default:
         break;
@@ -187,6 +202,64 @@ json small_arch_config(const std::string& preset) {
         j["qkv_bias"] = p.qkv_bias;
     }
     return j;
+}
+
+// Qwen3.5's layout (the language model in text_config of an image-text
+// checkpoint) or Qwen3-Next's (flat, fused projections) at hidden size 64:
+// four layers, the fourth gated attention, value heads twice the key heads.
+json small_hybrid_config(bool next) {
+    json t = {{"hidden_size", 64},
+              {"num_hidden_layers", 4},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 32},
+              {"layer_types", {"linear_attention", "linear_attention", "linear_attention", "full_attention"}},
+              {"linear_conv_kernel_dim", 4},
+              {"linear_num_key_heads", 2},
+              {"linear_num_value_heads", 4},
+              {"linear_key_head_dim", 16},
+              {"linear_value_head_dim", 16},
+              {"num_experts", 16},
+              {"num_experts_per_tok", 4},
+              {"moe_intermediate_size", 32},
+              {"shared_expert_intermediate_size", 32},
+              {"vocab_size", 264},
+              {"rms_norm_eps", 1e-6},
+              {"max_position_embeddings", 4096},
+              {"bos_token_id", 259},
+              {"eos_token_id", 261},
+              {"tie_word_embeddings", false},
+              {"hidden_act", "silu"}};
+    if (next) {
+        t["architectures"] = {"Qwen3NextForCausalLM"};
+        t["rope_theta"] = 1e7;
+        t["partial_rotary_factor"] = 0.25;
+        t["norm_topk_prob"] = true;
+        t["intermediate_size"] = 96;
+        t["decoder_sparse_step"] = 1;
+        t["mlp_only_layers"] = json::array();
+        return t;
+    }
+    t["rope_parameters"] = {{"rope_type", "default"},
+                            {"rope_theta", 1e7},
+                            {"partial_rotary_factor", 0.25},
+                            {"mrope_section", {2, 1, 1}},
+                            {"mrope_interleaved", true}};
+    return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+            {"model_type", "qwen3_5_moe"},
+            {"text_config", t},
+            {"tie_word_embeddings", false}};
+}
+
+std::vector<std::pair<std::string, json>> hybrid_arch_configs() {
+    return {{"qwen35-moe-mini's features", small_hybrid_config(false)},
+            {"qwen3-next-mini's features", small_hybrid_config(true)}};
+}
+
+std::vector<std::pair<std::string, json>> all_arch_configs() {
+    std::vector<std::pair<std::string, json>> out = small_arch_configs();
+    for (auto& c : hybrid_arch_configs()) out.push_back(std::move(c));
+    return out;
 }
 
 std::vector<std::pair<std::string, json>> small_arch_configs() {

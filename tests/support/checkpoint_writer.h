@@ -48,6 +48,12 @@ nlohmann::json small_arch_config(const std::string& preset);
 // with mlp_only_layers [0] of 3 layers; Qwen2 with decoder_sparse_step 2 of
 // 3 layers: only layer 1 sparse).
 std::vector<std::pair<std::string, nlohmann::json>> small_arch_configs();
+// Qwen3.5's (text_config of an image-text checkpoint) and Qwen3-Next's
+// (fused in_proj_qkvz / in_proj_ba) hybrid layers at hidden size 64: three
+// Gated DeltaNet layers, then gated attention; 16 experts of top-4 and a
+// shared expert. all_arch_configs(): small_arch_configs() and these.
+std::vector<std::pair<std::string, nlohmann::json>> hybrid_arch_configs();
+std::vector<std::pair<std::string, nlohmann::json>> all_arch_configs();
 
 // A session on the test_checkpoint_dir("arch", config) checkpoint of one of
 // those configs: 2 threads, ctx 256, the CPU.

@@ -87,6 +87,12 @@ int config_int(const json& j, const char* key, const fs::path& file) {
 ReferenceConfig parse_config(const fs::path& file) {
     json j = read_json(file);
     if (!j.is_object()) fail(file.string() + ": not a JSON object");
+    // Qwen3.5's image-text config: the language model's fields in text_config.
+    const bool nested = j.contains("text_config") && j["text_config"].is_object();
+    if (nested) {
+        const json top = j;
+        for (const auto& [key, value] : top["text_config"].items()) j[key] = value;
+    }
     auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
     auto get_bool = [&](const char* key, bool fallback) {
         if (!has(key)) return fallback;
@@ -109,11 +115,14 @@ ReferenceConfig parse_config(const fs::path& file) {
     const std::string& arch = c.architecture;
     const bool mixtral = arch == "MixtralForCausalLM", mistral = arch == "MistralForCausalLM",
                qwen3 = arch == "Qwen3MoeForCausalLM", qwen2 = arch == "Qwen2MoeForCausalLM",
-               olmoe = arch == "OlmoeForCausalLM";
-    if (!mixtral && !mistral && !qwen3 && !qwen2 && !olmoe) fail(file.string() + ": unsupported architecture " + arch);
+               olmoe = arch == "OlmoeForCausalLM",
+               qwen35 = arch == "Qwen3_5MoeForConditionalGeneration" || arch == "Qwen3_5MoeForCausalLM",
+               next = arch == "Qwen3NextForCausalLM", hybrid = qwen35 || next;
+    if (!mixtral && !mistral && !qwen3 && !qwen2 && !olmoe && !hybrid)
+        fail(file.string() + ": unsupported architecture " + arch);
 
     c.dim = config_int(j, "hidden_size", file);
-    c.hidden_dim = config_int(j, "intermediate_size", file);
+    c.hidden_dim = config_int(j, has("intermediate_size") || !hybrid ? "intermediate_size" : "moe_intermediate_size", file);
     c.n_layers = config_int(j, "num_hidden_layers", file);
     c.n_heads = config_int(j, "num_attention_heads", file);
     c.vocab_size = config_int(j, "vocab_size", file);
@@ -130,23 +139,24 @@ ReferenceConfig parse_config(const fs::path& file) {
     // Experts: Mixtral's num_local_experts (sized intermediate_size); the
     // others' num_experts (Qwen's sized moe_intermediate_size, OLMoE's
     // intermediate_size). These sizes are required, not defaulted.
-    if (mixtral || qwen3 || qwen2 || olmoe) {
+    if (mixtral || qwen3 || qwen2 || olmoe || hybrid) {
         c.n_experts = config_int(j, mixtral ? "num_local_experts" : "num_experts", file);
         c.n_experts_active = config_int(j, "num_experts_per_tok", file);
         if (c.n_experts < 1 || c.n_experts_active < 1 || c.n_experts_active > c.n_experts)
             fail(file.string() + ": num_experts_per_tok must be in [1, number of experts]");
-        c.moe_hidden_dim = qwen3 || qwen2 ? config_int(j, "moe_intermediate_size", file) : c.hidden_dim;
+        c.moe_hidden_dim = qwen3 || qwen2 || hybrid ? config_int(j, "moe_intermediate_size", file) : c.hidden_dim;
         if (c.moe_hidden_dim <= 0) fail(file.string() + ": moe_intermediate_size must be positive");
     }
-    c.norm_topk_prob = mixtral || get_bool("norm_topk_prob", false);
-    if (qwen2) {
+    // Qwen3.5's router always renormalises (transformers' Qwen3_5MoeTopKRouter).
+    c.norm_topk_prob = mixtral || qwen35 || get_bool("norm_topk_prob", next);
+    if (qwen2 || hybrid) {
         c.shared_hidden_dim = config_int(j, "shared_expert_intermediate_size", file);
         if (c.shared_hidden_dim <= 0) fail(file.string() + ": shared_expert_intermediate_size must be positive");
     }
 
     // Which layers are sparse: Qwen's decoder_sparse_step and mlp_only_layers.
     c.moe_layers.assign(size_t(c.n_layers), c.n_experts > 0);
-    if (qwen3 || qwen2) {
+    if (qwen3 || qwen2 || next) {
         const int step = has("decoder_sparse_step") ? config_int(j, "decoder_sparse_step", file) : 1;
         if (step < 1) fail(file.string() + ": decoder_sparse_step must be at least 1");
         for (int l = 0; l < c.n_layers; ++l) c.moe_layers[size_t(l)] = (l + 1) % step == 0;
@@ -160,13 +170,40 @@ ReferenceConfig parse_config(const fs::path& file) {
         }
     }
 
-    c.qk_norm = qwen3 ? ReferenceQkNorm::PER_HEAD : olmoe ? ReferenceQkNorm::FULL : ReferenceQkNorm::NONE;
+    c.qk_norm = qwen3 || hybrid ? ReferenceQkNorm::PER_HEAD : olmoe ? ReferenceQkNorm::FULL : ReferenceQkNorm::NONE;
     if (qwen2) c.qkv_bias = get_bool("qkv_bias", true);
     if (qwen3 || olmoe) c.qkv_bias = c.o_bias = get_bool("attention_bias", false);
     if (olmoe) c.clip_qkv = get_double("clip_qkv", 0.0);
     if (c.clip_qkv < 0) fail(file.string() + ": clip_qkv must not be negative");
 
     c.rope_theta = get_double("rope_theta", mixtral ? 1e6 : 1e4);
+    c.rotary_dim = c.head_dim;
+    if (hybrid) {
+        double factor = get_double("partial_rotary_factor", 0.25);
+        if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+            const json& r = j["rope_parameters"];
+            if (r.contains("rope_theta")) c.rope_theta = r["rope_theta"].get<double>();
+            if (r.contains("partial_rotary_factor")) factor = r["partial_rotary_factor"].get<double>();
+        }
+        c.rotary_dim = int(c.head_dim * factor);
+        c.attn_gate = true;
+        c.zero_centered = true;
+        c.fused_qkvz = next;
+        if (nested) c.prefix = "model.language_model.";
+        c.conv_kernel = config_int(j, "linear_conv_kernel_dim", file);
+        c.n_k_heads = config_int(j, "linear_num_key_heads", file);
+        c.n_v_heads = config_int(j, "linear_num_value_heads", file);
+        c.head_k_dim = config_int(j, "linear_key_head_dim", file);
+        c.head_v_dim = config_int(j, "linear_value_head_dim", file);
+        if (c.n_k_heads <= 0 || c.n_v_heads % c.n_k_heads) fail(file.string() + ": linear heads do not group");
+        c.linear_layers.assign(size_t(c.n_layers), false);
+        if (has("layer_types")) {
+            for (int l = 0; l < c.n_layers; ++l) c.linear_layers[size_t(l)] = j["layer_types"][size_t(l)] == "linear_attention";
+        } else {
+            const int interval = has("full_attention_interval") ? config_int(j, "full_attention_interval", file) : 4;
+            for (int l = 0; l < c.n_layers; ++l) c.linear_layers[size_t(l)] = (l + 1) % interval != 0;
+        }
+    }
     c.rms_norm_eps = get_double("rms_norm_eps", mixtral || olmoe ? 1e-5 : 1e-6);
     c.tie_embeddings = get_bool("tie_word_embeddings", false);
     return c;
@@ -350,12 +387,68 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
         return e;
     };
     const bool mixtral = c.architecture == "MixtralForCausalLM";
-    m.embed_ = take("model.embed_tokens.weight", {c.vocab_size, dim});
+    // A zero-centred RMSNorm weight w scales by 1 + w.
+    auto norm = [&](const std::string& name, int64_t n) {
+        std::vector<double> w = take(name, {n});
+        if (c.zero_centered)
+            for (double& x : w) x += 1.0;
+        return w;
+    };
+    const std::string& pre = c.prefix;
+    m.embed_ = take(pre + "embed_tokens.weight", {c.vocab_size, dim});
     for (int l = 0; l < c.n_layers; ++l) {
-        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const std::string p = pre + "layers." + std::to_string(l) + ".";
         Layer layer;
-        layer.attn_norm = take(p + "input_layernorm.weight", {dim});
-        layer.wq = take(p + "self_attn.q_proj.weight", {q_dim, dim});
+        layer.attn_norm = norm(p + "input_layernorm.weight", dim);
+        if (!c.linear_layers.empty() && c.linear_layers[size_t(l)]) {
+            const std::string a = p + "linear_attn.";
+            const int64_t nk = c.n_k_heads, nv = c.n_v_heads, dk = c.head_k_dim, dv = c.head_v_dim, r = nv / nk;
+            const int64_t key_dim = nk * dk, value_dim = nv * dv, channels = 2 * key_dim + value_dim;
+            if (c.fused_qkvz) {
+                // Per key head g: rows q_g (dk), k_g (dk), v of its r value heads, z of them.
+                const std::vector<double> qkvz = take(a + "in_proj_qkvz.weight", {channels + value_dim, dim});
+                const std::vector<double> ba = take(a + "in_proj_ba.weight", {2 * nv, dim});
+                const int64_t group = 2 * dk + 2 * r * dv;
+                auto rows = [&](const std::vector<double>& w, int64_t from, int64_t count, std::vector<double>& to) {
+                    to.insert(to.end(), w.begin() + from * dim, w.begin() + (from + count) * dim);
+                };
+                std::vector<double> wq, wk, wv, wz, wb, wa;
+                for (int64_t g = 0; g < nk; ++g) {
+                    rows(qkvz, g * group, dk, wq);
+                    rows(qkvz, g * group + dk, dk, wk);
+                    rows(qkvz, g * group + 2 * dk, r * dv, wv);
+                    rows(qkvz, g * group + 2 * dk + r * dv, r * dv, wz);
+                    rows(ba, g * 2 * r, r, wb);
+                    rows(ba, g * 2 * r + r, r, wa);
+                }
+                layer.w_qkv = wq;
+                layer.w_qkv.insert(layer.w_qkv.end(), wk.begin(), wk.end());
+                layer.w_qkv.insert(layer.w_qkv.end(), wv.begin(), wv.end());
+                layer.w_z = wz;
+                layer.w_b = wb;
+                layer.w_a = wa;
+            } else {
+                layer.w_qkv = take(a + "in_proj_qkv.weight", {channels, dim});
+                layer.w_z = take(a + "in_proj_z.weight", {value_dim, dim});
+                layer.w_b = take(a + "in_proj_b.weight", {nv, dim});
+                layer.w_a = take(a + "in_proj_a.weight", {nv, dim});
+            }
+            layer.conv = take(a + "conv1d.weight", {channels, 1, c.conv_kernel});
+            layer.dt_bias = take(a + "dt_bias", {nv});
+            layer.a_log = take(a + "A_log", {nv});
+            layer.lin_norm = take(a + "norm.weight", {dv});  // a plain weight
+            layer.w_out = take(a + "out_proj.weight", {dim, value_dim});
+            layer.ffn_norm = norm(p + "post_attention_layernorm.weight", dim);
+            const std::string moe = p + "mlp.";
+            layer.gate = take(moe + "gate.weight", {c.n_experts, dim});
+            for (int e = 0; e < c.n_experts; ++e)
+                layer.experts.push_back(mlp(moe + "experts." + std::to_string(e) + ".", false, c.moe_hidden_dim));
+            layer.shared.push_back(mlp(moe + "shared_expert.", false, c.shared_hidden_dim));
+            layer.shared_gate = take(moe + "shared_expert_gate.weight", {1, dim});
+            m.layers_.push_back(std::move(layer));
+            continue;
+        }
+        layer.wq = take(p + "self_attn.q_proj.weight", {c.attn_gate ? 2 * q_dim : q_dim, dim});
         layer.wk = take(p + "self_attn.k_proj.weight", {kv_dim, dim});
         layer.wv = take(p + "self_attn.v_proj.weight", {kv_dim, dim});
         layer.wo = take(p + "self_attn.o_proj.weight", {dim, q_dim});
@@ -367,10 +460,10 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
         if (c.o_bias) layer.bo = take(p + "self_attn.o_proj.bias", {dim});
         if (c.qk_norm != ReferenceQkNorm::NONE) {
             const bool per_head = c.qk_norm == ReferenceQkNorm::PER_HEAD;
-            layer.q_norm = take(p + "self_attn.q_norm.weight", {per_head ? c.head_dim : q_dim});
-            layer.k_norm = take(p + "self_attn.k_norm.weight", {per_head ? c.head_dim : kv_dim});
+            layer.q_norm = norm(p + "self_attn.q_norm.weight", per_head ? c.head_dim : q_dim);
+            layer.k_norm = norm(p + "self_attn.k_norm.weight", per_head ? c.head_dim : kv_dim);
         }
-        layer.ffn_norm = take(p + "post_attention_layernorm.weight", {dim});
+        layer.ffn_norm = norm(p + "post_attention_layernorm.weight", dim);
         if (c.moe_layers[size_t(l)]) {
             const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
             layer.gate = take(moe + "gate.weight", {c.n_experts, dim});
@@ -385,7 +478,7 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
         }
         m.layers_.push_back(std::move(layer));
     }
-    m.norm_ = take("model.norm.weight", {dim});
+    m.norm_ = norm(pre + "norm.weight", dim);
     if (!c.tie_embeddings) m.lm_head_ = take("lm_head.weight", {c.vocab_size, dim});
     return m;
 }
@@ -425,12 +518,30 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
 
     for (int l = 0; l < c.n_layers; ++l) {
         const Layer& L = layers_[l];
+        const bool linear = !c.linear_layers.empty() && c.linear_layers[size_t(l)];
+        if (linear) {
+            std::vector<std::vector<double>> h(n);
+            for (int t = 0; t < n; ++t) h[t] = rmsnorm(x[t], L.attn_norm, c.rms_norm_eps);
+            const std::vector<std::vector<double>> out = delta_net(L, h);
+            for (int t = 0; t < n; ++t)
+                for (int i = 0; i < dim; ++i) x[t][i] += out[t][i];
+        }
 
         // Attention: q, k, v of every position first, then causal softmax.
-        std::vector<std::vector<double>> q(n), k(n), v(n);
-        for (int t = 0; t < n; ++t) {
+        std::vector<std::vector<double>> q(n), k(n), v(n), gate(n);
+        for (int t = 0; t < n && !linear; ++t) {
             std::vector<double> h = rmsnorm(x[t], L.attn_norm, c.rms_norm_eps);
-            q[t] = matvec(L.wq, h, q_dim, dim);
+            q[t] = matvec(L.wq, h, c.attn_gate ? 2 * q_dim : q_dim, dim);
+            if (c.attn_gate) {  // per head [q_h | gate_h]
+                std::vector<double> qh(q_dim), gh(q_dim);
+                for (int head = 0; head < c.n_heads; ++head)
+                    for (int i = 0; i < hd; ++i) {
+                        qh[head * hd + i] = q[t][size_t(head) * 2 * hd + i];
+                        gh[head * hd + i] = q[t][size_t(head) * 2 * hd + hd + i];
+                    }
+                q[t] = qh;
+                gate[t] = gh;
+            }
             k[t] = matvec(L.wk, h, kv_dim, dim);
             v[t] = matvec(L.wv, h, kv_dim, dim);
             add_bias(q[t], L.bq);
@@ -450,14 +561,14 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
                 for (int head = 0; head < heads; ++head) {
                     std::vector<double> one(u.begin() + head * hd, u.begin() + (head + 1) * hd);
                     if (c.qk_norm == ReferenceQkNorm::PER_HEAD) one = rmsnorm(one, w, c.rms_norm_eps);
-                    reference_rope(one.data(), hd, t, c.rope_theta);
+                    reference_rope(one.data(), c.rotary_dim, t, c.rope_theta);  // the first rotary_dim dims
                     std::copy(one.begin(), one.end(), u.begin() + head * hd);
                 }
             };
             per_head(q[t], c.n_heads, L.q_norm);
             per_head(k[t], c.n_kv_heads, L.k_norm);
         }
-        for (int t = 0; t < n; ++t) {
+        for (int t = 0; t < n && !linear; ++t) {
             std::vector<double> attn(q_dim, 0.0);
             for (int head = 0; head < c.n_heads; ++head) {
                 const int kv_head = head / group;
@@ -472,6 +583,8 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
                     for (int i = 0; i < hd; ++i) attn[head * hd + i] += scores[s] * v[s][kv_head * hd + i];
                 }
             }
+            if (c.attn_gate)
+                for (int i = 0; i < q_dim; ++i) attn[i] *= sigmoid(gate[t][i]);
             std::vector<double> o = matvec(L.wo, attn, dim, q_dim);
             add_bias(o, L.bo);
             for (int i = 0; i < dim; ++i) x[t][i] += o[i];
@@ -522,6 +635,85 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
 
     for (int t = 0; t < n; ++t) x[t] = rmsnorm(x[t], norm_, c.rms_norm_eps);
     return x;
+}
+
+// transformers' torch_recurrent_gated_delta_rule and its causal conv, as
+// plain loops: for each value head h (reading key head h / (n_v / n_k)) a
+// state S (head_k x head_v) from zero, and for each position t:
+// S *= exp(g_t); u = beta_t (v_t - S^T k_t); S += k_t u^T; o_t = S^T q_t.
+std::vector<std::vector<double>> ReferenceModel::delta_net(const Layer& L,
+                                                           const std::vector<std::vector<double>>& h) const {
+    const ReferenceConfig& c = config_;
+    const int n = int(h.size()), dim = c.dim, K = c.conv_kernel;
+    const int nk = c.n_k_heads, nv = c.n_v_heads, dk = c.head_k_dim, dv = c.head_v_dim, r = nv / nk;
+    const int key_dim = nk * dk, value_dim = nv * dv, channels = 2 * key_dim + value_dim;
+    std::vector<std::vector<double>> mixed(n), z(n), b(n), a(n);
+    for (int t = 0; t < n; ++t) {
+        mixed[t] = matvec(L.w_qkv, h[t], channels, dim);
+        z[t] = matvec(L.w_z, h[t], value_dim, dim);
+        b[t] = matvec(L.w_b, h[t], nv, dim);
+        a[t] = matvec(L.w_a, h[t], nv, dim);
+    }
+    // Causal depthwise conv (zeros before the first position), then SiLU.
+    std::vector<std::vector<double>> conv(n, std::vector<double>(channels));
+    for (int t = 0; t < n; ++t)
+        for (int ch = 0; ch < channels; ++ch) {
+            double y = 0.0;
+            for (int j = 0; j < K; ++j) {
+                const int s = t - (K - 1) + j;
+                if (s >= 0) y += L.conv[size_t(ch) * K + j] * mixed[s][ch];
+            }
+            conv[t][ch] = silu(y);
+        }
+    auto l2norm = [](double* x, int len) {
+        double ss = 0.0;
+        for (int i = 0; i < len; ++i) ss += x[i] * x[i];
+        const double f = 1.0 / std::sqrt(ss + 1e-6);
+        for (int i = 0; i < len; ++i) x[i] *= f;
+    };
+    for (int t = 0; t < n; ++t)
+        for (int head = 0; head < 2 * nk; ++head) {
+            l2norm(&conv[t][size_t(head) * dk], dk);
+            if (head < nk)
+                for (int i = 0; i < dk; ++i) conv[t][size_t(head) * dk + i] /= std::sqrt(double(dk));
+        }
+    std::vector<std::vector<double>> o(n, std::vector<double>(value_dim));
+    for (int vh = 0; vh < nv; ++vh) {
+        const int kh = vh / r;
+        std::vector<double> S(size_t(dk) * dv, 0.0);
+        for (int t = 0; t < n; ++t) {
+            const double* q = &conv[t][size_t(kh) * dk];
+            const double* k = &conv[t][size_t(key_dim + kh * dk)];
+            const double* v = &conv[t][size_t(2 * key_dim + vh * dv)];
+            const double x = a[t][vh] + L.dt_bias[vh];
+            const double softplus = x > 20.0 ? x : std::log1p(std::exp(x));
+            const double g = -std::exp(L.a_log[vh]) * softplus;
+            const double beta = sigmoid(b[t][vh]);
+            for (double& s : S) s *= std::exp(g);
+            std::vector<double> u(dv, 0.0);
+            for (int i = 0; i < dk; ++i)
+                for (int j = 0; j < dv; ++j) u[j] += S[size_t(i) * dv + j] * k[i];
+            for (int j = 0; j < dv; ++j) u[j] = beta * (v[j] - u[j]);
+            for (int i = 0; i < dk; ++i)
+                for (int j = 0; j < dv; ++j) S[size_t(i) * dv + j] += k[i] * u[j];
+            for (int j = 0; j < dv; ++j) {
+                double y = 0.0;
+                for (int i = 0; i < dk; ++i) y += S[size_t(i) * dv + j] * q[i];
+                o[t][size_t(vh) * dv + j] = y;
+            }
+        }
+    }
+    // The gated RMSNorm per value head (a plain weight), then out_proj.
+    std::vector<std::vector<double>> out(n);
+    for (int t = 0; t < n; ++t) {
+        for (int vh = 0; vh < nv; ++vh) {
+            std::vector<double> one(o[t].begin() + vh * dv, o[t].begin() + (vh + 1) * dv);
+            one = rmsnorm(one, L.lin_norm, c.rms_norm_eps);
+            for (int j = 0; j < dv; ++j) o[t][size_t(vh) * dv + j] = one[j] * silu(z[t][size_t(vh) * dv + j]);
+        }
+        out[t] = matvec(L.w_out, o[t], dim, value_dim);
+    }
+    return out;
 }
 
 std::vector<int> ReferenceModel::greedy(const std::vector<int>& prompt, int n) const {

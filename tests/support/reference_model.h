@@ -47,6 +47,15 @@ struct ReferenceConfig {
     double rope_theta = 0.0;      // default 1e6 (Mixtral) or 1e4 (the others)
     double rms_norm_eps = 0.0;    // default 1e-5 (Mixtral, OLMoE) or 1e-6 (the others)
     bool tie_embeddings = false;  // tie_word_embeddings
+    // Qwen3.5 (text_config of Qwen3_5MoeForConditionalGeneration) and
+    // Qwen3-Next: Gated DeltaNet layers beside gated attention ones.
+    std::string prefix = "model.";   // "model.language_model." for Qwen3.5's image-text checkpoints
+    std::vector<bool> linear_layers;  // (n_layers,): a Gated DeltaNet layer (layer_types)
+    bool fused_qkvz = false;          // Qwen3-Next: in_proj_qkvz and in_proj_ba, per key head
+    int conv_kernel = 0, n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;  // linear_*
+    int rotary_dim = 0;               // head_dim * partial_rotary_factor (else head_dim)
+    bool attn_gate = false;           // q_proj gives [q_h | gate_h]; attention output times sigmoid(gate)
+    bool zero_centered = false;       // RMSNorm scale 1 + w (but the delta net's gated norm)
 };
 
 // One tensor of a safetensors file, converted to double.
@@ -119,7 +128,19 @@ private:
         std::vector<Expert> experts;      // n_experts, or the one dense MLP
         std::vector<Expert> shared;       // the shared expert, when there is one
         std::vector<double> shared_gate;  // (dim,) shared_expert_gate; empty without
+        // A Gated DeltaNet layer (the attention fields above are empty):
+        std::vector<double> w_qkv;   // (2 n_k head_k + n_v head_v, dim): q | k | v
+        std::vector<double> w_z;     // (n_v head_v, dim)
+        std::vector<double> w_b;     // (n_v, dim)
+        std::vector<double> w_a;     // (n_v, dim)
+        std::vector<double> conv;    // (channels, conv_kernel)
+        std::vector<double> dt_bias; // (n_v,)
+        std::vector<double> a_log;   // (n_v,)
+        std::vector<double> lin_norm;  // (head_v,)
+        std::vector<double> w_out;   // (dim, n_v head_v)
     };
+    // A Gated DeltaNet layer's output for every position, (n_tokens, dim), from its normed inputs h.
+    std::vector<std::vector<double>> delta_net(const Layer& L, const std::vector<std::vector<double>>& h) const;
 
     // down (silu(gate h) * (up h)) of one expert or dense MLP.
     static std::vector<double> swiglu(const Expert& e, const std::vector<double>& h, int dim);

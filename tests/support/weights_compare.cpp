@@ -18,7 +18,19 @@ Flat flatten(const ModelConfig& c, const ModelWeights& w) {
              {std::pair{L.q_bias, q}, std::pair{L.k_bias, kv}, std::pair{L.v_bias, kv},
               std::pair{L.q_norm, full ? q : size_t(c.head_dim)}, std::pair{L.k_norm, full ? kv : size_t(c.head_dim)}})
             if (v) f.vectors.push_back({v, n});
-        for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo}) f.matrices.push_back(*m);
+        for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo})
+            if (!m->empty()) f.matrices.push_back(*m);
+        // A Gated DeltaNet layer's.
+        const LinearAttentionWeights& lin = L.linear;
+        for (const WeightView* m : {&lin.wqkv, &lin.wz, &lin.wb, &lin.wa, &lin.wout})
+            if (!m->empty()) f.matrices.push_back(*m);
+        if (lin.conv) {
+            const LinearAttentionShape& s = c.linear;
+            f.vectors.push_back({lin.conv, size_t(s.conv_dim()) * s.conv_kernel});
+            f.vectors.push_back({lin.dt_bias, size_t(s.n_v_heads)});
+            f.vectors.push_back({lin.a, size_t(s.n_v_heads)});
+            f.vectors.push_back({lin.norm, size_t(s.head_v_dim)});
+        }
         if (!L.router.empty()) f.matrices.push_back(L.router);
         for (const ExpertWeights& E : L.experts)
             for (const WeightView* m : {&E.w1, &E.w3, &E.w2}) f.matrices.push_back(*m);
