@@ -33,7 +33,14 @@ constexpr GgufArch ARCHS[] = {{"llama", "MixtralForCausalLM"},
                               {"llama", "MistralForCausalLM"},
                               {"qwen3moe", "Qwen3MoeForCausalLM"},
                               {"qwen2moe", "Qwen2MoeForCausalLM"},
-                              {"olmoe", "OlmoeForCausalLM"}};
+                              {"olmoe", "OlmoeForCausalLM"},
+                              {"qwen35moe", "Qwen3_5MoeForCausalLM"},
+                              {"qwen35moe", "Qwen3_5MoeForConditionalGeneration"},
+                              {"qwen3next", "Qwen3NextForCausalLM"}};
+
+bool hybrid_arch(const char* arch) {
+    return arch && (std::string_view(arch) == "qwen35moe" || std::string_view(arch) == "qwen3next");
+}
 
 const char* gguf_arch_of(const ModelConfig& c) {
     for (const GgufArch& a : ARCHS)
@@ -48,7 +55,7 @@ bool permuted_qk(const ModelConfig& c) {
 // The GGUF tensor name of a role without "blk.N." and ".weight" / ".bias".
 // The always-run MLP is the shared expert's ffn_*_shexp on a MoE layer, a
 // dense layer's ffn_* otherwise.
-const char* gguf_role_name(TensorRole role, bool shared) {
+const char* gguf_role_name(TensorRole role, bool shared, bool hybrid) {
     switch (role) {
     case TensorRole::EMBED:
         return "token_embd";
@@ -70,7 +77,7 @@ const char* gguf_role_name(TensorRole role, bool shared) {
     case TensorRole::K_NORM:
         return "attn_k_norm";
     case TensorRole::FFN_NORM:
-        return "ffn_norm";
+        return hybrid ? "post_attention_norm" : "ffn_norm";
     case TensorRole::ROUTER:
         return "ffn_gate_inp";
     case TensorRole::EXPERT_W1:
@@ -110,8 +117,9 @@ const char* gguf_role_name(TensorRole role, bool shared) {
         return "ssm_norm";
     case TensorRole::LIN_OUT:
         return "ssm_out";
-    case TensorRole::LIN_QKVZ:  // GGUF files hold them split
-    case TensorRole::LIN_BA:
+    case TensorRole::LIN_BA:  // qwen3next: b, a per key head
+        return "ssm_ba";
+    case TensorRole::LIN_QKVZ:  // GGUF files hold it split
         return "";
     }
     return "";
@@ -128,14 +136,15 @@ std::string gguf_name(const TensorEntry& e, const ModelConfig& c, bool per_exper
     // Appended piece by piece (GCC 12's -Wrestrict misfires on "." + std::string).
     std::string name;
     if (e.layer >= 0) name.append("blk.").append(std::to_string(e.layer)).append(".");
-    name.append(gguf_role_name(e.role, e.layer >= 0 && c.layer_is_moe(e.layer)));
+    name.append(gguf_role_name(e.role, e.layer >= 0 && c.layer_is_moe(e.layer), hybrid_arch(gguf_arch_of(c))));
     if (c.is_moe() && e.expert >= 0) {
         if (per_expert)
             name.append(".").append(std::to_string(e.expert));
         else
             name.append("_exps");
     }
-    return name.append(bias_role(e.role) ? ".bias" : ".weight");
+    if (e.role == TensorRole::LIN_A_LOG) return name;  // llama.cpp's ssm_a has no suffix
+    return name.append(bias_role(e.role) || e.role == TensorRole::LIN_DT_BIAS ? ".bias" : ".weight");
 }
 
 // The tensor that holds one entry of the table: a whole GGUF tensor, or
@@ -209,10 +218,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     const GgufMetadata& m = f.metadata();
     const std::string file = f.path().string();
     const std::string arch(m.get_string("general.architecture"));
-    if (arch != "llama" && arch != "qwen3moe" && arch != "qwen2moe" && arch != "olmoe")
+    const bool hybrid = hybrid_arch(arch.c_str());
+    if (arch != "llama" && arch != "qwen3moe" && arch != "qwen2moe" && arch != "olmoe" && !hybrid)
         throw MoeError(file + ": general.architecture: '" + arch +
                        "' is not supported (supported: llama, the architecture of Mixtral and Mistral GGUFs; "
-                       "qwen3moe, qwen2moe, olmoe)");
+                       "qwen3moe, qwen2moe, olmoe, qwen35moe, qwen3next)");
     const std::string p = arch + ".";
     auto get = [&](const std::string& key) { return m.get_int<int>(key); };
     auto find = [&](const std::string& key) { return m.find_int<int>(key); };
@@ -227,7 +237,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
         if (n_experts > 0) j["num_local_experts"] = n_experts;
     } else {
         for (const GgufArch& a : ARCHS)
-            if (arch == a.gguf) j["architectures"] = {a.hf};
+            if (arch == a.gguf) {
+                j["architectures"] = {a.hf};
+                break;
+            }
         j["num_experts"] = get(p + "expert_count");
         if (arch == "olmoe") {
             j["intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
@@ -235,12 +248,41 @@ ModelConfig gguf_model_config(const GgufFile& f) {
             j["moe_intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
             if (std::optional<int> ff = find(p + "feed_forward_length")) j["intermediate_size"] = *ff;
         }
-        if (arch == "qwen2moe") j["shared_expert_intermediate_size"] = get(p + "expert_shared_feed_forward_length");
+        if (arch == "qwen2moe" || hybrid)
+            j["shared_expert_intermediate_size"] = get(p + "expert_shared_feed_forward_length");
         // llama.cpp renormalises Qwen3-MoE's top-k and not the others' unless the file says.
         j["norm_topk_prob"] = m.find_bool(p + "expert_weights_norm").value_or(arch == "qwen3moe");
     }
     if (n_experts > 0) j["num_experts_per_tok"] = get(p + "expert_used_count");
-    j["num_hidden_layers"] = get(p + "block_count");
+    // block_count counts the multi-token-prediction blocks at the end (nextn_predict_layers).
+    const int n_mtp = hybrid ? find(p + "nextn_predict_layers").value_or(0) : 0;
+    j["num_hidden_layers"] = get(p + "block_count") - n_mtp;
+    if (hybrid) {
+        // llama.cpp's qwen35moe / qwen3next keys for the Gated DeltaNet
+        // (ssm.state_size is the key head width, ssm.inner_size all value heads').
+        const int n_v = get(p + "ssm.time_step_rank");
+        j["linear_conv_kernel_dim"] = get(p + "ssm.conv_kernel");
+        j["linear_key_head_dim"] = get(p + "ssm.state_size");
+        j["linear_num_key_heads"] = get(p + "ssm.group_count");
+        j["linear_num_value_heads"] = n_v;
+        j["linear_value_head_dim"] = n_v > 0 ? get(p + "ssm.inner_size") / n_v : 0;
+        j["mtp_num_hidden_layers"] = n_mtp;
+        const int n_layers = j["num_hidden_layers"].get<int>();
+        if (std::optional<GgufValue> recurrent = m.find_value(p + "attention.recurrent_layers")) {
+            if (recurrent->type() != GgufType::ARRAY || recurrent->items().size() < size_t(n_layers))
+                throw MoeError(file + ": " + p + "attention.recurrent_layers: expected an array of " +
+                               std::to_string(n_layers) + " or more bools");
+            json types = json::array();
+            for (int l = 0; l < n_layers; l++)
+                types.push_back(recurrent->items()[size_t(l)].as_unsigned() ? "linear_attention" : "full_attention");
+            j["layer_types"] = types;
+        } else if (std::optional<int> interval = find(p + "full_attention_interval")) {
+            j["full_attention_interval"] = *interval;
+        }
+        if (std::optional<int> rot = find(p + "rope.dimension_count"))
+            j["partial_rotary_factor"] = double(*rot) / double(find(p + "attention.key_length").value_or(256));
+        if (arch == "qwen3next") j["norm_topk_prob"] = true;  // llama.cpp renormalises both
+    }
     j["num_attention_heads"] = get(p + "attention.head_count");
     j["num_key_value_heads"] = find(p + "attention.head_count_kv").value_or(j["num_attention_heads"].get<int>());
     if (std::optional<int> key_length = find(p + "attention.key_length")) j["head_dim"] = *key_length;
@@ -260,7 +302,13 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                             .value_or(arch == "llama" ? 1
                                       : eos.empty()   ? 2
                                                       : eos[0]);
-    return model_config_parse(j, file + " (its GGUF metadata as config.json)");
+    ModelConfig c = model_config_parse(j, file + " (its GGUF metadata as config.json)");
+    if (arch == "qwen35moe") c.linear.v_head_order = LinearAttentionShape::VHeadOrder::TILED;  // the converter's order
+    if (arch == "qwen3next") {  // attn_qkv and attn_gate split; ssm_ba as in_proj_ba
+        c.linear.fused_qkvz = false;
+        c.linear.fused_ba = true;
+    }
+    return c;
 }
 
 ModelConfig gguf_model_config(const fs::path& path) {
@@ -273,9 +321,15 @@ ModelWeights gguf_model_weights(const ModelConfig& config, const fs::path& path)
     w.gguf = std::make_unique<GgufFile>(path);
     const GgufFile& f = *w.gguf;
     weights_assign(w, config, [&](const TensorEntry& entry) {
-        const TensorView t = find_tensor(f, entry, config);
+        TensorView t = find_tensor(f, entry, config);
+        // ssm_conv1d is (channels, taps) in GGUF, (channels, 1, taps) in the table.
+        if (entry.role == TensorRole::LIN_CONV && t.shape.size() == 2 && t.shape[0] == entry.shape[0] &&
+            t.shape[1] == entry.shape[2])
+            t.shape = entry.shape;
         weights_check_shape(t, entry);
-        if (entry.shape.size() == 1) return weights_vector(w, t);
+        if (entry.shape.size() != 2) return weights_vector(w, t);
+        // A fused projection is split row by row: its file layout.
+        if (entry.role == TensorRole::LIN_BA) return weights_matrix(w, t);
         if ((entry.role == TensorRole::WQ || entry.role == TensorRole::WK) && permuted_qk(config))
             return held_matrix(w, t, config.head_dim);
         return held_matrix(w, t, 0);
@@ -331,7 +385,7 @@ const char* quant_mix_name(QuantMix mix) {
 }
 
 DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int n_layers) {
-    if (e.shape.size() == 1 || e.role == TensorRole::ROUTER || e.role == TensorRole::SHARED_GATE) return DType::F32;
+    if (e.shape.size() != 2 || e.role == TensorRole::ROUTER || e.role == TensorRole::SHARED_GATE) return DType::F32;
     const bool expert =
         e.role == TensorRole::EXPERT_W1 || e.role == TensorRole::EXPERT_W3 || e.role == TensorRole::EXPERT_W2;
     if (experts_only && !expert) return DType::BF16;
@@ -350,8 +404,21 @@ DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int 
     return DType::F32;
 }
 
-void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeights& w, const GgufWriteOptions& o) {
-    const char* const arch = gguf_arch_of(c);
+void gguf_model_write(const fs::path& out, const ModelConfig& source, const ModelWeights& w,
+                      const GgufWriteOptions& o) {
+    const char* const arch = gguf_arch_of(source);
+    const bool hybrid = hybrid_arch(arch);
+    // The file's layout of the Gated DeltaNet's projections (split, but
+    // qwen3next's b and a per key head) and, for qwen35moe, llama.cpp's
+    // tiled order of the value heads.
+    ModelConfig c = source;
+    c.linear.fused_qkvz = false;
+    c.linear.fused_ba = hybrid && std::string_view(arch) == "qwen3next";
+    const bool reorder_v = hybrid && std::string_view(arch) == "qwen35moe" &&
+                           source.linear.v_head_order == LinearAttentionShape::VHeadOrder::GROUPED &&
+                           source.linear.n_k_heads != source.linear.n_v_heads;
+    if (hybrid && std::string_view(arch) == "qwen35moe")
+        c.linear.v_head_order = LinearAttentionShape::VHeadOrder::TILED;
     if (!arch) throw MoeError(out.string() + ": no GGUF architecture for " + c.architecture);
     if (c.is_moe() && !c.dense_layers.empty())
         throw MoeError(out.string() + ": GGUF has no key for dense layers among MoE layers (mlp_only_layers)");
@@ -366,7 +433,7 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
         {p + "embedding_length", uint32_t(c.dim)},
         {p + "block_count", uint32_t(c.n_layers)},
         {p + "feed_forward_length", uint32_t(llama ? c.hidden_dim : c.dense_hidden_dim)},
-        {p + "rope.dimension_count", uint32_t(c.head_dim)},
+        {p + "rope.dimension_count", uint32_t(c.rope_dim())},
         {p + "attention.head_count", uint32_t(c.n_heads)},
         {p + "attention.head_count_kv", uint32_t(c.n_kv_heads)},
         {p + "attention.key_length", uint32_t(c.head_dim)},
@@ -385,7 +452,69 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
     }
     if (c.shared_hidden_dim > 0)
         meta.push_back({p + "expert_shared_feed_forward_length", uint32_t(c.shared_hidden_dim)});
+    if (hybrid) {
+        const LinearAttentionShape& s = c.linear;
+        meta.push_back({p + "ssm.conv_kernel", uint32_t(s.conv_kernel)});
+        meta.push_back({p + "ssm.state_size", uint32_t(s.head_k_dim)});
+        meta.push_back({p + "ssm.group_count", uint32_t(s.n_k_heads)});
+        meta.push_back({p + "ssm.time_step_rank", uint32_t(s.n_v_heads)});
+        meta.push_back({p + "ssm.inner_size", uint32_t(s.value_dim())});
+        meta.push_back({p + "full_attention_interval", uint32_t(4)});
+        std::vector<bool> recurrent;
+        for (int l = 0; l < c.n_layers; l++) recurrent.push_back(c.layer_mixer(l) == MixerKind::GATED_DELTANET);
+        meta.push_back({p + "attention.recurrent_layers", GgufValue(recurrent)});
+        if (std::string_view(arch) == "qwen35moe") {
+            // M-RoPE sections (text positions make any split plain RoPE); llama.cpp requires the key.
+            const int half = c.rope_dim() / 2;
+            meta.push_back({p + "rope.dimension_sections",
+                            GgufValue(std::vector<int32_t>{half - 2 * (half / 3), half / 3, half / 3, 0})});
+        }
+    }
     for (const GgufKeyValue& kv : o.extra_metadata) meta.push_back(kv);
+
+    // qwen35moe's value heads in llama.cpp's tiled order: file head h' holds
+    // the Hugging Face head (h' % n_k) r + h' / n_k. The reordered copies
+    // live until the file is written.
+    const LinearAttentionShape& ls = source.linear;
+    const int n_v = ls.n_v_heads, n_k = std::max(1, ls.n_k_heads), dv = ls.head_v_dim;
+    auto hf_head = [&](int h) { return reorder_v ? (h % n_k) * (n_v / n_k) + h / n_k : h; };
+    auto rows = [](const WeightView& m, int64_t first, int64_t n) {
+        if (dtype_row_group(m.type) != 1) throw MoeError("quantize: a row-interleaved matrix cannot be reordered");
+        return weight_view(m.type, m.row(first), n, m.cols);
+    };
+    // Value-head blocks of `block` rows from row `first` on, in file order.
+    auto head_rows = [&](const WeightView& m, int64_t first, int64_t block) {
+        std::vector<WeightView> out;
+        if (first > 0) out.push_back(rows(m, 0, first));
+        for (int h = 0; h < n_v; h++) out.push_back(rows(m, first + int64_t(hf_head(h)) * block, block));
+        return out;
+    };
+    std::vector<std::unique_ptr<float[]>> kept_f32;
+    std::vector<std::unique_ptr<bf16[]>> kept_bf16;
+    // A per-value-head vector (n_v floats, `block` each; after `first` as they are).
+    auto head_vector = [&](const float* v, size_t first, size_t block) {
+        if (!reorder_v) return v;
+        const size_t n = first + size_t(n_v) * block;
+        kept_f32.push_back(std::make_unique<float[]>(n));
+        float* out = kept_f32.back().get();
+        std::copy_n(v, first, out);
+        for (int h = 0; h < n_v; h++)
+            std::copy_n(v + first + size_t(hf_head(h)) * block, block, out + first + size_t(h) * block);
+        return static_cast<const float*>(out);
+    };
+    // out_proj's columns (value heads) in file order.
+    auto head_columns = [&](const WeightView& m) {
+        if (!reorder_v) return m;
+        if (m.type != DType::BF16) throw MoeError("quantize: out_proj must be bf16 to reorder its value heads");
+        kept_bf16.push_back(std::make_unique<bf16[]>(size_t(m.rows * m.cols)));
+        bf16* out = kept_bf16.back().get();
+        for (int64_t r = 0; r < m.rows; r++) {
+            const bf16* src = static_cast<const bf16*>(m.row(r));
+            for (int h = 0; h < n_v; h++)
+                std::copy_n(src + size_t(hf_head(h)) * dv, dv, out + size_t(r * m.cols) + size_t(h) * dv);
+        }
+        return weight_view(DType::BF16, out, m.rows, m.cols);
+    };
 
     // The table's entries become GGUF tensors; a layer's experts of one
     // kind become one merged tensor, made at its first expert.
@@ -442,20 +571,38 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
             t.sources = {L->shared_gate};
             break;
         case TensorRole::LIN_QKV:
+            t.sources = reorder_v ? head_rows(L->linear.wqkv, 2 * int64_t(ls.key_dim()), dv)
+                                  : std::vector<WeightView>{L->linear.wqkv};
+            break;
         case TensorRole::LIN_Z:
+            t.sources = reorder_v ? head_rows(L->linear.wz, 0, dv) : std::vector<WeightView>{L->linear.wz};
+            break;
         case TensorRole::LIN_B:
+            t.sources = reorder_v ? head_rows(L->linear.wb, 0, 1) : std::vector<WeightView>{L->linear.wb};
+            break;
         case TensorRole::LIN_A:
-        case TensorRole::LIN_QKVZ:
-        case TensorRole::LIN_BA:
+            t.sources = reorder_v ? head_rows(L->linear.wa, 0, 1) : std::vector<WeightView>{L->linear.wa};
+            break;
+        case TensorRole::LIN_BA:  // per key head: its value heads' b rows, then their a rows
+            for (int g = 0; g < n_k; g++) {
+                t.sources.push_back(rows(L->linear.wb, int64_t(g) * (n_v / n_k), n_v / n_k));
+                t.sources.push_back(rows(L->linear.wa, int64_t(g) * (n_v / n_k), n_v / n_k));
+            }
+            break;
         case TensorRole::LIN_CONV:
-        case TensorRole::LIN_DT_BIAS:
-        case TensorRole::LIN_A_LOG:
-        case TensorRole::LIN_NORM:
-        case TensorRole::LIN_OUT:
-            throw MoeError("quantize: " + c.architecture + ": writing Gated DeltaNet layers to GGUF is not supported yet");
+            t.vector = head_vector(L->linear.conv, size_t(2 * ls.key_dim()) * ls.conv_kernel,
+                                   size_t(dv) * ls.conv_kernel);
+            break;
+        case TensorRole::LIN_DT_BIAS: t.vector = head_vector(L->linear.dt_bias, 0, 1); break;
+        case TensorRole::LIN_A_LOG: t.vector = head_vector(L->linear.a, 0, 1); break;  // -exp(A_log), as llama.cpp stores it
+        case TensorRole::LIN_NORM: t.vector = L->linear.norm; break;
+        case TensorRole::LIN_OUT: t.sources = {head_columns(L->linear.wout)}; break;
+        case TensorRole::LIN_QKVZ:
+            throw MoeError("quantize: in_proj_qkvz is split before writing");
         }
         t.view.shape = e.shape;
         if (e.role == TensorRole::SHARED_GATE) t.view.shape = {int64_t(c.dim)};  // a vector in GGUF
+        if (e.role == TensorRole::LIN_CONV) t.view.shape = {e.shape[0], e.shape[2]};  // (channels, taps)
         if (e.expert >= 0 && c.is_moe()) t.view.shape.insert(t.view.shape.begin(), int64_t(c.n_experts));
         t.view.nbytes = tensor_nbytes(t.view.dtype, t.view.shape, t.view.name);
         outs.push_back(std::move(t));
@@ -471,7 +618,9 @@ void gguf_model_write(const fs::path& out, const ModelConfig& c, const ModelWeig
     gguf_write(out, meta, views, [&](size_t i, std::ostream& os) {
         const OutTensor& t = outs[i];
         if (t.vector) {
-            os.write(reinterpret_cast<const char*>(t.vector), std::streamsize(t.view.shape[0] * sizeof(float)));
+            int64_t n = 1;
+            for (int64_t d : t.view.shape) n *= d;
+            os.write(reinterpret_cast<const char*>(t.vector), std::streamsize(size_t(n) * sizeof(float)));
             return;
         }
         const int64_t cols = t.view.shape.back();

@@ -366,6 +366,7 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
         c.linear.head_k_dim = optional_int(j, source, "linear_key_head_dim", 128);
         c.linear.head_v_dim = optional_int(j, source, "linear_value_head_dim", 128);
         c.n_mtp_layers = optional_int(j, source, "mtp_num_hidden_layers", 0);
+        c.linear.fused_qkvz = c.linear.fused_ba = next;
         if (text_config) {
             c.tensor_prefix = "model.language_model.";
             c.has_vision_tower = field(top, "vision_config") != nullptr;

@@ -42,6 +42,12 @@ struct LinearAttentionShape {
     int key_dim() const { return n_k_heads * head_k_dim; }
     int value_dim() const { return n_v_heads * head_v_dim; }
     int conv_dim() const { return 2 * key_dim() + value_dim(); }  // q, k and v go through the conv
+    // How the checkpoint stores the projections: Qwen3-Next's Hugging Face
+    // files fuse q, k, v, z per key head (in_proj_qkvz) and b, a per key
+    // head (in_proj_ba); llama.cpp's qwen3next GGUFs keep b, a fused (ssm_ba).
+    bool fused_qkvz = false;
+    bool fused_ba = false;
+
     int k_head_of(int v_head) const {
         return v_head_order == VHeadOrder::GROUPED ? v_head / (n_v_heads / n_k_heads) : v_head % n_k_heads;
     }

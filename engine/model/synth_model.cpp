@@ -632,7 +632,12 @@ ModelConfig hybrid_preset(ModelConfig c, int n_k_heads, int n_v_heads, int head_
     c.shared_hidden_dim = c.hidden_dim;
     c.layer_mixers.assign(size_t(c.n_layers), MixerKind::GATED_DELTANET);
     for (int l = 3; l < c.n_layers; l += 4) c.layer_mixers[size_t(l)] = MixerKind::ATTENTION;
-    c.linear = {4, n_k_heads, n_v_heads, head_k_dim, head_v_dim};
+    c.linear.conv_kernel = 4;
+    c.linear.n_k_heads = n_k_heads;
+    c.linear.n_v_heads = n_v_heads;
+    c.linear.head_k_dim = head_k_dim;
+    c.linear.head_v_dim = head_v_dim;
+    c.linear.fused_qkvz = c.linear.fused_ba = c.architecture == "Qwen3NextForCausalLM";
     if (c.architecture == "Qwen3_5MoeForConditionalGeneration") {
         c.tensor_prefix = "model.language_model.";
         c.dense_hidden_dim = c.hidden_dim;

@@ -18,7 +18,7 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
     const TensorValues norm = c.norms_zero_centered ? TensorValues::PLUS_ONE : TensorValues::AS_IS;
     const LinearAttentionShape& lin = c.linear;
     const int64_t conv_dim = lin.conv_dim(), value_dim = lin.value_dim(), n_v = lin.n_v_heads;
-    const bool fused_qkvz = c.architecture == "Qwen3NextForCausalLM";
+
     std::vector<TensorEntry> t;
     t.push_back({m + "embed_tokens.weight", {vocab, dim}, TensorRole::EMBED});
     for (int l = 0; l < c.n_layers; l++) {
@@ -26,12 +26,15 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
         t.push_back({p + "input_layernorm.weight", {dim}, TensorRole::ATTN_NORM, l, -1, norm});
         if (c.layer_mixer(l) == MixerKind::GATED_DELTANET) {
             const std::string a = p + "linear_attn.";
-            if (fused_qkvz) {
+            if (lin.fused_qkvz) {
                 t.push_back({a + "in_proj_qkvz.weight", {conv_dim + value_dim, dim}, TensorRole::LIN_QKVZ, l});
-                t.push_back({a + "in_proj_ba.weight", {2 * n_v, dim}, TensorRole::LIN_BA, l});
             } else {
                 t.push_back({a + "in_proj_qkv.weight", {conv_dim, dim}, TensorRole::LIN_QKV, l});
                 t.push_back({a + "in_proj_z.weight", {value_dim, dim}, TensorRole::LIN_Z, l});
+            }
+            if (lin.fused_ba) {
+                t.push_back({a + "in_proj_ba.weight", {2 * n_v, dim}, TensorRole::LIN_BA, l});
+            } else {
                 t.push_back({a + "in_proj_b.weight", {n_v, dim}, TensorRole::LIN_B, l});
                 t.push_back({a + "in_proj_a.weight", {n_v, dim}, TensorRole::LIN_A, l});
             }

@@ -82,8 +82,8 @@ WeightView weights_vector(ModelWeights& w, const TensorView& t, TensorValues val
 
 namespace {
 
-// Rows [row, row + n) of a bf16 matrix copied to dst.
-void copy_rows(bf16* dst, const WeightView& m, int64_t row, int64_t n) {
+// Rows [row, row + n) of a matrix (rows not interleaved) copied to dst.
+void copy_rows(std::byte* dst, const WeightView& m, int64_t row, int64_t n) {
     std::memcpy(dst, m.row(row), size_t(n) * m.row_bytes);
 }
 
@@ -92,34 +92,32 @@ void copy_rows(bf16* dst, const WeightView& m, int64_t row, int64_t n) {
 // in_proj_ba (per key head: b, a of its value heads) into b and a.
 void split_fused(ModelWeights& w, LinearAttentionWeights& L, const WeightView& m, const LinearAttentionShape& s,
                  bool qkvz, const std::string& name) {
-    if (m.type != DType::BF16) throw MoeError(name + ": a fused projection must be a float type, found " + dtype_name(m.type));
+    if (dtype_row_group(m.type) != 1)
+        throw MoeError(name + ": a fused projection must keep its rows apart, found " + dtype_name(m.type));
     const int64_t nk = s.n_k_heads, dk = s.head_k_dim, r = s.n_v_heads / s.n_k_heads, dv = s.head_v_dim;
-    auto alloc = [&](int64_t rows) {
-        w.owned_bf16.push_back(std::make_unique_for_overwrite<bf16[]>(size_t(rows * m.cols)));
-        return w.owned_bf16.back().get();
-    };
-    const int64_t cols = m.cols;
+    const size_t rb = m.row_bytes;
+    auto alloc = [&](int64_t rows) { return w.arena.alloc(size_t(rows) * rb); };
     if (qkvz) {
-        bf16* qkv = alloc(s.conv_dim());
-        bf16* z = alloc(s.value_dim());
+        std::byte* qkv = alloc(s.conv_dim());
+        std::byte* z = alloc(s.value_dim());
         const int64_t group = 2 * dk + 2 * r * dv;
         for (int64_t g = 0; g < nk; g++) {
-            copy_rows(qkv + (g * dk) * cols, m, g * group, dk);                                  // q_g
-            copy_rows(qkv + (nk * dk + g * dk) * cols, m, g * group + dk, dk);                   // k_g
-            copy_rows(qkv + (2 * nk * dk + g * r * dv) * cols, m, g * group + 2 * dk, r * dv);   // v of its heads
-            copy_rows(z + (g * r * dv) * cols, m, g * group + 2 * dk + r * dv, r * dv);          // z of its heads
+            copy_rows(qkv + size_t(g * dk) * rb, m, g * group, dk);                                 // q_g
+            copy_rows(qkv + size_t(nk * dk + g * dk) * rb, m, g * group + dk, dk);                  // k_g
+            copy_rows(qkv + size_t(2 * nk * dk + g * r * dv) * rb, m, g * group + 2 * dk, r * dv);  // v of its heads
+            copy_rows(z + size_t(g * r * dv) * rb, m, g * group + 2 * dk + r * dv, r * dv);         // z of its heads
         }
-        L.wqkv = weight_view(DType::BF16, qkv, s.conv_dim(), cols);
-        L.wz = weight_view(DType::BF16, z, s.value_dim(), cols);
+        L.wqkv = weight_view(m.type, qkv, s.conv_dim(), m.cols);
+        L.wz = weight_view(m.type, z, s.value_dim(), m.cols);
     } else {
-        bf16* b = alloc(s.n_v_heads);
-        bf16* a = alloc(s.n_v_heads);
+        std::byte* b = alloc(s.n_v_heads);
+        std::byte* a = alloc(s.n_v_heads);
         for (int64_t g = 0; g < nk; g++) {
-            copy_rows(b + (g * r) * cols, m, g * 2 * r, r);
-            copy_rows(a + (g * r) * cols, m, g * 2 * r + r, r);
+            copy_rows(b + size_t(g * r) * rb, m, g * 2 * r, r);
+            copy_rows(a + size_t(g * r) * rb, m, g * 2 * r + r, r);
         }
-        L.wb = weight_view(DType::BF16, b, s.n_v_heads, cols);
-        L.wa = weight_view(DType::BF16, a, s.n_v_heads, cols);
+        L.wb = weight_view(m.type, b, s.n_v_heads, m.cols);
+        L.wa = weight_view(m.type, a, s.n_v_heads, m.cols);
     }
 }
 

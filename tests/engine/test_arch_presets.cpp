@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/errors.h"
+#include "checkpoint_writer.h"
 #include "chat/model_chat.h"
 #include "cpu_forward.h"
 #include "cpu_kernels/isa.h"
@@ -375,4 +376,86 @@ TEST_CASE(
     CHECK(copied > 0);
     REQUIRE(got.size() == want.size());
     CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("hybrid architectures: GGUF qwen35moe and qwen3next as llama.cpp lays them out, read back", "[arch][gguf]") {
+    // quantize writes llama.cpp's names and keys; qwen35moe's value heads go
+    // in its tiled order (file head h holds Hugging Face head (h % n_k) r + h / n_k),
+    // qwen3next's b and a stay fused per key head. Read back, the model gives
+    // the folder's logits: bitwise for qwen3next; for qwen35moe within the
+    // rounding of out_proj's sums taken in the heads' new order.
+    for (const auto& [name, config] : hybrid_arch_configs()) {
+        SECTION(name) {
+            const fs::path dir = test_checkpoint_dir("arch", config);
+            const ModelConfig c = model_config_load(dir);
+            const ModelWeights w = weights_load(c, dir);
+            const bool next = c.architecture == "Qwen3NextForCausalLM";
+            const fs::path out = test_temp_dir("hybrid-gguf") / "model.gguf";
+            const RemovedAtEnd remove_out(out);
+            GgufWriteOptions o;
+            o.name = name;
+            o.threads = 2;
+            gguf_model_write(out, c, w, o);
+
+            const GgufFile file(out);
+            const GgufMetadata& m = file.metadata();
+            const std::string arch(m.get_string("general.architecture"));
+            CHECK(arch == (next ? "qwen3next" : "qwen35moe"));
+            const std::string p = arch + ".";
+            CHECK(m.get_int<int>(p + "ssm.conv_kernel") == 4);
+            CHECK(m.get_int<int>(p + "ssm.state_size") == 16);
+            CHECK(m.get_int<int>(p + "ssm.group_count") == 2);
+            CHECK(m.get_int<int>(p + "ssm.time_step_rank") == 4);
+            CHECK(m.get_int<int>(p + "ssm.inner_size") == 64);
+            CHECK(m.get_int<int>(p + "rope.dimension_count") == 8);
+            CHECK(m.get_int<int>(p + "expert_shared_feed_forward_length") == 32);
+            CHECK(m.contains(p + "attention.recurrent_layers"));
+            CHECK(m.contains(p + "rope.dimension_sections") == !next);
+            for (const char* t : {"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.0.ssm_conv1d.weight",
+                                  "blk.0.ssm_dt.bias", "blk.0.ssm_a", "blk.0.ssm_norm.weight", "blk.0.ssm_out.weight",
+                                  "blk.0.post_attention_norm.weight", "blk.3.attn_q.weight", "blk.3.attn_q_norm.weight",
+                                  "blk.3.ffn_gate_inp_shexp.weight", "blk.3.ffn_gate_exps.weight"}) {
+                INFO(t);
+                CHECK(file.find(t) != nullptr);
+            }
+            CHECK((file.find("blk.0.ssm_ba.weight") != nullptr) == next);
+            CHECK((file.find("blk.0.ssm_beta.weight") != nullptr) == !next);
+            CHECK(file.find("blk.3.ssm_a") == nullptr);  // attention layers have no delta net
+            // ssm_a holds -exp(A_log); qwen35moe's in the tiled order.
+            const TensorView& a = file.tensor("blk.0.ssm_a");
+            const float* fa = static_cast<const float*>(a.data);
+            for (int h = 0; h < 4; h++) {
+                const int hf = next ? h : (h % 2) * 2 + h / 2;
+                CHECK(fa[h] == w.layers[0].linear.a[hf]);
+            }
+
+            const ModelConfig g = gguf_model_config(file);
+            CHECK(g.n_layers == c.n_layers);
+            CHECK(g.layer_mixers == c.layer_mixers);
+            CHECK(g.rope_dim() == c.rope_dim());
+            CHECK(g.linear.conv_dim() == c.linear.conv_dim());
+            CHECK(g.linear.fused_ba == next);
+            CHECK_FALSE(g.linear.fused_qkvz);
+            CHECK(g.linear.v_head_order ==
+                  (next ? LinearAttentionShape::VHeadOrder::GROUPED : LinearAttentionShape::VHeadOrder::TILED));
+            CHECK(g.shared_hidden_dim == c.shared_hidden_dim);
+            CHECK(g.norm_topk_prob);
+            const ModelWeights gw = gguf_model_weights(g, out);
+            const std::vector<int> prompt = {1, 100, 17, 200, 33, 5, 250, 64};
+            const std::vector<float> want = cpu_prefill_logits(c, w, prompt);
+            const std::vector<float> got = cpu_prefill_logits(g, gw, prompt);
+            REQUIRE(got.size() == want.size());
+            if (next) {
+                CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+            } else {
+                float worst = 0, top = 0;
+                for (size_t i = 0; i < got.size(); i++) {
+                    worst = std::max(worst, std::fabs(got[i] - want[i]));
+                    top = std::max(top, std::fabs(want[i]));
+                }
+                INFO("max |gguf - folder| = " << worst);
+                CHECK(worst <= 1e-4f * (1.0f + top));
+            }
+        }
+    }
 }
