@@ -45,24 +45,7 @@ bin="$build/moe-server"
 log() { echo "bench_vs_llamacpp: $*" >&2; }
 
 # ---- llama.cpp: the pinned release's source, llama-bench built once --------
-mkdir -p "$tools"
-llama_bench="$tools/build/bin/llama-bench"
-if [ ! -x "$llama_bench" ]; then
-  bash "$root/scripts/llamacpp_source.sh" "$tools" >/dev/null
-  log "building llama-bench ($(tr -d ' \n' <"$tools/src/llama.cpp.info.json"))"
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  # GGML_NATIVE turns on llama.cpp's AMX kernels where the CPU reports AMX;
-  # on this project's Intel VMs they die with SIGILL at their first
-  # tileloadd (Q8_0 prompt processing), so they are compiled out.
-  # moe-server does not use AMX either.
-  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-  cmake -S "$tools/src" -B "$tools/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "${launcher[@]}" >"$tools/cmake.log" 2>&1
-  cmake --build "$tools/build" --target llama-bench -j "$(nproc)" >"$tools/build.log" 2>&1 ||
-    { log "llama-bench did not build; see $tools/build.log"; exit 1; }
-fi
+llama_bench="$(bash "$root/scripts/llamacpp_build.sh" "$tools" llama-bench)/llama-bench"
 
 # ---- the models: one GGUF per type, written by moe-server quantize ----------
 mkdir -p "$tools/models"
