@@ -1,9 +1,9 @@
 // Tensor table (see tensor_table.h): the Hugging Face names and shapes of
 // every tensor, spelled here and nowhere else in the engine. Pure function
 // of the ModelConfig.
-#include <cstdint>
-
 #include "engine/model/tensor_table.h"
+
+#include <cstdint>
 
 std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
     const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
@@ -44,19 +44,21 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
             t.push_back({a + "norm.weight", {int64_t(lin.head_v_dim)}, TensorRole::LIN_NORM, l});
             t.push_back({a + "out_proj.weight", {dim, value_dim}, TensorRole::LIN_OUT, l});
         } else {
-        const std::string a = p + "self_attn.";
-        t.push_back({a + "q_proj.weight", {c.attn_output_gate ? 2 * q_dim : q_dim, dim}, TensorRole::WQ, l});
-        if (c.qkv_bias) t.push_back({a + "q_proj.bias", {q_dim}, TensorRole::Q_BIAS, l});
-        t.push_back({a + "k_proj.weight", {kv_dim, dim}, TensorRole::WK, l});
-        if (c.qkv_bias) t.push_back({a + "k_proj.bias", {kv_dim}, TensorRole::K_BIAS, l});
-        t.push_back({a + "v_proj.weight", {kv_dim, dim}, TensorRole::WV, l});
-        if (c.qkv_bias) t.push_back({a + "v_proj.bias", {kv_dim}, TensorRole::V_BIAS, l});
-        t.push_back({a + "o_proj.weight", {dim, q_dim}, TensorRole::WO, l});
-        if (c.qk_norm != QkNorm::NONE) {
-            const bool full = c.qk_norm == QkNorm::FULL;
-            t.push_back({a + "q_norm.weight", {full ? q_dim : int64_t(c.head_dim)}, TensorRole::Q_NORM, l, -1, norm});
-            t.push_back({a + "k_norm.weight", {full ? kv_dim : int64_t(c.head_dim)}, TensorRole::K_NORM, l, -1, norm});
-        }
+            const std::string a = p + "self_attn.";
+            t.push_back({a + "q_proj.weight", {c.attn_output_gate ? 2 * q_dim : q_dim, dim}, TensorRole::WQ, l});
+            if (c.qkv_bias) t.push_back({a + "q_proj.bias", {q_dim}, TensorRole::Q_BIAS, l});
+            t.push_back({a + "k_proj.weight", {kv_dim, dim}, TensorRole::WK, l});
+            if (c.qkv_bias) t.push_back({a + "k_proj.bias", {kv_dim}, TensorRole::K_BIAS, l});
+            t.push_back({a + "v_proj.weight", {kv_dim, dim}, TensorRole::WV, l});
+            if (c.qkv_bias) t.push_back({a + "v_proj.bias", {kv_dim}, TensorRole::V_BIAS, l});
+            t.push_back({a + "o_proj.weight", {dim, q_dim}, TensorRole::WO, l});
+            if (c.qk_norm != QkNorm::NONE) {
+                const bool full = c.qk_norm == QkNorm::FULL;
+                t.push_back(
+                    {a + "q_norm.weight", {full ? q_dim : int64_t(c.head_dim)}, TensorRole::Q_NORM, l, -1, norm});
+                t.push_back(
+                    {a + "k_norm.weight", {full ? kv_dim : int64_t(c.head_dim)}, TensorRole::K_NORM, l, -1, norm});
+            }
         }
         t.push_back({p + "post_attention_layernorm.weight", {dim}, TensorRole::FFN_NORM, l, -1, norm});
         if (!c.is_moe()) {

@@ -22,7 +22,8 @@ LinearAttentionShape shape() {
 // Writes a mark into every float of seq's state, layer by layer.
 void mark(RecurrentState& r, int layers, int seq, float v) {
     const LinearAttentionShape s = shape();
-    const size_t conv = size_t(s.conv_kernel - 1) * s.conv_dim(), mat = size_t(s.n_v_heads) * s.head_k_dim * s.head_v_dim;
+    const size_t conv = size_t(s.conv_kernel - 1) * s.conv_dim(),
+                 mat = size_t(s.n_v_heads) * s.head_k_dim * s.head_v_dim;
     for (int l = 0; l < layers; l++) {
         for (size_t i = 0; i < conv; i++) r.conv(l, seq)[i] = v + float(l);
         for (size_t i = 0; i < mat; i++) r.matrices(l, seq)[i] = -v - float(l);
@@ -31,7 +32,8 @@ void mark(RecurrentState& r, int layers, int seq, float v) {
 
 bool all_zero(const RecurrentState& r, int layers, int seq) {
     const LinearAttentionShape s = shape();
-    const size_t conv = size_t(s.conv_kernel - 1) * s.conv_dim(), mat = size_t(s.n_v_heads) * s.head_k_dim * s.head_v_dim;
+    const size_t conv = size_t(s.conv_kernel - 1) * s.conv_dim(),
+                 mat = size_t(s.n_v_heads) * s.head_k_dim * s.head_v_dim;
     for (int l = 0; l < layers; l++) {
         for (size_t i = 0; i < conv; i++)
             if (r.conv(l, seq)[i] != 0.0f) return false;
