@@ -149,7 +149,10 @@ Tokenizer model_source_tokenizer(const ModelSource& s, const ModelConfig& config
     return t;
 }
 
-std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const ModelConfig& config) {
+namespace {
+
+// The tokenizer.ggml.* keys of the source's own vocabulary, as long as it is.
+std::vector<GgufKeyValue> vocabulary_metadata(const ModelSource& s, const ModelConfig& config) {
     std::vector<GgufKeyValue> kv;
     if (s.gguf) {
         for (GgufKeyValue& v : GgufFile(s.dir).metadata().values())
@@ -180,5 +183,13 @@ std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const
         std::string jinja = chat_template_from_config(file_read_json(config_path), config_path.string(), &note);
         if (!jinja.empty()) kv.push_back({"tokenizer.chat_template", jinja});
     }
+    return kv;
+}
+
+}  // namespace
+
+std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& s, const ModelConfig& config) {
+    std::vector<GgufKeyValue> kv = vocabulary_metadata(s, config);
+    gguf_pad_vocabulary(kv, config.vocab_size);
     return kv;
 }

@@ -91,5 +91,7 @@ Tokenizer model_source_tokenizer(const ModelSource& source, const ModelConfig& c
 // file's own keys, a folder's tokenizer.model (or its tokenizer.json as a
 // gpt2 vocabulary) and tokenizer_config.json chat_template, or a synthetic
 // preset's: the embedded tokenizer and Mixtral's template, or the stand-in
-// BPE and its preset's template.
+// BPE and its preset's template. A vocabulary shorter than the model's
+// vocab_size is padded with llama.cpp's "[PAD<id>]" tokens (gguf_pad_vocabulary),
+// which a reader of the file then holds as tokens like any other.
 std::vector<GgufKeyValue> model_source_text_metadata(const ModelSource& source, const ModelConfig& config);

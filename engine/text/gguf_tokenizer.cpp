@@ -503,3 +503,22 @@ std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc,
     };
     return kv;
 }
+
+void gguf_pad_vocabulary(std::vector<GgufKeyValue>& kv, int vocab_size) {
+    auto find = [&](std::string_view key) -> GgufValue* {
+        for (GgufKeyValue& e : kv)
+            if (e.key == key) return &e.value;
+        return nullptr;
+    };
+    GgufValue* tokens = find(KEY_TOKENS);
+    if (!tokens || int(tokens->items().size()) >= vocab_size) return;
+    const size_t have = tokens->items().size();
+    auto padded = [&](const GgufValue& v, auto make) {
+        std::vector<GgufValue> items = v.items();
+        for (size_t id = have; id < size_t(vocab_size); id++) items.push_back(make(id));
+        return GgufValue::array(v.elem_type(), std::move(items));
+    };
+    *tokens = padded(*tokens, [](size_t id) { return GgufValue("[PAD" + std::to_string(id) + "]"); });
+    if (GgufValue* types = find(KEY_TYPES)) *types = padded(*types, [](size_t) { return GgufValue(int32_t(UNUSED)); });
+    if (GgufValue* scores = find(KEY_SCORES)) *scores = padded(*scores, [](size_t) { return GgufValue(0.0f); });
+}

@@ -84,3 +84,9 @@ std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view sentencepiece
 // pre-tokenizer llama.cpp has no name for, an id without a token.
 std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc, std::string_view source, int bos,
                                                       int eos);
+
+// A vocabulary of fewer tokens than the model has embedding rows (Qwen pads
+// its vocab_size) padded as llama.cpp's converter does: "[PAD<id>]" tokens
+// of type UNUSED (score 0 where there are scores) up to vocab_size, so
+// llama.cpp finds one token per row. kv holds tokenizer.ggml.* keys.
+void gguf_pad_vocabulary(std::vector<GgufKeyValue>& kv, int vocab_size);
