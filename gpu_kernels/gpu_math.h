@@ -52,7 +52,7 @@ MOE_HD inline void gm_rmsnorm_gated(float* o, const float* z, const float* w, in
 // Gated DeltaNet, one position of one head (Qwen3.5 / Qwen3-Next; the
 // delta rule with a per-step decay): state S (dk, dv), row-major, k and q
 // unit vectors (q scaled by 1/sqrt(dk)), v (dv), g <= 0 the log decay,
-// beta in (0, 1). In order:
+// beta in (0, 1); dv at most 512 (the config parser refuses more). In order:
 //   S *= exp(g);  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
 MOE_HD inline void gm_delta_rule_head(float* S, float* o, const float* q, const float* k, const float* v, float g,
                                       float beta, int dk, int dv) {

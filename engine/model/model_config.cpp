@@ -139,6 +139,9 @@ void validate(const ModelConfig& c, std::string_view source) {
         require_positive(source, "linear_num_value_heads", c.linear.n_v_heads);
         require_positive(source, "linear_key_head_dim", c.linear.head_k_dim);
         require_positive(source, "linear_value_head_dim", c.linear.head_v_dim);
+        if (c.linear.head_v_dim > 512)  // the delta rule keeps a head's update in 512 floats (gpu_math.h)
+            config_fail(source, "field 'linear_value_head_dim' = " + std::to_string(c.linear.head_v_dim) +
+                                    " is above the 512 supported");
         if (c.linear.n_v_heads % c.linear.n_k_heads != 0)
             config_fail(source, "field 'linear_num_key_heads' = " + std::to_string(c.linear.n_k_heads) +
                                     " does not divide linear_num_value_heads = " + std::to_string(c.linear.n_v_heads));
