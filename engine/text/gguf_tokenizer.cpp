@@ -104,6 +104,12 @@ std::optional<Regexes> bpe_pre_regexes(std::string_view pre) {
         return Regexes{
             "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    // Qwen3.5 / 3.6: Qwen2's, with combining marks (\p{M}) kept inside words.
+    if (pre == "qwen35")
+        return Regexes{
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+            "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+            "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     if (pre == "deepseek-llm")
         return Regexes{
             "[\\r\\n]",
@@ -166,7 +172,7 @@ nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& md, std::string_view 
     if (!regexes)
         fail(source, KEY_PRE,
              "unknown pre-tokenizer '" + printable(pre) +
-                 "' (known: gpt-2, default, llama3, llama-bpe, qwen2, deepseek-llm, deepseek-v3)");
+                 "' (known: gpt-2, default, llama3, llama-bpe, qwen2, qwen35, deepseek-llm, deepseek-v3)");
 
     // BOS and EOS are special whatever their type, so text never encodes to them.
     const std::optional<int> bos = special_id(md, source, KEY_BOS, n, false);
@@ -413,12 +419,9 @@ std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view model, std::s
     });
     if (!ok || tokens.empty()) throw MoeError(std::string(source) + ": not a SentencePiece model");
     std::vector<GgufKeyValue> kv = {
-        {"tokenizer.ggml.model", "llama"},
-        {"tokenizer.ggml.tokens", tokens},
-        {"tokenizer.ggml.scores", scores},
-        {"tokenizer.ggml.token_type", types},
-        {std::string(KEY_BOS), uint32_t(bos)},
-        {std::string(KEY_EOS), uint32_t(eos)},
+        {"tokenizer.ggml.model", "llama"},     {"tokenizer.ggml.tokens", tokens},
+        {"tokenizer.ggml.scores", scores},     {"tokenizer.ggml.token_type", types},
+        {std::string(KEY_BOS), uint32_t(bos)}, {std::string(KEY_EOS), uint32_t(eos)},
     };
     if (unk >= 0) kv.push_back({std::string(KEY_UNK), uint32_t(unk)});
     if (pad >= 0) kv.push_back({std::string(KEY_PAD), uint32_t(pad)});
@@ -491,7 +494,7 @@ std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc,
             throw bad("pre_tokenizer", "step '" + type + "' has no llama.cpp pre-tokenizer name");
     }
     std::string pre_name;
-    for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-v3"})
+    for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek-v3"})
         if (*bpe_pre_regexes(name) == splits && byte_level_regex == splits.empty()) pre_name = name;
     if (pre_name.empty()) throw bad("pre_tokenizer", "its regexes are not those of a pre-tokenizer llama.cpp names");
     std::vector<GgufKeyValue> kv = {

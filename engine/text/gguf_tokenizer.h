@@ -78,7 +78,7 @@ std::vector<GgufKeyValue> gguf_tokenizer_metadata(std::string_view sentencepiece
 // tokenizer.ggml.* keys of a "gpt2" vocabulary (tokens by id, the vocabulary's
 // NORMAL, special added tokens CONTROL, other added tokens USER_DEFINED;
 // merges as "a b"; tokenizer.ggml.pre the name llama.cpp gives its Split
-// regexes: gpt-2, llama-bpe, qwen2, deepseek-llm, deepseek-v3), so that
+// regexes: gpt-2, llama-bpe, qwen2, qwen35, deepseek-llm, deepseek-v3), so that
 // tokenizer_from_gguf gives the same tokenizer back. bos and eos: the model's
 // ids. MoeError "SOURCE: KEY: what is wrong" for another model type, a
 // pre-tokenizer llama.cpp has no name for, an id without a token.

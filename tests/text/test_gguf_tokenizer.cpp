@@ -24,9 +24,9 @@
 
 namespace fs = std::filesystem;
 
+using tokenizer_test::find_key;
 using tokenizer_test::read_vocab_test_outputs;
 using tokenizer_test::stream;
-using tokenizer_test::find_key;
 using tokenizer_test::with;
 using tokenizer_test::without;
 
@@ -286,19 +286,25 @@ TEST_CASE("gguf tokenizer: malformed metadata is refused naming the file and key
 
 TEST_CASE("gguf tokenizer: a byte-level tokenizer.json as a gpt2 vocabulary gives the same tokenizer back",
           "[gguf_tokenizer]") {
-    // GPT-2's (pre-tokenizer gpt-2: ByteLevel's own regex) and DeepSeek-LLM's
-    // (Split regexes) vocabularies through tokenizer.json and back, against
-    // llama.cpp's reference ids.
+    // GPT-2's (pre-tokenizer gpt-2: ByteLevel's own regex), DeepSeek-LLM's
+    // and Qwen3.5's (Split regexes; qwen35 is qwen2's plus combining marks)
+    // vocabularies through tokenizer.json and back, against llama.cpp's
+    // reference ids.
     const fs::path dir = shared_data_dir() / "reference/llama-cpp-vocab";
-    for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf"}) {
+    struct Vocab {
+        const char* name;
+        const char* pre;
+    };
+    for (const auto& [name, pre] :
+         {Vocab{"ggml-vocab-gpt-2.gguf", "gpt-2"}, Vocab{"ggml-vocab-deepseek-llm.gguf", "deepseek-llm"},
+          Vocab{"ggml-vocab-qwen35.gguf", "qwen35"}}) {
         INFO(name);
         const GgufFile original(dir / name);
         HfSpecialTokens specials;
         const nlohmann::json doc = gguf_bpe_tokenizer_json(original.metadata(), name, &specials);
         const Tokenizer want = tokenizer_from_gguf(original.metadata(), name);
         std::vector<GgufKeyValue> md = gguf_bpe_tokenizer_metadata(doc, "tokenizer.json", want.bos_id(), want.eos_id());
-        CHECK(find_key(md, "tokenizer.ggml.pre")->value.as_string() ==
-              (std::string_view(name) == "ggml-vocab-gpt-2.gguf" ? "gpt-2" : "deepseek-llm"));
+        CHECK(find_key(md, "tokenizer.ggml.pre")->value.as_string() == pre);
         const Tokenizer got = tokenizer_written(md, test_temp_dir("gguf-bpe-back") / "vocab.gguf");
         REQUIRE(got.vocab_size() == want.vocab_size());
         CHECK(got.bos_id() == want.bos_id());
