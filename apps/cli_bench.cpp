@@ -787,18 +787,34 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
 #endif
 }
 
-// The expert shapes `bench kernels` times: --model's, or by default those of
-// the mixtral-8x7b and mixtral-mini presets.
-std::vector<BenchExpertShape> bench_expert_shapes(Args& args) {
+// The shapes `bench kernels` times: --model's (its delta-rule shape when it
+// has Gated DeltaNet layers), or by default the experts of the mixtral-8x7b
+// and mixtral-mini presets and the delta rule of qwen3.6-35b-a3b and
+// qwen35-moe-mini.
+struct KernelShapes {
+    std::vector<BenchExpertShape> experts;
+    std::vector<BenchDeltaShape> delta;
+};
+
+BenchDeltaShape delta_shape(const std::string& label, const ModelConfig& c) {
+    const LinearAttentionShape& s = c.linear;
+    return {label, s.n_k_heads, s.n_v_heads, s.head_k_dim, s.head_v_dim};
+}
+
+KernelShapes bench_kernel_shapes(Args& args) {
+    KernelShapes shapes;
     if (std::optional<ModelSource> source = parse_optional_model_flag(args)) {
         ModelConfig c = model_source_config(*source);
-        return {{source->text, c.dim, c.hidden_dim}};
+        shapes.experts = {{source->text, c.dim, c.hidden_dim}};
+        if (c.n_linear_layers() > 0) shapes.delta = {delta_shape(source->text, c)};
+        return shapes;
     }
-    std::vector<BenchExpertShape> shapes;
     for (SynthPreset preset : {SynthPreset::MIXTRAL_8X7B, SynthPreset::MIXTRAL_MINI}) {
         ModelConfig c = synth_preset(preset);
-        shapes.push_back({synth_preset_name(preset), c.dim, c.hidden_dim});
+        shapes.experts.push_back({synth_preset_name(preset), c.dim, c.hidden_dim});
     }
+    for (SynthPreset preset : {SynthPreset::QWEN36_35B_A3B, SynthPreset::QWEN35_MOE_MINI})
+        shapes.delta.push_back(delta_shape(synth_preset_name(preset), synth_preset(preset)));
     return shapes;
 }
 
@@ -923,14 +939,18 @@ int cli_bench(const std::vector<std::string>& words) {
     if (what != "ceiling" && what != "kernels") throw MoeError("bench: unknown benchmark '" + what + "'");
     int threads = bench_threads_flag(args);
     auto isa = args.get("--cpu-isa");
-    std::vector<BenchExpertShape> shapes = bench_expert_shapes(args);
+    KernelShapes shapes = bench_kernel_shapes(args);
+    const std::string only = args.get("--kernel").value_or("all");
     args.finish();
+    if (only != "all" && only != "expert" && only != "delta_rule")
+        throw MoeError("bench kernels: --kernel: '" + only + "' is not one of all, expert, delta_rule");
     std::vector<Isa> isas = bench_supported_isas();
     if (isa) {
         isas = {parse_isa("--cpu-isa", *isa)};
     }
     ThreadPool pool(threads);
     Ceiling ceiling = bench_ceiling(pool, true);
-    if (what == "kernels") bench_kernels(pool, ceiling, isas, shapes);
+    if (what == "kernels" && only != "delta_rule") bench_kernels(pool, ceiling, isas, shapes.experts);
+    if (what == "kernels" && only != "expert") bench_delta_rule(pool, ceiling, isas, shapes.delta);
     return 0;
 }

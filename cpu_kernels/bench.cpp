@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -350,6 +351,76 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
                         },
                         flops > 1e10 ? 0.0 : 0.5);
                     print_line("expert_ffn", type, s, isa, m, path_name(t, mix.w13, m), tm, bytes, flops, ceiling);
+                }
+            }
+        }
+    }
+}
+
+void bench_delta_rule(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
+                      const std::vector<BenchDeltaShape>& shapes) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (const BenchDeltaShape& sh : shapes) {
+        const int nk = sh.n_k_heads, nv = sh.n_v_heads, dk = sh.dk, dv = sh.dv;
+        const long key_dim = long(nk) * dk, conv_dim = 2 * key_dim + long(nv) * dv;
+        constexpr int N_MAX = 512;
+        // Rows as Gated DeltaNet lays them out: q, k (unit vectors) and v of
+        // every head side by side; g and beta per value head.
+        std::vector<float> x(size_t(N_MAX) * conv_dim), g(size_t(N_MAX) * nv), beta(g.size());
+        for (auto& e : x) e = d(rng);
+        for (int i = 0; i < N_MAX; i++)
+            for (int h = 0; h < 2 * nk; h++) {
+                float* v = x.data() + size_t(i) * conv_dim + size_t(h) * dk;
+                float ss = 0;
+                for (int j = 0; j < dk; j++) ss += v[j] * v[j];
+                for (int j = 0; j < dk; j++) v[j] /= std::sqrt(ss);
+            }
+        for (size_t e = 0; e < g.size(); e++) {
+            g[e] = -0.5f * (d(rng) + 1.0f) - 0.01f;
+            beta[e] = 0.5f + 0.4f * d(rng);
+        }
+        std::vector<float> state(size_t(nv) * dk * dv, 0.0f), out(size_t(N_MAX) * nv * dv);
+        for (Isa isa : isas) {
+            const KernelTable& t = kernel_table(isa);
+            for (int n : {1, 16, 64, N_MAX}) {
+                if (isa == Isa::SCALAR && n > 64) continue;
+                for (bool chunked : {true, false}) {
+                    if (!chunked && n < DELTA_CHUNK_MIN) continue;
+                    auto head = [&](long h) {
+                        const int kh = int(h / (nv / nk));
+                        float* S = state.data() + size_t(h) * dk * dv;
+                        const float *q = x.data() + size_t(kh) * dk, *k = q + key_dim,
+                                    *v = x.data() + 2 * key_dim + size_t(h) * dv;
+                        float* o = out.data() + size_t(h) * dv;
+                        const long ov = long(nv) * dv;
+                        if (chunked) {
+                            gated_delta_rule(t, S, o, ov, q, k, conv_dim, v, conv_dim, g.data() + h, beta.data() + h,
+                                             nv, n, dk, dv);
+                            return;
+                        }
+                        for (int i = 0; i < n; i++)
+                            t.delta_rule_step(S, o + i * ov, q + i * conv_dim, k + i * conv_dim, v + i * conv_dim,
+                                              g[size_t(i) * nv + h], beta[size_t(i) * nv + h], dk, dv);
+                    };
+                    const double sec = best_time(
+                        [&](int) {
+                            pool.parallel_for(nv, 1, [&](long h0, long h1) {
+                                for (long h = h0; h < h1; h++) head(h);
+                            });
+                        },
+                        3, 0.3);
+                    const double flops = double(nv) * (chunked ? gated_delta_rule_flops(n, dk, dv)
+                                                               : 8.0 * double(n) * dk * dv);
+                    const double gflops = flops / sec / 1e9;
+                    std::printf(
+                        "{\"bench\":\"kernels\",\"kernel\":\"delta_rule\",\"model\":\"%s\",\"k_heads\":%d,"
+                        "\"v_heads\":%d,\"dk\":%d,\"dv\":%d,\"isa\":\"%s\",\"tokens\":%d,\"path\":\"%s\","
+                        "\"threads\":%d,\"ms\":%.3f,\"tok_s\":%.1f,\"gflops\":%.1f,\"fma_gflops_ceiling\":%.1f,"
+                        "\"flop_ratio\":%.3f}\n",
+                        sh.label.c_str(), nk, nv, dk, dv, isa_name(isa), n, chunked && n >= DELTA_CHUNK_MIN ? "chunked" : "step",
+                        ceiling.threads, sec * 1e3, n / sec, gflops, ceiling.fma_gflops, gflops / ceiling.fma_gflops);
+                    std::fflush(stdout);
                 }
             }
         }

@@ -55,6 +55,22 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
                    const std::vector<DType>& types = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
                                                       DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8});
 
+// One Gated DeltaNet layer's delta-rule shape: value heads of dk x dv
+// states, key heads shared by n_v_heads / n_k_heads of them.
+struct BenchDeltaShape {
+    std::string label;
+    int n_k_heads, n_v_heads, dk, dv;
+};
+
+// gated_delta_rule over all value heads of each shape (heads split over the
+// pool) for runs of 1, 16, 64 and 512 tokens, each ISA of isas: time,
+// tokens/s, GFLOP/s (gated_delta_rule_flops) and its ratio to the FMA
+// ceiling. From DELTA_CHUNK_MIN tokens both forms: "chunked" (what the engine
+// runs) and "step" (delta_rule_step token by token, the recurrence it
+// replaces; its tokens/s is the figure to compare).
+void bench_delta_rule(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
+                      const std::vector<BenchDeltaShape>& shapes);
+
 // Every path this CPU runs, scalar first.
 std::vector<Isa> bench_supported_isas();
 

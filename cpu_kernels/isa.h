@@ -90,6 +90,19 @@ struct KernelTable {
     void (*attn_accum)(float* out, long out_stride, const float* s, long s_stride, int n_q, const float* v,
                        long v_stride, int n_pos, int head_dim);
 
+    // Small fp32 GEMM (the chunked delta rule's blocks): c (m, n) =
+    // c_scale * c + A B, A (m, k) element (i, p) at a[i * a_rs + p * a_cs],
+    // B (k, n) rows ldb apart, c rows ldc apart. c_scale 0: c is only
+    // written (its old contents may be anything). lower: A is zero above its
+    // diagonal, which may then be skipped (a tile of rows reads A's columns
+    // up to its last row).
+    void (*gemm_f32)(float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b,
+                     long ldb, int m, int n, int k, bool lower);
+    // One token of the gated delta rule on one head: S (dk, dv) row-major,
+    // S *= exp(g); u = beta (v - S^T k); S += k u^T; o (dv) = S^T q.
+    void (*delta_rule_step)(float* S, float* o, const float* q, const float* k, const float* v, float g, float beta,
+                            int dk, int dv);
+
     // Benchmark ceilings: a streaming read of bytes as `streams` (1..8)
     // parts in lockstep (returns a value that depends on the bytes read), and
     // an FMA loop that returns its FLOP count.

@@ -48,7 +48,8 @@ struct Workspace {
 
 // WS_X3: w3's activations when its type differs from w1's; WS_W, WS_Y: a
 // piece of dequantized W and its output (packed path of quantized W).
-enum WorkspaceSlot { WS_X, WS_X3, WS_H, WS_ATTN, WS_W, WS_Y, WS_ROW, WS_COUNT };
+// WS_DELTA: the chunked delta rule's blocks.
+enum WorkspaceSlot { WS_X, WS_X3, WS_H, WS_ATTN, WS_W, WS_Y, WS_ROW, WS_DELTA, WS_COUNT };
 
 void* workspace(WorkspaceSlot slot, size_t bytes) {
     static thread_local Workspace ws[WS_COUNT];
@@ -483,6 +484,112 @@ void attention_prefill(float* out, const float* q, const float* k, const float* 
                 }
         }
     });
+}
+
+namespace {
+
+// One chunk of c <= DELTA_CHUNK tokens of gated_delta_rule's chunked form.
+// With G_t the decay's running sum over the chunk (g_0 + ... + g_t), the
+// recurrence unrolls to
+//   S_t = e^G_t S_0 + sum_{s<=t} e^(G_t - G_s) k_s u_s^T,
+//   u_t = beta_t (v_t - e^G_t S_0^T k_t) - sum_{s<t} A_ts u_s,
+//   A_ts = beta_t e^(G_t - G_s) k_t . k_s,
+// so U = (I + A)^-1 R with R_t = beta_t (v_t - e^G_t S_0^T k_t) (the WY
+// form), then O_t = e^G_t S_0^T q_t + sum_{s<=t} e^(G_t - G_s) (q_t . k_s)
+// u_s and S_c = e^G_(c-1) S_0 + sum_s e^(G_(c-1) - G_s) k_s u_s^T. Every
+// exponent is <= 0. All products of more than one vector are gemm_f32
+// blocks, K and Q stacked so that [K; Q] K^T and [K; Q] S_0 read K^T and
+// S_0 once; (I + A)^-1 is forward substitution on c x c.
+void delta_rule_chunk(const KernelTable& t, float* S, float* o, long o_stride, const float* q, const float* k,
+                      long qk_stride, const float* v, long v_stride, const float* g, const float* beta, long gb_stride,
+                      int c, int dk, int dv, float* work) {
+    constexpr int C = DELTA_CHUNK;
+    float* kq = work;                      // (2c, dk): K then Q
+    float* kt = kq + size_t(2 * C) * dk;   // (dk, C): K^T
+    float* m2 = kt + size_t(dk) * C;       // (2c, C): K K^T, then Q K^T masked and decayed (P)
+    float* tm = m2 + 2 * C * C;            // (C, C): (I + A)^-1, zero above the diagonal
+    float* dec = tm + C * C;               // (C, C): e^(G_t - G_s), s <= t
+    float* r2 = dec + C * C;               // (2c, dv): K S_0 then R, Q S_0
+    float* u = r2 + size_t(2 * C) * dv;    // (C, dv): U
+    float G[C], eg[C], bt[C];
+    float run = 0.0f;
+    for (int s = 0; s < c; s++) {
+        run += g[s * gb_stride];
+        G[s] = run;
+        eg[s] = std::exp(run);
+        bt[s] = beta[s * gb_stride];
+    }
+    for (int tt = 0; tt < c; tt++)
+        for (int s = 0; s <= tt; s++) dec[tt * C + s] = std::exp(G[tt] - G[s]);
+    for (int s = 0; s < c; s++) {
+        std::copy_n(k + s * qk_stride, dk, kq + long(s) * dk);
+        std::copy_n(q + s * qk_stride, dk, kq + long(c + s) * dk);
+        for (int i = 0; i < dk; i++) kt[long(i) * C + s] = k[s * qk_stride + i];
+    }
+    t.gemm_f32(m2, C, 0.0f, kq, dk, 1, kt, C, 2 * c, c, dk, false);       // [K; Q] K^T
+    t.gemm_f32(r2, dv, 0.0f, kq, dk, 1, S, dv, 2 * c, dv, dk, false);     // [K; Q] S_0
+    // T = (I + A)^-1 row by row: T_t = e_t - sum_{s<t} A_ts T_s (T_s is zero past column s).
+    for (int tt = 0; tt < c; tt++) {
+        float* row = tm + tt * C;
+        std::fill(row, row + C, 0.0f);
+        row[tt] = 1.0f;
+        for (int s = 0; s < tt; s++) t.axpy_f32(row, -bt[tt] * dec[tt * C + s] * m2[tt * C + s], tm + s * C, s + 1);
+    }
+    for (int tt = 0; tt < c; tt++) {
+        float* rt = r2 + long(tt) * dv;
+        const float* vt = v + tt * v_stride;
+        for (int j = 0; j < dv; j++) rt[j] = bt[tt] * (vt[j] - eg[tt] * rt[j]);
+        const float* qs = r2 + long(c + tt) * dv;
+        float* ot = o + tt * o_stride;
+        for (int j = 0; j < dv; j++) ot[j] = eg[tt] * qs[j];
+    }
+    t.gemm_f32(u, dv, 0.0f, tm, C, 1, r2, dv, c, dv, c, true);  // U = T R
+    float* p = m2 + c * C;
+    for (int tt = 0; tt < c; tt++) {
+        float* row = p + tt * C;
+        for (int s = 0; s <= tt; s++) row[s] *= dec[tt * C + s];
+        std::fill(row + tt + 1, row + C, 0.0f);
+    }
+    t.gemm_f32(o, o_stride, 1.0f, p, C, 1, u, dv, c, dv, c, true);  // O += P U
+    for (int s = 0; s < c; s++) t.scale_f32(u + long(s) * dv, dec[(c - 1) * C + s], dv);
+    t.gemm_f32(S, dv, eg[c - 1], kt, C, 1, u, dv, dk, dv, c, false);  // S = e^G S_0 + K^T U
+}
+
+}  // namespace
+
+void gated_delta_rule(const KernelTable& t, float* S, float* o, long o_stride, const float* q, const float* k,
+                      long qk_stride, const float* v, long v_stride, const float* g, const float* beta,
+                      long gb_stride, int n, int dk, int dv) {
+    assert(n >= 0 && dk > 0 && dv > 0);
+    if (n < DELTA_CHUNK_MIN) {
+        for (int i = 0; i < n; i++)
+            t.delta_rule_step(S, o + i * o_stride, q + i * qk_stride, k + i * qk_stride, v + i * v_stride,
+                              g[i * gb_stride], beta[i * gb_stride], dk, dv);
+        return;
+    }
+    constexpr int C = DELTA_CHUNK;
+    float* work = static_cast<float*>(
+        workspace(WS_DELTA, sizeof(float) * (size_t(3 * C) * dk + 4 * C * C + 3 * size_t(C) * dv)));
+    for (int t0 = 0; t0 < n; t0 += C)
+        delta_rule_chunk(t, S, o + t0 * o_stride, o_stride, q + t0 * qk_stride, k + t0 * qk_stride, qk_stride,
+                         v + t0 * v_stride, v_stride, g + t0 * gb_stride, beta + t0 * gb_stride, gb_stride,
+                         std::min(C, n - t0), dk, dv, work);
+}
+
+void gated_delta_rule(float* S, float* o, long o_stride, const float* q, const float* k, long qk_stride,
+                      const float* v, long v_stride, const float* g, const float* beta, long gb_stride, int n, int dk,
+                      int dv) {
+    gated_delta_rule(active_table(), S, o, o_stride, q, k, qk_stride, v, v_stride, g, beta, gb_stride, n, dk, dv);
+}
+
+double gated_delta_rule_flops(int n, int dk, int dv) {
+    if (n < DELTA_CHUNK_MIN) return 4.0 * 2.0 * double(n) * dk * dv;
+    double flops = 0.0;
+    for (int t0 = 0; t0 < n; t0 += DELTA_CHUNK) {
+        const double c = std::min(DELTA_CHUNK, n - t0), tri = c * (c + 1) / 2;
+        flops += 2.0 * (2 * c * c * dk + 3 * c * dk * dv + 2 * tri * dv) + c * c * c / 3;
+    }
+    return flops;
 }
 
 void top_k(int* idx, const float* x, int n, int k) {

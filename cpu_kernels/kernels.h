@@ -93,6 +93,27 @@ void attention_decode(float* out, const float* q, const float* k, const float* v
 void attention_prefill(float* out, const float* q, const float* k, const float* v, int n_tokens, int pos0,
                        int n_heads, int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool);
 
+// The gated delta rule (Gated DeltaNet's token mixer) over n consecutive
+// tokens of one head, continuing the state S (dk, dv) row-major. Token i:
+// q_i, k_i (dk) at q / k + i * qk_stride, v_i (dv) at v + i * v_stride, the
+// log decay g_i <= 0 and beta_i in (0, 1) at g / beta + i * gb_stride; its
+// output o_i (dv) to o + i * o_stride:
+//   S *= exp(g_i);  u = beta_i (v_i - S^T k_i);  S += k_i u^T;  o_i = S^T q_i.
+// From DELTA_CHUNK_MIN tokens on, chunks of DELTA_CHUNK tokens in the
+// chunked (WY) form, whose products are small GEMMs (the table's gemm_f32);
+// fewer go token by token (delta_rule_step). One thread (callers split heads).
+constexpr int DELTA_CHUNK = 16;
+constexpr int DELTA_CHUNK_MIN = 8;
+void gated_delta_rule(float* S, float* o, long o_stride, const float* q, const float* k, long qk_stride,
+                      const float* v, long v_stride, const float* g, const float* beta, long gb_stride, int n, int dk,
+                      int dv);
+void gated_delta_rule(const KernelTable& t, float* S, float* o, long o_stride, const float* q, const float* k,
+                      long qk_stride, const float* v, long v_stride, const float* g, const float* beta,
+                      long gb_stride, int n, int dk, int dv);
+// The FLOPs gated_delta_rule does for n tokens (its chunked form's blocks,
+// triangles counted as such, or the token-by-token form's 4 dk dv FMAs).
+double gated_delta_rule_flops(int n, int dk, int dv);
+
 // Indices of the k largest values of x (n,), largest first; ties go to the
 // lower index. k <= n.
 void top_k(int* idx, const float* x, int n, int k);

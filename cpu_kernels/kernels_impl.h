@@ -204,6 +204,158 @@ void attn_accum(float* out, long out_stride, const float* s, long s_stride, int 
     }
 }
 
+// ---------------------------------------------------------------------------
+// Small fp32 GEMM (the chunked delta rule): c (m, n) = c_scale * c + A B with
+// A element (i, p) at a[i * a_rs + p * a_cs] (any layout: each A element is
+// broadcast, so a transposed A costs nothing) and B row-major. An MR x NRV
+// vectors tile of c lives in registers; B's rows of a column tile are read
+// by every row tile in turn (k x NRV * W floats, L1-resident). Columns past
+// the last whole tile go by single vectors, then by scalars.
+
+template <class V, int MR, int NRV>
+void gemm_tile(float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+               int kend) {
+    using F = typename V::F;
+    F acc[MR][NRV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) acc[i][v] = V::zero();
+    for (int p = 0; p < kend; p++) {
+        F bv[NRV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) bv[v] = V::load(b + long(p) * ldb + v * V::W);
+        const float* ap = a + long(p) * a_cs;
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            F av = V::bcast(ap + long(i) * a_rs);
+#pragma GCC unroll 4
+            for (int v = 0; v < NRV; v++) acc[i][v] = V::fmadd(av, bv[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) {
+            float* q = c + long(i) * ldc + v * V::W;
+            V::store(q, c_scale == 0.0f ? acc[i][v] : V::fmadd(V::set1(c_scale), V::load(q), acc[i][v]));
+        }
+}
+
+template <class V, int MR, int NRV>
+void gemm_tile_rows(int mr, float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b,
+                    long ldb, int kend) {
+    if constexpr (MR >= 1) {
+        if (mr == MR) return gemm_tile<V, MR, NRV>(c, ldc, c_scale, a, a_rs, a_cs, b, ldb, kend);
+        gemm_tile_rows<V, MR - 1, NRV>(mr, c, ldc, c_scale, a, a_rs, a_cs, b, ldb, kend);
+    }
+}
+
+// Columns [j0, j0 + NRV * W) of every row, tiles of MR rows; lower: row
+// tile [i0, i0 + mr) reads A's columns below i0 + mr only.
+template <class V, int MR, int NRV>
+void gemm_columns(float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+                  int m, int k, bool lower, int j0) {
+    for (int i0 = 0; i0 < m; i0 += MR) {
+        int mr = imin(MR, m - i0);
+        int kend = lower ? imin(k, i0 + mr) : k;
+        gemm_tile_rows<V, MR, NRV>(mr, c + long(i0) * ldc + j0, ldc, c_scale, a + long(i0) * a_rs, a_rs, a_cs,
+                                   b + j0, ldb, kend);
+    }
+}
+
+template <class V>
+void gemm_f32(float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b, long ldb,
+              int m, int n, int k, bool lower) {
+    // 12 (avx2: 6 x 2) or 24 (avx512: 12 x 2) accumulators, 2 B vectors
+    // and a broadcast in the 16 / 32 vector registers.
+    constexpr int W = V::W, MR = W == 8 ? 6 : 12, NRV = 2;
+    int j0 = 0;
+    for (; j0 + NRV * W <= n; j0 += NRV * W)
+        gemm_columns<V, MR, NRV>(c, ldc, c_scale, a, a_rs, a_cs, b, ldb, m, k, lower, j0);
+    for (; j0 + W <= n; j0 += W) gemm_columns<V, MR, 1>(c, ldc, c_scale, a, a_rs, a_cs, b, ldb, m, k, lower, j0);
+    for (int i = 0; i < m && j0 < n; i++) {
+        const int kend = lower ? imin(k, i + 1) : k;
+        for (int j = j0; j < n; j++) {
+            float acc = 0.0f;
+            for (int p = 0; p < kend; p++) acc += a[long(i) * a_rs + long(p) * a_cs] * b[long(p) * ldb + j];
+            float* q = c + long(i) * ldc + j;
+            *q = c_scale == 0.0f ? acc : c_scale * *q + acc;
+        }
+    }
+}
+
+// One token of the gated delta rule on one head (state S (dk, dv) row-major;
+// see kernels.h): each block of state columns is independent (u's column j
+// reads only S's column j), so a block of 4 vectors goes through both passes
+// (decay and S^T k, then the update and S^T q) with o in registers, the
+// block's dk x 4W floats staying in L1 between them.
+template <class V>
+void delta_rule_step(float* S, float* o, const float* q, const float* k, const float* v, float g, float beta,
+                     int dk, int dv) {
+    using F = typename V::F;
+    constexpr int W = V::W, NB = 4;
+    float decay_s;
+    {
+        F e = vexp<V>(V::set1(g));
+        float tmp[W];
+        V::store(tmp, e);
+        decay_s = tmp[0];
+    }
+    const F decay = V::set1(decay_s), vbeta = V::set1(beta);
+    int j0 = 0;
+    for (; j0 + NB * W <= dv; j0 += NB * W) {
+        F acc[NB];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) acc[b] = V::zero();
+        for (int i = 0; i < dk; i++) {
+            float* row = S + long(i) * dv + j0;
+            const F ki = V::set1(k[i]);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) {
+                F r = V::mul(V::load(row + b * W), decay);
+                V::store(row + b * W, r);
+                acc[b] = V::fmadd(r, ki, acc[b]);
+            }
+        }
+        F u[NB];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            u[b] = V::mul(vbeta, V::sub(V::load(v + j0 + b * W), acc[b]));
+            acc[b] = V::zero();
+        }
+        for (int i = 0; i < dk; i++) {
+            float* row = S + long(i) * dv + j0;
+            const F ki = V::set1(k[i]), qi = V::set1(q[i]);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) {
+                F r = V::fmadd(ki, u[b], V::load(row + b * W));
+                V::store(row + b * W, r);
+                acc[b] = V::fmadd(r, qi, acc[b]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) V::store(o + j0 + b * W, acc[b]);
+    }
+    // The remaining columns one at a time, in the same order.
+    for (int j = j0; j < dv; j++) {
+        float acc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float& r = S[long(i) * dv + j];
+            r *= decay_s;
+            acc += r * k[i];
+        }
+        const float u = beta * (v[j] - acc);
+        acc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float& r = S[long(i) * dv + j];
+            r += k[i] * u;
+            acc += r * q[i];
+        }
+        o[j] = acc;
+    }
+}
+
 template <class V>
 float read_stream(const void* p, long bytes, int streams) {
     // The range is read as `streams` equal parts in lockstep (more
@@ -578,6 +730,8 @@ void fill_vector_ops(KernelTable& t) {
     t.rope = rope<V>;
     t.attn_scores = attn_scores<V>;
     t.attn_accum = attn_accum<V>;
+    t.gemm_f32 = gemm_f32<V>;
+    t.delta_rule_step = delta_rule_step<V>;
     t.read_stream = read_stream<V>;
     t.fma_peak = fma_peak<V>;
 }

@@ -114,6 +114,40 @@ void attn_accum_scalar(float* out, long out_stride, const float* s, long s_strid
         for (int p = 0; p < n_pos; p++) axpy_f32_scalar(out + g * out_stride, s[g * s_stride + p], v + p * v_stride, head_dim);
 }
 
+void gemm_f32_scalar(float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b,
+                     long ldb, int m, int n, int k, bool lower) {
+    for (int i = 0; i < m; i++) {
+        const int kend = lower && i + 1 < k ? i + 1 : k;
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int p = 0; p < kend; p++) acc += a[i * a_rs + p * a_cs] * b[p * ldb + j];
+            float& out = c[i * ldc + j];
+            out = c_scale == 0.0f ? acc : c_scale * out + acc;
+        }
+    }
+}
+
+void delta_rule_step_scalar(float* S, float* o, const float* q, const float* k, const float* v, float g, float beta,
+                            int dk, int dv) {
+    const float decay = std::exp(g);
+    for (int j = 0; j < dv; j++) {
+        float acc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float& r = S[long(i) * dv + j];
+            r *= decay;
+            acc += r * k[i];
+        }
+        const float u = beta * (v[j] - acc);
+        acc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float& r = S[long(i) * dv + j];
+            r += k[i] * u;
+            acc += r * q[i];
+        }
+        o[j] = acc;
+    }
+}
+
 float read_stream_scalar(const void* p, long bytes, int) {
     const uint64_t* u = static_cast<const uint64_t*>(p);
     uint64_t acc = 0;
@@ -159,6 +193,8 @@ KernelTable make_table() {
     t.rope = rope_scalar;
     t.attn_scores = attn_scores_scalar;
     t.attn_accum = attn_accum_scalar;
+    t.gemm_f32 = gemm_f32_scalar;
+    t.delta_rule_step = delta_rule_step_scalar;
     t.read_stream = read_stream_scalar;
     t.fma_peak = fma_peak_scalar;
     return t;

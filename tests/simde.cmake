@@ -19,6 +19,7 @@ if(SIMDE_INCLUDE_DIR)
   add_executable(test_kernels
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_kernels.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_kernel_paths.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_delta_rule.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_quant_kernels.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/simde/test_thread_pool.cpp
     ${KERNEL_SIMDE_SOURCES})

@@ -24,7 +24,8 @@ public:
     CpuBackend(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int ctx, int max_rows)
         : c_(config), weights_(weights), pool_(pool), q_dim_(config.n_heads * config.head_dim),
           kv_dim_(config.n_kv_heads * config.head_dim), att_scratch_(size_t(pool.size()) * ctx),
-          rows_x_(size_t(max_rows) * config.dim), rows_y_(size_t(max_rows) * config.dim) {}
+          rows_x_(size_t(max_rows) * config.dim), rows_y_(size_t(max_rows) * config.dim),
+          decay_(size_t(max_rows) * config.linear.n_v_heads), beta_(size_t(max_rows) * config.linear.n_v_heads) {}
 
     const char* name() const override { return "cpu"; }
     const ModelWeights& weights() const override { return weights_; }
@@ -79,41 +80,64 @@ public:
         for (size_t j = 0; j < n; j++) x[j] *= gm_sigmoid(gate[j]);
     }
 
-    // Entry by entry (a sequence's entries come in position order): the
-    // conv over the channels, then each value head's delta rule and gated
-    // norm, heads spread over the pool.
+    // Run by run (consecutive entries of one sequence, in position order):
+    // the conv over the channels, q and k to unit length, each value head's
+    // decay and beta, then the delta rule of the whole run per value head
+    // (gated_delta_rule: chunked from DELTA_CHUNK_MIN tokens, so a prompt
+    // goes through GEMM blocks) and its gated norm, heads spread over the pool.
     void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
                    const LinearAttentionWeights& w) override {
+        const int n = batch_->size();
+        for (int i0 = 0, i1 = 0; i0 < n; i0 = i1) {
+            for (i1 = i0 + 1; i1 < n && batch_->seq_ids[i1] == batch_->seq_ids[i0];) i1++;
+            delta_net_run(layer, i0, i1, o, qkv, z, b, a, w);
+        }
+    }
+
+    void delta_net_run(int layer, int i0, int i1, float* o, float* qkv, const float* z, const float* b,
+                       const float* a, const LinearAttentionWeights& w) {
         const LinearAttentionShape& s = c_.linear;
-        const int conv_dim = s.conv_dim(), key_dim = s.key_dim(), value_dim = s.value_dim();
+        const int conv_dim = s.conv_dim(), key_dim = s.key_dim(), value_dim = s.value_dim(), nv = s.n_v_heads;
         const int dk = s.head_k_dim, dv = s.head_v_dim, K = s.conv_kernel;
         const float q_scale = 1.0f / std::sqrt(float(dk));
-        assert(recurrent_ && dv <= 512);
-        for (int i = 0; i < batch_->size(); i++) {
-            const int seq = batch_->seq_ids[i];
-            float* x = qkv + size_t(i) * conv_dim;
-            float* window = recurrent_->conv(layer, seq);
-            pool_.parallel_for(conv_dim, 16, [&](long c0, long c1) {
+        const int seq = batch_->seq_ids[i0];
+        assert(recurrent_);
+        float* window = recurrent_->conv(layer, seq);
+        pool_.parallel_for(conv_dim, 16, [&](long c0, long c1) {
+            for (int i = i0; i < i1; i++) {
+                float* x = qkv + size_t(i) * conv_dim;
                 for (long c = c0; c < c1; c++) x[c] = gm_conv_channel(window, x[c], w.conv, int(c), conv_dim, K);
-            });
-            // q and k of each key head to unit length (eps 1e-6), q scaled by 1/sqrt(dk).
-            for (int h = 0; h < 2 * s.n_k_heads; h++)
-                gm_l2_normalize(x + size_t(h) * dk, dk, h < s.n_k_heads ? q_scale : 1.0f);
-            float* S = recurrent_->matrices(layer, seq);
-            float* out = o + size_t(i) * value_dim;
-            const float* zi = z + size_t(i) * value_dim;
-            pool_.parallel_for(s.n_v_heads, 1, [&](long h0, long h1) {
-                for (long h = h0; h < h1; h++) {
-                    const int kh = s.k_head_of(int(h));
-                    const float g = w.a[h] * gm_softplus(a[size_t(i) * s.n_v_heads + h] + w.dt_bias[h]);
-                    const float beta = gm_sigmoid(b[size_t(i) * s.n_v_heads + h]);
-                    float* oh = out + size_t(h) * dv;
-                    gm_delta_rule_head(S + size_t(h) * dk * dv, oh, x + size_t(kh) * dk, x + key_dim + size_t(kh) * dk,
-                                       x + 2 * key_dim + size_t(h) * dv, g, beta, dk, dv);
-                    gm_rmsnorm_gated(oh, zi + size_t(h) * dv, w.norm, dv, c_.rms_norm_eps);
+            }
+        });
+        // q and k of each key head to unit length (eps 1e-6), q scaled by
+        // 1/sqrt(dk); the log decay g and beta of each value head.
+        pool_.parallel_for(i1 - i0, 1, [&](long r0, long r1) {
+            for (long i = i0 + r0; i < i0 + r1; i++) {
+                float* x = qkv + size_t(i) * conv_dim;
+                for (int h = 0; h < 2 * s.n_k_heads; h++)
+                    gm_l2_normalize(x + size_t(h) * dk, dk, h < s.n_k_heads ? q_scale : 1.0f);
+                for (int h = 0; h < nv; h++) {
+                    const size_t e = size_t(i) * nv + h;
+                    decay_[e] = w.a[h] * gm_softplus(a[e] + w.dt_bias[h]);
+                    beta_[e] = gm_sigmoid(b[e]);
                 }
-            });
-        }
+            }
+        });
+        float* S = recurrent_->matrices(layer, seq);
+        const float* x = qkv + size_t(i0) * conv_dim;
+        pool_.parallel_for(nv, 1, [&](long h0, long h1) {
+            for (long h = h0; h < h1; h++) {
+                const int kh = s.k_head_of(int(h));
+                float* oh = o + size_t(i0) * value_dim + size_t(h) * dv;
+                gated_delta_rule(S + size_t(h) * dk * dv, oh, value_dim, x + size_t(kh) * dk,
+                                 x + key_dim + size_t(kh) * dk, conv_dim, x + 2 * key_dim + size_t(h) * dv, conv_dim,
+                                 decay_.data() + size_t(i0) * nv + h, beta_.data() + size_t(i0) * nv + h, nv, i1 - i0,
+                                 dk, dv);
+                for (int i = 0; i < i1 - i0; i++)
+                    gm_rmsnorm_gated(oh + size_t(i) * value_dim, z + size_t(i0 + i) * value_dim + size_t(h) * dv,
+                                     w.norm, dv, c_.rms_norm_eps);
+            }
+        });
     }
 
     void kv_store(int layer, const float* k, const float* v) override {
@@ -217,6 +241,7 @@ private:
     RecurrentState* recurrent_ = nullptr;
     std::vector<float> att_scratch_;  // (threads, ctx)
     std::vector<float> rows_x_, rows_y_;  // (max_rows, dim) each
+    std::vector<float> decay_, beta_;     // (max_rows, n_v_heads): the delta rule's g and beta per entry
     std::vector<std::unique_ptr<float[]>> buffers_;
 };
 
