@@ -32,6 +32,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How far before a prompt's end a state that cannot be cut back anywhere
+// keeps a reuse point (Impl::prefill_prompt).
+constexpr int REUSE_POINT_BACK = 4;
+
 double ms_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
@@ -106,11 +110,12 @@ struct Session::Impl {
         if (hybrid) copy_slots();
     }
 
-    // Runs tokens[from..) at positions from.. in chunks; returns the logits of
-    // the last token (or of every token when all_logits, via on_logits).
+    // Runs tokens[from..to) (to -1: the end) at positions from.. in chunks;
+    // hands on_logits the logits of the last token (or of every token when
+    // all_logits).
     template <class OnLogits>
-    void prefill(const std::vector<int>& tokens, int from, bool all_logits, OnLogits&& on_logits) {
-        int n = int(tokens.size());
+    void prefill(const std::vector<int>& tokens, int from, bool all_logits, OnLogits&& on_logits, int to = -1) {
+        int n = to < 0 ? int(tokens.size()) : to;
         for (int b = from; b < n; b += forward.max_batch()) {
             int e = std::min(n, b + forward.max_batch());
             batch.clear();
@@ -125,7 +130,12 @@ struct Session::Impl {
     // Prefills the prompt into sequence 0 after the longest prefix shared
     // with what the state holds and can be cut back to (when reuse; at least
     // the last prompt token is run again so its logits exist). Returns those
-    // logits; sets n_cached.
+    // logits; sets n_cached. A state that cannot be cut back anywhere (a
+    // recurrent one) gets a reuse point REUSE_POINT_BACK tokens before the
+    // prompt's end: a chat's next prompt repeats this one up to about there
+    // (a template that drops the last turn's thinking parts from it in the
+    // assistant's opening tokens), as llama.cpp's server checkpoints 4
+    // tokens before a prompt's end.
     const float* prefill_prompt(const std::vector<int>& prompt, bool reuse, int& n_cached) {
         const int n_prompt = int(prompt.size());
         int common = 0;
@@ -138,6 +148,12 @@ struct Session::Impl {
         state->truncate(0, common);
         cached.assign(prompt.begin(), prompt.begin() + common);
         const float* logits = nullptr;
+        const int mark = n_prompt - REUSE_POINT_BACK;
+        if (!state->cuts_anywhere() && mark > common) {
+            prefill(prompt, common, false, [](int, int, const float*) {}, mark);
+            state->mark_reuse_point(0);
+            common = mark;
+        }
         prefill(prompt, common, false, [&](int, int, const float* l) { logits = l; });
         cached = prompt;
         return logits;

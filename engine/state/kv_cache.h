@@ -63,6 +63,8 @@ public:
     void fork(int dst, int src, int n_pos) override;
     // Keeps the blocks of seq's first n_pos positions, releases the rest.
     void truncate(int seq, int n_pos) override;
+    bool cuts_anywhere() const override { return true; }
+    void mark_reuse_point(int) override {}
     void clear(int seq) { truncate(seq, 0); }
     // Any prefix can be kept.
     int reusable_prefix(int, int n_pos) const override { return n_pos; }

@@ -60,8 +60,26 @@ void SequenceState::prepare_write(int seq, int pos) {
 }
 
 int SequenceState::reusable_prefix(int seq, int n_pos) const {
-    for (const auto& c : caches_) n_pos = std::min(n_pos, c->reusable_prefix(seq, n_pos));
+    // Down to a prefix every cache allows (a cache with reuse points may
+    // allow fewer positions than it was asked about, not always more).
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (const auto& c : caches_) {
+            const int p = c->reusable_prefix(seq, n_pos);
+            if (p < n_pos) n_pos = p, changed = true;
+        }
+    }
     return n_pos;
+}
+
+bool SequenceState::cuts_anywhere() const {
+    for (const auto& c : caches_)
+        if (!c->cuts_anywhere()) return false;
+    return true;
+}
+
+void SequenceState::mark_reuse_point(int seq) {
+    for (auto& c : caches_) c->mark_reuse_point(seq);
 }
 
 void SequenceState::truncate(int seq, int n_pos) {

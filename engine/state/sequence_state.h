@@ -59,6 +59,13 @@ public:
     virtual int reusable_prefix(int seq, int n_pos) const = 0;
     // Keeps seq's first n_pos positions (n_pos as reusable_prefix allows), drops the rest.
     virtual void truncate(int seq, int n_pos) = 0;
+    // Whether reusable_prefix allows every n_pos up to the length (paged
+    // keys and values); a cache that does not needs reuse points.
+    virtual bool cuts_anywhere() const = 0;
+    // Keeps what it takes to cut seq back to its present length later (a
+    // reuse point: where a chat's next prompt may part from this one). Does
+    // nothing in a cache that cuts anywhere.
+    virtual void mark_reuse_point(int seq) = 0;
     // dst continues from src's first n_pos positions (n_pos as
     // reusable_prefix(src) allows); dst's old contents are dropped. Shares
     // memory where the kind can (copy-on-write).
@@ -104,6 +111,9 @@ public:
     int reusable_prefix(int seq, int n_pos) const;
     void truncate(int seq, int n_pos);
     void clear(int seq) { truncate(seq, 0); }
+    // Whether every cache cuts anywhere (no reuse points needed).
+    bool cuts_anywhere() const;
+    void mark_reuse_point(int seq);
     void fork(int dst, int src, int n_pos);
     void reserve_seqs(int n_seqs);
     void reserve_growth(int n_writers, int positions);

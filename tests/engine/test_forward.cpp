@@ -487,9 +487,11 @@ TEST_CASE("new architecture presets match the reference", "[.forward_presets]") 
 
 TEST_CASE("hybrid architectures: a chat's next turn goes on from the recurrent state, as a cold run would",
           "[forward][forward_arch]") {
-    // The Gated DeltaNet's state holds one point of the sequence: a second
-    // turn that extends the first (prompt, reply, more) reuses all of it; a
-    // prompt that leaves the cached sequence earlier starts again from 0.
+    // The Gated DeltaNet's state holds one point of the sequence, plus the
+    // checkpoints kept at reuse points: a second turn that extends the first
+    // (prompt, reply, more) reuses all of it; one that parts near the end of
+    // the first prompt goes on from the checkpoint before it; one that parts
+    // earlier starts again from 0.
     for (const auto& [name, config] : hybrid_arch_configs()) {
         SECTION(name) {
             Session warm = arch_session(config);
@@ -521,14 +523,39 @@ TEST_CASE("hybrid architectures: a chat's next turn goes on from the recurrent s
             REQUIRE(hot.size() == cold.size());
             for (size_t i = 0; i < hot.size(); i++) CHECK(hot[i].logprob == Approx(cold[i].logprob).margin(1e-4));
 
-            // A prompt that parts from the cached sequence in its middle: no
-            // state of that point exists, so it runs from the start, correctly.
+            // A prompt that parts from the cached sequence in the first
+            // turn's last prompt tokens (as Qwen3.5's template drops the
+            // opening "<think>" of an earlier reply): it goes on from the
+            // reuse point kept 4 tokens before that prompt's end, as a cold
+            // run would.
             std::vector<int> other = prompt;
             other.back() = (other.back() + 1) % 256;
-            const GenerateResult r4 = warm.generate(greedy_request(other, 3), [](const TokenEvent&) { return true; });
-            const GenerateResult r5 = fresh.generate(greedy_request(other, 3), [](const TokenEvent&) { return true; });
-            CHECK(r4.n_cached == 0);
-            CHECK(r4.tokens == r5.tokens);
+            for (int t : arch_prompt(3, 9)) other.push_back(t);
+            GenerateRequest third = greedy_request(other, 3);
+            third.top_logprobs = 3;
+            hot.clear();
+            cold.clear();
+            const GenerateResult r4 = warm.generate(third, [&](const TokenEvent& e) {
+                hot.push_back(e);
+                return true;
+            });
+            Session fresh2 = arch_session(config);
+            const GenerateResult r5 = fresh2.generate(third, [&](const TokenEvent& e) {
+                cold.push_back(e);
+                return true;
+            });
+            CHECK(r4.n_cached == int(prompt.size()) - 4);
+            CHECK(r5.n_cached == 0);
+            REQUIRE(r4.tokens == r5.tokens);
+            REQUIRE(hot.size() == cold.size());
+            for (size_t i = 0; i < hot.size(); i++) CHECK(hot[i].logprob == Approx(cold[i].logprob).margin(1e-4));
+            // One that parts before any reuse point runs from the start.
+            std::vector<int> early = prompt;
+            early[1] = (early[1] + 1) % 256;
+            const GenerateResult r6 = warm.generate(greedy_request(early, 3), [](const TokenEvent&) { return true; });
+            const GenerateResult r7 = fresh2.generate(greedy_request(early, 3), [](const TokenEvent&) { return true; });
+            CHECK(r6.n_cached == 0);
+            CHECK(r6.tokens == r7.tokens);
         }
     }
 }

@@ -47,6 +47,8 @@ public:
         if (n_pos == 0) return reset(seq);
         REQUIRE(n_pos >= len_[size_t(seq)]);
     }
+    bool cuts_anywhere() const override { return false; }
+    void mark_reuse_point(int) override {}
     void fork(int dst, int src, int n_pos) override {
         REQUIRE(reusable_prefix(src, n_pos) == n_pos);
         if (n_pos == 0) return reset(dst);
