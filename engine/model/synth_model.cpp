@@ -137,7 +137,8 @@ struct SynthInit {
 SynthInit synth_init(const TensorEntry& t) {
     const float fan_in = t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 0.0f;
     switch (t.role) {
-    case TensorRole::EMBED: return {Init::EMBED, 1.0f};
+    case TensorRole::EMBED:
+        return {Init::EMBED, 1.0f};
     case TensorRole::ATTN_NORM:
     case TensorRole::FFN_NORM:
     case TensorRole::Q_NORM:
@@ -145,19 +146,25 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::FINAL_NORM:
         // Zero-centred weights scale by 1 + w: the same norms either way.
         return {Init::CENTERED, 0.05f, t.values == TensorValues::PLUS_ONE ? 0.0f : 1.0f};
-    case TensorRole::LIN_NORM: return {Init::CENTERED, 0.05f, 1.0f};
+    case TensorRole::LIN_NORM:
+        return {Init::CENTERED, 0.05f, 1.0f};
     // A causal conv of K taps keeping unit RMS; the decay
     // -exp(A_log) * softplus(a + dt_bias) around -0.15 a step (exp: 0.86),
     // with a spread between heads.
-    case TensorRole::LIN_CONV: return {Init::UNIFORM, 1.0f / std::sqrt(float(t.shape.back()))};
-    case TensorRole::LIN_A_LOG: return {Init::CENTERED, 0.3f, 1.0f};
-    case TensorRole::LIN_DT_BIAS: return {Init::CENTERED, 0.5f, -3.0f};
+    case TensorRole::LIN_CONV:
+        return {Init::UNIFORM, 1.0f / std::sqrt(float(t.shape.back()))};
+    case TensorRole::LIN_A_LOG:
+        return {Init::CENTERED, 0.3f, 1.0f};
+    case TensorRole::LIN_DT_BIAS:
+        return {Init::CENTERED, 0.5f, -3.0f};
     case TensorRole::Q_BIAS:
     case TensorRole::K_BIAS:
     case TensorRole::V_BIAS:
         return {Init::UNIFORM, 0.1f};
-    case TensorRole::ROUTER: return {Init::ROUTER, fan_in};
-    case TensorRole::LM_HEAD: return {Init::UNIFORM, 2.5f * fan_in};
+    case TensorRole::ROUTER:
+        return {Init::ROUTER, fan_in};
+    case TensorRole::LM_HEAD:
+        return {Init::UNIFORM, 2.5f * fan_in};
     case TensorRole::WQ:
     case TensorRole::WK:
     case TensorRole::WV:
@@ -439,7 +446,8 @@ json hybrid_config_json(const ModelConfig& c) {
     t["num_attention_heads"] = c.n_heads;
     t["num_key_value_heads"] = c.n_kv_heads;
     json types = json::array();
-    for (MixerKind k : c.layer_mixers) types.push_back(k == MixerKind::ATTENTION ? "full_attention" : "linear_attention");
+    for (MixerKind k : c.layer_mixers)
+        types.push_back(k == MixerKind::ATTENTION ? "full_attention" : "linear_attention");
     t["layer_types"] = types;
     t["full_attention_interval"] = 4;
     t["linear_conv_kernel_dim"] = c.linear.conv_kernel;
@@ -478,11 +486,12 @@ json hybrid_config_json(const ModelConfig& c) {
     }
     t["model_type"] = "qwen3_5_moe_text";
     t["mtp_num_hidden_layers"] = c.n_mtp_layers;
-    t["rope_parameters"] = {{"rope_type", "default"},
-                            {"rope_theta", json_float(c.rope_theta)},
-                            {"partial_rotary_factor", factor},
-                            {"mrope_section", {c.rope_dim() / 2 - 2 * (c.rope_dim() / 6), c.rope_dim() / 6, c.rope_dim() / 6}},
-                            {"mrope_interleaved", true}};
+    t["rope_parameters"] = {
+        {"rope_type", "default"},
+        {"rope_theta", json_float(c.rope_theta)},
+        {"partial_rotary_factor", factor},
+        {"mrope_section", {c.rope_dim() / 2 - 2 * (c.rope_dim() / 6), c.rope_dim() / 6, c.rope_dim() / 6}},
+        {"mrope_interleaved", true}};
     t["dtype"] = "bfloat16";
     json j;
     j["architectures"] = {c.architecture};
@@ -503,9 +512,15 @@ json generation_config_json(const ModelConfig& c) {
 }
 
 // The stand-in Qwen tokenizer's special tokens: GPT-2's <|endoftext|> (its
-// own id 50256), then Qwen's ChatML markers as added tokens.
+// own id 50256), then Qwen's ChatML markers as added tokens, then, from
+// STANDIN_THINK, the thinking and tool markers Qwen3 / 3.5 add as plain
+// (not special) added tokens, so that their templates' markers are one token
+// each, as in the real tokenizers.
 constexpr int STANDIN_ENDOFTEXT = 50256, STANDIN_IM_START = 50257, STANDIN_IM_END = 50258;
-// Its vocab_size: 50259 tokens padded to a multiple of 128 (as Qwen pads 151665 to 151936).
+constexpr int STANDIN_THINK = 50259;
+constexpr const char* STANDIN_PLAIN_ADDED[] = {"<think>",      "</think>",        "<tool_call>",
+                                               "</tool_call>", "<tool_response>", "</tool_response>"};
+// Its vocab_size: 50265 tokens padded to a multiple of 128 (as Qwen pads 151665 to 151936).
 constexpr int STANDIN_VOCAB = 50304;
 
 // A plain ChatML template for olmoe-mini (the stand-in tokenizer has no
@@ -690,18 +705,30 @@ void write_model(const SynthOptions& o, const ModelConfig& c, std::vector<SynthT
 
 const char* synth_preset_name(SynthPreset preset) {
     switch (preset) {
-    case SynthPreset::TINY: return "tiny";
-    case SynthPreset::SMALL: return "small";
-    case SynthPreset::MIXTRAL_MINI: return "mixtral-mini";
-    case SynthPreset::MIXTRAL_8X7B: return "mixtral-8x7b";
-    case SynthPreset::QWEN3_MOE_MINI: return "qwen3-moe-mini";
-    case SynthPreset::QWEN3_30B_A3B: return "qwen3-30b-a3b";
-    case SynthPreset::OLMOE_MINI: return "olmoe-mini";
-    case SynthPreset::QWEN2_MOE_MINI: return "qwen2-moe-mini";
-    case SynthPreset::QWEN35_MOE_MINI: return "qwen35-moe-mini";
-    case SynthPreset::QWEN36_35B_A3B: return "qwen3.6-35b-a3b";
-    case SynthPreset::QWEN3_NEXT_MINI: return "qwen3-next-mini";
-    case SynthPreset::QWEN3_NEXT_80B_A3B: return "qwen3-next-80b-a3b";
+    case SynthPreset::TINY:
+        return "tiny";
+    case SynthPreset::SMALL:
+        return "small";
+    case SynthPreset::MIXTRAL_MINI:
+        return "mixtral-mini";
+    case SynthPreset::MIXTRAL_8X7B:
+        return "mixtral-8x7b";
+    case SynthPreset::QWEN3_MOE_MINI:
+        return "qwen3-moe-mini";
+    case SynthPreset::QWEN3_30B_A3B:
+        return "qwen3-30b-a3b";
+    case SynthPreset::OLMOE_MINI:
+        return "olmoe-mini";
+    case SynthPreset::QWEN2_MOE_MINI:
+        return "qwen2-moe-mini";
+    case SynthPreset::QWEN35_MOE_MINI:
+        return "qwen35-moe-mini";
+    case SynthPreset::QWEN36_35B_A3B:
+        return "qwen3.6-35b-a3b";
+    case SynthPreset::QWEN3_NEXT_MINI:
+        return "qwen3-next-mini";
+    case SynthPreset::QWEN3_NEXT_80B_A3B:
+        return "qwen3-next-80b-a3b";
     }
     return "?";
 }
@@ -725,11 +752,15 @@ SynthPreset synth_preset_parse(std::string_view name) {
 
 ModelConfig synth_preset(SynthPreset preset) {
     switch (preset) {
-    case SynthPreset::TINY: return mixtral_preset(64, 128, 2, 4, 2, 4);
-    case SynthPreset::SMALL: return mixtral_preset(256, 512, 4, 8, 2, 8);
-    case SynthPreset::MIXTRAL_MINI: return mixtral_preset(1024, 3584, 8, 16, 4, 8);
+    case SynthPreset::TINY:
+        return mixtral_preset(64, 128, 2, 4, 2, 4);
+    case SynthPreset::SMALL:
+        return mixtral_preset(256, 512, 4, 8, 2, 8);
+    case SynthPreset::MIXTRAL_MINI:
+        return mixtral_preset(1024, 3584, 8, 16, 4, 8);
     // The shapes of mixtral-8x7b-instruct-v0.1/config.json.
-    case SynthPreset::MIXTRAL_8X7B: return mixtral_preset(4096, 14336, 32, 32, 8, 8);
+    case SynthPreset::MIXTRAL_8X7B:
+        return mixtral_preset(4096, 14336, 32, 32, 8, 8);
     case SynthPreset::QWEN3_30B_A3B: {
         // Qwen3-30B-A3B's config.json; its vocabulary padded above the stand-in tokenizer.
         ModelConfig c = qwen_preset("Qwen3MoeForCausalLM", 2048, 768, 48, 32, 4, 128, 128, 8);
@@ -740,7 +771,8 @@ ModelConfig synth_preset(SynthPreset preset) {
     }
     // Qwen3-30B-A3B scaled down: 128 experts of top-8, head_dim above
     // dim / n_heads, GQA 8:1, q/k norms per head; experts about 87 % of the weights.
-    case SynthPreset::QWEN3_MOE_MINI: return qwen_preset("Qwen3MoeForCausalLM", 512, 256, 8, 16, 2, 64, 128, 8);
+    case SynthPreset::QWEN3_MOE_MINI:
+        return qwen_preset("Qwen3MoeForCausalLM", 512, 256, 8, 16, 2, 64, 128, 8);
     // OLMoE-1B-7B scaled down: 64 experts of top-8, no GQA, full-width q/k norms, weights not renormalised.
     case SynthPreset::OLMOE_MINI: {
         ModelConfig c = qwen_preset("OlmoeForCausalLM", 512, 256, 8, 8, 8, 64, 64, 8);
@@ -770,13 +802,14 @@ ModelConfig synth_preset(SynthPreset preset) {
         // Qwen3.5-35B-A3B scaled down: 64 experts of top-8 and a shared
         // expert, 8 layers (3 and 7 attention), value heads twice the key
         // heads, a quarter of each attention head rotary.
-        return hybrid_preset(qwen_preset("Qwen3_5MoeForConditionalGeneration", 512, 128, 8, 8, 2, 64, 64, 8), 4, 8, 32, 32);
+        return hybrid_preset(qwen_preset("Qwen3_5MoeForConditionalGeneration", 512, 128, 8, 8, 2, 64, 64, 8), 4, 8, 32,
+                             32);
     case SynthPreset::QWEN3_NEXT_MINI:
         return hybrid_preset(qwen_preset("Qwen3NextForCausalLM", 512, 128, 8, 8, 2, 64, 64, 8), 4, 8, 32, 32);
     case SynthPreset::QWEN36_35B_A3B: {
         // Qwen3.6-35B-A3B's shapes (its text_config), the vocabulary padded above the stand-in tokenizer.
-        ModelConfig c = hybrid_preset(qwen_preset("Qwen3_5MoeForConditionalGeneration", 2048, 512, 40, 16, 2, 256, 256, 8),
-                                      16, 32, 128, 128);
+        ModelConfig c = hybrid_preset(
+            qwen_preset("Qwen3_5MoeForConditionalGeneration", 2048, 512, 40, 16, 2, 256, 256, 8), 16, 32, 128, 128);
         c.vocab_size = 248320;
         return c;
     }
@@ -792,9 +825,9 @@ ModelConfig synth_preset(SynthPreset preset) {
 }
 
 std::string synth_chat_template(const ModelConfig& c) {
-    // Qwen3-Next's template is Qwen3's; Qwen3.5's presets take it too (the
-    // stand-in tokenizer has no <think> tokens of its own).
-    if (c.architecture == "Qwen3MoeForCausalLM" || !c.layer_mixers.empty())
+    // Qwen3-Next's template is Qwen3's.
+    if (c.architecture.rfind("Qwen3_5Moe", 0) == 0) return embedded_text("qwen3.5-chat-template.jinja");
+    if (c.architecture == "Qwen3MoeForCausalLM" || c.architecture == "Qwen3NextForCausalLM")
         return embedded_text("qwen3-chat-template.jinja");
     if (c.architecture == "Qwen2MoeForCausalLM") return embedded_text("qwen2.5-chat-template.jinja");
     if (c.architecture == "OlmoeForCausalLM") return OLMOE_STANDIN_CHAT_TEMPLATE;
@@ -816,8 +849,7 @@ std::string synth_standin_tokenizer_json() {
     if (doc["model"]["vocab"].size() != size_t(STANDIN_IM_START))
         throw MoeError(source + ": expected " + std::to_string(STANDIN_IM_START) + " tokens, found " +
                        std::to_string(doc["model"]["vocab"].size()));
-    for (const auto& [id, text] :
-         {std::pair{STANDIN_IM_START, "<|im_start|>"}, std::pair{STANDIN_IM_END, "<|im_end|>"}}) {
+    auto add = [&](int id, const char* text, bool special) {
         doc["model"]["vocab"][text] = id;
         doc["added_tokens"].push_back({{"id", id},
                                        {"content", text},
@@ -825,15 +857,21 @@ std::string synth_standin_tokenizer_json() {
                                        {"lstrip", false},
                                        {"rstrip", false},
                                        {"normalized", false},
-                                       {"special", true}});
-    }
+                                       {"special", special}});
+    };
+    add(STANDIN_IM_START, "<|im_start|>", true);
+    add(STANDIN_IM_END, "<|im_end|>", true);
+    int id = STANDIN_THINK;
+    for (const char* text : STANDIN_PLAIN_ADDED) add(id++, text, false);
+    static_assert(STANDIN_THINK + std::size(STANDIN_PLAIN_ADDED) <= STANDIN_VOCAB);
     doc["version"] = "1.0";
     return doc.dump();
 }
 
 std::string_view synth_embedded_tokenizer() {
     std::string_view bytes = embedded_file("mistral-v1.model");
-    if (bytes.empty()) throw MoeError("synth-model: the embedded tokenizer mistral-v1.model is missing from the binary");
+    if (bytes.empty())
+        throw MoeError("synth-model: the embedded tokenizer mistral-v1.model is missing from the binary");
     return bytes;
 }
 

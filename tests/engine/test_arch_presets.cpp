@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "base/errors.h"
-#include "checkpoint_writer.h"
 #include "chat/model_chat.h"
+#include "checkpoint_writer.h"
 #include "cpu_forward.h"
 #include "cpu_kernels/isa.h"
 #include "engine/devices/emulated_device.h"
@@ -171,7 +171,7 @@ TEST_CASE("arch presets: finite logits, and bitwise the same with an emulated GP
 }
 
 TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the presets", "[arch]") {
-    for (const char* preset : PRESETS) {
+    for (const char* preset : ALL_PRESETS) {
         SECTION(preset) {
             const ScratchModel model(preset, 3);
             SessionOptions o;
@@ -179,10 +179,13 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             o.ctx = 128;
             Session e(load_model({model.dir(), o.threads}), o);
             const Tokenizer& t = e.model().tokenizer();
-            CHECK(t.vocab_size() == 50259);
+            CHECK(t.vocab_size() == 50265);
             // GPT-2's ids for "Hello world" (byte-level BPE).
             CHECK(t.encode("Hello world", false) == std::vector<int>{15496, 995});
-            // The preset's Jinja template (Qwen3's, Qwen2.5's, or ChatML), rendered and tokenized.
+            // Qwen's thinking and tool markers are one plain added token each.
+            CHECK(t.encode("<think>x</think><tool_call>", false) == std::vector<int>{50259, 87, 50260, 50261});
+            CHECK_FALSE(t.is_control(50259));
+            // The preset's Jinja template (Qwen3's, Qwen3.5's, Qwen2.5's, or ChatML), rendered and tokenized.
             std::string warning;
             const ModelChat model_chat(e.model(), &warning);
             CHECK(model_chat.has_jinja());
@@ -192,11 +195,23 @@ TEST_CASE("arch presets: the stand-in tokenizer and the chat templates of the pr
             const std::string text = model_chat.text(chat);
             INFO(text);
             CHECK(text.find("<|im_start|>user\nHi<|im_end|>\n") != std::string::npos);
-            CHECK(text.size() >= 22);
-            CHECK(text.substr(text.size() - 22) == "<|im_start|>assistant\n");
+            // Qwen3.5's template opens the reply's thinking; enable_thinking
+            // false closes it empty.
+            const bool qwen35 = std::string_view(preset) == "qwen35-moe-mini";
+            const std::string opening = qwen35 ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n";
+            CHECK(text.size() >= opening.size());
+            CHECK(text.substr(text.size() - std::min(text.size(), opening.size())) == opening);
+            if (qwen35) {
+                ChatInput plain = chat;
+                plain.extras["enable_thinking"] = false;
+                const std::string closed = model_chat.text(plain);
+                CHECK(closed.substr(closed.size() - std::min<size_t>(closed.size(), 42))
+                          .find("<|im_start|>assistant\n<think>\n\n</think>\n\n") != std::string::npos);
+            }
             const std::vector<int> ids = model_chat.prompt(t, chat).ids;
-            CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);  // <|im_start|> as one special id
-            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);  // <|im_end|>
+            CHECK(std::count(ids.begin(), ids.end(), 50257) >= 2);                 // <|im_start|> as one special id
+            CHECK(std::count(ids.begin(), ids.end(), 50258) >= 1);                 // <|im_end|>
+            CHECK(std::count(ids.begin(), ids.end(), 50259) == (qwen35 ? 1 : 0));  // <think>
         }
     }
 }
@@ -341,7 +356,7 @@ TEST_CASE(
     auto run = [&](const Residency* residency) {
         ThreadPool pool(2);
         auto state = make_sequence_state(c, 1, 64, host_state_memory());
-    SequenceState& cache = *state;
+        SequenceState& cache = *state;
         CpuExpertExecutor cpu(c, w, pool, max_batch);
         std::unique_ptr<EmulatedDevice> device;
         const double expert_bytes = cost_expert(c, 0).bytes;
