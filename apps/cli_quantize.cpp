@@ -46,7 +46,7 @@ int cli_quantize(const std::vector<std::string>& words) {
     const int threads = int(args.get_int("--threads", 0, 0, 1024));
     args.finish();
     std::optional<QuantMix> mix = quant_mix_parse(type);
-    if (!mix) throw MoeError("--type: '" + type + "' is not one of bf16, q8_0, q4_0, q4_k_m, q5_k_m");
+    if (!mix) throw MoeError("--type: '" + type + "' is not one of f32, bf16, q8_0, q4_0, q4_k_m, q5_k_m");
     o.mix = *mix;
     file_check_output("--out", out);  // refused before any work
 

@@ -52,7 +52,7 @@ const Subcommand SUBCOMMANDS[] = {
      "               qwen2-moe-mini --out DIR [--seed N] [--tokenizer FILE (Mixtral presets)] [--shard-mb N]\n",
      false},
     {"quantize", cli_quantize,
-     "  quantize     --model DIR|FILE.gguf|synth:PRESET --type bf16|q8_0|q4_0|q4_k_m|q5_k_m --out FILE.gguf\n"
+     "  quantize     --model DIR|FILE.gguf|synth:PRESET --type f32|bf16|q8_0|q4_0|q4_k_m|q5_k_m --out FILE.gguf\n"
      "               [--experts-only] [--fast-scales] [--threads N]: the model as one GGUF file (tokenizer and\n"
      "               chat template included) that serves alone; --experts-only keeps the dense weights in bf16;\n"
      "               --fast-scales takes each block's scale from its range, without the least-squares search\n"

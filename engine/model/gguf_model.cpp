@@ -347,6 +347,7 @@ bool more_bits_layer(int layer, int n_layers) {
 // general.file_type as llama.cpp numbers its mixes.
 uint32_t file_type(QuantMix mix) {
     switch (mix) {
+    case QuantMix::F32: return 0;
     case QuantMix::BF16: return 32;
     case QuantMix::Q8_0: return 7;
     case QuantMix::Q4_0: return 2;
@@ -368,13 +369,15 @@ struct OutTensor {
 }  // namespace
 
 std::optional<QuantMix> quant_mix_parse(std::string_view name) {
-    for (QuantMix m : {QuantMix::BF16, QuantMix::Q8_0, QuantMix::Q4_0, QuantMix::Q4_K_M, QuantMix::Q5_K_M})
+    for (QuantMix m :
+         {QuantMix::F32, QuantMix::BF16, QuantMix::Q8_0, QuantMix::Q4_0, QuantMix::Q4_K_M, QuantMix::Q5_K_M})
         if (name == quant_mix_name(m)) return m;
     return std::nullopt;
 }
 
 const char* quant_mix_name(QuantMix mix) {
     switch (mix) {
+    case QuantMix::F32: return "f32";
     case QuantMix::BF16: return "bf16";
     case QuantMix::Q8_0: return "q8_0";
     case QuantMix::Q4_0: return "q4_0";
@@ -393,6 +396,7 @@ DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& e, int 
                       ((e.role == TensorRole::WV || e.role == TensorRole::EXPERT_W2) && more_bits_layer(e.layer, n_layers));
     DType t = DType::BF16;
     switch (mix) {
+    case QuantMix::F32: return DType::F32;
     case QuantMix::BF16: t = DType::BF16; break;
     case QuantMix::Q8_0: t = DType::Q8_0; break;
     case QuantMix::Q4_0: t = e.role == TensorRole::LM_HEAD ? DType::Q6_K : DType::Q4_0; break;

@@ -67,6 +67,8 @@ int64_t gguf_llama_row(int64_t hf_row, int head_dim);
 
 // `moe-server quantize`'s mixes: the element type of each matrix. Vectors
 // (norms) and the routers are F32, as llama.cpp writes them.
+//   f32     every matrix F32 (a validation aid: llama.cpp then computes in
+//           fp32 throughout, with no activations rounded to bf16)
 //   bf16    every matrix BF16
 //   q8_0    every matrix Q8_0
 //   q4_0    Q4_0, lm_head Q6_K
@@ -77,7 +79,7 @@ int64_t gguf_llama_row(int64_t hf_row, int head_dim);
 // experts_only keeps every matrix that is not an expert's in BF16 (for a GPU
 // that holds the dense part). A row that is not whole blocks of the chosen
 // type falls back to Q8_0, then to BF16.
-enum class QuantMix { BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M };
+enum class QuantMix { F32, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M };
 std::optional<QuantMix> quant_mix_parse(std::string_view name);
 const char* quant_mix_name(QuantMix mix);
 DType quant_mix_type(QuantMix mix, bool experts_only, const TensorEntry& entry, int n_layers);
