@@ -268,7 +268,7 @@ void print_line(const char* kernel, const std::string& type, const Shape& s, Isa
 // dequantized to bf16 first.
 const char* path_name(const KernelTable& t, DType type, int m) {
     bool quant = dtype_quantized(type);
-    if (m < (quant ? quant_packed_min(t, type) : t.packed_min_m)) return "rows";
+    if (m < (quant ? t.quant_packed_min_m : t.packed_min_m)) return "rows";
     bool dnnl = t.isa == Isa::AVX512BF16 && m >= 128 && matmul_dnnl_select(true);
     if (quant) return dnnl ? "dequant+onednn" : "dequant+packed";
     return dnnl ? "onednn" : "packed";
@@ -300,7 +300,7 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
                         // native) and our own packed kernel, both measured.
                         // (oneDNN is only taken from m = 128; below, both lines are ours.)
                         bool both = isa == Isa::AVX512BF16 && m >= t.packed_min_m && matmul_dnnl_select(true) &&
-                                    (type == DType::BF16 || m >= quant_packed_min(t, type));
+                                    (type == DType::BF16 || m >= t.quant_packed_min_m);
                         for (bool dnnl : both ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
                             matmul_dnnl_select(dnnl);
                             Timing tm = time_paired(

@@ -69,9 +69,6 @@ struct KernelTable {
                        int r0, int r1);
     void (*dequant_bf16)(DType wtype, bf16* dst, const void* w, size_t row_bytes, int k, int r0, int r1);
     int quant_packed_min_m;
-    // The same switch for the row-interleaved _R8 types, whose rows kernel
-    // reads 8 rows' blocks at once (quant_packed_min(t, type) picks).
-    int quant_r8_packed_min_m;
 
     // fp32 vector helpers.
     float (*dot_f32)(const float* a, const float* b, int n);
@@ -112,11 +109,6 @@ struct KernelTable {
     float (*read_stream)(const void* p, long bytes, int streams);
     double (*fma_peak)(long iterations, float* sink);
 };
-
-// m from which a weight of this block-quantized type takes the packed path.
-inline int quant_packed_min(const KernelTable& t, DType type) {
-    return dtype_row_group(type) > 1 ? t.quant_r8_packed_min_m : t.quant_packed_min_m;
-}
 
 // Only for paths built into this binary (all four are always built).
 const KernelTable& kernel_table(Isa isa);

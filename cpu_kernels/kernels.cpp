@@ -129,7 +129,7 @@ bool packed_for(const KernelTable& t, const WeightView& w, int m, bool ffn) {
     case DType::F16:
         return false;
     default:
-        return m >= quant_packed_min(t, w.type);
+        return m >= t.quant_packed_min_m;
     }
 }
 

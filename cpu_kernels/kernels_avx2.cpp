@@ -1,7 +1,5 @@
 // AVX2 + FMA path: 256-bit registers, bf16 widened by shift, fp32 FMA. For
 // every x86-64 CPU since Haswell / Zen 1. Only instantiates kernels_impl.h.
-#include <climits>
-
 #include "cpu_kernels/kernels_impl.h"
 #include "cpu_kernels/quant_impl.h"
 #include "cpu_kernels/vec_avx2.h"
@@ -20,11 +18,7 @@ KernelTable make_table() {
     t.isa = Isa::AVX2;
     fill_matmul<MatAvx2>(t, 32, 48);
     fill_vector_ops<VecAvx2>(t);
-    // Quantized: the packed path from m = 32 for the plain types; never for
-    // the _R8 ones, whose int8 rows kernel beat dequantize + packed at every
-    // m up to 1024 on an AMD EPYC (Zen, AVX2 only; Mixtral-mini's and
-    // qwen35-moe-mini's expert shapes: 1.1-2.0x at m = 64..1024).
-    fill_quant<DotMadd>(t, 32, INT_MAX);
+    fill_quant<DotMadd>(t, 32);
     return t;
 }
 

@@ -23,7 +23,7 @@ KernelTable make_table() {
     // The FFN's rows path beat its packed path at every m up to 384.
     fill_matmul<MatAvx512>(t, 128, INT_MAX);
     fill_vector_ops<VecAvx512>(t);
-    fill_quant<DotMadd>(t, 32, 32);
+    fill_quant<DotMadd>(t, 32);
     return t;
 }
 

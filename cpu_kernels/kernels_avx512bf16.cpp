@@ -82,7 +82,7 @@ KernelTable make_table() {
     // The FFN's rows path beats our packed one below 128, where oneDNN takes over.
     fill_matmul<MatBf16>(t, 32, 128);
     fill_vector_ops<VecAvx512>(t);
-    fill_quant<DotVnni>(t, 32, 32);
+    fill_quant<DotVnni>(t, 32);
     return t;
 }
 

@@ -183,7 +183,6 @@ KernelTable make_table() {
     t.quant_rows = quant_rows_scalar;
     t.dequant_bf16 = dequant_bf16_scalar;
     t.quant_packed_min_m = INT_MAX;
-    t.quant_r8_packed_min_m = INT_MAX;
     t.dot_f32 = dot_f32_scalar;
     t.axpy_f32 = axpy_f32_scalar;
     t.scale_f32 = scale_f32_scalar;

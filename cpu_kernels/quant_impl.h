@@ -792,16 +792,14 @@ void dequant_bf16_vec(DType wtype, bf16* dst, const void* w, size_t row_bytes, i
     }
 }
 
-// quant_packed_min_m / r8_packed_min_m: m from which the packed path
-// (dequantized to bf16) takes over from the int8 rows path, for the plain
-// and the row-interleaved (_R8) types.
+// quant_packed_min_m: m from which the packed path (dequantized to bf16)
+// takes over from the int8 rows path.
 template <class Q>
-void fill_quant(KernelTable& t, int quant_packed_min_m, int r8_packed_min_m) {
+void fill_quant(KernelTable& t, int quant_packed_min_m) {
     t.quantize_x = quantize_x_vec;
     t.quant_rows = quant_rows<Q>;
     t.dequant_bf16 = dequant_bf16_vec;
     t.quant_packed_min_m = quant_packed_min_m;
-    t.quant_r8_packed_min_m = r8_packed_min_m;
 }
 
 }  // namespace

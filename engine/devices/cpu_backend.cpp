@@ -5,6 +5,7 @@
 //
 // CpuExpertExecutor (expert_executor.h): every routed expert through expert_ffn.
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <memory>
 #include <vector>
@@ -255,15 +256,51 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const Model
 CpuExpertExecutor::CpuExpertExecutor(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool,
                                      int max_tokens)
     : config_(config), weights_(weights), pool_(pool), max_tokens_(max_tokens),
-      scratch_(size_t(2) * max_tokens * config.hidden_dim) {}
+      scratch_(size_t(2) * max_tokens * config.hidden_dim) {
+    if (pool.size() > 1) {
+        for (int i = 0; i < pool.size(); i++) solo_.push_back(std::make_unique<ThreadPool>(1));
+        solo_scratch_.resize(size_t(pool.size()) * 2 * SOLO_MAX_TOKENS * config.hidden_dim);
+    }
+    small_.reserve(size_t(std::max(1, config.n_experts)));
+}
 
+// Many experts with few tokens each (a prefill of a model with 64 or more
+// experts; a decode step's top-8) run side by side, one expert a thread
+// through a pool of one, the biggest first, each thread taking the next
+// when it is done: one fork and join a layer instead of three an expert,
+// whose small matrices split over threads spent more time joining than
+// multiplying. The rest (big tasks; two experts of Mixtral's decode) run
+// one at a time over all threads. An expert's output does not depend on how
+// many threads split its rows or columns (cpu_kernels), so neither way
+// changes a bit of it.
 void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<const ExpertTask> tasks,
                                   const NextLayerGuess&) {
     const LayerWeights& lw = weights_.layers[layer];
     const size_t dim = size_t(config_.dim);
-    for (const ExpertTask& t : tasks) {
+    auto run = [&](const ExpertTask& t, float* scratch, ThreadPool& pool) {
         assert(t.n_tokens > 0 && t.n_tokens <= max_tokens_);
         const ExpertWeights& e = lw.experts[t.expert];
-        expert_ffn(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, scratch_.data(), pool_);
+        expert_ffn(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, scratch, pool);
+    };
+    small_.clear();
+    if (!solo_.empty())
+        for (size_t i = 0; i < tasks.size(); i++)
+            if (tasks[i].n_tokens <= SOLO_MAX_TOKENS) small_.push_back(int(i));
+    if (small_.size() < 2 * solo_.size()) small_.clear();
+    for (size_t i = 0, s = 0; i < tasks.size(); i++) {
+        if (s < small_.size() && small_[s] == int(i)) {
+            s++;
+            continue;
+        }
+        run(tasks[i], scratch_.data(), pool_);
     }
+    if (small_.empty()) return;
+    std::stable_sort(small_.begin(), small_.end(),
+                     [&](int a, int b) { return tasks[size_t(a)].n_tokens > tasks[size_t(b)].n_tokens; });
+    std::atomic<size_t> next{0};
+    const size_t per_thread = size_t(2) * SOLO_MAX_TOKENS * config_.hidden_dim;
+    pool_.run([&](int thread) {
+        for (size_t j; (j = next.fetch_add(1, std::memory_order_relaxed)) < small_.size();)
+            run(tasks[size_t(small_[j])], solo_scratch_.data() + size_t(thread) * per_thread, *solo_[size_t(thread)]);
+    });
 }

@@ -5,6 +5,7 @@
 // emulated device for tests, CUDA) implement the same interface, so the
 // forward pass never changes when experts move.
 #pragma once
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -62,10 +63,19 @@ public:
                    const NextLayerGuess& next) override;
     const char* name() const override { return "cpu"; }
 
+    // Tasks of at most this many tokens may run side by side, one expert a
+    // thread (run_layer).
+    static constexpr int SOLO_MAX_TOKENS = 64;
+
 private:
     const ModelConfig& config_;
     const ModelWeights& weights_;
     ThreadPool& pool_;
     int max_tokens_;
     std::vector<float> scratch_;  // 2 * max_tokens * hidden_dim
+    // Side by side: a pool of one per thread, each thread's scratch (2 *
+    // SOLO_MAX_TOKENS * hidden_dim) and the small tasks, biggest first.
+    std::vector<std::unique_ptr<ThreadPool>> solo_;
+    std::vector<float> solo_scratch_;
+    std::vector<int> small_;
 };
