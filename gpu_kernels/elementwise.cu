@@ -1,6 +1,7 @@
 // Element- and row-wise kernels: bf16 conversion, embedding lookup, RMSNorm,
-// RoPE, residual add, bias add, SiLU-mul, sigmoid row scaling, row gather, the MoE combine and KV-cache
-// writes. Each applies a gpu_math.h function (or a plain copy) per element;
+// RoPE (partial rotary too), the gated attention's head split and sigmoid
+// gate, residual add, bias add, SiLU-mul, sigmoid row scaling, row gather,
+// the MoE combine and KV-cache writes. Each applies a gpu_math.h function (or a plain copy) per element;
 // kernels first, launchers after.
 #include <algorithm>
 
@@ -45,17 +46,33 @@ __global__ void rmsnorm_kernel(float* out, const float* x, const float* weight, 
     for (int i = threadIdx.x; i < dim; i += blockDim.x) outr[i] = xr[i] * scale * weight[i];
 }
 
-// One thread per (row, head, pair).
-__global__ void rope_kernel(float* x, const int* positions, int rows, int n_heads, int head_dim, float theta) {
-    const int half = head_dim / 2;
+// One thread per (row, head, pair) of the head's first rot_dim dims.
+__global__ void rope_kernel(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,
+                            float theta) {
+    const int half = rot_dim / 2;
     const long total = long(rows) * n_heads * half;
     for (long t = blockIdx.x * long(blockDim.x) + threadIdx.x; t < total; t += long(gridDim.x) * blockDim.x) {
         const int i = int(t % half);
         const long head = t / half;  // row * n_heads + h
         const int row = int(head / n_heads);
         float* v = x + head * head_dim;
-        gm_rope_pair(v + i, v + i + half, i, head_dim, positions[row], theta);
+        gm_rope_pair(v + i, v + i + half, i, rot_dim, positions[row], theta);
     }
+}
+
+// One thread per element of a and b: head r of x is [a_r | b_r].
+__global__ void split_heads_kernel(float* a, float* b, const float* x, long n_head_rows, int head_dim) {
+    const long total = n_head_rows * head_dim;
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x) {
+        const long r = i / head_dim, d = i % head_dim;
+        a[i] = x[2 * r * head_dim + d];
+        b[i] = x[(2 * r + 1) * head_dim + d];
+    }
+}
+
+__global__ void sigmoid_mul_kernel(float* x, const float* gate, long n) {
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x)
+        x[i] *= gm_sigmoid(gate[i]);
 }
 
 __global__ void add_kernel(float* x, const float* y, long n) {
@@ -134,12 +151,27 @@ void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int 
     CUDA_LAUNCH_CHECK();
 }
 
-void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, float theta,
-                          GpuStream stream) {
+void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,
+                          float theta, GpuStream stream) {
     if (rows <= 0) return;
-    if (head_dim % 2 != 0) throw GpuError("gpu_rope_rotate_half: head_dim " + std::to_string(head_dim) + " is odd");
-    rope_kernel<<<blocks_for(long(rows) * n_heads * (head_dim / 2)), THREADS, 0, stream>>>(x, positions, rows, n_heads,
-                                                                                             head_dim, theta);
+    if (rot_dim % 2 != 0 || rot_dim <= 0 || rot_dim > head_dim)
+        throw GpuError("gpu_rope_rotate_half: rot_dim " + std::to_string(rot_dim) + " is not an even count up to head_dim " +
+                       std::to_string(head_dim));
+    rope_kernel<<<blocks_for(long(rows) * n_heads * (rot_dim / 2)), THREADS, 0, stream>>>(x, positions, rows, n_heads,
+                                                                                            head_dim, rot_dim, theta);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim, GpuStream stream) {
+    const long n_head_rows = long(rows) * n_heads;
+    if (n_head_rows <= 0 || head_dim <= 0) return;
+    split_heads_kernel<<<blocks_for(n_head_rows * head_dim), THREADS, 0, stream>>>(a, b, x, n_head_rows, head_dim);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_sigmoid_mul(float* x, const float* gate, long n, GpuStream stream) {
+    if (n <= 0) return;
+    sigmoid_mul_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, gate, n);
     CUDA_LAUNCH_CHECK();
 }
 

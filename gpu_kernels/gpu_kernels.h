@@ -77,10 +77,55 @@ void gpu_embed(float* x, const int* tokens, const WeightView& table, int n, GpuS
 // out (rows, dim) = x * rsqrt(mean(x^2) + eps) * weight, per row. out may alias x.
 void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps, GpuStream stream);
 
-// Rotate-half RoPE on x (rows, n_heads * head_dim), row i at positions[i]
-// (device array): as rope_rotate_half on each row.
-void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, float theta,
-                          GpuStream stream);
+// Rotate-half RoPE on the first rot_dim dims of each head of x (rows,
+// n_heads * head_dim), row i at positions[i] (device array): as
+// rope_rotate_half(head, 1, rot_dim, ...) on each head (rot_dim = head_dim:
+// the whole head; less: Qwen3.5's partial rotary).
+void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,
+                          float theta, GpuStream stream);
+
+// a, b (rows, n_heads * head_dim) from x (rows, 2 * n_heads * head_dim)
+// whose heads are [a_h | b_h] (a gated attention's query and gate).
+void gpu_split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim, GpuStream stream);
+
+// x (n,) *= gm_sigmoid(gate) elementwise (gated attention's output).
+void gpu_sigmoid_mul(float* x, const float* gate, long n, GpuStream stream);
+
+// A run of a Gated DeltaNet layer's batch entries: entries [first, first +
+// n) of one sequence, in position order, and that sequence's state of the
+// layer in device memory: its conv window ((conv_kernel - 1) x conv_dim,
+// oldest input first) and its matrices (n_v_heads x head_k_dim x
+// head_v_dim, row-major).
+struct GpuDeltaRun {
+    int first, n;
+    float* conv;
+    float* state;
+};
+
+// The layer's shape and weights (device pointers): conv taps (conv_dim,
+// conv_kernel), neg_exp_a (n_v_heads) = -exp(A_log), dt_bias (n_v_heads),
+// norm (head_v_dim). Value head h reads key head h / v_per_k (grouped) or
+// h % n_k_heads (tiled).
+struct GpuDeltaLayer {
+    int conv_dim, conv_kernel, n_k_heads, n_v_heads, head_k_dim, head_v_dim;
+    bool tiled;
+    float eps;
+    const float *conv, *neg_exp_a, *dt_bias, *norm;
+};
+
+// Gated DeltaNet over batch entries [first_entry, first_entry + n_entries),
+// which n_runs runs (runs on the device) cover, each sequence in one run at
+// most, as the CPU backend's delta_net: qkv (entries, conv_dim) goes
+// through the causal conv and SiLU (gm_conv_channel, in place), q and k of
+// each key head to unit length (q also by 1 / sqrt(head_k_dim)); per value
+// head g = neg_exp_a softplus(a + dt_bias) and beta = sigmoid(b) into
+// scratch (2 * (first_entry + n_entries) * n_v_heads floats); the delta rule token by token
+// (gm_delta_rule_column, one block a head and run, one thread a state
+// column; head_v_dim <= 512); then the gated RMSNorm with z into o
+// (n_entries, n_v_heads * head_v_dim).
+void gpu_delta_net(float* o, float* qkv, const float* z, const float* b, const float* a, const GpuDeltaRun* runs,
+                   int n_runs, int first_entry, int n_entries, const GpuDeltaLayer& layer, float* scratch,
+                   GpuStream stream);
 
 // x (n,) += y (n,).
 void gpu_add(float* x, const float* y, long n, GpuStream stream);

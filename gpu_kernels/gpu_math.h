@@ -41,46 +41,44 @@ MOE_HD inline void gm_l2_normalize(float* x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] *= f;
 }
 
+// One element of the gated RMSNorm of a head's output: o * r * w * silu(z),
+// r = gm_rms_scale of the head's sum of squares.
+MOE_HD inline float gm_gated_norm_element(float o, float z, float w, float r) {
+    return o * r * w * (z / (1.0f + expf(-z)));
+}
+
 // Gated RMSNorm of one head's output o (n): rmsnorm(o) * w * silu(z).
 MOE_HD inline void gm_rmsnorm_gated(float* o, const float* z, const float* w, int n, float eps) {
     float ss = 0.0f;
     for (int i = 0; i < n; i++) ss += o[i] * o[i];
     const float r = 1.0f / sqrtf(ss / float(n) + eps);
-    for (int i = 0; i < n; i++) o[i] = o[i] * r * w[i] * (z[i] / (1.0f + expf(-z[i])));
+    for (int i = 0; i < n; i++) o[i] = gm_gated_norm_element(o[i], z[i], w[i], r);
 }
 
 // Gated DeltaNet, one position of one head (Qwen3.5 / Qwen3-Next; the
-// delta rule with a per-step decay): state S (dk, dv), row-major, k and q
-// unit vectors (q scaled by 1/sqrt(dk)), v (dv), g <= 0 the log decay,
-// beta in (0, 1); dv at most 512 (the config parser refuses more). In order:
-//   S *= exp(g);  u = beta (v - S^T k);  S += k u^T;  o = S^T q.
-MOE_HD inline void gm_delta_rule_head(float* S, float* o, const float* q, const float* k, const float* v, float g,
-                                      float beta, int dk, int dv) {
+// delta rule with a per-step decay), one column j of its state: S (dk,
+// dv) row-major, s = &S[0][j] (rows `stride` apart), k and q unit vectors
+// (q scaled by 1/sqrt(dk)), v_j, g <= 0 the log decay, beta in (0, 1).
+// u's column j reads only S's column j, so each column goes on by itself:
+//   S *= exp(g);  u_j = beta (v_j - (S^T k)_j);  S[:, j] += k u_j;  returns (S^T q)_j.
+// The same sums in the same order as cpu_kernels' scalar delta_rule_step.
+MOE_HD inline float gm_delta_rule_column(float* s, long stride, const float* q, const float* k, float v, float g,
+                                         float beta, int dk) {
     const float decay = expf(g);
-    for (int j = 0; j < dv; j++) o[j] = 0.0f;  // o holds S^T k first
+    float acc = 0.0f;
     for (int i = 0; i < dk; i++) {
-        float* row = S + i * dv;
-        const float ki = k[i];
-        for (int j = 0; j < dv; j++) {
-            row[j] *= decay;
-            o[j] += row[j] * ki;
-        }
+        float r = s[i * stride] * decay;
+        s[i * stride] = r;
+        acc += r * k[i];
     }
-    for (int j = 0; j < dv; j++) o[j] = beta * (v[j] - o[j]);  // u
-    // S += k u^T, then o = S^T q (the updated state), u kept in o until read.
-    float u_local[512];
-    for (int j = 0; j < dv; j++) {
-        u_local[j] = o[j];
-        o[j] = 0.0f;
-    }
+    const float u = beta * (v - acc);
+    acc = 0.0f;
     for (int i = 0; i < dk; i++) {
-        float* row = S + i * dv;
-        const float ki = k[i], qi = q[i];
-        for (int j = 0; j < dv; j++) {
-            row[j] += ki * u_local[j];
-            o[j] += row[j] * qi;
-        }
+        const float r = s[i * stride] + k[i] * u;
+        s[i * stride] = r;
+        acc += r * q[i];
     }
+    return acc;
 }
 
 // The RMSNorm factor of a row of n values whose squares sum to sum_sq:

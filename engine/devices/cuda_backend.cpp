@@ -11,14 +11,19 @@
 #include "engine/devices/device_setup.h"
 #include "engine/model/cost.h"
 #include "engine/state/batch.h"
+#include "engine/state/recurrent_state.h"
 
 namespace {
 
 constexpr size_t ALIGN = 256;  // device allocations and weight offsets
 
-size_t aligned(size_t bytes) { return (bytes + ALIGN - 1) / ALIGN * ALIGN; }
+size_t aligned(size_t bytes) {
+    return (bytes + ALIGN - 1) / ALIGN * ALIGN;
+}
 
-int blocks_per_seq(int ctx) { return (ctx + KV_BLOCK - 1) / KV_BLOCK; }
+int blocks_per_seq(int ctx) {
+    return (ctx + KV_BLOCK - 1) / KV_BLOCK;
+}
 
 // Bytes of the per-batch metadata: tokens, positions, block_start, n_pos
 // (ints), then row bases and the block tables (pointers). Blocks: at most
@@ -127,8 +132,13 @@ void CudaBackend::upload(Upload& u, const void* src, size_t bytes) {
 
 CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_weights, int device, int ctx,
                          int max_batch, int max_rows)
-    : c_(config), device_((gpu_set_device(device), device)), ctx_(ctx), max_batch_(max_batch), max_rows_(max_rows),
-      q_dim_(config.n_heads * config.head_dim), kv_dim_(config.n_kv_heads * config.head_dim) {
+    : c_(config),
+      device_((gpu_set_device(device), device)),
+      ctx_(ctx),
+      max_batch_(max_batch),
+      max_rows_(max_rows),
+      q_dim_(config.n_heads * config.head_dim),
+      kv_dim_(config.n_kv_heads * config.head_dim) {
     blas_ = std::make_unique<GpuBlas>(stream_.get());
     state_memory_ = std::make_unique<CudaStateMemory>(stream_.get());
 
@@ -155,6 +165,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     meta_ = make_upload(meta_bytes(max_batch, ctx));
     const int k = std::max(1, c_.n_experts_active);
     gather_src_ = make_upload(size_t(std::max(max_rows, max_batch)) * sizeof(int));
+    if (config.n_linear_layers() > 0) {
+        delta_runs_ = make_upload(size_t(max_batch) * sizeof(GpuDeltaRun));
+        delta_scratch_ = GpuBuffer(size_t(2) * max_batch * config.linear.n_v_heads * sizeof(float));
+    }
     combine_slots_ = make_upload(size_t(max_batch) * k * sizeof(int));
     combine_weights_ = make_upload(size_t(max_batch) * k * sizeof(float));
     route_dev_ = GpuBuffer(size_t(max_batch) * k * (sizeof(int) + sizeof(float)));
@@ -179,6 +193,14 @@ void CudaBackend::begin(const Batch& batch, const SequenceState& state) {
     assert(n > 0 && n <= max_batch_);
     n_ = n;
     cache_ = state.kv();
+    recurrent_ = state.recurrent();
+    runs_.clear();
+    for (int i = 0; i < n; i++) {
+        if (!runs_.empty() && runs_.back().seq == batch.seq_ids[i])
+            runs_.back().n++;
+        else
+            runs_.push_back({i, 1, batch.seq_ids[i]});
+    }
     gpu_set_device(device_);  // current per thread: the engine may run on another thread than the loader
     if (int(seq_start_.size()) < state.n_seqs()) {  // grows only with the state
         seq_start_.resize(state.n_seqs());
@@ -246,26 +268,58 @@ void CudaBackend::matmul(float* y, const float* x, const WeightView& w, int m) {
     gpu_matmul(*blas_, y, x, w, m, {x_bf16_.as<bf16>(), dequant_.as<bf16>(), dequant_.bytes() / sizeof(bf16)});
 }
 
-void CudaBackend::split_heads(float*, float*, const float*, int, int, int) {
-    throw GpuError("CUDA backend: gated attention has no GPU kernels yet");
+void CudaBackend::split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) {
+    gpu_split_heads(a, b, x, rows, n_heads, head_dim, stream_.get());
 }
 
-void CudaBackend::sigmoid_mul(float*, const float*, size_t) {
-    throw GpuError("CUDA backend: gated attention has no GPU kernels yet");
+void CudaBackend::sigmoid_mul(float* x, const float* gate, size_t n) {
+    gpu_sigmoid_mul(x, gate, long(n), stream_.get());
 }
 
-void CudaBackend::delta_net(int, float*, float*, const float*, const float*, const float*,
-                            const LinearAttentionWeights&) {
-    throw GpuError("CUDA backend: the Gated DeltaNet has no GPU kernels yet");
+// The batch's runs in waves in which no sequence repeats (a sequence whose
+// entries come in two runs has them continue its state in order), each
+// wave one gpu_delta_net over its entries.
+void CudaBackend::delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
+                            const LinearAttentionWeights& w) {
+    assert(recurrent_);
+    const LinearAttentionShape& s = c_.linear;
+    const GpuDeltaLayer shape{s.conv_dim(),
+                              s.conv_kernel,
+                              s.n_k_heads,
+                              s.n_v_heads,
+                              s.head_k_dim,
+                              s.head_v_dim,
+                              s.v_head_order == LinearAttentionShape::VHeadOrder::TILED,
+                              c_.rms_norm_eps,
+                              w.conv,
+                              w.a,
+                              w.dt_bias,
+                              w.norm};
+    std::vector<GpuDeltaRun> wave;
+    std::vector<int> seqs;
+    auto flush = [&] {
+        if (wave.empty()) return;
+        const int first = wave.front().first, last = wave.back().first + wave.back().n;
+        upload(delta_runs_, wave.data(), wave.size() * sizeof(GpuDeltaRun));
+        gpu_delta_net(o, qkv, z, b, a, delta_runs_.dev.as<GpuDeltaRun>(), int(wave.size()), first, last - first, shape,
+                      delta_scratch_.as<float>(), stream_.get());
+        wave.clear();
+        seqs.clear();
+    };
+    for (const Run& r : runs_) {
+        if (std::find(seqs.begin(), seqs.end(), r.seq) != seqs.end()) flush();
+        wave.push_back({r.first, r.n, recurrent_->conv(layer, r.seq), recurrent_->matrices(layer, r.seq)});
+        seqs.push_back(r.seq);
+    }
+    flush();
 }
 
 void CudaBackend::rope(float* x, int n_heads) {
-    gpu_rope_rotate_half(x, d_positions_, n_, n_heads, c_.head_dim, c_.rope_theta, stream_.get());
+    gpu_rope_rotate_half(x, d_positions_, n_, n_heads, c_.head_dim, c_.rope_dim(), c_.rope_theta, stream_.get());
 }
 
 void CudaBackend::kv_store(int kv_layer, const float* k, const float* v) {
-    gpu_kv_store(k, v, d_row_base_, cache_->k_offset(kv_layer), cache_->v_offset(kv_layer), n_, kv_dim_,
-                 stream_.get());
+    gpu_kv_store(k, v, d_row_base_, cache_->k_offset(kv_layer), cache_->v_offset(kv_layer), n_, kv_dim_, stream_.get());
 }
 
 void CudaBackend::attention(int kv_layer, float* out, const float* q) {
@@ -274,7 +328,9 @@ void CudaBackend::attention(int kv_layer, float* out, const float* q) {
                         stream_.get());
 }
 
-void CudaBackend::add(float* x, const float* y, size_t n) { gpu_add(x, y, long(n), stream_.get()); }
+void CudaBackend::add(float* x, const float* y, size_t n) {
+    gpu_add(x, y, long(n), stream_.get());
+}
 
 void CudaBackend::add_bias(float* x, const float* bias, int rows, int width) {
     gpu_add_bias(x, bias, rows, width, stream_.get());
@@ -314,8 +370,7 @@ void CudaBackend::combine(float* out, const float* y, const int* slots, const fl
                           int dim) {
     upload(combine_slots_, slots, size_t(rows) * k * sizeof(int));
     upload(combine_weights_, weights, size_t(rows) * k * sizeof(float));
-    gpu_combine(out, y, combine_slots_.dev.as<int>(), combine_weights_.dev.as<float>(), rows, k, dim,
-                stream_.get());
+    gpu_combine(out, y, combine_slots_.dev.as<int>(), combine_weights_.dev.as<float>(), rows, k, dim, stream_.get());
 }
 
 const float* CudaBackend::to_host(const float* x, size_t n) {
@@ -325,9 +380,13 @@ const float* CudaBackend::to_host(const float* x, size_t n) {
     return logits_host_.as<float>();
 }
 
-ExpertRows CudaBackend::expert_rows() { return {rows_x_.as<float>(), rows_y_.as<float>()}; }
+ExpertRows CudaBackend::expert_rows() {
+    return {rows_x_.as<float>(), rows_y_.as<float>()};
+}
 
-ExpertRows CudaBackend::host_rows() { return {host_x_.as<float>(), host_y_.as<float>()}; }
+ExpertRows CudaBackend::host_rows() {
+    return {host_x_.as<float>(), host_y_.as<float>()};
+}
 
 // The rows stream waits for the gather, not for the device experts queued
 // after it on the compute stream, so the CPU starts while the GPU computes.

@@ -35,9 +35,10 @@ public:
     void rmsnorm(float* out, const float* x, const float* weight, int rows, int dim, float eps) override;
     void matmul(float* y, const float* x, const WeightView& w, int m) override;
     void rope(float* x, int n_heads) override;
-    // Gated attention and the Gated DeltaNet have no CUDA kernels yet: the
-    // device setup keeps such models on the CPU (CpuReason::MIXER_NOT_ON_GPU),
-    // so these throw GpuError if ever reached.
+    // Gated attention and the Gated DeltaNet (gpu_split_heads,
+    // gpu_sigmoid_mul, gpu_delta_net). Not yet run on a GPU: until their
+    // tests (label gpu) have passed on one, the device setup keeps such
+    // models on the CPU (CpuReason::MIXER_NOT_ON_GPU).
     void split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) override;
     void sigmoid_mul(float* x, const float* gate, size_t n) override;
     void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
@@ -109,6 +110,16 @@ private:
     std::vector<int> seq_start_;  // per sequence: its first entry in the blocks table, -1 when absent
     std::vector<int> seq_blocks_; // per sequence in the batch: blocks its entries read
     const KvCache* cache_ = nullptr;  // the batch state's; null without attention layers
+    // The Gated DeltaNet's state and the batch's runs of one sequence's
+    // entries (first entry, count, sequence), found in begin; each layer's
+    // GpuDeltaRun array goes up through delta_runs_.
+    RecurrentState* recurrent_ = nullptr;
+    struct Run {
+        int first, n, seq;
+    };
+    std::vector<Run> runs_;
+    Upload delta_runs_;
+    GpuBuffer delta_scratch_;  // g and beta: 2 * max_batch * n_v_heads floats
 
     // Routing, gathers and combines.
     Upload gather_src_, combine_slots_, combine_weights_;

@@ -88,6 +88,12 @@ double cuda_activation_bytes(const ModelConfig& c, int ctx, int max_batch, int m
     bytes += (std::max(double(max_rows), mb) + 2 * mb * k) * sizeof(int) + mb * k * sizeof(float);  // uploads
     bytes += mb * k * (sizeof(int) + sizeof(float));                           // routes
     if (quantized_dense) bytes += double(GPU_DEQUANT_PIECE_ELEMS) * 2;         // a piece of W in bf16
+    if (c.attn_output_gate) bytes += mb * 3 * q_dim * sizeof(float);           // gated attention: q with gate, gate
+    if (c.n_linear_layers() > 0) {
+        // The Gated DeltaNet's buffers (qkv, z, o, b, a), its g and beta, its runs.
+        const LinearAttentionShape& s = c.linear;
+        bytes += mb * (s.conv_dim() + 2.0 * s.value_dim() + 4.0 * s.n_v_heads) * sizeof(float) + mb * 24;
+    }
     return bytes + 32 * ALIGN;
 }
 

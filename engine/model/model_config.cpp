@@ -139,7 +139,7 @@ void validate(const ModelConfig& c, std::string_view source) {
         require_positive(source, "linear_num_value_heads", c.linear.n_v_heads);
         require_positive(source, "linear_key_head_dim", c.linear.head_k_dim);
         require_positive(source, "linear_value_head_dim", c.linear.head_v_dim);
-        if (c.linear.head_v_dim > 512)  // the delta rule keeps a head's update in 512 floats (gpu_math.h)
+        if (c.linear.head_v_dim > 512)  // the CUDA delta rule runs a value head as one block of a thread a column
             config_fail(source, "field 'linear_value_head_dim' = " + std::to_string(c.linear.head_v_dim) +
                                     " is above the 512 supported");
         if (c.linear.n_v_heads % c.linear.n_k_heads != 0)

@@ -2,7 +2,6 @@
 // the CPU against cpu_kernels and plain references: the same functions the
 // kernels apply on the device, so a wrong formula fails here without a GPU.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <random>
 #include <vector>
@@ -60,7 +59,9 @@ TEST_CASE("gpu math: RoPE pairs, RMSNorm scale and SiLU-mul equal cpu_kernels", 
             rope_rotate_half(want.data(), 2, head_dim, pos, 1e6f);
             const int half = head_dim / 2;
             for (int h = 0; h < 2; h++)
-                for (int i = 0; i < half; i++) gm_rope_pair(&x[size_t(h * head_dim + i)], &x[size_t(h * head_dim + i + half)], i, head_dim, pos, 1e6f);
+                for (int i = 0; i < half; i++)
+                    gm_rope_pair(&x[size_t(h * head_dim + i)], &x[size_t(h * head_dim + i + half)], i, head_dim, pos,
+                                 1e6f);
             for (size_t i = 0; i < x.size(); i++) REQUIRE(x[i] == Approx(want[i]).margin(1e-5));
         }
     std::vector<float> x = random_floats(1000, 3.0f, 1), w = random_floats(1000, 1.0f, 2), want(1000);
@@ -110,4 +111,44 @@ TEST_CASE("gpu math: the shared expert's sigmoid gate", "[unit][gpu_math]") {
         CHECK(std::abs(double(gm_sigmoid(x)) - want) <= 1e-6 * want + 1e-12);
     }
     CHECK(gm_sigmoid(0.0f) == 0.5f);
+}
+
+TEST_CASE("gpu math: the delta rule column by column equals cpu_kernels' scalar step", "[unit][gpu_math]") {
+    // The CUDA kernel runs one state column a thread: column by column, the
+    // same sums in the same order as the scalar table's delta_rule_step, so
+    // bit for bit on the CPU; over three tokens with a state that is not zero.
+    for (auto [dk, dv] : {std::pair{16, 24}, std::pair{128, 128}}) {
+        INFO("dk " << dk << " dv " << dv);
+        std::vector<float> q = random_floats(size_t(3) * dk, 0.1f, 11), k = random_floats(size_t(3) * dk, 0.1f, 12),
+                           v = random_floats(size_t(3) * dv, 1.0f, 13), s0 = random_floats(size_t(dk) * dv, 0.3f, 14);
+        std::vector<float> want_s = s0, got_s = s0, want_o(static_cast<size_t>(dv)), got_o(static_cast<size_t>(dv));
+        const float g[3] = {-0.3f, -0.01f, -2.0f}, beta[3] = {0.2f, 0.9f, 0.5f};
+        for (int t = 0; t < 3; t++) {
+            kernel_table_scalar().delta_rule_step(want_s.data(), want_o.data(), &q[size_t(t) * dk], &k[size_t(t) * dk],
+                                                  &v[size_t(t) * dv], g[t], beta[t], dk, dv);
+            for (int j = 0; j < dv; j++)
+                got_o[size_t(j)] = gm_delta_rule_column(got_s.data() + j, dv, &q[size_t(t) * dk], &k[size_t(t) * dk],
+                                                        v[size_t(t) * dv + j], g[t], beta[t], dk);
+            CHECK(got_o == want_o);
+        }
+        CHECK(got_s == want_s);
+    }
+}
+
+TEST_CASE("gpu math: the gated RMSNorm element by element equals the whole-head form", "[unit][gpu_math]") {
+    const int n = 40;
+    std::vector<float> o = random_floats(n, 2.0f, 21), z = random_floats(n, 1.5f, 22), w = random_floats(n, 1.0f, 23);
+    std::vector<float> whole = o;
+    gm_rmsnorm_gated(whole.data(), z.data(), w.data(), n, 1e-6f);
+    double ss = 0;
+    for (float x : o) ss += double(x) * x;
+    const double r = 1.0 / std::sqrt(ss / n + 1e-6);
+    float sum_sq = 0.0f;
+    for (float x : o) sum_sq += x * x;
+    for (int i = 0; i < n; i++) {
+        const double want = o[i] * r * w[i] * (z[i] / (1.0 + std::exp(-double(z[i]))));
+        CHECK(std::abs(whole[i] - want) <= 1e-5 * (std::abs(want) + 1e-3));
+        CHECK(gm_gated_norm_element(o[i], z[i], w[i], gm_rms_scale(sum_sq, n, 1e-6f)) ==
+              Approx(whole[i]).epsilon(1e-6));
+    }
 }

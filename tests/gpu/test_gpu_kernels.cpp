@@ -102,7 +102,8 @@ TEST_CASE("conversion, embedding, gather, add and kv writes are exact", "[gpu]")
     gpu_embed(dx.as<float>(), dtokens.as<int>(), weight_view(DType::BF16, dtable.data(), vocab, dim), n, nullptr);
     std::vector<float> emb = download<float>(dx, size_t(n) * dim);
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < dim; j++) REQUIRE(emb[size_t(i) * dim + j] == bf16_to_f32(table[size_t(tokens[i]) * dim + j]));
+        for (int j = 0; j < dim; j++)
+            REQUIRE(emb[size_t(i) * dim + j] == bf16_to_f32(table[size_t(tokens[i]) * dim + j]));
 
     std::vector<int> src{4, 4, 0, 2};
     GpuBuffer dsrc = upload(src), dg(src.size() * dim * sizeof(float));
@@ -143,7 +144,8 @@ TEST_CASE("rmsnorm, rope and silu_mul match cpu_kernels", "[gpu]") {
             INFO(rows << " rows of " << dim);
             std::vector<float> x = random_floats(size_t(rows) * dim, 3.0f), w = random_floats(dim);
             std::vector<float> want(x.size());
-            for (int r = 0; r < rows; r++) rmsnorm(want.data() + size_t(r) * dim, x.data() + size_t(r) * dim, w.data(), dim, 1e-5f);
+            for (int r = 0; r < rows; r++)
+                rmsnorm(want.data() + size_t(r) * dim, x.data() + size_t(r) * dim, w.data(), dim, 1e-5f);
             GpuBuffer dx = upload(x), dw = upload(w);
             gpu_rmsnorm(dx.as<float>(), dx.as<float>(), dw.as<float>(), rows, dim, 1e-5f, nullptr);  // in place
             require_close(download<float>(dx, x.size()), want, REL_FP32);
@@ -155,7 +157,20 @@ TEST_CASE("rmsnorm, rope and silu_mul match cpu_kernels", "[gpu]") {
         for (int r = 0; r < rows; r++)
             rope_rotate_half(want.data() + size_t(r) * n_heads * head_dim, n_heads, head_dim, pos[r], 1e6f);
         GpuBuffer dx = upload(x), dpos = upload(pos);
-        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, 1e6f, nullptr);
+        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, head_dim, 1e6f, nullptr);
+        require_close(download<float>(dx, x.size()), want, REL_FP32);
+    }
+    {
+        // Partial rotary (Qwen3.5: a quarter of each head): the first
+        // rot_dim dims of each head as a head of their own, the rest kept.
+        const int rows = 5, n_heads = 3, head_dim = 256, rot = 64;
+        std::vector<int> pos{0, 1, 17, 4095, 31999};
+        std::vector<float> x = random_floats(size_t(rows) * n_heads * head_dim), want = x;
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < n_heads; h++)
+                rope_rotate_half(want.data() + (size_t(r) * n_heads + h) * head_dim, 1, rot, pos[r], 1e7f);
+        GpuBuffer dx = upload(x), dpos = upload(pos);
+        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, rot, 1e7f, nullptr);
         require_close(download<float>(dx, x.size()), want, REL_FP32);
     }
     std::vector<float> a = random_floats(1003, 4.0f), b = random_floats(1003), want = a;
@@ -178,7 +193,8 @@ TEST_CASE("routing and the combine match the CPU's MoE layer", "[gpu]") {
                 std::vector<int> e = download<int>(de, size_t(rows) * k);
                 std::vector<float> w = download<float>(dw, size_t(rows) * k);
                 for (int r = 0; r < rows; r++) {
-                    std::vector<float> p(logits.begin() + size_t(r) * n_experts, logits.begin() + size_t(r + 1) * n_experts);
+                    std::vector<float> p(logits.begin() + size_t(r) * n_experts,
+                                         logits.begin() + size_t(r + 1) * n_experts);
                     softmax(p.data(), n_experts);
                     std::vector<int> want(k);
                     top_k(want.data(), p.data(), n_experts, k);
@@ -216,8 +232,10 @@ TEST_CASE("paged attention matches cpu_kernels attention_paged on decode, prefil
         std::vector<float> pool = random_floats(size_t(n_blocks) * 2 * part);
         GpuBuffer dpool = upload(pool);
         // Three sequences over scattered, shared blocks; rows of each length.
-        std::vector<std::vector<int>> tables{{5, 6, 7, 30, 2}, {5, 6, 11}, {39, 0, 1, 3, 4, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}};
-        std::vector<std::pair<int, int>> rows_spec{{0, 1}, {0, 70}, {1, 33}, {2, 300}, {2, 17}, {1, 48}};  // (seq, n_pos)
+        std::vector<std::vector<int>> tables{
+            {5, 6, 7, 30, 2}, {5, 6, 11}, {39, 0, 1, 3, 4, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}};
+        std::vector<std::pair<int, int>> rows_spec{{0, 1},   {0, 70}, {1, 33},
+                                                   {2, 300}, {2, 17}, {1, 48}};  // (seq, n_pos)
         std::vector<const float*> host_blocks, dev_blocks;
         std::vector<int> start(tables.size());
         for (size_t s = 0; s < tables.size(); s++) {
@@ -235,8 +253,9 @@ TEST_CASE("paged attention matches cpu_kernels attention_paged on decode, prefil
             auto [seq, len] = rows_spec[size_t(r)];
             block_start.push_back(start[size_t(seq)]);
             n_pos.push_back(len);
-            attention_paged(want.data() + size_t(r) * q_dim, q.data() + size_t(r) * q_dim, host_blocks.data() + start[size_t(seq)],
-                            0, part, block, len, n_heads, n_kv_heads, head_dim, kv_dim, scratch.data());
+            attention_paged(want.data() + size_t(r) * q_dim, q.data() + size_t(r) * q_dim,
+                            host_blocks.data() + start[size_t(seq)], 0, part, block, len, n_heads, n_kv_heads, head_dim,
+                            kv_dim, scratch.data());
         }
         GpuBuffer dq = upload(q), dout(want.size() * sizeof(float)), dblocks = upload(dev_blocks),
                   dstart = upload(block_start), dpos = upload(n_pos);
@@ -329,47 +348,47 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
     // Whole blocks of every type; the GEMV stages x 1024 columns at a time:
     // one short chunk, and two whole chunks and a short one.
     for (const int k : {768, 2304})
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8,
-                       DType::Q6_K_R8}) {
-        INFO(dtype_name(type) << ", k " << k);
-        // n: no multiple of the 8 rows a GEMV block takes, except where rows go in groups of 8.
-        const int n = dtype_row_group(type) == 1 ? 300 : 304;
-        QuantMatrix w = random_quant(type, n, k);
-        GpuBuffer dw = upload(w.bytes);
-        const WeightView view = weight_view(type, dw.data(), n, k);
+        for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0_R8,
+                           DType::Q4_K_R8, DType::Q6_K_R8}) {
+            INFO(dtype_name(type) << ", k " << k);
+            // n: no multiple of the 8 rows a GEMV block takes, except where rows go in groups of 8.
+            const int n = dtype_row_group(type) == 1 ? 300 : 304;
+            QuantMatrix w = random_quant(type, n, k);
+            GpuBuffer dw = upload(w.bytes);
+            const WeightView view = weight_view(type, dw.data(), n, k);
 
-        // Dequantization of rows [7, 300) and a lookup of four rows.
-        GpuBuffer db(size_t(n - 7) * k * sizeof(bf16));
-        gpu_dequant_bf16(db.as<bf16>(), view, 7, n, nullptr);
-        std::vector<bf16> got = download<bf16>(db, size_t(n - 7) * k);
-        for (size_t i = 0; i < got.size(); i++) {
-            const float want = w.values[size_t(7) * k + i];
-            REQUIRE(std::fabs(bf16_to_f32(got[i]) - want) <= std::ldexp(std::fabs(want), -7) + 1e-6f);
-        }
-        std::vector<int> tokens{299, 0, 5, 299};
-        GpuBuffer dtokens = upload(tokens), demb(tokens.size() * k * sizeof(float));
-        gpu_embed(demb.as<float>(), dtokens.as<int>(), view, int(tokens.size()), nullptr);
-        std::vector<float> emb = download<float>(demb, tokens.size() * k), want_emb;
-        for (int t : tokens)
-            want_emb.insert(want_emb.end(), w.values.begin() + size_t(t) * k, w.values.begin() + size_t(t + 1) * k);
-        require_close(emb, want_emb, REL_FP32);
+            // Dequantization of rows [7, 300) and a lookup of four rows.
+            GpuBuffer db(size_t(n - 7) * k * sizeof(bf16));
+            gpu_dequant_bf16(db.as<bf16>(), view, 7, n, nullptr);
+            std::vector<bf16> got = download<bf16>(db, size_t(n - 7) * k);
+            for (size_t i = 0; i < got.size(); i++) {
+                const float want = w.values[size_t(7) * k + i];
+                REQUIRE(std::fabs(bf16_to_f32(got[i]) - want) <= std::ldexp(std::fabs(want), -7) + 1e-6f);
+            }
+            std::vector<int> tokens{299, 0, 5, 299};
+            GpuBuffer dtokens = upload(tokens), demb(tokens.size() * k * sizeof(float));
+            gpu_embed(demb.as<float>(), dtokens.as<int>(), view, int(tokens.size()), nullptr);
+            std::vector<float> emb = download<float>(demb, tokens.size() * k), want_emb;
+            for (int t : tokens)
+                want_emb.insert(want_emb.end(), w.values.begin() + size_t(t) * k, w.values.begin() + size_t(t + 1) * k);
+            require_close(emb, want_emb, REL_FP32);
 
-        // GEMV below GPU_QUANT_GEMV_MAX_M rows, dequantized pieces (of 70
-        // rows, so the last is short) above.
-        GpuBuffer dpiece(size_t(70) * k * sizeof(bf16));
-        for (int m : {1, 3, GPU_QUANT_GEMV_MAX_M, GPU_QUANT_GEMV_MAX_M + 1, 40}) {
-            INFO("m " << m);
-            std::vector<float> x = random_floats(size_t(m) * k);
-            const bool gemv = m <= GPU_QUANT_GEMV_MAX_M;
-            std::vector<float> want =
-                gemv ? product(x, w.values, m, n, k) : product(bf16_rounded(x), bf16_rounded(w.values), m, n, k);
-            GpuBuffer dx = upload(x), dxb(x.size() * sizeof(bf16)), dy(want.size() * sizeof(float));
-            gpu_matmul(blas, dy.as<float>(), dx.as<float>(), view, m,
-                       {dxb.as<bf16>(), dpiece.as<bf16>(), size_t(70) * k});
-            stream.synchronize();
-            require_close(download<float>(dy, want.size()), want, REL_GEMM);
+            // GEMV below GPU_QUANT_GEMV_MAX_M rows, dequantized pieces (of 70
+            // rows, so the last is short) above.
+            GpuBuffer dpiece(size_t(70) * k * sizeof(bf16));
+            for (int m : {1, 3, GPU_QUANT_GEMV_MAX_M, GPU_QUANT_GEMV_MAX_M + 1, 40}) {
+                INFO("m " << m);
+                std::vector<float> x = random_floats(size_t(m) * k);
+                const bool gemv = m <= GPU_QUANT_GEMV_MAX_M;
+                std::vector<float> want =
+                    gemv ? product(x, w.values, m, n, k) : product(bf16_rounded(x), bf16_rounded(w.values), m, n, k);
+                GpuBuffer dx = upload(x), dxb(x.size() * sizeof(bf16)), dy(want.size() * sizeof(float));
+                gpu_matmul(blas, dy.as<float>(), dx.as<float>(), view, m,
+                           {dxb.as<bf16>(), dpiece.as<bf16>(), size_t(70) * k});
+                stream.synchronize();
+                require_close(download<float>(dy, want.size()), want, REL_GEMM);
+            }
         }
-    }
     // A Q4_K_M expert as moe-server holds it: Q4_K_R8 gate and up, Q6_K_R8 down.
     const int dim = 256, hidden = 512;
     QuantMatrix w1 = random_quant(DType::Q4_K_R8, hidden, dim), w3 = random_quant(DType::Q4_K_R8, hidden, dim),
@@ -412,5 +431,85 @@ TEST_CASE("bias rows and the shared expert's sigmoid scaling match the CPU backe
         GpuBuffer dy = upload(x), dgate = upload(gate);
         gpu_sigmoid_scale(dy.as<float>(), dgate.as<float>(), rows, width, nullptr);
         require_close(download<float>(dy, x.size()), scaled, REL_FP32);
+    }
+}
+
+TEST_CASE("the gated attention's head split and sigmoid gate match the CPU backend's arithmetic", "[gpu]") {
+    GPU_TEST_OR_SKIP();
+    const int rows = 7, n_heads = 3, head_dim = 72;
+    const size_t half = size_t(rows) * n_heads * head_dim;
+    std::vector<float> x = random_floats(2 * half, 2.0f), want_a(half), want_b(half);
+    for (size_t r = 0; r < size_t(rows) * n_heads; r++)
+        for (int d = 0; d < head_dim; d++) {
+            want_a[r * head_dim + d] = x[2 * r * head_dim + d];
+            want_b[r * head_dim + d] = x[(2 * r + 1) * head_dim + d];
+        }
+    GpuBuffer dx = upload(x), da(half * sizeof(float)), db(half * sizeof(float));
+    gpu_split_heads(da.as<float>(), db.as<float>(), dx.as<float>(), rows, n_heads, head_dim, nullptr);
+    REQUIRE(download<float>(da, half) == want_a);  // copies: exact
+    REQUIRE(download<float>(db, half) == want_b);
+    std::vector<float> gated = want_a;
+    for (size_t i = 0; i < half; i++) gated[i] *= gm_sigmoid(want_b[i]);
+    gpu_sigmoid_mul(da.as<float>(), db.as<float>(), long(half), nullptr);
+    require_close(download<float>(da, half), gated, REL_FP32);
+}
+
+TEST_CASE("the Gated DeltaNet's conv, norms, gates, delta rule and gated norm match the CPU's", "[gpu]") {
+    // Three sequences' runs of 5, 1 and 7 entries, each state not zero, the
+    // value heads grouped and tiled over the key heads; the CPU twin runs the
+    // same gpu_math.h functions and cpu_kernels' scalar delta_rule_step,
+    // entry by entry, as the CPU backend's arithmetic.
+    GPU_TEST_OR_SKIP();
+    for (bool tiled : {false, true}) {
+        INFO("tiled " << tiled);
+        const int nk = 2, nv = 4, dk = 32, dv = 48, K = 4;
+        const int key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
+        const int runs_n[3] = {5, 1, 7}, n = 13;
+        const size_t conv_floats = size_t(K - 1) * conv_dim, state_floats = size_t(nv) * dk * dv;
+        std::vector<float> qkv = random_floats(size_t(n) * conv_dim), z = random_floats(size_t(n) * value_dim),
+                           b = random_floats(size_t(n) * nv), a = random_floats(size_t(n) * nv),
+                           taps = random_floats(size_t(conv_dim) * K, 0.5f), dt_bias = random_floats(nv),
+                           norm = random_floats(dv), neg_exp_a(nv);
+        for (int h = 0; h < nv; h++) neg_exp_a[h] = -std::exp(random_floats(1, 1.0f)[0]);
+        std::vector<float> conv = random_floats(3 * conv_floats, 0.5f), state = random_floats(3 * state_floats, 0.1f);
+
+        // The CPU twin.
+        std::vector<float> x = qkv, cconv = conv, cstate = state, want(size_t(n) * value_dim);
+        for (int r = 0, first = 0; r < 3; first += runs_n[r], r++)
+            for (int i = first; i < first + runs_n[r]; i++) {
+                float* xi = x.data() + size_t(i) * conv_dim;
+                for (int c = 0; c < conv_dim; c++)
+                    xi[c] = gm_conv_channel(cconv.data() + r * conv_floats, xi[c], taps.data(), c, conv_dim, K);
+                for (int h = 0; h < 2 * nk; h++)
+                    gm_l2_normalize(xi + size_t(h) * dk, dk, h < nk ? 1.0f / std::sqrt(float(dk)) : 1.0f);
+                for (int h = 0; h < nv; h++) {
+                    const int kh = tiled ? h % nk : h / (nv / nk);
+                    const size_t e = size_t(i) * nv + h;
+                    const float g = neg_exp_a[h] * gm_softplus(a[e] + dt_bias[h]), beta = gm_sigmoid(b[e]);
+                    float* o = want.data() + size_t(i) * value_dim + size_t(h) * dv;
+                    kernel_table_scalar().delta_rule_step(cstate.data() + r * state_floats + size_t(h) * dk * dv, o,
+                                                          xi + size_t(kh) * dk, xi + key_dim + size_t(kh) * dk,
+                                                          xi + 2 * key_dim + size_t(h) * dv, g, beta, dk, dv);
+                    gm_rmsnorm_gated(o, z.data() + size_t(i) * value_dim + size_t(h) * dv, norm.data(), dv, 1e-6f);
+                }
+            }
+
+        GpuBuffer dqkv = upload(qkv), dz = upload(z), db = upload(b), da = upload(a), dtaps = upload(taps),
+                  ddt = upload(dt_bias), dnorm = upload(norm), dnea = upload(neg_exp_a), dconv = upload(conv),
+                  dstate = upload(state), dout(size_t(n) * value_dim * sizeof(float)),
+                  dscratch(size_t(2) * n * nv * sizeof(float));
+        std::vector<GpuDeltaRun> runs;
+        for (int r = 0, first = 0; r < 3; first += runs_n[r], r++)
+            runs.push_back(
+                {first, runs_n[r], dconv.as<float>() + r * conv_floats, dstate.as<float>() + r * state_floats});
+        GpuBuffer druns = upload(runs);
+        const GpuDeltaLayer layer{
+            conv_dim,         K, nk, nv, dk, dv, tiled, 1e-6f, dtaps.as<float>(), dnea.as<float>(), ddt.as<float>(),
+            dnorm.as<float>()};
+        gpu_delta_net(dout.as<float>(), dqkv.as<float>(), dz.as<float>(), db.as<float>(), da.as<float>(),
+                      druns.as<GpuDeltaRun>(), 3, 0, n, layer, dscratch.as<float>(), nullptr);
+        require_close(download<float>(dout, want.size()), want, REL_GEMM);
+        require_close(download<float>(dstate, state.size()), cstate, REL_GEMM);
+        require_close(download<float>(dconv, conv.size()), cconv, 0.0);  // the window shifts: copies
     }
 }
