@@ -559,6 +559,21 @@ TEST_CASE("profile flag places the most popular experts and reports the expected
     CommandResult n = run_command({bin, "generate", "--model", tiny, "--prompt", "Hello", "--profile", prof});
     REQUIRE(n.exit_code == 2);
     REQUIRE(n.err.find("--profile") != std::string::npos);
+
+    // A hybrid model (Gated DeltaNet layers, Qwen3.5's template): profiled
+    // through its chat template, then placed from the profile with the cache
+    // and prefetch on the emulated device.
+    const std::string hybrid_prof = (dir / "qwen35.json").string();
+    CommandResult hp = run_command({bin, "profile", "--model", "synth:qwen35-moe-mini", "--prompts", prompts, "--limit",
+                                    "2", "--gen-tokens", "3", "--out", hybrid_prof});
+    INFO(hp.err);
+    REQUIRE(hp.exit_code == 0);
+    CommandResult hg = run_command({bin, "generate", "--model", "synth:qwen35-moe-mini", "--prompt", "Hello",
+                                    "--max-tokens", "4", "--greedy", "--emulate-gpu", "25%", "--profile", hybrid_prof});
+    INFO(hg.err);
+    REQUIRE(hg.exit_code == 0);
+    CHECK(hg.err.find("plan: popularity") != std::string::npos);
+    CHECK(hg.err.find("prefetched") != std::string::npos);
 }
 
 namespace {
