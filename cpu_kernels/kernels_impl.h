@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/delta_rule_column.h"
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/simd.h"
 
@@ -338,22 +339,7 @@ void delta_rule_step(float* S, float* o, const float* q, const float* k, const f
         for (int b = 0; b < NB; b++) V::store(o + j0 + b * W, acc[b]);
     }
     // The remaining columns one at a time, in the same order.
-    for (int j = j0; j < dv; j++) {
-        float acc = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float& r = S[long(i) * dv + j];
-            r *= decay_s;
-            acc += r * k[i];
-        }
-        const float u = beta * (v[j] - acc);
-        acc = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float& r = S[long(i) * dv + j];
-            r += k[i] * u;
-            acc += r * q[i];
-        }
-        o[j] = acc;
-    }
+    for (int j = j0; j < dv; j++) o[j] = delta_rule_column(S + j, dv, q, k, v[j], decay_s, beta, dk);
 }
 
 template <class V>

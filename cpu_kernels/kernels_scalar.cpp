@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu_kernels/delta_rule_column.h"
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/quant.h"
 
@@ -130,22 +131,7 @@ void gemm_f32_scalar(float* c, long ldc, float c_scale, const float* a, long a_r
 void delta_rule_step_scalar(float* S, float* o, const float* q, const float* k, const float* v, float g, float beta,
                             int dk, int dv) {
     const float decay = std::exp(g);
-    for (int j = 0; j < dv; j++) {
-        float acc = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float& r = S[long(i) * dv + j];
-            r *= decay;
-            acc += r * k[i];
-        }
-        const float u = beta * (v[j] - acc);
-        acc = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            float& r = S[long(i) * dv + j];
-            r += k[i] * u;
-            acc += r * q[i];
-        }
-        o[j] = acc;
-    }
+    for (int j = 0; j < dv; j++) o[j] = delta_rule_column(S + j, dv, q, k, v[j], decay, beta, dk);
 }
 
 float read_stream_scalar(const void* p, long bytes, int) {
