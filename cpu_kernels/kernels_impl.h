@@ -252,16 +252,20 @@ void gemm_tile_rows(int mr, float* c, long ldc, float c_scale, const float* a, l
     }
 }
 
-// Columns [j0, j0 + NRV * W) of every row, tiles of MR rows; lower: row
-// tile [i0, i0 + mr) reads A's columns below i0 + mr only.
+// Columns [j0, j0 + NRV * W) of every row, in as few tiles of at most MR
+// rows as cover m, their heights even (32 rows as 6 6 5 5 5 5, not 6 x 5
+// and a tile of 2 whose loads outnumber its FMAs); lower: row tile [i0, i0
+// + mr) reads A's columns below i0 + mr only.
 template <class V, int MR, int NRV>
 void gemm_columns(float* c, long ldc, float c_scale, const float* a, long a_rs, long a_cs, const float* b, long ldb,
                   int m, int k, bool lower, int j0) {
-    for (int i0 = 0; i0 < m; i0 += MR) {
-        int mr = imin(MR, m - i0);
+    const int tiles = (m + MR - 1) / MR;
+    for (int t = 0, i0 = 0; t < tiles; t++) {
+        const int mr = m / tiles + (t < m % tiles ? 1 : 0);
         int kend = lower ? imin(k, i0 + mr) : k;
         gemm_tile_rows<V, MR, NRV>(mr, c + long(i0) * ldc + j0, ldc, c_scale, a + long(i0) * a_rs, a_rs, a_cs,
                                    b + j0, ldb, kend);
+        i0 += mr;
     }
 }
 
