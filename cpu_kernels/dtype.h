@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <optional>
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8, Q8_0_R8 };
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8, Q8_0_R8, MXFP4 };
 
 struct DTypeInfo {
     const char* name;     // "BF16", "Q4_K", ...: safetensors' spelling for the float types, ggml's for the rest
@@ -44,6 +44,7 @@ inline constexpr DTypeInfo DTYPE_INFO[] = {
     {"Q4_K_R8", 12, 256, 144, 8, DType::Q4_K, false},  // Q4_K, 8 rows interleaved (memory only)
     {"Q6_K_R8", 14, 256, 210, 8, DType::Q6_K, false},  // Q6_K, 8 rows interleaved (memory only)
     {"Q8_0_R8", 8, 32, 34, 8, DType::Q8_0, false},     // Q8_0, 8 rows interleaved (memory only)
+    {"MXFP4", 39, 32, 17, 1, DType::MXFP4, true},      // e8m0 scale + 32 FP4 (e2m1) nibbles (gpt-oss's experts)
 };
 
 inline const DTypeInfo& dtype_info(DType dtype) { return DTYPE_INFO[static_cast<size_t>(dtype)]; }

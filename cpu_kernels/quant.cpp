@@ -228,6 +228,26 @@ void quantize_q4_0(const float* x, BlockQ4_0& out, QuantSearch search) {
     }
 }
 
+// MXFP4 as llama.cpp's reference quantizes it: e = floor(log2(amax)) - 2 +
+// 127 (so amax / 2^(e - 127) lies in [4, 8): the top values 6 and 8 x half
+// the scale), each value to the nearest table entry (the first on a tie).
+void quantize_mxfp4(const float* x, BlockMXFP4& out) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = std::fmax(amax, std::fabs(x[i]));
+    out.e = amax > 0.0f ? uint8_t(std::floor(std::log2(amax)) - 2 + 127) : 0;
+    const float d = mxfp4_scale(out.e);
+    auto nearest = [&](float v) {
+        int best = 0;
+        float err = std::fabs(mxfp4_value(0) * d - v);
+        for (int q = 1; q < 16; q++) {
+            const float e = std::fabs(mxfp4_value(q) * d - v);
+            if (e < err) best = q, err = e;
+        }
+        return best;
+    };
+    for (int i = 0; i < 16; i++) out.qs[i] = uint8_t(nearest(x[i]) | nearest(x[i + 16]) << 4);
+}
+
 }  // namespace
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
@@ -356,6 +376,12 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n, QuantSearc
             put(b);
             break;
         }
+        case DType::MXFP4: {
+            BlockMXFP4 b;
+            quantize_mxfp4(x, b);
+            put(b);
+            break;
+        }
         case DType::Q4_K_R8:
         case DType::Q6_K_R8:
         case DType::Q8_0_R8:
@@ -434,6 +460,16 @@ float quant_dot_scalar(DType wtype, const void* wrow, const void* xq, int k) {
             int s = 0;
             for (int l = 0; l < 16; l++) s += (b.qs[l] & 15) * x32[i].q[l] + (b.qs[l] >> 4) * x32[i].q[l + 16];
             sum += fp16_to_f32(b.d) * (x32[i].d * float(s) - 8.0f * x32[i].ds);
+        }
+        return sum;
+    case DType::MXFP4:
+        for (int i = 0; i < k / 32; i++) {
+            BlockMXFP4 b;
+            memcpy(&b, w + i * sizeof b, sizeof b);
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += mxfp4_value(b.qs[l]) * x32[i].q[l] + mxfp4_value(b.qs[l] >> 4) * x32[i].q[l + 16];
+            sum += mxfp4_scale(b.e) * x32[i].d * float(s);
         }
         return sum;
     case DType::Q4_K:

@@ -101,6 +101,29 @@ struct BlockQ6_K {
     uint16_t d;  // fp16
 };
 
+// MXFP4 (OCP microscaling, gpt-oss's experts): 32 FP4 (e2m1) values under
+// one power-of-two scale. x[i] = MXFP4_VALUES[q[i]] * 2^(e - 128) (the table
+// holds twice the e2m1 values, so the scale is halved: ggml's convention),
+// q[i] the low nibble of qs[i] for i < 16, the high nibble of qs[i - 16]
+// otherwise.
+struct BlockMXFP4 {
+    uint8_t e;  // e8m0
+    uint8_t qs[16];
+};
+MOE_HD static inline int8_t mxfp4_value(int q) {
+    constexpr int8_t VALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    return VALUES[q & 15];
+}
+// 2^(e - 128) as fp32, subnormal for e < 2 (e = 255 would be NaN in the
+// format; files do not carry it and it reads as 2^127).
+MOE_HD static inline float mxfp4_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
@@ -253,6 +276,15 @@ MOE_HD static inline void quant_group32_row(DType type, const uint8_t* row, int6
         for (int i = 0; i < 16; i++) {
             y[i] = d * float((b[2 + i] & 15) - 8);
             y[i + 16] = d * float((b[2 + i] >> 4) - 8);
+        }
+        return;
+    }
+    case DType::MXFP4: {
+        const uint8_t* b = row + g * int64_t(sizeof(BlockMXFP4));
+        const float d = mxfp4_scale(b[0]);
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * float(mxfp4_value(b[1 + i]));
+            y[i + 16] = d * float(mxfp4_value(b[1 + i] >> 4));
         }
         return;
     }

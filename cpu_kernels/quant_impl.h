@@ -116,6 +116,7 @@ struct DotVnni {
 
 struct FmtQ8_0 {
     static constexpr int BYTES = 34, OFFSET = 0;
+    static float scale(const uint8_t* b) { return fp16_at(b); }
     // Signed levels: |w| as unsigned levels, the activations' sign flipped where w < 0.
     static void unit(const uint8_t* b, __m256i& u, __m256i& xsign) {
         __m256i w = load256(b + 2);
@@ -134,6 +135,7 @@ struct FmtQ8_0 {
 
 struct FmtQ4_0 {
     static constexpr int BYTES = 18, OFFSET = 8;
+    static float scale(const uint8_t* b) { return fp16_at(b); }
     static __m256i levels(const uint8_t* b) {
         __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), m = _mm_set1_epi8(15);
         return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
@@ -153,6 +155,36 @@ struct FmtQ4_0 {
                 _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lv + 8 * i))));
             _mm256_storeu_ps(y + 8 * i, _mm256_fmadd_ps(d, l, off));
         }
+    }
+};
+
+// MXFP4: the nibbles through the FP4 table (one vpshufb) to signed levels,
+// then Q8_0's sign trick (|w| unsigned, the activations' signs flipped
+// where w < 0); the scale a power of two.
+struct FmtMXFP4 {
+    static constexpr int BYTES = 17, OFFSET = 0;
+    static float scale(const uint8_t* b) { return mxfp4_scale(b[0]); }
+    static __m256i values(const uint8_t* b) {
+        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1)), m = _mm_set1_epi8(15);
+        __m256i nib = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), m), 1);
+        const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4,
+                                               6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        return _mm256_shuffle_epi8(table, nib);
+    }
+    static void unit(const uint8_t* b, __m256i& u, __m256i& xsign) {
+        __m256i w = values(b);
+        u = _mm256_abs_epi8(w);
+        xsign = w;
+    }
+    static __m256i adjust_x(__m256i x, __m256i xsign) { return _mm256_sign_epi8(x, xsign); }
+    static void dequant(const uint8_t* b, float* y) {
+        alignas(32) int8_t lv[32];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lv), values(b));
+        __m256 d = _mm256_set1_ps(scale(b));
+        for (int i = 0; i < 4; i++)
+            _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                                              reinterpret_cast<const __m128i*>(lv + 8 * i))))));
     }
 };
 
@@ -283,7 +315,7 @@ void qrows_32(float* y, int n, const char* xq, size_t xrow, const uint8_t* wr, i
     auto step = [&](int ib, __m256(&a)[M], float(&o)[M]) {
         const uint8_t* b = wr + size_t(ib) * T::BYTES;
         _mm_prefetch(reinterpret_cast<const char*>(b) + QPREFETCH, _MM_HINT_T0);
-        float d = fp16_at(b);
+        float d = T::scale(b);
         __m256i u, xsign;
         T::unit(b, u, xsign);
         for (int t = 0; t < M; t++) {
@@ -751,6 +783,8 @@ void quant_rows(DType wtype, float* y, const void* xq, const void* w, size_t row
         return qrows_range<Q, FmtQ8_0, false>(y, xq, w, row_bytes, m, n, k, r0, r1);
     case DType::Q4_0:
         return qrows_range<Q, FmtQ4_0, false>(y, xq, w, row_bytes, m, n, k, r0, r1);
+    case DType::MXFP4:
+        return qrows_range<Q, FmtMXFP4, false>(y, xq, w, row_bytes, m, n, k, r0, r1);
     case DType::Q4_K:
         return qrows_range<Q, FmtK45<false>, true>(y, xq, w, row_bytes, m, n, k, r0, r1);
     case DType::Q5_K:
@@ -774,6 +808,8 @@ void dequant_bf16_vec(DType wtype, bf16* dst, const void* w, size_t row_bytes, i
         return dequant_rows_bf16<FmtQ8_0, 32, FmtQ8_0::dequant>(dst, w, row_bytes, k, r0, r1);
     case DType::Q4_0:
         return dequant_rows_bf16<FmtQ4_0, 32, FmtQ4_0::dequant>(dst, w, row_bytes, k, r0, r1);
+    case DType::MXFP4:
+        return dequant_rows_bf16<FmtMXFP4, 32, FmtMXFP4::dequant>(dst, w, row_bytes, k, r0, r1);
     case DType::Q4_K:
         return dequant_rows_bf16<FmtK45<false>, 256, dequant_block_k<FmtK45<false>>>(dst, w, row_bytes, k, r0, r1);
     case DType::Q5_K:

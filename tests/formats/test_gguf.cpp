@@ -593,7 +593,7 @@ TEST_CASE("gguf: bad tensor infos", "[gguf]") {
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 4, 48, 8); }) ==
           f + ": t.q8: Q8_0 rows must hold a multiple of 32 elements, not [2, 48]");
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 20, 10, 4); }) ==
-          f + ": t.q8: type q2_K is not supported (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)");
+          f + ": t.q8: type q2_K is not supported (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4)");
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 20, 77, 4); }) == f + ": t.q8: unknown type id 77");
     CHECK(info([](std::string& b, size_t at) { patch_le(b, at + 24, 80, 8); }) ==
           f + ": t.q8: offset 80 is not a multiple of the alignment 32");

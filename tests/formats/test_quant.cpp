@@ -98,7 +98,7 @@ std::vector<float> rand_normal(std::mt19937& rng, size_t n) {
     return v;
 }
 
-const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
 }  // namespace
 
@@ -216,6 +216,30 @@ TEST_CASE("quant: hand-built blocks decode per the documented layouts", "[quant]
             CHECK(y[i + 16] == 2.0f * float(7 - i));
         }
     }
+    SECTION("MXFP4: the FP4 table times a power of two, low nibbles first, then high") {
+        // kvalues: twice the e2m1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+        // their negatives), under 2^(e - 128); e = 130: x4.
+        const float fp4x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+        BlockMXFP4 b{130, {}};
+        for (int i = 0; i < 16; i++) b.qs[i] = uint8_t(i | (15 - i) << 4);
+        dequantize_row(DType::MXFP4, &b, y, 32);
+        for (int i = 0; i < 16; i++) {
+            CHECK(y[i] == 4.0f * fp4x2[i]);
+            CHECK(y[i + 16] == 4.0f * fp4x2[15 - i]);
+        }
+        // The scale is 2^(e - 128) for every byte, subnormal ones included.
+        for (int e = 0; e < 255; e++) CHECK(mxfp4_scale(uint8_t(e)) == std::ldexp(1.0f, e - 128));
+        // A block whose largest value is a table entry 8 or 12 at its scale
+        // comes back byte for byte (llama.cpp's rule picks that scale).
+        std::vector<float> x(32);
+        for (int i = 0; i < 32; i++) x[size_t(i)] = 4.0f * fp4x2[(i * 5 + 3) % 16];
+        x[7] = 48.0f;
+        BlockMXFP4 q;
+        quantize_row(DType::MXFP4, x.data(), &q, 32);
+        CHECK(q.e == 130);
+        dequantize_row(DType::MXFP4, &q, y, 32);
+        for (int i = 0; i < 32; i++) CHECK(y[i] == x[size_t(i)]);
+    }
     // Sub-block j of a K block: scale 1 + j, min 40 + j; both >= 16 for j
     // = 7 exercise the high bits of the 12 scale bytes.
     uint8_t sc[8], mn[8], packed[12] = {};
@@ -277,8 +301,8 @@ TEST_CASE("quant: hand-built blocks decode per the documented layouts", "[quant]
 TEST_CASE("quant: round trips of rows a few blocks long", "[quant]") {
     std::mt19937 rng(7);
     // Relative RMS error bounds on normal data (Q8_0's is its rounding).
-    const std::map<DType, double> bound = {
-        {DType::Q8_0, 0.008}, {DType::Q4_0, 0.13}, {DType::Q4_K, 0.10}, {DType::Q5_K, 0.05}, {DType::Q6_K, 0.025}};
+    const std::map<DType, double> bound = {{DType::Q8_0, 0.008}, {DType::Q4_0, 0.13},  {DType::Q4_K, 0.10},
+                                           {DType::Q5_K, 0.05},  {DType::Q6_K, 0.025}, {DType::MXFP4, 0.2}};
     for (DType type : kQuantTypes) {
         int block = dtype_info(type).block;
         int64_t cols = block == 32 ? 32 * 5 : 256 * 3;
@@ -291,9 +315,13 @@ TEST_CASE("quant: round trips of rows a few blocks long", "[quant]") {
         CHECK(q.size() == *dtype_row_bytes(type, cols) * 7);
         std::vector<float> y = dequantize(type, q.data(), int64_t(x.size()), cols);
         CHECK(rel_rms(y, x) < bound.at(type));
+        // A constant block: exact but for the scale's rounding; MXFP4's
+        // power-of-two scale over 16 levels puts -0.01 between -8 and -12
+        // steps of 2^-10, the nearer one 0.0017 away.
+        const float constant_tol = type == DType::MXFP4 ? 2e-3f : 1e-4f;
         for (int i = 0; i < block; i++) {
             CHECK(y[size_t(cols) + i] == 0.0f);
-            CHECK(std::fabs(y[2 * size_t(cols) + i] + 0.01f) < 1e-4f);
+            CHECK(std::fabs(y[2 * size_t(cols) + i] + 0.01f) < constant_tol);
         }
         for (float v : y) CHECK(std::isfinite(v));
         if (type == DType::Q8_0) CHECK(quantize(type, y, cols) == q);  // Q8_0 is idempotent

@@ -23,8 +23,8 @@
 
 namespace {
 
-const DType kQuantTypes[] = {DType::Q8_0, DType::Q4_0,    DType::Q4_K,    DType::Q5_K,
-                             DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8};
+const DType kQuantTypes[] = {DType::Q8_0,    DType::Q4_0,    DType::Q4_K,    DType::Q5_K,  DType::Q6_K,
+                             DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8, DType::MXFP4};
 
 std::vector<float> rand_normal(std::mt19937& rng, size_t n, float sigma = 1.0f) {
     std::normal_distribution<float> d(0.0f, sigma);
