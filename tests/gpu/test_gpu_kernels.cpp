@@ -349,7 +349,7 @@ TEST_CASE("quantized weights: dequantization, lookups, GEMV, GEMM and the expert
     // one short chunk, and two whole chunks and a short one.
     for (const int k : {768, 2304})
         for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0_R8,
-                           DType::Q4_K_R8, DType::Q6_K_R8}) {
+                           DType::Q4_K_R8, DType::Q6_K_R8, DType::MXFP4}) {
             INFO(dtype_name(type) << ", k " << k);
             // n: no multiple of the 8 rows a GEMV block takes, except where rows go in groups of 8.
             const int n = dtype_row_group(type) == 1 ? 300 : 304;
