@@ -53,7 +53,8 @@ struct BenchExpertShape {
 void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
                    const std::vector<BenchExpertShape>& shapes,
                    const std::vector<DType>& types = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
-                                                      DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8});
+                                                      DType::Q6_K, DType::Q8_0_R8, DType::Q4_K_R8, DType::Q6_K_R8,
+                                                      DType::MXFP4});
 
 // One Gated DeltaNet layer's delta-rule shape: value heads of dk x dv
 // states, key heads shared by n_v_heads / n_k_heads of them.
