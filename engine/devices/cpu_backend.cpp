@@ -295,8 +295,11 @@ void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<c
         run(tasks[i], scratch_.data(), pool_);
     }
     if (small_.empty()) return;
-    std::stable_sort(small_.begin(), small_.end(),
-                     [&](int a, int b) { return tasks[size_t(a)].n_tokens > tasks[size_t(b)].n_tokens; });
+    // Biggest first, ties in task order (std::sort: no buffer, unlike stable_sort).
+    std::sort(small_.begin(), small_.end(), [&](int a, int b) {
+        const int na = tasks[size_t(a)].n_tokens, nb = tasks[size_t(b)].n_tokens;
+        return na != nb ? na > nb : a < b;
+    });
     std::atomic<size_t> next{0};
     const size_t per_thread = size_t(2) * SOLO_MAX_TOKENS * config_.hidden_dim;
     pool_.run([&](int thread) {

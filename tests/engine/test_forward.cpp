@@ -564,6 +564,28 @@ TEST_CASE("hybrid architectures: a chat's next turn goes on from the recurrent s
     }
 }
 
+TEST_CASE("the CPU executor's experts side by side give the bits of one at a time", "[forward]") {
+    // Twelve tasks of 1 to 9 tokens on 2 threads (at least twice as many
+    // small tasks as threads: side by side, one expert a thread) against each
+    // task run alone (over both threads).
+    Loaded m(test_checkpoint_dir("arch", hybrid_arch_configs()[0].second));
+    const int dim = m.config.dim;
+    std::vector<ExpertTask> tasks;
+    int rows = 0;
+    for (int e = 0; e < 12; e++) {
+        const int n = 1 + (e * 5) % 9;
+        tasks.push_back({e, n, rows});
+        rows += n;
+    }
+    std::vector<float> x(size_t(rows) * dim), y_together(x.size(), NAN), y_alone(x.size(), NAN);
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::sin(0.37f * float(i));
+    const int layer = m.config.n_layers - 1;  // a MoE layer
+    REQUIRE(m.config.layer_is_moe(layer));
+    m.executor.run_layer(layer, {x.data(), y_together.data()}, tasks, {});
+    for (const ExpertTask& t : tasks) m.executor.run_layer(layer, {x.data(), y_alone.data()}, {&t, 1}, {});
+    CHECK(std::memcmp(y_together.data(), y_alone.data(), y_alone.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("hybrid architectures: mean NLL of the folder and its GGUFs against the float64 reference",
           "[forward][forward_arch]") {
     // A 48-token text scored in one window (the delta rule's chunked form
