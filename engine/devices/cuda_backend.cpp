@@ -165,6 +165,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     meta_ = make_upload(meta_bytes(max_batch, ctx));
     const int k = std::max(1, c_.n_experts_active);
     gather_src_ = make_upload(size_t(std::max(max_rows, max_batch)) * sizeof(int));
+    runs_.reserve(size_t(max_batch));
+    wave_seqs_.reserve(size_t(max_batch));
+    wave_.reserve(size_t(max_batch));
     if (config.n_linear_layers() > 0) {
         delta_runs_ = make_upload(size_t(max_batch) * sizeof(GpuDeltaRun));
         delta_scratch_ = GpuBuffer(size_t(2) * max_batch * config.linear.n_v_heads * sizeof(float));
@@ -194,12 +197,20 @@ void CudaBackend::begin(const Batch& batch, const SequenceState& state) {
     n_ = n;
     cache_ = state.kv();
     recurrent_ = state.recurrent();
+    // Runs of one sequence's consecutive entries; a run whose sequence the
+    // current wave already has starts the next wave (delta_net).
     runs_.clear();
+    wave_seqs_.clear();
     for (int i = 0; i < n; i++) {
-        if (!runs_.empty() && runs_.back().seq == batch.seq_ids[i])
+        const int seq = batch.seq_ids[i];
+        if (!runs_.empty() && runs_.back().seq == seq) {
             runs_.back().n++;
-        else
-            runs_.push_back({i, 1, batch.seq_ids[i]});
+            continue;
+        }
+        const bool repeat = std::find(wave_seqs_.begin(), wave_seqs_.end(), seq) != wave_seqs_.end();
+        if (repeat) wave_seqs_.clear();
+        wave_seqs_.push_back(seq);
+        runs_.push_back({i, 1, seq, repeat});
     }
     gpu_set_device(device_);  // current per thread: the engine may run on another thread than the loader
     if (int(seq_start_.size()) < state.n_seqs()) {  // grows only with the state
@@ -295,21 +306,17 @@ void CudaBackend::delta_net(int layer, float* o, float* qkv, const float* z, con
                               w.a,
                               w.dt_bias,
                               w.norm};
-    std::vector<GpuDeltaRun> wave;
-    std::vector<int> seqs;
     auto flush = [&] {
-        if (wave.empty()) return;
-        const int first = wave.front().first, last = wave.back().first + wave.back().n;
-        upload(delta_runs_, wave.data(), wave.size() * sizeof(GpuDeltaRun));
-        gpu_delta_net(o, qkv, z, b, a, delta_runs_.dev.as<GpuDeltaRun>(), int(wave.size()), first, last - first, shape,
-                      delta_scratch_.as<float>(), stream_.get());
-        wave.clear();
-        seqs.clear();
+        if (wave_.empty()) return;
+        const int first = wave_.front().first, last = wave_.back().first + wave_.back().n;
+        upload(delta_runs_, wave_.data(), wave_.size() * sizeof(GpuDeltaRun));
+        gpu_delta_net(o, qkv, z, b, a, delta_runs_.dev.as<GpuDeltaRun>(), int(wave_.size()), first, last - first,
+                      shape, delta_scratch_.as<float>(), stream_.get());
+        wave_.clear();
     };
     for (const Run& r : runs_) {
-        if (std::find(seqs.begin(), seqs.end(), r.seq) != seqs.end()) flush();
-        wave.push_back({r.first, r.n, recurrent_->conv(layer, r.seq), recurrent_->matrices(layer, r.seq)});
-        seqs.push_back(r.seq);
+        if (r.new_wave) flush();
+        wave_.push_back({r.first, r.n, recurrent_->conv(layer, r.seq), recurrent_->matrices(layer, r.seq)});
     }
     flush();
 }

@@ -112,12 +112,16 @@ private:
     const KvCache* cache_ = nullptr;  // the batch state's; null without attention layers
     // The Gated DeltaNet's state and the batch's runs of one sequence's
     // entries (first entry, count, sequence), found in begin; each layer's
-    // GpuDeltaRun array goes up through delta_runs_.
+    // GpuDeltaRun arrays (a wave at a time) go up through delta_runs_.
     RecurrentState* recurrent_ = nullptr;
     struct Run {
         int first, n, seq;
+        bool new_wave;  // its sequence is already in the wave so far: a wave of its own starts here
     };
     std::vector<Run> runs_;
+    std::vector<int> wave_seqs_;        // begin's scratch: the sequences of the wave so far
+    std::vector<GpuDeltaRun> wave_;     // delta_net's scratch: one wave's runs with this layer's state
+    // (all three reserved for max_batch entries: no allocation per pass or layer)
     Upload delta_runs_;
     GpuBuffer delta_scratch_;  // g and beta: 2 * max_batch * n_v_heads floats
 
