@@ -48,18 +48,8 @@ log() { echo "bench_vs_llamacpp: $*" >&2; }
 llama_bench="$(bash "$root/scripts/llamacpp_build.sh" "$tools" llama-bench)/llama-bench"
 
 # ---- the models: one GGUF per type, written by moe-server quantize ----------
-mkdir -p "$tools/models"
-name=$(printf '%s' "$model" | tr -c 'A-Za-z0-9_.-' '_')
 declare -A file
-for t in ${types//,/ }; do
-  f="$tools/models/$name-$t.gguf"
-  if [ ! -f "$f" ]; then
-    log "quantizing $model to $t"
-    "$bin" quantize --model "$model" --type "$t" --out "$f" --threads "$(nproc)" >"$tools/quantize.log" 2>&1 ||
-      { log "quantize failed; see $tools/quantize.log"; exit 1; }
-  fi
-  file[$t]="$f"
-done
+for t in ${types//,/ }; do file[$t]="$(bash "$root/scripts/llamacpp_gguf.sh" "$bin" "$tools" "$model" "$t")"; done
 
 # ---- the runs ---------------------------------------------------------------
 results=$(mktemp)

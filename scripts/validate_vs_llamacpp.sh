@@ -42,16 +42,9 @@ bin="$build/moe-server"
 log() { echo "validate_vs_llamacpp: $*" >&2; }
 perplexity="$(bash "$root/scripts/llamacpp_build.sh" "$tools" llama-perplexity)/llama-perplexity"
 
-mkdir -p "$tools/models"
 for model in ${models//,/ }; do
-  name=$(printf '%s' "$model" | tr -c 'A-Za-z0-9_.-' '_')
   for t in ${types//,/ }; do
-    f="$tools/models/$name-$t.gguf"
-    if [ ! -f "$f" ]; then
-      log "quantizing $model to $t"
-      "$bin" quantize --model "$model" --type "$t" --out "$f" --threads "$(nproc)" >"$tools/quantize.log" 2>&1 ||
-        { log "quantize failed; see $tools/quantize.log"; exit 1; }
-    fi
+    f="$(bash "$root/scripts/llamacpp_gguf.sh" "$bin" "$tools" "$model" "$t")"
     log "$f: llama-perplexity"
     "$perplexity" -m "$f" -f "$text" -c "$ctx" -t "$threads" >"$tools/perplexity.log" 2>&1 ||
       { log "llama-perplexity failed; see $tools/perplexity.log"; exit 1; }
