@@ -380,18 +380,21 @@ void attend_group(const KernelTable& t, float* out, const float* q, KvRows k, Kv
     }
 }
 
-// Every query head of one token, each against its kv head (GQA).
+// Every query head of one token, the n_heads / n_kv_heads heads that share
+// a kv head together (each K and V row read once for the group). A head's
+// scores and sums are those it gets alone: attn_scores and attn_accum keep
+// one order per head however many share the rows. scratch: group * n_pos.
 void attend_heads(float* out, const float* q, KvRows k, KvRows v, int n_pos, int n_heads, int n_kv_heads,
                   int head_dim, float* scratch) {
     assert(n_pos > 0 && k.block_size > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     const KernelTable& t = active_table();
     int group = n_heads / n_kv_heads;
-    for (int h = 0; h < n_heads; h++) {
-        long kv_off = long(h / group) * head_dim;
+    for (int j = 0; j < n_kv_heads; j++) {
+        long kv_off = long(j) * head_dim;
         KvRows kh = k, vh = v;
         kh.offset += kv_off;
         vh.offset += kv_off;
-        attend_group(t, out + long(h) * head_dim, q + long(h) * head_dim, kh, vh, n_pos, 1, head_dim, scratch);
+        attend_group(t, out + kv_off * group, q + kv_off * group, kh, vh, n_pos, group, head_dim, scratch);
     }
 }
 
@@ -410,78 +413,103 @@ void attention_paged(float* out, const float* q, const float* const* blocks, lon
                  n_pos, n_heads, n_kv_heads, head_dim, scratch);
 }
 
-void attention_decode(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
-                      int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool) {
-    assert(n_pos > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
-    const KernelTable& t = active_table();
-    int group = n_heads / n_kv_heads;
-    pool.run([&](int thread) {
-        float* s = static_cast<float*>(workspace(WS_ATTN, sizeof(float) * size_t(group) * n_pos));
-        for (int j = thread; j < n_kv_heads; j += pool.size()) {
-            long off = long(j) * head_dim;
-            const float* kj = k + off;
-            const float* vj = v + off;
-            attend_group(t, out + off * group, q + off * group, KvRows{&kj, 0, n_pos, kv_stride},
-                         KvRows{&vj, 0, n_pos, kv_stride}, n_pos, group, head_dim, s);
+namespace {
+
+// attention_run's blocks: QB_ROWS (token, head) rows of queries of one kv
+// head against KB positions; positions in blocks [b * KB, (b + 1) * KB)
+// whatever the pages or the queries' block, so a query's arithmetic depends
+// only on its position and the cache.
+constexpr int RUN_QB_ROWS = 64;
+constexpr int RUN_KB = 64;
+
+// One task of attention_run: tokens [t0, t0 + nt) of the run, the group of
+// query heads of kv head j. Flash-style: S = Q K^T and O += P V as gemm_f32
+// blocks (Q scaled and packed, K^T and V packed per block), an online
+// softmax per row in between (row = token * group + head).
+void attention_run_task(const KernelTable& t, float* out, long out_stride, const float* q, long q_stride, KvRows k,
+                        KvRows v, int pos0, int t0, int nt, int j, int group, int head_dim) {
+    constexpr int KB = RUN_KB;
+    const int rows = nt * group, hd = head_dim;
+    size_t floats = size_t(rows) * (hd + KB + hd + 2) + size_t(2) * KB * hd;
+    float* qs = static_cast<float*>(workspace(WS_ATTN, sizeof(float) * floats));
+    float* s = qs + size_t(rows) * hd;   // (rows, KB): scores, then P
+    float* o = s + size_t(rows) * KB;    // (rows, hd): unnormalised output
+    float* mx = o + size_t(rows) * hd;   // (rows,): running max
+    float* l = mx + rows;                // (rows,): running sum
+    float* kt = l + rows;                // (hd, KB): K^T of the block
+    float* vp = kt + size_t(hd) * KB;    // (KB, hd): V of the block
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const long kv_off = long(j) * hd;
+    for (int tt = 0; tt < nt; tt++)
+        for (int g = 0; g < group; g++) {
+            const float* src = q + long(t0 + tt) * q_stride + (kv_off * group + long(g) * hd);
+            float* dst = qs + size_t(tt * group + g) * hd;
+            for (int d = 0; d < hd; d++) dst[d] = src[d] * scale;
         }
-    });
+    std::fill(mx, mx + rows, -INFINITY);
+    std::fill(l, l + rows, 0.0f);
+    std::fill(o, o + size_t(rows) * hd, 0.0f);
+    const int end = pos0 + t0 + nt;  // the last query sees positions [0, end)
+    for (int p0 = 0; p0 < end; p0 += KB) {
+        const int nb = std::min(KB, end - p0);
+        for (int p = 0; p < nb; p++) {
+            const int pos = p0 + p;
+            const long row = long(pos % k.block_size) * k.row_stride + kv_off;
+            const float* kr = k.at(pos - pos % k.block_size) + row;
+            const float* vr = v.at(pos - pos % v.block_size) + row;
+            for (int d = 0; d < hd; d++) kt[long(d) * KB + p] = kr[d];
+            std::copy_n(vr, hd, vp + long(p) * hd);
+        }
+        // All KB columns of S, the missing positions' K zero: a block cut
+        // short by the run's end then multiplies as a whole one does (the
+        // GEMM's column tails round differently), and the zero weights of
+        // positions a row does not see add exact zeros to its V sum.
+        for (int d = 0; d < hd && nb < KB; d++) std::fill(kt + long(d) * KB + nb, kt + long(d + 1) * KB, 0.0f);
+        t.gemm_f32(s, KB, 0.0f, qs, hd, 1, kt, KB, rows, KB, hd, false);
+        for (int r = 0; r < rows; r++) {
+            float* sr = s + long(r) * KB;
+            const int seen = std::min(nb, pos0 + t0 + r / group - p0 + 1);  // causal limit of the row
+            if (seen <= 0) {
+                std::fill(sr, sr + nb, 0.0f);
+                continue;
+            }
+            const float m_new = std::max(mx[r], t.max_f32(sr, seen));
+            const float corr = std::exp(mx[r] - m_new);
+            l[r] = l[r] * corr + t.exp_sum_f32(sr, seen, m_new);
+            std::fill(sr + seen, sr + nb, 0.0f);
+            if (corr != 1.0f) t.scale_f32(o + long(r) * hd, corr, hd);
+            mx[r] = m_new;
+        }
+        t.gemm_f32(o, hd, 1.0f, s, KB, 1, vp, hd, rows, hd, nb, false);
+    }
+    for (int r = 0; r < rows; r++) {
+        float* dst = out + long(t0 + r / group) * out_stride + kv_off * group + long(r % group) * hd;
+        const float inv = 1.0f / l[r];
+        for (int d = 0; d < hd; d++) dst[d] = o[long(r) * hd + d] * inv;
+    }
 }
 
-void attention_prefill(float* out, const float* q, const float* k, const float* v, int n_tokens, int pos0,
-                       int n_heads, int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool) {
-    assert(n_tokens > 0 && pos0 >= 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
-    constexpr int QB = 16, KB = 64;
+}  // namespace
+
+void attention_run(float* out, long out_stride, const float* q, long q_stride, const float* const* blocks,
+                   long k_offset, long v_offset, int block_size, int pos0, int n_tokens, int n_heads, int n_kv_heads,
+                   int head_dim, int kv_stride, ThreadPool& pool) {
+    assert(n_tokens > 0 && pos0 >= 0 && block_size > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     const KernelTable& t = active_table();
-    int group = n_heads / n_kv_heads;
-    int rows = QB * group;  // (token, head of the group) pairs of one task
-    long q_stride = long(n_heads) * head_dim;
-    float scale = 1.0f / std::sqrt(float(head_dim));
-    int n_qblocks = (n_tokens + QB - 1) / QB;
-    int n_tasks = n_kv_heads * n_qblocks;
-    pool.run([&](int thread) {
-        // Per task: scores s (rows, KB), running max mx and sum l (rows,),
-        // unnormalised output o (rows, head_dim).
-        size_t floats = size_t(rows) * (KB + 2 + head_dim);
-        float* s = static_cast<float*>(workspace(WS_ATTN, sizeof(float) * floats));
-        float* mx = s + long(rows) * KB;
-        float* l = mx + rows;
-        float* o = l + rows;
-        for (int task = thread; task < n_tasks; task += pool.size()) {
-            int j = task % n_kv_heads, t0 = task / n_kv_heads * QB;
-            int nt = std::min(QB, n_tokens - t0);
-            long kv_off = long(j) * head_dim;
-            std::fill(mx, mx + rows, -INFINITY);
-            std::fill(l, l + rows, 0.0f);
-            std::fill(o, o + long(rows) * head_dim, 0.0f);
-            int end = pos0 + t0 + nt;  // positions [0, end) are seen by the last token
-            for (int p0 = 0; p0 < end; p0 += KB) {
-                for (int tt = 0; tt < nt; tt++) {
-                    int nb = std::min(KB, pos0 + t0 + tt + 1 - p0);  // causal limit of this token
-                    if (nb <= 0) continue;
-                    float* st = s + long(tt) * group * KB;
-                    const float* qt = q + long(t0 + tt) * q_stride + kv_off * group;
-                    t.attn_scores(st, KB, qt, head_dim, group, k + long(p0) * kv_stride + kv_off, kv_stride, nb,
-                                  head_dim, scale);
-                    for (int g = 0; g < group; g++) {
-                        int row = tt * group + g;
-                        float* sr = st + long(g) * KB;
-                        float m_new = std::max(mx[row], t.max_f32(sr, nb));
-                        float corr = std::exp(mx[row] - m_new);
-                        l[row] = l[row] * corr + t.exp_sum_f32(sr, nb, m_new);
-                        t.scale_f32(o + long(row) * head_dim, corr, head_dim);
-                        mx[row] = m_new;
-                    }
-                    t.attn_accum(o + long(tt) * group * head_dim, head_dim, st, KB, group,
-                                 v + long(p0) * kv_stride + kv_off, kv_stride, nb, head_dim);
-                }
-            }
-            for (int tt = 0; tt < nt; tt++)
-                for (int g = 0; g < group; g++) {
-                    int row = tt * group + g;
-                    float* dst = out + long(t0 + tt) * q_stride + kv_off * group + long(g) * head_dim;
-                    float inv = 1.0f / l[row];
-                    for (int d = 0; d < head_dim; d++) dst[d] = o[long(row) * head_dim + d] * inv;
-                }
+    const int group = n_heads / n_kv_heads;
+    const int qb = std::max(1, RUN_QB_ROWS / group);  // tokens a task
+    const int n_qblocks = (n_tokens + qb - 1) / qb;
+    const int n_tasks = n_qblocks * n_kv_heads;
+    const KvRows k{blocks, k_offset, block_size, kv_stride}, v{blocks, v_offset, block_size, kv_stride};
+    // Tasks by query block from the last (the most positions) down, so the
+    // threads finish together.
+    std::atomic<int> next{0};
+    pool.run([&](int) {
+        for (int task; (task = next.fetch_add(1, std::memory_order_relaxed)) < n_tasks;) {
+            const int b = n_qblocks - 1 - task / n_kv_heads, j = task % n_kv_heads;
+            const int t0 = b * qb;
+            attention_run_task(t, out, out_stride, q, q_stride, k, v, pos0, t0, std::min(qb, n_tokens - t0), j, group,
+                               head_dim);
         }
     });
 }

@@ -61,7 +61,8 @@ void silu_mul(float* a, const float* b, int n);
 // Causal attention of one query against the first n_pos cached positions of
 // its sequence. q (n_heads, head_dim); k, v (n_pos, kv_stride) where kv head j
 // starts at column j * head_dim; GQA maps query head h to kv head
-// h / (n_heads / n_kv_heads). out (n_heads, head_dim). scratch: n_pos floats.
+// h / (n_heads / n_kv_heads). out (n_heads, head_dim). scratch:
+// (n_heads / n_kv_heads) * n_pos floats.
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
                    int n_kv_heads, int head_dim, int kv_stride, float* scratch);
 
@@ -73,25 +74,27 @@ void attention_one(float* out, const float* q, const float* k, const float* v, i
 // (blocks[b + 1] == blocks[b] + block_size * kv_stride) are read as one run.
 // Scores go run by run into one scratch row, one softmax, then V run by
 // run: the same arithmetic in the same order as attention_one over
-// contiguous rows, so the results are bitwise equal.
+// contiguous rows, so the results are bitwise equal. The query heads that
+// share a kv head read its rows together (each head's arithmetic is the
+// same as alone). scratch: (n_heads / n_kv_heads) * n_pos floats.
 void attention_paged(float* out, const float* q, const float* const* blocks, long k_offset, long v_offset,
                      int block_size, int n_pos, int n_heads, int n_kv_heads, int head_dim, int kv_stride,
                      float* scratch);
 
-// attention_one for all heads with the pool: threads split the kv heads, and
-// the n_heads / n_kv_heads query heads that share a kv head read each K and V
-// row once together. Scratch is internal (per thread, grown once).
-void attention_decode(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
-                      int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool);
-
-// Causal attention of n_tokens consecutive queries of one sequence, token t
-// at position pos0 + t, against cached positions [0, pos0 + t] (the new
-// tokens' own k, v already written). q, out (n_tokens, n_heads * head_dim);
-// k, v as in attention_one with at least pos0 + n_tokens rows. Blockwise with
-// an online softmax (blocks of 16 queries x 64 positions), so memory does not
-// grow with the sequence; threads split (kv head, query block) tasks.
-void attention_prefill(float* out, const float* q, const float* k, const float* v, int n_tokens, int pos0,
-                       int n_heads, int n_kv_heads, int head_dim, int kv_stride, ThreadPool& pool);
+// Causal attention of a run of n_tokens consecutive queries of one sequence
+// over a paged KV cache laid out as for attention_paged: token t (q row t,
+// q_stride floats apart; out row t, out_stride apart) at position pos0 + t
+// attends to positions [0, pos0 + t] (the run's own k, v already written).
+// Blockwise (flash-style): blocks of 64 (token, query head) rows of one kv
+// head against 64 positions, the scores and the weighted V sums as small
+// GEMMs (the table's gemm_f32), an online softmax in between; memory does
+// not grow with the context. Threads take (kv head, query block) tasks. A
+// query's result depends only on its position and the cache, not on the run
+// it came in (a prompt prefilled whole or in pieces gives the same bits);
+// it may differ from attention_paged's in the last bits.
+void attention_run(float* out, long out_stride, const float* q, long q_stride, const float* const* blocks,
+                   long k_offset, long v_offset, int block_size, int pos0, int n_tokens, int n_heads, int n_kv_heads,
+                   int head_dim, int kv_stride, ThreadPool& pool);
 
 // The gated delta rule (Gated DeltaNet's token mixer) over n consecutive
 // tokens of one head, continuing the state S (dk, dv) row-major. Token i:

@@ -6,6 +6,7 @@
 // code compiled with AVX-512 flags is never shared with other TUs.
 #pragma once
 #include <cassert>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -282,10 +283,12 @@ void gemm_f32(float* c, long ldc, float c_scale, const float* a, long a_rs, long
     for (int i = 0; i < m && j0 < n; i++) {
         const int kend = lower ? imin(k, i + 1) : k;
         for (int j = j0; j < n; j++) {
+            // Fused as the vector tiles are, so a column's bits do not
+            // depend on whether it falls in a tile or in this tail.
             float acc = 0.0f;
-            for (int p = 0; p < kend; p++) acc += a[long(i) * a_rs + long(p) * a_cs] * b[long(p) * ldb + j];
+            for (int p = 0; p < kend; p++) acc = std::fma(a[long(i) * a_rs + long(p) * a_cs], b[long(p) * ldb + j], acc);
             float* q = c + long(i) * ldc + j;
-            *q = c_scale == 0.0f ? acc : c_scale * *q + acc;
+            *q = c_scale == 0.0f ? acc : std::fma(c_scale, *q, acc);
         }
     }
 }

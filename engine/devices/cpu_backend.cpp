@@ -20,13 +20,23 @@
 
 namespace {
 
+// Consecutive positions of one sequence from which attention goes through
+// attention_run's blocks.
+constexpr int ATTN_RUN_MIN = 2;
+
+// Rows a thread takes at a time in route, gather and combine: a decode
+// step's few rows stay on the calling thread.
+constexpr long ROWS_ALIGN = 16;
+
 class CpuBackend final : public Backend {
 public:
     CpuBackend(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int ctx, int max_rows)
         : c_(config), weights_(weights), pool_(pool), q_dim_(config.n_heads * config.head_dim),
-          kv_dim_(config.n_kv_heads * config.head_dim), att_scratch_(size_t(pool.size()) * ctx),
+          kv_dim_(config.n_kv_heads * config.head_dim), att_scratch_(size_t(pool.size()) * (config.n_heads / std::max(1, config.n_kv_heads)) * ctx),
           rows_x_(size_t(max_rows) * config.dim), rows_y_(size_t(max_rows) * config.dim),
-          decay_(size_t(max_rows) * config.linear.n_v_heads), beta_(size_t(max_rows) * config.linear.n_v_heads) {}
+          decay_(size_t(max_rows) * config.linear.n_v_heads), beta_(size_t(max_rows) * config.linear.n_v_heads) {
+        singles_.reserve(size_t(max_rows));
+    }
 
     const char* name() const override { return "cpu"; }
     const ModelWeights& weights() const override { return weights_; }
@@ -151,17 +161,35 @@ public:
 
     // One work item per (entry, kv head), dealt round-robin (causal rows
     // differ in length): the query heads of a GQA group share the keys they read.
+    // A run of consecutive positions of one sequence (a prompt, a turn)
+    // goes through attention_run's blocks; single entries (decode steps,
+    // beams) one by one, threads over (entry, kv head).
     void attention(int layer, float* out, const float* q) override {
         const Batch& batch = *batch_;
         const KvCache& cache = *cache_;
+        const int n = batch.size();
         const int group = c_.n_heads / c_.n_kv_heads;
-        const long items = long(batch.size()) * c_.n_kv_heads;
+        singles_.clear();
+        for (int i0 = 0, i1 = 0; i0 < n; i0 = i1) {
+            const int seq = batch.seq_ids[i0];
+            for (i1 = i0 + 1; i1 < n && batch.seq_ids[i1] == seq && batch.positions[i1] == batch.positions[i1 - 1] + 1;)
+                i1++;
+            if (i1 - i0 < ATTN_RUN_MIN) {
+                for (int i = i0; i < i1; i++) singles_.push_back(i);
+                continue;
+            }
+            attention_run(out + size_t(i0) * q_dim_, q_dim_, q + size_t(i0) * q_dim_, q_dim_, cache.blocks(seq),
+                          cache.k_offset(layer), cache.v_offset(layer), KV_BLOCK, batch.positions[i0], i1 - i0,
+                          c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_, pool_);
+        }
+        if (singles_.empty()) return;
+        const long items = long(singles_.size()) * c_.n_kv_heads;
         const int ctx = cache.ctx();
         const int n_threads = pool_.size();
         pool_.run([&](int thread) {
-            float* scratch = att_scratch_.data() + size_t(thread) * ctx;
+            float* scratch = att_scratch_.data() + size_t(thread) * group * ctx;
             for (long it = thread; it < items; it += n_threads) {
-                int i = int(it / c_.n_kv_heads), g = int(it % c_.n_kv_heads);
+                int i = singles_[size_t(it / c_.n_kv_heads)], g = int(it % c_.n_kv_heads);
                 int pos = batch.positions[i], seq = batch.seq_ids[i];
                 size_t head0 = size_t(g) * group * c_.head_dim;
                 long kv_col = long(g) * c_.head_dim;
@@ -196,33 +224,42 @@ public:
     }
 
     void route(int* experts, float* weights, float* logits, int rows, int n_experts, int k, bool renorm) override {
-        for (int i = 0; i < rows; i++) {
-            float* p = logits + size_t(i) * n_experts;
-            softmax(p, n_experts);
-            int* chosen = experts + size_t(i) * k;
-            float* w = weights + size_t(i) * k;
-            top_k(chosen, p, n_experts, k);
-            float sum = 0.0f;
-            for (int r = 0; r < k; r++) sum += p[chosen[r]];
-            for (int r = 0; r < k; r++) w[r] = renorm ? p[chosen[r]] / sum : p[chosen[r]];
-        }
+        pool_.parallel_for(rows, ROWS_ALIGN, [&](long i0, long i1) {
+            for (long i = i0; i < i1; i++) {
+                float* p = logits + size_t(i) * n_experts;
+                softmax(p, n_experts);
+                int* chosen = experts + size_t(i) * k;
+                float* w = weights + size_t(i) * k;
+                top_k(chosen, p, n_experts, k);
+                float sum = 0.0f;
+                for (int r = 0; r < k; r++) sum += p[chosen[r]];
+                for (int r = 0; r < k; r++) w[r] = renorm ? p[chosen[r]] / sum : p[chosen[r]];
+            }
+        });
     }
 
+    // gather and combine move a prefill's rows (every token times top-k) over
+    // the pool: serial, they took a tenth of a small MoE's prefill (route a
+    // fiftieth).
     void gather(float* out, const float* x, const int* src_row, int rows, int dim) override {
-        for (int i = 0; i < rows; i++) std::copy_n(x + size_t(src_row[i]) * dim, dim, out + size_t(i) * dim);
+        pool_.parallel_for(rows, ROWS_ALIGN, [&](long i0, long i1) {
+            for (long i = i0; i < i1; i++) std::copy_n(x + size_t(src_row[i]) * dim, dim, out + size_t(i) * dim);
+        });
     }
 
     void combine(float* out, const float* y, const int* slots, const float* weights, int rows, int k,
                  int dim) override {
-        for (int i = 0; i < rows; i++) {
-            float* o = out + size_t(i) * dim;
-            std::fill(o, o + dim, 0.0f);
-            for (int r = 0; r < k; r++) {
-                const float* yr = y + size_t(slots[i * k + r]) * dim;
-                float w = weights[i * k + r];
-                for (int d = 0; d < dim; d++) o[d] += w * yr[d];
+        pool_.parallel_for(rows, ROWS_ALIGN, [&](long i0, long i1) {
+            for (long i = i0; i < i1; i++) {
+                float* o = out + size_t(i) * dim;
+                std::fill(o, o + dim, 0.0f);
+                for (int r = 0; r < k; r++) {
+                    const float* yr = y + size_t(slots[i * k + r]) * dim;
+                    float w = weights[i * k + r];
+                    for (int d = 0; d < dim; d++) o[d] += w * yr[d];
+                }
             }
-        }
+        });
     }
 
     const float* to_host(const float* x, size_t) override { return x; }
@@ -240,7 +277,8 @@ private:
     const Batch* batch_ = nullptr;
     const KvCache* cache_ = nullptr;
     RecurrentState* recurrent_ = nullptr;
-    std::vector<float> att_scratch_;  // (threads, ctx)
+    std::vector<float> att_scratch_;  // (threads, query heads a kv head, ctx)
+    std::vector<int> singles_;        // the batch entries attention takes one by one
     std::vector<float> rows_x_, rows_y_;  // (max_rows, dim) each
     std::vector<float> decay_, beta_;     // (max_rows, n_v_heads): the delta rule's g and beta per entry
     std::vector<std::unique_ptr<float[]>> buffers_;

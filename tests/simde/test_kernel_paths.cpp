@@ -112,28 +112,63 @@ TEST_CASE("expert_ffn_bf16 equals silu(x W1) * (x W3) then W2", "[kernels]") {
     }
 }
 
-TEST_CASE("attention_one and attention_decode match naive attention", "[kernels]") {
+TEST_CASE("attention_one matches naive attention, each head bit for bit as alone", "[kernels]") {
     std::mt19937 rng(12);
-    ThreadPool pool(2);
     for_each_native_isa([&](Isa) {
         for (auto [n_heads, n_kv_heads, head_dim] : {std::tuple{4, 4, 16}, std::tuple{8, 2, 64}, std::tuple{6, 3, 10}})
             for (int n_pos : {1, 5, 70}) {
-                int kv_stride = n_kv_heads * head_dim + 5;
+                INFO("heads " << n_heads << "/" << n_kv_heads << " head_dim " << head_dim << " positions " << n_pos);
+                int kv_stride = n_kv_heads * head_dim + 5, group = n_heads / n_kv_heads;
                 auto q = rand_f32(rng, size_t(n_heads) * head_dim, 2.0f);
                 auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
                 auto ref = attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim, kv_stride);
-                std::vector<float> out(ref.size()), out2(ref.size()), scratch(n_pos);
+                std::vector<float> out(ref.size()), alone(ref.size()), scratch(size_t(group) * n_pos);
                 attention_one(out.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim, kv_stride,
                               scratch.data());
-                attention_decode(out2.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
-                                 kv_stride, pool);
-                for (size_t e = 0; e < ref.size(); e++) {
-                    REQUIRE(std::abs(out[e] - ref[e]) <= 1e-5);
-                    REQUIRE(std::abs(out2[e] - ref[e]) <= 1e-5);
-                }
+                for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(out[e] - ref[e]) <= 1e-5);
+                // The group's heads read K and V together; each gets what it gets alone.
+                for (int h = 0; h < n_heads; h++)
+                    attention_one(alone.data() + size_t(h) * head_dim, q.data() + size_t(h) * head_dim,
+                                  k.data() + size_t(h / group) * head_dim, v.data() + size_t(h / group) * head_dim, n_pos,
+                                  1, 1, head_dim, kv_stride, scratch.data());
+                REQUIRE(out == alone);
             }
     });
 }
+
+namespace {
+
+// K and V rows (n_pos, kv_stride) laid out as a paged cache lays out one
+// layer: all blocks' K rows, then all their V rows (after 7 floats of
+// something else), block b in slot[b]: "in order" makes one run,
+// "shuffled" none, "two runs" two. Unused floats are NaN.
+struct PagedKv {
+    std::vector<float> pool;
+    std::vector<const float*> blocks;
+    long k_offset = 7, v_offset = 0;
+
+    PagedKv(std::mt19937& rng, const std::vector<float>& k, const std::vector<float>& v, int n_pos, int kv_stride,
+            int block_size, const std::string& order) {
+        int n_blocks = (n_pos + block_size - 1) / block_size;
+        long block_floats = long(block_size) * kv_stride;
+        v_offset = k_offset + n_blocks * block_floats;
+        std::vector<int> slot(static_cast<size_t>(n_blocks));
+        for (int b = 0; b < n_blocks; b++) slot[size_t(b)] = b;
+        if (order == "shuffled") std::shuffle(slot.begin(), slot.end(), rng);
+        if (order == "two runs") std::rotate(slot.begin(), slot.begin() + n_blocks / 2, slot.end());
+        pool.assign(size_t(v_offset + n_blocks * block_floats), NAN);
+        blocks.resize(size_t(n_blocks));
+        for (int b = 0; b < n_blocks; b++) blocks[size_t(b)] = pool.data() + slot[size_t(b)] * block_floats;
+        for (int p = 0; p < n_pos; p++) {
+            float* base = pool.data() + slot[size_t(p / block_size)] * block_floats;
+            long row = long(p % block_size) * kv_stride;
+            std::copy_n(k.data() + size_t(p) * kv_stride, kv_stride, base + k_offset + row);
+            std::copy_n(v.data() + size_t(p) * kv_stride, kv_stride, base + v_offset + row);
+        }
+    }
+};
+
+}  // namespace
 
 TEST_CASE("attention_paged over blocks in any order equals attention_one bit for bit", "[kernels]") {
     std::mt19937 rng(15);
@@ -148,33 +183,13 @@ TEST_CASE("attention_paged over blocks in any order equals attention_one bit for
                         auto q = rand_f32(rng, size_t(n_heads) * head_dim, 2.0f);
                         auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f);
                         auto v = rand_f32(rng, size_t(n_pos) * kv_stride);
-                        // A pool laid out as a paged cache lays out one
-                        // layer: all blocks' K rows, then all their V rows
-                        // (after 7 floats of something else). Block b sits
-                        // in slot[b]; slots in order make one run.
-                        int n_blocks = (n_pos + block_size - 1) / block_size;
-                        long block_floats = long(block_size) * kv_stride;
-                        long k_offset = 7, v_offset = k_offset + n_blocks * block_floats;
-                        std::vector<int> slot(n_blocks);
-                        for (int b = 0; b < n_blocks; b++) slot[b] = b;
-                        if (std::string(order) == "shuffled") std::shuffle(slot.begin(), slot.end(), rng);
-                        if (std::string(order) == "two runs") std::rotate(slot.begin(), slot.begin() + n_blocks / 2, slot.end());
-                        std::vector<float> pool(size_t(v_offset + n_blocks * block_floats), NAN);
-                        std::vector<const float*> blocks(n_blocks);
-                        for (int b = 0; b < n_blocks; b++) blocks[b] = pool.data() + slot[b] * block_floats;
-                        for (int p = 0; p < n_pos; p++) {
-                            const float* base = blocks[p / block_size];
-                            long row = long(p % block_size) * kv_stride;
-                            std::copy_n(k.data() + size_t(p) * kv_stride, kv_stride,
-                                        const_cast<float*>(base) + k_offset + row);
-                            std::copy_n(v.data() + size_t(p) * kv_stride, kv_stride,
-                                        const_cast<float*>(base) + v_offset + row);
-                        }
-                        std::vector<float> want(size_t(n_heads) * head_dim), got(want.size()), scratch(n_pos);
+                        PagedKv paged(rng, k, v, n_pos, kv_stride, block_size, order);
+                        std::vector<float> want(size_t(n_heads) * head_dim), got(want.size());
+                        std::vector<float> scratch(size_t(n_heads / n_kv_heads) * n_pos);
                         attention_one(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
                                       kv_stride, scratch.data());
-                        attention_paged(got.data(), q.data(), blocks.data(), k_offset, v_offset, block_size, n_pos,
-                                        n_heads, n_kv_heads, head_dim, kv_stride, scratch.data());
+                        attention_paged(got.data(), q.data(), paged.blocks.data(), paged.k_offset, paged.v_offset,
+                                        block_size, n_pos, n_heads, n_kv_heads, head_dim, kv_stride, scratch.data());
                         REQUIRE(got == want);
                         auto ref = attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
                                                  kv_stride);
@@ -183,26 +198,47 @@ TEST_CASE("attention_paged over blocks in any order equals attention_one bit for
     });
 }
 
-TEST_CASE("attention_prefill is causal attention of each token", "[kernels]") {
+TEST_CASE("attention_run is causal attention of each token, the same bits however the run is cut", "[kernels]") {
     std::mt19937 rng(13);
-    ThreadPool pool(2);
+    ThreadPool pool(2), one(1);
     for_each_native_isa([&](Isa) {
-        for (auto [n_tokens, pos0] : {std::pair{1, 0}, std::pair{5, 0}, std::pair{37, 0}, std::pair{20, 100}, std::pair{70, 3}}) {
-            int n_heads = 8, n_kv_heads = 2, head_dim = 32, kv_stride = n_kv_heads * head_dim;
-            int n_pos = pos0 + n_tokens;
-            long qs = long(n_heads) * head_dim;
-            auto q = rand_f32(rng, size_t(n_tokens) * qs, 2.0f);
-            auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
-            std::vector<float> out(size_t(n_tokens) * qs);
-            attention_prefill(out.data(), q.data(), k.data(), v.data(), n_tokens, pos0, n_heads, n_kv_heads, head_dim,
-                              kv_stride, pool);
-            for (int t = 0; t < n_tokens; t++) {
-                INFO("tokens " << n_tokens << " pos0 " << pos0 << " token " << t);
-                auto ref = attention_ref(q.data() + t * qs, k.data(), v.data(), pos0 + t + 1, n_heads, n_kv_heads,
-                                         head_dim, kv_stride);
-                for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(out[t * qs + e] - ref[e]) <= 1e-5);
-            }
-        }
+        for (auto [n_heads, n_kv_heads, head_dim] :
+             {std::tuple{8, 2, 32}, std::tuple{4, 4, 16}, std::tuple{6, 3, 10}, std::tuple{16, 2, 80}})
+            for (auto [n_tokens, pos0] : {std::pair{1, 0}, std::pair{5, 0}, std::pair{37, 0}, std::pair{20, 100},
+                                          std::pair{70, 3}, std::pair{150, 60}})
+                for (const char* order : {"shuffled", "in order"}) {
+                    INFO("heads " << n_heads << "/" << n_kv_heads << " head_dim " << head_dim << " tokens " << n_tokens
+                                  << " from " << pos0 << " blocks " << order);
+                    int kv_stride = n_kv_heads * head_dim + 3, n_pos = pos0 + n_tokens, block_size = 16;
+                    long qs = long(n_heads) * head_dim + 5, os = long(n_heads) * head_dim + 2;
+                    auto q = rand_f32(rng, size_t(n_tokens) * qs, 2.0f);
+                    auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
+                    PagedKv paged(rng, k, v, n_pos, kv_stride, block_size, order);
+                    auto run = [&](std::vector<float>& out, int t0, int nt, ThreadPool& p) {
+                        attention_run(out.data() + t0 * os, os, q.data() + t0 * qs, qs, paged.blocks.data(),
+                                      paged.k_offset, paged.v_offset, block_size, pos0 + t0, nt, n_heads, n_kv_heads,
+                                      head_dim, kv_stride, p);
+                    };
+                    std::vector<float> out(size_t(n_tokens) * os, -7.0f);
+                    run(out, 0, n_tokens, pool);
+                    for (int t = 0; t < n_tokens; t++) {
+                        INFO("token " << t);
+                        auto ref = attention_ref(q.data() + t * qs, k.data(), v.data(), pos0 + t + 1, n_heads,
+                                                 n_kv_heads, head_dim, kv_stride);
+                        for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(out[t * os + e] - ref[e]) <= 1e-5);
+                        for (long e = long(ref.size()); e < os; e++) REQUIRE(out[t * os + e] == -7.0f);  // padding kept
+                    }
+                    // One thread, and the run cut in random pieces (the first
+                    // ones' own k, v are in the cache already): the same bits.
+                    std::vector<float> serial(out.size(), -7.0f), pieces(out.size(), -7.0f);
+                    run(serial, 0, n_tokens, one);
+                    REQUIRE(serial == out);
+                    for (int t0 = 0, nt = 0; t0 < n_tokens; t0 += nt) {
+                        nt = std::min(n_tokens - t0, 1 + int(rng() % 40));
+                        run(pieces, t0, nt, pool);
+                    }
+                    REQUIRE(pieces == out);
+                }
     });
 }
 
