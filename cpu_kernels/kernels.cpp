@@ -344,11 +344,12 @@ struct KvRows {
     long offset;
     int block_size;
     long row_stride;
-    const float* at(int p0) const { return blocks[p0 / block_size] + offset; }
-    // Positions from p0 (a block start) to the end of the run of blocks
-    // whose rows follow each other in memory, at most n_pos - p0.
+    // Position p's row.
+    const float* at(int p) const { return blocks[p / block_size] + offset + long(p % block_size) * row_stride; }
+    // Positions from p0 to the end of the run of blocks whose rows follow
+    // each other in memory, at most n_pos - p0.
     int run(int p0, int n_pos) const {
-        int c = p0 / block_size, len = block_size;
+        int c = p0 / block_size, len = block_size - p0 % block_size;
         while (p0 + len < n_pos && blocks[c + 1] == blocks[c] + long(block_size) * row_stride) {
             c++;
             len += block_size;
@@ -357,60 +358,73 @@ struct KvRows {
     }
 };
 
-// Softmax-weighted sum of V for n_q query heads of one kv head over n_pos
-// positions. s: n_q x n_pos scores (overwritten). The scores of each run of
-// rows go to their columns of s, so the softmax and the V sum see the same
-// row and order however the rows are split.
-void attend_group(const KernelTable& t, float* out, const float* q, KvRows k, KvRows v, int n_pos, int n_q,
-                  int head_dim, float* s) {
-    float scale = 1.0f / std::sqrt(float(head_dim));
-    for (int p0 = 0, len = 0; p0 < n_pos; p0 += len) {
+// The first position a query at position pos sees.
+int window_start(const AttnMask& mask, int pos) {
+    return mask.window > 0 ? std::max(0, pos - mask.window + 1) : 0;
+}
+
+// Softmax-weighted sum of V for n_q query heads of one kv head over
+// positions [p_lo, n_pos). s: n_q x (n_pos - p_lo) scores (overwritten).
+// The scores of each run of rows go to their columns of s, so the softmax
+// and the V sum see the same row and order however the rows are split.
+// sinks (n_q,), or null: one more logit each in the softmax's denominator.
+void attend_group(const KernelTable& t, float* out, const float* q, KvRows k, KvRows v, int p_lo, int n_pos, int n_q,
+                  int head_dim, float* s, const float* sinks) {
+    const float scale = 1.0f / std::sqrt(float(head_dim));
+    const int n = n_pos - p_lo;
+    for (int p0 = p_lo, len = 0; p0 < n_pos; p0 += len) {
         len = k.run(p0, n_pos);
-        t.attn_scores(s + p0, n_pos, q, head_dim, n_q, k.at(p0), k.row_stride, len, head_dim, scale);
+        t.attn_scores(s + (p0 - p_lo), n, q, head_dim, n_q, k.at(p0), k.row_stride, len, head_dim, scale);
     }
     for (int g = 0; g < n_q; g++) {
-        float* sg = s + long(g) * n_pos;
-        float sum = t.exp_sum_f32(sg, n_pos, t.max_f32(sg, n_pos));
-        t.scale_f32(sg, 1.0f / sum, n_pos);
+        float* sg = s + long(g) * n;
+        float mx = t.max_f32(sg, n);
+        if (sinks) mx = std::max(mx, sinks[g]);
+        float sum = t.exp_sum_f32(sg, n, mx);
+        if (sinks) sum += std::exp(sinks[g] - mx);
+        t.scale_f32(sg, 1.0f / sum, n);
     }
     std::fill(out, out + long(n_q) * head_dim, 0.0f);
-    for (int p0 = 0, len = 0; p0 < n_pos; p0 += len) {
+    for (int p0 = p_lo, len = 0; p0 < n_pos; p0 += len) {
         len = v.run(p0, n_pos);
-        t.attn_accum(out, head_dim, s + p0, n_pos, n_q, v.at(p0), v.row_stride, len, head_dim);
+        t.attn_accum(out, head_dim, s + (p0 - p_lo), n, n_q, v.at(p0), v.row_stride, len, head_dim);
     }
 }
 
-// Every query head of one token, the n_heads / n_kv_heads heads that share
-// a kv head together (each K and V row read once for the group). A head's
-// scores and sums are those it gets alone: attn_scores and attn_accum keep
-// one order per head however many share the rows. scratch: group * n_pos.
+// Every query head of one token (at position n_pos - 1), the n_heads /
+// n_kv_heads heads that share a kv head together (each K and V row read
+// once for the group). A head's scores and sums are those it gets alone:
+// attn_scores and attn_accum keep one order per head however many share the
+// rows. scratch: group * n_pos.
 void attend_heads(float* out, const float* q, KvRows k, KvRows v, int n_pos, int n_heads, int n_kv_heads,
-                  int head_dim, float* scratch) {
+                  int head_dim, float* scratch, const AttnMask& mask) {
     assert(n_pos > 0 && k.block_size > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     const KernelTable& t = active_table();
     int group = n_heads / n_kv_heads;
+    const int p_lo = window_start(mask, n_pos - 1);
     for (int j = 0; j < n_kv_heads; j++) {
         long kv_off = long(j) * head_dim;
         KvRows kh = k, vh = v;
         kh.offset += kv_off;
         vh.offset += kv_off;
-        attend_group(t, out + kv_off * group, q + kv_off * group, kh, vh, n_pos, group, head_dim, scratch);
+        attend_group(t, out + kv_off * group, q + kv_off * group, kh, vh, p_lo, n_pos, group, head_dim, scratch,
+                     mask.sinks ? mask.sinks + long(j) * group : nullptr);
     }
 }
 
 }  // namespace
 
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
-                   int n_kv_heads, int head_dim, int kv_stride, float* scratch) {
+                   int n_kv_heads, int head_dim, int kv_stride, float* scratch, const AttnMask& mask) {
     attend_heads(out, q, KvRows{&k, 0, n_pos, kv_stride}, KvRows{&v, 0, n_pos, kv_stride}, n_pos, n_heads, n_kv_heads,
-                 head_dim, scratch);
+                 head_dim, scratch, mask);
 }
 
 void attention_paged(float* out, const float* q, const float* const* blocks, long k_offset, long v_offset,
                      int block_size, int n_pos, int n_heads, int n_kv_heads, int head_dim, int kv_stride,
-                     float* scratch) {
+                     float* scratch, const AttnMask& mask) {
     attend_heads(out, q, KvRows{blocks, k_offset, block_size, kv_stride}, KvRows{blocks, v_offset, block_size, kv_stride},
-                 n_pos, n_heads, n_kv_heads, head_dim, scratch);
+                 n_pos, n_heads, n_kv_heads, head_dim, scratch, mask);
 }
 
 namespace {
@@ -427,7 +441,7 @@ constexpr int RUN_KB = 64;
 // blocks (Q scaled and packed, K^T and V packed per block), an online
 // softmax per row in between (row = token * group + head).
 void attention_run_task(const KernelTable& t, float* out, long out_stride, const float* q, long q_stride, KvRows k,
-                        KvRows v, int pos0, int t0, int nt, int j, int group, int head_dim) {
+                        KvRows v, int pos0, int t0, int nt, int j, int group, int head_dim, const AttnMask& mask) {
     constexpr int KB = RUN_KB;
     const int rows = nt * group, hd = head_dim;
     size_t floats = size_t(rows) * (hd + KB + hd + 2) + size_t(2) * KB * hd;
@@ -449,14 +463,19 @@ void attention_run_task(const KernelTable& t, float* out, long out_stride, const
     std::fill(mx, mx + rows, -INFINITY);
     std::fill(l, l + rows, 0.0f);
     std::fill(o, o + size_t(rows) * hd, 0.0f);
-    const int end = pos0 + t0 + nt;  // the last query sees positions [0, end)
-    for (int p0 = 0; p0 < end; p0 += KB) {
+    const int end = pos0 + t0 + nt;                 // the last query sees positions before end,
+    const int lo = window_start(mask, pos0 + t0);  // the first one none before lo
+    for (int p0 = lo / KB * KB; p0 < end; p0 += KB) {
         const int nb = std::min(KB, end - p0);
         for (int p = 0; p < nb; p++) {
             const int pos = p0 + p;
-            const long row = long(pos % k.block_size) * k.row_stride + kv_off;
-            const float* kr = k.at(pos - pos % k.block_size) + row;
-            const float* vr = v.at(pos - pos % v.block_size) + row;
+            if (pos < lo) {  // out of every row's window (and maybe out of the cache): zeros
+                for (int d = 0; d < hd; d++) kt[long(d) * KB + p] = 0.0f;
+                std::fill(vp + long(p) * hd, vp + long(p + 1) * hd, 0.0f);
+                continue;
+            }
+            const float* kr = k.at(pos) + kv_off;
+            const float* vr = v.at(pos) + kv_off;
             for (int d = 0; d < hd; d++) kt[long(d) * KB + p] = kr[d];
             std::copy_n(vr, hd, vp + long(p) * hd);
         }
@@ -468,14 +487,17 @@ void attention_run_task(const KernelTable& t, float* out, long out_stride, const
         t.gemm_f32(s, KB, 0.0f, qs, hd, 1, kt, KB, rows, KB, hd, false);
         for (int r = 0; r < rows; r++) {
             float* sr = s + long(r) * KB;
-            const int seen = std::min(nb, pos0 + t0 + r / group - p0 + 1);  // causal limit of the row
-            if (seen <= 0) {
+            const int pos = pos0 + t0 + r / group;
+            const int first = std::max(0, window_start(mask, pos) - p0);  // the row's window in the block:
+            const int seen = std::min(nb, pos - p0 + 1);                  // [first, seen)
+            if (seen <= first) {
                 std::fill(sr, sr + nb, 0.0f);
                 continue;
             }
-            const float m_new = std::max(mx[r], t.max_f32(sr, seen));
+            const float m_new = std::max(mx[r], t.max_f32(sr + first, seen - first));
             const float corr = std::exp(mx[r] - m_new);
-            l[r] = l[r] * corr + t.exp_sum_f32(sr, seen, m_new);
+            l[r] = l[r] * corr + t.exp_sum_f32(sr + first, seen - first, m_new);
+            std::fill(sr, sr + first, 0.0f);
             std::fill(sr + seen, sr + nb, 0.0f);
             if (corr != 1.0f) t.scale_f32(o + long(r) * hd, corr, hd);
             mx[r] = m_new;
@@ -484,7 +506,14 @@ void attention_run_task(const KernelTable& t, float* out, long out_stride, const
     }
     for (int r = 0; r < rows; r++) {
         float* dst = out + long(t0 + r / group) * out_stride + kv_off * group + long(r % group) * hd;
-        const float inv = 1.0f / l[r];
+        float f = 1.0f;  // a sink joins as one more softmax state: logit sink, weight 1, no value
+        if (mask.sinks) {
+            const float sink = mask.sinks[kv_off / hd * group + r % group];
+            const float m_new = std::max(mx[r], sink);
+            f = std::exp(mx[r] - m_new);
+            l[r] = l[r] * f + std::exp(sink - m_new);
+        }
+        const float inv = f / l[r];
         for (int d = 0; d < hd; d++) dst[d] = o[long(r) * hd + d] * inv;
     }
 }
@@ -493,7 +522,7 @@ void attention_run_task(const KernelTable& t, float* out, long out_stride, const
 
 void attention_run(float* out, long out_stride, const float* q, long q_stride, const float* const* blocks,
                    long k_offset, long v_offset, int block_size, int pos0, int n_tokens, int n_heads, int n_kv_heads,
-                   int head_dim, int kv_stride, ThreadPool& pool) {
+                   int head_dim, int kv_stride, ThreadPool& pool, const AttnMask& mask) {
     assert(n_tokens > 0 && pos0 >= 0 && block_size > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0);
     const KernelTable& t = active_table();
     const int group = n_heads / n_kv_heads;
@@ -509,7 +538,7 @@ void attention_run(float* out, long out_stride, const float* q, long q_stride, c
             const int b = n_qblocks - 1 - task / n_kv_heads, j = task % n_kv_heads;
             const int t0 = b * qb;
             attention_run_task(t, out, out_stride, q, q_stride, k, v, pos0, t0, std::min(qb, n_tokens - t0), j, group,
-                               head_dim);
+                               head_dim, mask);
         }
     });
 }

@@ -58,13 +58,24 @@ void softmax(float* x, int n);
 // a (n,) <- silu(a) * b.
 void silu_mul(float* a, const float* b, int n);
 
+// What a query sees beyond causality. window > 0: only the last `window`
+// positions up to its own, (pos - window, pos] (gpt-oss's sliding layers,
+// as Hugging Face's and llama.cpp's masks have it); 0: every position.
+// sinks: one logit per query head of the call (n_heads), or null: it joins
+// the softmax's denominator and contributes no value (gpt-oss's attention
+// sinks). Without either, the arithmetic is that of plain attention.
+struct AttnMask {
+    int window = 0;
+    const float* sinks = nullptr;
+};
+
 // Causal attention of one query against the first n_pos cached positions of
 // its sequence. q (n_heads, head_dim); k, v (n_pos, kv_stride) where kv head j
 // starts at column j * head_dim; GQA maps query head h to kv head
 // h / (n_heads / n_kv_heads). out (n_heads, head_dim). scratch:
 // (n_heads / n_kv_heads) * n_pos floats.
 void attention_one(float* out, const float* q, const float* k, const float* v, int n_pos, int n_heads,
-                   int n_kv_heads, int head_dim, int kv_stride, float* scratch);
+                   int n_kv_heads, int head_dim, int kv_stride, float* scratch, const AttnMask& mask = {});
 
 // attention_one over a paged KV cache: positions come in blocks of
 // block_size rows; block b holds positions [b * block_size, (b + 1) *
@@ -79,7 +90,7 @@ void attention_one(float* out, const float* q, const float* k, const float* v, i
 // same as alone). scratch: (n_heads / n_kv_heads) * n_pos floats.
 void attention_paged(float* out, const float* q, const float* const* blocks, long k_offset, long v_offset,
                      int block_size, int n_pos, int n_heads, int n_kv_heads, int head_dim, int kv_stride,
-                     float* scratch);
+                     float* scratch, const AttnMask& mask = {});
 
 // Causal attention of a run of n_tokens consecutive queries of one sequence
 // over a paged KV cache laid out as for attention_paged: token t (q row t,
@@ -91,10 +102,12 @@ void attention_paged(float* out, const float* q, const float* const* blocks, lon
 // not grow with the context. Threads take (kv head, query block) tasks. A
 // query's result depends only on its position and the cache, not on the run
 // it came in (a prompt prefilled whole or in pieces gives the same bits);
-// it may differ from attention_paged's in the last bits.
+// it may differ from attention_paged's in the last bits. With a window, the
+// positions before the run's first window are never read (a sliding cache
+// may have dropped them).
 void attention_run(float* out, long out_stride, const float* q, long q_stride, const float* const* blocks,
                    long k_offset, long v_offset, int block_size, int pos0, int n_tokens, int n_heads, int n_kv_heads,
-                   int head_dim, int kv_stride, ThreadPool& pool);
+                   int head_dim, int kv_stride, ThreadPool& pool, const AttnMask& mask = {});
 
 // The gated delta rule (Gated DeltaNet's token mixer) over n consecutive
 // tokens of one head, continuing the state S (dk, dv) row-major. Token i:

@@ -1,5 +1,6 @@
 // Causal attention over the paged KV cache (prefill, decode and beams alike:
-// every query row has its own sequence blocks and length). One thread block
+// every query row has its own sequence blocks and length), optionally over a
+// sliding window and with sinks (gpt-oss). One thread block
 // per (query row, kv head); its WARPS warps take positions round-robin, each
 // lane holding head_dim / 32 elements of the group's query heads, and keep
 // an online softmax per head (gm_online_softmax_step), so no score row is
@@ -25,7 +26,8 @@ __device__ float warp_sum(float v) {
 
 __global__ void attention_paged_kernel(float* out, const float* q, const float* const* blocks, const int* block_start,
                                        const int* n_pos, long k_offset, long v_offset, int block_size, int n_heads,
-                                       int n_kv_heads, int head_dim, int kv_stride, float scale) {
+                                       int n_kv_heads, int head_dim, int kv_stride, float scale, int window,
+                                       const float* sinks) {
     const int row = blockIdx.x, g = blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = n_heads / n_kv_heads;
@@ -33,6 +35,7 @@ __global__ void attention_paged_kernel(float* out, const float* q, const float* 
     const int per_lane = (head_dim + 31) / 32;
     const float* const* seq_blocks = blocks + block_start[row];
     const int len = n_pos[row];
+    const int first = window > 0 && len > window ? len - window : 0;  // the query's window: [first, len)
 
     float qv[MAX_GROUP][MAX_PER_LANE], acc[MAX_GROUP][MAX_PER_LANE], m[MAX_GROUP], l[MAX_GROUP];
     for (int h = 0; h < group; h++) {
@@ -45,7 +48,7 @@ __global__ void attention_paged_kernel(float* out, const float* q, const float* 
         m[h] = -INFINITY;
         l[h] = 0.0f;
     }
-    for (int p = warp; p < len; p += WARPS) {
+    for (int p = first + warp; p < len; p += WARPS) {
         const float* base = seq_blocks[p / block_size] + long(p % block_size) * kv_stride + long(g) * head_dim;
         const float* kr = base + k_offset;
         const float* vr = base + v_offset;
@@ -82,6 +85,11 @@ __global__ void attention_paged_kernel(float* out, const float* q, const float* 
                 gm_online_softmax_merge(&m[h], &l[h], s_m[w], s_l[w], &s1, &s2);
                 for (int j = 0; j < per_lane; j++) acc[h][j] = acc[h][j] * s1 + s_acc[w][lane + 32 * j] * s2;
             }
+            if (sinks) {  // one more softmax state: logit sinks[head], weight 1, no value
+                float s1, s2;
+                gm_online_softmax_merge(&m[h], &l[h], sinks[g * group + h], 1.0f, &s1, &s2);
+                for (int j = 0; j < per_lane; j++) acc[h][j] *= s1;
+            }
             float* oh = out + long(row) * q_dim + long(g * group + h) * head_dim;
             for (int j = 0; j < per_lane; j++) {
                 const int d = lane + 32 * j;
@@ -96,7 +104,8 @@ __global__ void attention_paged_kernel(float* out, const float* q, const float* 
 
 void gpu_attention_paged(float* out, const float* q, const float* const* blocks, const int* block_start,
                          const int* n_pos, long k_offset, long v_offset, int block_size, int rows, int n_heads,
-                         int n_kv_heads, int head_dim, int kv_stride, GpuStream stream) {
+                         int n_kv_heads, int head_dim, int kv_stride, int window, const float* sinks,
+                         GpuStream stream) {
     if (rows <= 0) return;
     if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || n_heads / n_kv_heads > MAX_GROUP || head_dim <= 0 ||
         head_dim > 32 * MAX_PER_LANE)
@@ -108,6 +117,6 @@ void gpu_attention_paged(float* out, const float* q, const float* const* blocks,
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_kv_heads));
     attention_paged_kernel<<<grid, WARPS * 32, 0, stream>>>(out, q, blocks, block_start, n_pos, k_offset, v_offset,
                                                              block_size, n_heads, n_kv_heads, head_dim, kv_stride,
-                                                             scale);
+                                                             scale, window, sinks);
     CUDA_LAUNCH_CHECK();
 }

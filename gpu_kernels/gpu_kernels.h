@@ -169,10 +169,14 @@ void gpu_kv_store(const float* k, const float* v, float* const* row_base, long k
 // at + v_offset, kv_stride floats apart, kv head j at column j * head_dim).
 // GQA: query head h reads kv head h / (n_heads / n_kv_heads). Scores are
 // scaled by 1 / sqrt(head_dim); online softmax (gpu_math.h), so no scratch.
+// window > 0: only the last `window` of those positions (AttnMask on the
+// CPU); sinks (n_heads, on the device) or null: one more logit per query
+// head in the softmax's denominator, with no value.
 // out (rows, n_heads * head_dim). block_start, n_pos, blocks on the device.
 void gpu_attention_paged(float* out, const float* q, const float* const* blocks, const int* block_start,
                          const int* n_pos, long k_offset, long v_offset, int block_size, int rows, int n_heads,
-                         int n_kv_heads, int head_dim, int kv_stride, GpuStream stream);
+                         int n_kv_heads, int head_dim, int kv_stride, int window, const float* sinks,
+                         GpuStream stream);
 
 // One SwiGLU expert over m tokens on the device:
 // y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T, x (m, dim) fp32, W1/W3

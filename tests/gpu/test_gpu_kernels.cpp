@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
@@ -224,9 +225,13 @@ TEST_CASE("routing and the combine match the CPU's MoE layer", "[gpu]") {
 
 TEST_CASE("paged attention matches cpu_kernels attention_paged on decode, prefill and beam rows", "[gpu]") {
     GPU_TEST_OR_SKIP();
-    for (int head_dim : {72, 128}) {
+    const std::vector<float> sinks = random_floats(8);
+    GpuBuffer dsinks = upload(sinks);
+    // Plain, and gpt-oss's sliding window with sinks (a window shorter than most rows).
+    for (auto [head_dim, window, sinked] : {std::tuple{72, 0, false}, std::tuple{128, 0, false}, std::tuple{64, 40, true}}) {
         const int n_heads = 8, n_kv_heads = 2, kv_dim = n_kv_heads * head_dim, block = 16, n_blocks = 40;
-        INFO("head_dim " << head_dim);
+        INFO("head_dim " << head_dim << " window " << window << (sinked ? " with sinks" : ""));
+        const AttnMask mask{window, sinked ? sinks.data() : nullptr};
         // One pool of blocks, [K | V] halves of block * kv_dim rows each.
         const long part = long(block) * kv_dim;
         std::vector<float> pool = random_floats(size_t(n_blocks) * 2 * part);
@@ -248,19 +253,20 @@ TEST_CASE("paged attention matches cpu_kernels attention_paged on decode, prefil
         const int rows = int(rows_spec.size()), q_dim = n_heads * head_dim;
         std::vector<float> q = random_floats(size_t(rows) * q_dim), want(size_t(rows) * q_dim);
         std::vector<int> block_start, n_pos;
-        std::vector<float> scratch(400);
+        std::vector<float> scratch(size_t(n_heads / n_kv_heads) * 300);
         for (int r = 0; r < rows; r++) {
             auto [seq, len] = rows_spec[size_t(r)];
             block_start.push_back(start[size_t(seq)]);
             n_pos.push_back(len);
             attention_paged(want.data() + size_t(r) * q_dim, q.data() + size_t(r) * q_dim,
                             host_blocks.data() + start[size_t(seq)], 0, part, block, len, n_heads, n_kv_heads, head_dim,
-                            kv_dim, scratch.data());
+                            kv_dim, scratch.data(), mask);
         }
         GpuBuffer dq = upload(q), dout(want.size() * sizeof(float)), dblocks = upload(dev_blocks),
                   dstart = upload(block_start), dpos = upload(n_pos);
         gpu_attention_paged(dout.as<float>(), dq.as<float>(), dblocks.as<const float*>(), dstart.as<int>(),
-                            dpos.as<int>(), 0, part, block, rows, n_heads, n_kv_heads, head_dim, kv_dim, nullptr);
+                            dpos.as<int>(), 0, part, block, rows, n_heads, n_kv_heads, head_dim, kv_dim, window,
+                            sinked ? dsinks.as<float>() : nullptr, nullptr);
         require_close(download<float>(dout, want.size()), want, REL_FP32 * 10);
     }
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cpu_kernels/kernels.h"
@@ -41,26 +42,31 @@ void for_each_native_isa(F body) {
     isa_select(saved);
 }
 
-// Naive attention of one query vector set at positions [0, n_pos).
+// Naive attention of one query vector set at position n_pos - 1: positions
+// [0, n_pos), or the last `window` of them; sinks (n_heads,) or null: one
+// more logit each in the softmax, with no value. Written from the
+// definitions (Hugging Face's gpt-oss: the sink concatenated to the scores
+// before the softmax, its probability dropped after).
 std::vector<double> attention_ref(const float* q, const float* k, const float* v, int n_pos, int n_heads,
-                                  int n_kv_heads, int head_dim, int kv_stride) {
+                                  int n_kv_heads, int head_dim, int kv_stride, int window = 0,
+                                  const float* sinks = nullptr) {
     std::vector<double> out(size_t(n_heads) * head_dim);
     int group = n_heads / n_kv_heads;
+    int first = window > 0 ? std::max(0, n_pos - window) : 0;
     for (int h = 0; h < n_heads; h++) {
         int j = h / group;
-        std::vector<double> s(n_pos);
-        double mx = -1e300;
-        for (int p = 0; p < n_pos; p++) {
+        std::vector<double> s;
+        for (int p = first; p < n_pos; p++) {
             double d = 0;
             for (int e = 0; e < head_dim; e++) d += double(q[h * head_dim + e]) * k[size_t(p) * kv_stride + j * head_dim + e];
-            s[p] = d / std::sqrt(double(head_dim));
-            mx = std::max(mx, s[p]);
+            s.push_back(d / std::sqrt(double(head_dim)));
         }
-        double sum = 0;
+        if (sinks) s.push_back(sinks[h]);
+        double mx = *std::max_element(s.begin(), s.end()), sum = 0;
         for (auto& x : s) sum += (x = std::exp(x - mx));
-        for (int p = 0; p < n_pos; p++)
+        for (int p = first; p < n_pos; p++)
             for (int e = 0; e < head_dim; e++)
-                out[size_t(h) * head_dim + e] += s[p] / sum * v[size_t(p) * kv_stride + j * head_dim + e];
+                out[size_t(h) * head_dim + e] += s[size_t(p - first)] / sum * v[size_t(p) * kv_stride + j * head_dim + e];
     }
     return out;
 }
@@ -184,16 +190,23 @@ TEST_CASE("attention_paged over blocks in any order equals attention_one bit for
                         auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f);
                         auto v = rand_f32(rng, size_t(n_pos) * kv_stride);
                         PagedKv paged(rng, k, v, n_pos, kv_stride, block_size, order);
-                        std::vector<float> want(size_t(n_heads) * head_dim), got(want.size());
-                        std::vector<float> scratch(size_t(n_heads / n_kv_heads) * n_pos);
-                        attention_one(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
-                                      kv_stride, scratch.data());
-                        attention_paged(got.data(), q.data(), paged.blocks.data(), paged.k_offset, paged.v_offset,
-                                        block_size, n_pos, n_heads, n_kv_heads, head_dim, kv_stride, scratch.data());
-                        REQUIRE(got == want);
-                        auto ref = attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads, head_dim,
-                                                 kv_stride);
-                        for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(got[e] - ref[e]) <= 1e-5);
+                        auto sinks = rand_f32(rng, size_t(n_heads), 3.0f);
+                        // Plain; a window of 7 (from an unaligned position)
+                        // with sinks; a window past the start.
+                        for (AttnMask mask : {AttnMask{}, AttnMask{7, sinks.data()}, AttnMask{500, nullptr}}) {
+                            INFO("window " << mask.window << (mask.sinks ? " with sinks" : ""));
+                            std::vector<float> want(size_t(n_heads) * head_dim), got(want.size());
+                            std::vector<float> scratch(size_t(n_heads / n_kv_heads) * n_pos);
+                            attention_one(want.data(), q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads,
+                                          head_dim, kv_stride, scratch.data(), mask);
+                            attention_paged(got.data(), q.data(), paged.blocks.data(), paged.k_offset,
+                                            paged.v_offset, block_size, n_pos, n_heads, n_kv_heads, head_dim,
+                                            kv_stride, scratch.data(), mask);
+                            REQUIRE(got == want);
+                            auto ref = attention_ref(q.data(), k.data(), v.data(), n_pos, n_heads, n_kv_heads,
+                                                     head_dim, kv_stride, mask.window, mask.sinks);
+                            for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(got[e] - ref[e]) <= 1e-5);
+                        }
                     }
     });
 }
@@ -206,25 +219,37 @@ TEST_CASE("attention_run is causal attention of each token, the same bits howeve
              {std::tuple{8, 2, 32}, std::tuple{4, 4, 16}, std::tuple{6, 3, 10}, std::tuple{16, 2, 80}})
             for (auto [n_tokens, pos0] : {std::pair{1, 0}, std::pair{5, 0}, std::pair{37, 0}, std::pair{20, 100},
                                           std::pair{70, 3}, std::pair{150, 60}})
-                for (const char* order : {"shuffled", "in order"}) {
+                for (auto [order, window, sinked] : {std::tuple{"shuffled", 0, false}, std::tuple{"in order", 0, false},
+                                                      std::tuple{"shuffled", 7, true}, std::tuple{"in order", 100, false},
+                                                      std::tuple{"in order", 0, true}}) {
                     INFO("heads " << n_heads << "/" << n_kv_heads << " head_dim " << head_dim << " tokens " << n_tokens
-                                  << " from " << pos0 << " blocks " << order);
+                                  << " from " << pos0 << " blocks " << order << " window " << window
+                                  << (sinked ? " with sinks" : ""));
                     int kv_stride = n_kv_heads * head_dim + 3, n_pos = pos0 + n_tokens, block_size = 16;
                     long qs = long(n_heads) * head_dim + 5, os = long(n_heads) * head_dim + 2;
                     auto q = rand_f32(rng, size_t(n_tokens) * qs, 2.0f);
                     auto k = rand_f32(rng, size_t(n_pos) * kv_stride, 2.0f), v = rand_f32(rng, size_t(n_pos) * kv_stride);
                     PagedKv paged(rng, k, v, n_pos, kv_stride, block_size, order);
+                    auto sinks = rand_f32(rng, size_t(n_heads), 3.0f);
+                    const AttnMask mask{window, sinked ? sinks.data() : nullptr};
+                    // Positions before the run's first window are never read: a sliding cache may have dropped them.
+                    const int dropped = window > 0 ? std::max(0, pos0 - window + 1) : 0;
+                    for (int p = 0; p < dropped; p++)
+                        for (int c = 0; c < kv_stride; c++) {
+                            const_cast<float*>(paged.blocks[size_t(p / block_size)])[paged.k_offset + (p % block_size) * kv_stride + c] = NAN;
+                            const_cast<float*>(paged.blocks[size_t(p / block_size)])[paged.v_offset + (p % block_size) * kv_stride + c] = NAN;
+                        }
                     auto run = [&](std::vector<float>& out, int t0, int nt, ThreadPool& p) {
                         attention_run(out.data() + t0 * os, os, q.data() + t0 * qs, qs, paged.blocks.data(),
                                       paged.k_offset, paged.v_offset, block_size, pos0 + t0, nt, n_heads, n_kv_heads,
-                                      head_dim, kv_stride, p);
+                                      head_dim, kv_stride, p, mask);
                     };
                     std::vector<float> out(size_t(n_tokens) * os, -7.0f);
                     run(out, 0, n_tokens, pool);
                     for (int t = 0; t < n_tokens; t++) {
                         INFO("token " << t);
                         auto ref = attention_ref(q.data() + t * qs, k.data(), v.data(), pos0 + t + 1, n_heads,
-                                                 n_kv_heads, head_dim, kv_stride);
+                                                 n_kv_heads, head_dim, kv_stride, mask.window, mask.sinks);
                         for (size_t e = 0; e < ref.size(); e++) REQUIRE(std::abs(out[t * os + e] - ref[e]) <= 1e-5);
                         for (long e = long(ref.size()); e < os; e++) REQUIRE(out[t * os + e] == -7.0f);  // padding kept
                     }
