@@ -304,23 +304,14 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) 
     active_table().rmsnorm(out, x, weight, n, eps);
 }
 
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta) {
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const double* inv_freq, float mscale) {
     assert(head_dim % 2 == 0 && head_dim <= 1024);
-    int half = head_dim / 2;
-    // Frequencies in double, cached per (theta, head_dim): pos * freq reaches
-    // 1e5 rad at long contexts, where fp32 angles would be off by radians.
-    static thread_local std::vector<double> freq;
-    static thread_local float freq_theta = 0.0f;
-    if (int(freq.size()) != half || freq_theta != theta) {
-        freq.resize(half);
-        for (int i = 0; i < half; i++) freq[i] = std::pow(double(theta), -2.0 * i / head_dim);
-        freq_theta = theta;
-    }
+    const int half = head_dim / 2;
     float cs[512], sn[512];
     for (int i = 0; i < half; i++) {
-        double angle = double(pos) * freq[i];
-        cs[i] = float(std::cos(angle));
-        sn[i] = float(std::sin(angle));
+        const double angle = double(pos) * inv_freq[i];
+        cs[i] = float(std::cos(angle) * mscale);
+        sn[i] = float(std::sin(angle) * mscale);
     }
     active_table().rope(x, n_heads, head_dim, cs, sn);
 }

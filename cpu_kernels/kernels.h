@@ -48,9 +48,12 @@ void matmul_bf16(float* y, const float* x, const bf16* w, int m, int n, int k, T
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 
 // Rotate-half RoPE (Hugging Face layout, not interleaved) on n_heads vectors of
-// head_dim at position pos: pairs (i, i + head_dim/2) rotate by
-// pos * theta^(-2i/head_dim).
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta);
+// head_dim at position pos: pairs (i, i + head_dim/2) rotate by the angle
+// pos * inv_freq[i] (head_dim / 2 frequencies, the model's: plain
+// theta^(-2i/head_dim) or scaled, engine's rope_inv_freq), the angle and its
+// cos and sin in double, cos and sin multiplied by mscale (YaRN's attention
+// factor; 1 otherwise) before rounding to float.
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const double* inv_freq, float mscale = 1.0f);
 
 // x (n,) <- softmax(x), numerically stable.
 void softmax(float* x, int n);

@@ -48,7 +48,7 @@ __global__ void rmsnorm_kernel(float* out, const float* x, const float* weight, 
 
 // One thread per (row, head, pair) of the head's first rot_dim dims.
 __global__ void rope_kernel(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,
-                            float theta) {
+                            const double* inv_freq, float mscale) {
     const int half = rot_dim / 2;
     const long total = long(rows) * n_heads * half;
     for (long t = blockIdx.x * long(blockDim.x) + threadIdx.x; t < total; t += long(gridDim.x) * blockDim.x) {
@@ -56,7 +56,7 @@ __global__ void rope_kernel(float* x, const int* positions, int rows, int n_head
         const long head = t / half;  // row * n_heads + h
         const int row = int(head / n_heads);
         float* v = x + head * head_dim;
-        gm_rope_pair(v + i, v + i + half, i, rot_dim, positions[row], theta);
+        gm_rope_pair(v + i, v + i + half, positions[row], inv_freq[i], mscale);
     }
 }
 
@@ -152,13 +152,14 @@ void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int 
 }
 
 void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,
-                          float theta, GpuStream stream) {
+                          const double* inv_freq, float mscale, GpuStream stream) {
     if (rows <= 0) return;
     if (rot_dim % 2 != 0 || rot_dim <= 0 || rot_dim > head_dim)
         throw GpuError("gpu_rope_rotate_half: rot_dim " + std::to_string(rot_dim) + " is not an even count up to head_dim " +
                        std::to_string(head_dim));
     rope_kernel<<<blocks_for(long(rows) * n_heads * (rot_dim / 2)), THREADS, 0, stream>>>(x, positions, rows, n_heads,
-                                                                                            head_dim, rot_dim, theta);
+                                                                                            head_dim, rot_dim, inv_freq,
+                                                                                            mscale);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -80,9 +80,10 @@ void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int 
 // Rotate-half RoPE on the first rot_dim dims of each head of x (rows,
 // n_heads * head_dim), row i at positions[i] (device array): as
 // rope_rotate_half(head, 1, rot_dim, ...) on each head (rot_dim = head_dim:
-// the whole head; less: Qwen3.5's partial rotary).
+// the whole head; less: Qwen3.5's partial rotary), with the frequencies
+// inv_freq (rot_dim / 2 doubles, device memory) and mscale.
 void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,
-                          float theta, GpuStream stream);
+                          const double* inv_freq, float mscale, GpuStream stream);
 
 // a, b (rows, n_heads * head_dim) from x (rows, 2 * n_heads * head_dim)
 // whose heads are [a_h | b_h] (a gated attention's query and gate).

@@ -85,13 +85,15 @@ MOE_HD inline float gm_delta_rule_column(float* s, long stride, const float* q, 
 // out = x * gm_rms_scale(...) * weight.
 MOE_HD inline float gm_rms_scale(float sum_sq, int n, float eps) { return 1.0f / sqrtf(sum_sq / float(n) + eps); }
 
-// Rotate-half RoPE of pair i (of head_dim / 2) at position pos: the angle is
-// computed in double, as cpu_kernels does (pos * freq reaches 1e5 rad at
-// long contexts, where fp32 angles are off by radians); (a, b) = (x[i],
-// x[i + head_dim / 2]).
-MOE_HD inline void gm_rope_pair(float* a, float* b, int i, int head_dim, int pos, float theta) {
-    const double angle = double(pos) * pow(double(theta), -2.0 * i / head_dim);
-    const float c = float(cos(angle)), s = float(sin(angle));
+// One rotate-half RoPE pair (a, b) = (x[i], x[i + rot_dim / 2]) at position
+// pos: the angle pos * inv_freq (the model's frequency of pair i, engine's
+// rope_inv_freq) and its cos and sin in double, times mscale (YaRN's
+// attention factor, else 1) rounded to float, as cpu_kernels'
+// rope_rotate_half does (pos * freq reaches 1e5 rad at long contexts, where
+// fp32 angles are off by radians).
+MOE_HD inline void gm_rope_pair(float* a, float* b, int pos, double inv_freq, float mscale) {
+    const double angle = double(pos) * inv_freq;
+    const float c = float(cos(angle) * mscale), s = float(sin(angle) * mscale);
     const float x = *a, y = *b;
     *a = x * c - y * s;
     *b = y * c + x * s;

@@ -32,7 +32,8 @@ class CpuBackend final : public Backend {
 public:
     CpuBackend(const ModelConfig& config, const ModelWeights& weights, ThreadPool& pool, int ctx, int max_rows)
         : c_(config), weights_(weights), pool_(pool), q_dim_(config.n_heads * config.head_dim),
-          kv_dim_(config.n_kv_heads * config.head_dim), att_scratch_(size_t(pool.size()) * (config.n_heads / std::max(1, config.n_kv_heads)) * ctx),
+          kv_dim_(config.n_kv_heads * config.head_dim), rope_freq_(rope_inv_freq(config)),
+          rope_mscale_(rope_attention_factor(config)), att_scratch_(size_t(pool.size()) * (config.n_heads / std::max(1, config.n_kv_heads)) * ctx),
           rows_x_(size_t(max_rows) * config.dim), rows_y_(size_t(max_rows) * config.dim),
           decay_(size_t(max_rows) * config.linear.n_v_heads), beta_(size_t(max_rows) * config.linear.n_v_heads) {
         singles_.reserve(size_t(max_rows));
@@ -70,12 +71,13 @@ public:
         for (int i = 0; i < batch_->size(); i++) {
             float* row = x + size_t(i) * width;
             if (rot == c_.head_dim) {
-                rope_rotate_half(row, n_heads, c_.head_dim, batch_->positions[i], c_.rope_theta);
+                rope_rotate_half(row, n_heads, c_.head_dim, batch_->positions[i], rope_freq_.data(), rope_mscale_);
                 continue;
             }
             // Partial rotary: each head's first rot dims as a head of their own.
             for (int h = 0; h < n_heads; h++)
-                rope_rotate_half(row + size_t(h) * c_.head_dim, 1, rot, batch_->positions[i], c_.rope_theta);
+                rope_rotate_half(row + size_t(h) * c_.head_dim, 1, rot, batch_->positions[i], rope_freq_.data(),
+                                 rope_mscale_);
         }
     }
 
@@ -277,6 +279,8 @@ private:
     const Batch* batch_ = nullptr;
     const KvCache* cache_ = nullptr;
     RecurrentState* recurrent_ = nullptr;
+    std::vector<double> rope_freq_;   // rope_inv_freq of the config
+    float rope_mscale_;
     std::vector<float> att_scratch_;  // (threads, query heads a kv head, ctx)
     std::vector<int> singles_;        // the batch entries attention takes one by one
     std::vector<float> rows_x_, rows_y_;  // (max_rows, dim) each

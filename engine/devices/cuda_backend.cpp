@@ -159,6 +159,12 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& host_wei
     if (c_.tie_embeddings) dev_weights_.lm_head = dev_weights_.embed;
     stream_.synchronize();  // pageable sources: the copies must finish before the mapping is read again
 
+    const std::vector<double> freq = rope_inv_freq(c_);
+    rope_freq_ = GpuBuffer(freq.size() * sizeof(double));
+    gpu_copy_h2d(rope_freq_.data(), freq.data(), freq.size() * sizeof(double), stream_.get());
+    stream_.synchronize();  // a pageable source
+    rope_mscale_ = rope_attention_factor(c_);
+
     x_bf16_ = GpuBuffer(size_t(max_batch) * widest_dense_input(c_) * sizeof(bf16));
     const bool quantized = weight_format(host_weights).quantized_dense;
     dequant_ = GpuBuffer(quantized ? GPU_DEQUANT_PIECE_ELEMS * sizeof(bf16) : 0);
@@ -322,7 +328,8 @@ void CudaBackend::delta_net(int layer, float* o, float* qkv, const float* z, con
 }
 
 void CudaBackend::rope(float* x, int n_heads) {
-    gpu_rope_rotate_half(x, d_positions_, n_, n_heads, c_.head_dim, c_.rope_dim(), c_.rope_theta, stream_.get());
+    gpu_rope_rotate_half(x, d_positions_, n_, n_heads, c_.head_dim, c_.rope_dim(), rope_freq_.as<double>(),
+                         rope_mscale_, stream_.get());
 }
 
 void CudaBackend::kv_store(int kv_layer, const float* k, const float* v) {

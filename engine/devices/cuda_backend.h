@@ -95,6 +95,8 @@ private:
     ModelWeights dev_weights_;    // device pointers into weight_memory_; no experts
     size_t weight_bytes_ = 0, activation_bytes_ = 0;
     std::vector<GpuBuffer> buffers_;  // alloc()
+    GpuBuffer rope_freq_;             // rope_inv_freq (rope_dim / 2 doubles)
+    float rope_mscale_ = 1.0f;        // rope_attention_factor
     GpuBuffer x_bf16_;                // (max_batch, widest k of a dense GEMM) bf16: GEMM inputs
     GpuBuffer dequant_;           // quantized dense weights: a piece of W in bf16 (gpu_matmul)
 

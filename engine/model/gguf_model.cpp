@@ -293,6 +293,21 @@ ModelConfig gguf_model_config(const GgufFile& f) {
         j["vocab_size"] = embed.shape.empty() ? 0 : embed.shape[0];
     }
     j["rope_theta"] = m.find_float(p + "rope.freq_base").value_or(10000.0);
+    // RoPE scaling as llama.cpp's converter writes it (rope.scaling.*; the
+    // YaRN blend's ends always rounded outward, as llama.cpp computes it).
+    if (std::optional<std::string_view> type = m.find_string(p + "rope.scaling.type"); type && *type != "none") {
+        json r = {{"rope_type", std::string(*type)}};
+        if (std::optional<double> factor = m.find_float(p + "rope.scaling.factor")) r["factor"] = *factor;
+        if (*type == "yarn") {
+            if (std::optional<int> orig = find(p + "rope.scaling.original_context_length"))
+                r["original_max_position_embeddings"] = *orig;
+            if (std::optional<double> v = m.find_float(p + "rope.scaling.yarn_beta_fast")) r["beta_fast"] = *v;
+            if (std::optional<double> v = m.find_float(p + "rope.scaling.yarn_beta_slow")) r["beta_slow"] = *v;
+            if (std::optional<double> v = m.find_float(p + "rope.scaling.yarn_attn_factor")) r["attention_factor"] = *v;
+            r["truncate"] = true;
+        }
+        j["rope_scaling"] = r;
+    }
     j["rms_norm_eps"] = m.get_float(p + "attention.layer_norm_rms_epsilon");
     if (std::optional<int> ctx = find(p + "context_length")) j["max_position_embeddings"] = *ctx;
     j["tie_word_embeddings"] = f.find("output.weight") == nullptr;
@@ -446,6 +461,17 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
         {p + "rope.freq_base", c.rope_theta},
         {p + "vocab_size", uint32_t(c.vocab_size)},
     };
+    if (const RopeScaling& r = c.rope_scaling; r.type != RopeScaling::Type::NONE) {
+        const bool yarn = r.type == RopeScaling::Type::YARN;
+        meta.push_back({p + "rope.scaling.type", std::string(yarn ? "yarn" : "linear")});
+        meta.push_back({p + "rope.scaling.factor", r.factor});
+        if (yarn) {
+            meta.push_back({p + "rope.scaling.original_context_length", uint32_t(r.original_context)});
+            meta.push_back({p + "rope.scaling.yarn_beta_fast", r.beta_fast});
+            meta.push_back({p + "rope.scaling.yarn_beta_slow", r.beta_slow});
+            meta.push_back({p + "rope.scaling.yarn_attn_factor", r.attention_factor});
+        }
+    }
     if (c.is_moe()) {
         meta.push_back({p + "expert_count", uint32_t(c.n_experts)});
         meta.push_back({p + "expert_used_count", uint32_t(c.n_experts_active)});

@@ -6,6 +6,7 @@
 #include "engine/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -210,21 +211,53 @@ std::vector<MixerKind> hybrid_layer_mixers(const json& j, std::string_view sourc
     return mixers;
 }
 
-// Plain RoPE only: rope_scaling / rope_parameters may say so (rope_type
-// "default"; Qwen3.5's text-only M-RoPE sections reduce to plain RoPE, as
-// every position id of text is the token's index). Returns rope_theta from
-// rope_parameters when it is there.
-std::optional<float> plain_rope(const json& j, std::string_view source, bool mrope_ok) {
+// RoPE: rope_scaling / rope_parameters (either; Hugging Face moved from the
+// first to the second) may be plain (rope_type "default"; Qwen3.5's
+// text-only M-RoPE sections reduce to plain RoPE, as every position id of
+// text is the token's index), "linear" or "yarn". Sets c.rope_scaling;
+// returns rope_theta from rope_parameters when it is there.
+std::optional<float> parse_rope(const json& j, std::string_view source, bool mrope_ok, ModelConfig& c) {
     std::optional<float> theta;
     for (const char* name : {"rope_scaling", "rope_parameters"}) {
         const json* r = field(j, name);
         if (!r) continue;
-        const json* type = r->is_object() ? field(*r, "rope_type") : nullptr;
-        if (!type) type = r->is_object() ? field(*r, "type") : nullptr;
-        const bool plain = r->is_object() && (!type || *type == "default" || (mrope_ok && *type == "mrope"));
-        if (!plain)
+        if (!r->is_object())
+            config_fail(source, std::string("field '") + name + "' must be an object, found " + json_type_name(*r));
+        const json* type = field(*r, "rope_type");
+        if (!type) type = field(*r, "type");
+        const std::string t = type && type->is_string() ? type->get<std::string>() : type ? type->dump() : "default";
+        const std::string where = std::string(name) + ".";
+        auto number = [&](const char* key, float fallback) { return optional_float(*r, source, key, fallback); };
+        RopeScaling& s = c.rope_scaling;
+        if (t == "linear" || t == "yarn") {
+            s.type = t == "yarn" ? RopeScaling::Type::YARN : RopeScaling::Type::LINEAR;
+            if (!field(*r, "factor")) config_fail(source, "field '" + where + "factor' is missing (rope_type " + t + ")");
+            s.factor = number("factor", 1.0f);
+            if (!(s.factor >= 1.0f && s.factor <= 1024.0f))
+                config_fail(source, "field '" + where + "factor' = " + std::to_string(s.factor) +
+                                        " is outside [1, 1024]");
+            if (s.type == RopeScaling::Type::YARN) {
+                s.original_context = optional_int(*r, source, "original_max_position_embeddings",
+                                                   optional_int(j, source, "max_position_embeddings", 0));
+                if (s.original_context <= 0)
+                    config_fail(source, "field '" + where +
+                                            "original_max_position_embeddings' is missing (YaRN needs the original "
+                                            "context)");
+                s.beta_fast = number("beta_fast", 32.0f);
+                s.beta_slow = number("beta_slow", 1.0f);
+                if (!(s.beta_fast > 0.0f && s.beta_slow > 0.0f))
+                    config_fail(source, "fields '" + where + "beta_fast' / 'beta_slow' must be positive");
+                s.truncate = optional_bool(*r, source, "truncate", true);
+                const float fallback = 0.1f * std::log(s.factor) + 1.0f;
+                s.attention_factor = number("attention_factor", fallback);
+                if (field(*r, "mscale") || field(*r, "mscale_all_dim"))
+                    config_fail(source, "fields '" + where + "mscale' / 'mscale_all_dim' are set: DeepSeek's YaRN "
+                                                             "attention factor is not supported yet");
+            }
+        } else if (!(t == "default" || (mrope_ok && t == "mrope"))) {
             config_fail(source, std::string("field '") + name + "' is set (" + r->dump() +
-                                    "): only plain RoPE is supported");
+                                    "): supported RoPE types are default, linear and yarn");
+        }
         if (field(*r, "rope_theta")) theta = optional_float(*r, source, "rope_theta", 0.0f);
     }
     return theta;
@@ -249,6 +282,42 @@ int ModelConfig::n_attention_layers() const {
     int n = 0;
     for (int l = 0; l < n_layers; l++) n += layer_mixer(l) == MixerKind::ATTENTION;
     return n;
+}
+
+std::vector<double> rope_inv_freq(const ModelConfig& c) {
+    const int dim = c.rope_dim(), half = dim / 2;
+    const double base = c.rope_theta;
+    const RopeScaling& s = c.rope_scaling;
+    std::vector<double> freq(static_cast<size_t>(half));
+    for (int i = 0; i < half; i++) freq[size_t(i)] = std::pow(base, -2.0 * i / dim);
+    if (s.type == RopeScaling::Type::LINEAR)
+        for (double& f : freq) f /= s.factor;
+    if (s.type != RopeScaling::Type::YARN) return freq;
+    // The dimension whose frequency turns `turns` times over the original
+    // context; the blend runs between those of beta_fast and beta_slow.
+    const double pi = 3.14159265358979323846;
+    auto correction_dim = [&](double turns) {
+        return dim * std::log(double(s.original_context) / (turns * 2.0 * pi)) / (2.0 * std::log(base));
+    };
+    double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+    if (s.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, double(dim - 1));
+    if (low == high) high += 0.001;
+    for (int i = 0; i < half; i++) {
+        const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+        const double extrapolation = 1.0 - ramp;  // the share of the original frequency
+        double& f = freq[size_t(i)];
+        f = f / s.factor * (1.0 - extrapolation) + f * extrapolation;
+    }
+    return freq;
+}
+
+float rope_attention_factor(const ModelConfig& c) {
+    return c.rope_scaling.type == RopeScaling::Type::YARN ? c.rope_scaling.attention_factor : 1.0f;
 }
 
 int ModelConfig::layer_mlp_hidden(int l) const {
@@ -390,7 +459,7 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
         break;
     }
     if (!qwen) c.dense_hidden_dim = c.hidden_dim;  // only Qwen gives dense layers their own width
-    const std::optional<float> rope_parameters_theta = plain_rope(j, source, arch == Arch::QWEN35_MOE);
+    const std::optional<float> rope_parameters_theta = parse_rope(j, source, arch == Arch::QWEN35_MOE, c);
     // Hugging Face defaults of each config class.
     const float theta = arch == Arch::MIXTRAL ? 1e6f : 10000.0f;
     const float eps = arch == Arch::MIXTRAL || arch == Arch::OLMOE ? 1e-5f : 1e-6f;

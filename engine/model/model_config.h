@@ -53,6 +53,24 @@ struct LinearAttentionShape {
     }
 };
 
+// RoPE frequency scaling: config.json's rope_scaling / rope_parameters
+// (rope_type), GGUF's rope.scaling.*. LINEAR divides every frequency by
+// factor; YARN blends, per frequency, the original one (fast rotations, above
+// beta_fast turns over the original context) with the one divided by factor
+// (below beta_slow turns), linearly between, and multiplies cos and sin by
+// attention_factor (default 0.1 ln(factor) + 1), as Hugging Face's
+// _compute_yarn_parameters does (truncate: the blend's ends rounded outward
+// to whole dimensions, as llama.cpp always does).
+struct RopeScaling {
+    enum class Type : uint8_t { NONE, LINEAR, YARN };
+    Type type = Type::NONE;
+    float factor = 1.0f;
+    int original_context = 0;  // original_max_position_embeddings
+    float beta_fast = 32.0f, beta_slow = 1.0f;
+    float attention_factor = 1.0f;
+    bool truncate = true;
+};
+
 struct ModelConfig {
     std::string architecture;       // one of model_config_architectures()
     int dim = 0;                    // hidden_size
@@ -83,6 +101,7 @@ struct ModelConfig {
     // adds the 1, so the engine's norms always scale by their weight.
     bool norms_zero_centered = false;
     bool tie_embeddings = false;    // lm_head shares embed_tokens
+    RopeScaling rope_scaling;
     // Rotary dimensions of a head (the first rotary_dim of head_dim, rotate
     // half within them): head_dim * partial_rotary_factor; 0 = head_dim
     // (rope_dim() says which).
@@ -126,6 +145,13 @@ struct ModelConfig {
     int n_attention_layers() const;
     int n_linear_layers() const { return n_layers - n_attention_layers(); }
 };
+
+// The inverse frequency of each rotary pair of a head (rope_dim() / 2
+// entries, in double: pos * freq reaches 1e5 rad at long contexts), after
+// rope_scaling; and the factor cos and sin are multiplied by. Every backend
+// rotates with these.
+std::vector<double> rope_inv_freq(const ModelConfig& c);
+float rope_attention_factor(const ModelConfig& c);
 
 // The architectures model_config_parse accepts, for messages and docs.
 const char* model_config_architectures();

@@ -355,6 +355,21 @@ double json_float(float x) {
     return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
+// config.json's rope_scaling of a config (null: plain RoPE).
+json rope_scaling_json(const RopeScaling& r) {
+    if (r.type == RopeScaling::Type::NONE) return nullptr;
+    const bool yarn = r.type == RopeScaling::Type::YARN;
+    json j = {{"rope_type", yarn ? "yarn" : "linear"}, {"factor", json_float(r.factor)}};
+    if (yarn) {
+        j["original_max_position_embeddings"] = r.original_context;
+        j["beta_fast"] = json_float(r.beta_fast);
+        j["beta_slow"] = json_float(r.beta_slow);
+        j["attention_factor"] = json_float(r.attention_factor);
+        j["truncate"] = r.truncate;
+    }
+    return j;
+}
+
 const char* model_type(const ModelConfig& c) {
     if (c.architecture == "Qwen3MoeForCausalLM") return "qwen3_moe";
     if (c.architecture == "Qwen2MoeForCausalLM") return "qwen2_moe";
@@ -409,7 +424,7 @@ json config_json(const ModelConfig& c) {
     j["num_experts"] = c.n_experts;
     j["norm_topk_prob"] = c.norm_topk_prob;
     j["router_aux_loss_coef"] = 0.001;
-    j["rope_scaling"] = nullptr;
+    j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
     j["transformers_version"] = "4.51.0";
     if (c.architecture == "OlmoeForCausalLM") {
         j["bos_token_id"] = nullptr;  // as OLMoE's: the parser takes the EOS id
@@ -476,7 +491,7 @@ json hybrid_config_json(const ModelConfig& c) {
         t["model_type"] = "qwen3_next";
         t["rope_theta"] = json_float(c.rope_theta);
         t["partial_rotary_factor"] = factor;
-        t["rope_scaling"] = nullptr;
+        t["rope_scaling"] = rope_scaling_json(c.rope_scaling);
         t["intermediate_size"] = c.dense_hidden_dim;
         t["decoder_sparse_step"] = 1;
         t["mlp_only_layers"] = c.dense_layers;

@@ -55,14 +55,18 @@ TEST_CASE("gpu math: RoPE pairs, RMSNorm scale and SiLU-mul equal cpu_kernels", 
     for (int head_dim : {8, 72, 128})
         for (int pos : {0, 1, 77, 4095, 100000}) {
             std::vector<float> x = random_floats(size_t(head_dim) * 2, 1.0f, unsigned(pos + head_dim));
-            std::vector<float> want = x;
-            rope_rotate_half(want.data(), 2, head_dim, pos, 1e6f);
             const int half = head_dim / 2;
-            for (int h = 0; h < 2; h++)
-                for (int i = 0; i < half; i++)
-                    gm_rope_pair(&x[size_t(h * head_dim + i)], &x[size_t(h * head_dim + i + half)], i, head_dim, pos,
-                                 1e6f);
-            for (size_t i = 0; i < x.size(); i++) REQUIRE(x[i] == Approx(want[i]).margin(1e-5));
+            std::vector<double> freq(static_cast<size_t>(half));
+            for (int i = 0; i < half; i++) freq[size_t(i)] = std::pow(1e6, -2.0 * i / head_dim) / (i % 3 + 1);
+            for (float mscale : {1.0f, 1.3466f}) {
+                std::vector<float> got = x, want = x;
+                rope_rotate_half(want.data(), 2, head_dim, pos, freq.data(), mscale);
+                for (int h = 0; h < 2; h++)
+                    for (int i = 0; i < half; i++)
+                        gm_rope_pair(&got[size_t(h * head_dim + i)], &got[size_t(h * head_dim + i + half)], pos,
+                                     freq[size_t(i)], mscale);
+                for (size_t i = 0; i < x.size(); i++) REQUIRE(got[i] == Approx(want[i]).margin(1e-5));
+            }
         }
     std::vector<float> x = random_floats(1000, 3.0f, 1), w = random_floats(1000, 1.0f, 2), want(1000);
     rmsnorm(want.data(), x.data(), w.data(), 1000, 1e-5f);

@@ -72,6 +72,13 @@ void check_same_config(const ModelConfig& got, const ModelConfig& want) {
     CHECK(got.bos_token_id == want.bos_token_id);
     CHECK(got.eos_token_ids == want.eos_token_ids);
     CHECK(got.rope_dim() == want.rope_dim());
+    CHECK(got.rope_scaling.type == want.rope_scaling.type);
+    CHECK(got.rope_scaling.factor == want.rope_scaling.factor);
+    CHECK(got.rope_scaling.original_context == want.rope_scaling.original_context);
+    CHECK(got.rope_scaling.beta_fast == want.rope_scaling.beta_fast);
+    CHECK(got.rope_scaling.beta_slow == want.rope_scaling.beta_slow);
+    CHECK(got.rope_scaling.attention_factor == want.rope_scaling.attention_factor);
+    CHECK(got.rope_scaling.truncate == want.rope_scaling.truncate);
     CHECK(got.attn_output_gate == want.attn_output_gate);
     CHECK(got.norms_zero_centered == want.norms_zero_centered);
     CHECK(got.layer_mixers == want.layer_mixers);
@@ -276,6 +283,38 @@ TEST_CASE("arch presets: a bf16 GGUF of each gives the preset's config, logits a
             CHECK(file.metadata().get_string("tokenizer.chat_template") == synth_chat_template(c));
         }
     }
+}
+
+TEST_CASE("arch presets: YaRN RoPE scaling goes into a GGUF as llama.cpp writes it and back", "[arch]") {
+    const ModelSource source = model_source_parse("synth:qwen3-moe-mini:3");
+    ModelConfig c = model_source_config(source);
+    c.rope_scaling = {RopeScaling::Type::YARN, 8.0f, 16, 4.0f, 1.0f, 1.25f, true};
+    const ModelWeights w = model_source_weights(source, c, 2);
+    const fs::path out = test_temp_dir("arch-gguf-yarn") / "model.gguf";
+    const RemovedAtEnd remove_out(out);
+    GgufWriteOptions o;
+    o.name = "yarn";
+    o.extra_metadata = model_source_text_metadata(source, c);
+    o.threads = 2;
+    gguf_model_write(out, c, w, o);
+    const GgufFile file(out);
+    const GgufMetadata& m = file.metadata();
+    CHECK(m.get_string("qwen3moe.rope.scaling.type") == "yarn");
+    CHECK(m.get_float("qwen3moe.rope.scaling.factor") == 8.0);
+    CHECK(m.get_int<int>("qwen3moe.rope.scaling.original_context_length") == 16);
+    CHECK(m.get_float("qwen3moe.rope.scaling.yarn_beta_fast") == 4.0);
+    CHECK(m.get_float("qwen3moe.rope.scaling.yarn_attn_factor") == 1.25);
+    const ModelConfig g = gguf_model_config(file);
+    check_same_config(g, c);
+    // The same rotation, so the same logits; and not those of plain RoPE.
+    const std::vector<int> prompt = {50256, 15496, 11, 703, 389, 345, 30, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50};
+    const std::vector<float> want = cpu_prefill_logits(c, w, prompt);
+    const std::vector<float> got = cpu_prefill_logits(g, gguf_model_weights(g, out), prompt);
+    REQUIRE(got.size() == want.size());
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    ModelConfig plain = c;
+    plain.rope_scaling = {};
+    CHECK(cpu_prefill_logits(plain, w, prompt) != want);
 }
 
 TEST_CASE("arch presets: the shared expert counts as dense bytes, read every step, never as a routed expert",

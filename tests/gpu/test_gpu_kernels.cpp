@@ -22,6 +22,7 @@
 
 #include "cpu_kernels/kernels.h"
 #include "cpu_kernels/quant.h"
+#include "engine/model/model_config.h"
 #include "gpu_kernels/gpu_kernels.h"
 #include "gpu_kernels/gpu_math.h"
 #include "gpu_kernels/gpu_runtime.h"
@@ -151,14 +152,26 @@ TEST_CASE("rmsnorm, rope and silu_mul match cpu_kernels", "[gpu]") {
             gpu_rmsnorm(dx.as<float>(), dx.as<float>(), dw.as<float>(), rows, dim, 1e-5f, nullptr);  // in place
             require_close(download<float>(dx, x.size()), want, REL_FP32);
         }
-    for (int head_dim : {72, 128}) {
+    // Plain frequencies; gpt-oss's YaRN (factor 32 over 4096, attention factor 1.35).
+    ModelConfig yarn;
+    yarn.head_dim = 64;
+    yarn.rope_theta = 150000.0f;
+    yarn.rope_scaling = {RopeScaling::Type::YARN, 32.0f, 4096, 32.0f, 1.0f, 0.1f * std::log(32.0f) + 1.0f, false};
+    for (auto [head_dim, scaled] : {std::pair{72, false}, std::pair{128, false}, std::pair{64, true}}) {
+        INFO("head_dim " << head_dim << (scaled ? " YaRN" : ""));
         const int rows = 5, n_heads = 3;
         std::vector<int> pos{0, 1, 17, 4095, 31999};
+        std::vector<double> freq(static_cast<size_t>(head_dim / 2));
+        for (int i = 0; i < head_dim / 2; i++) freq[size_t(i)] = std::pow(1e6, -2.0 * i / head_dim);
+        if (scaled) freq = rope_inv_freq(yarn);
+        const float mscale = scaled ? rope_attention_factor(yarn) : 1.0f;
         std::vector<float> x = random_floats(size_t(rows) * n_heads * head_dim), want = x;
         for (int r = 0; r < rows; r++)
-            rope_rotate_half(want.data() + size_t(r) * n_heads * head_dim, n_heads, head_dim, pos[r], 1e6f);
-        GpuBuffer dx = upload(x), dpos = upload(pos);
-        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, head_dim, 1e6f, nullptr);
+            rope_rotate_half(want.data() + size_t(r) * n_heads * head_dim, n_heads, head_dim, pos[r], freq.data(),
+                             mscale);
+        GpuBuffer dx = upload(x), dpos = upload(pos), dfreq = upload(freq);
+        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, head_dim, dfreq.as<double>(),
+                             mscale, nullptr);
         require_close(download<float>(dx, x.size()), want, REL_FP32);
     }
     {
@@ -166,12 +179,15 @@ TEST_CASE("rmsnorm, rope and silu_mul match cpu_kernels", "[gpu]") {
         // rot_dim dims of each head as a head of their own, the rest kept.
         const int rows = 5, n_heads = 3, head_dim = 256, rot = 64;
         std::vector<int> pos{0, 1, 17, 4095, 31999};
+        std::vector<double> freq(static_cast<size_t>(rot / 2));
+        for (int i = 0; i < rot / 2; i++) freq[size_t(i)] = std::pow(1e7, -2.0 * i / rot);
         std::vector<float> x = random_floats(size_t(rows) * n_heads * head_dim), want = x;
         for (int r = 0; r < rows; r++)
             for (int h = 0; h < n_heads; h++)
-                rope_rotate_half(want.data() + (size_t(r) * n_heads + h) * head_dim, 1, rot, pos[r], 1e7f);
-        GpuBuffer dx = upload(x), dpos = upload(pos);
-        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, rot, 1e7f, nullptr);
+                rope_rotate_half(want.data() + (size_t(r) * n_heads + h) * head_dim, 1, rot, pos[r], freq.data());
+        GpuBuffer dx = upload(x), dpos = upload(pos), dfreq = upload(freq);
+        gpu_rope_rotate_half(dx.as<float>(), dpos.as<int>(), rows, n_heads, head_dim, rot, dfreq.as<double>(), 1.0f,
+                             nullptr);
         require_close(download<float>(dx, x.size()), want, REL_FP32);
     }
     std::vector<float> a = random_floats(1003, 4.0f), b = random_floats(1003), want = a;

@@ -455,7 +455,12 @@ TEST_CASE("config: bad Qwen and OLMoE fields are refused naming the field", "[co
         {qwen3_moe_json, "num_experts_per_tok", 129, "exceeds"},
         {qwen3_moe_json, "attention_bias", true, "not supported"},
         {qwen3_moe_json, "use_sliding_window", true, "not supported"},
-        {qwen3_moe_json, "rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}, "only plain RoPE"},
+        {qwen3_moe_json, "rope_scaling", {{"type", "longrope"}, {"factor", 4.0}}, "default, linear and yarn"},
+        {qwen3_moe_json, "rope_scaling", {{"rope_type", "yarn"}}, "factor' is missing"},
+        {qwen3_moe_json, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 0.5}}, "outside [1, 1024]"},
+        {qwen3_moe_json, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}, {"beta_fast", -1}}, "must be positive"},
+        {qwen3_moe_json, "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}, {"mscale", 1}}, "not supported yet"},
+        {qwen3_moe_json, "rope_scaling", "yarn", "must be an object"},
         {qwen3_moe_json, "norm_topk_prob", "yes", "true or false"},
         {qwen2_moe_json, "shared_expert_intermediate_size", 0, "positive"},
         {olmoe_json, "clip_qkv", 8.0, "not supported"},
@@ -552,7 +557,7 @@ TEST_CASE("config: Qwen3.5's image-text config and Qwen3-Next's hybrid layers", 
         {[](json& j) { j["linear_key_head_dim"] = 0; }, "field 'linear_key_head_dim' must be positive"},
         {[](json& j) { j["linear_value_head_dim"] = 1024; }, "= 1024 is above the 512 supported"},
         {[](json& j) { j["partial_rotary_factor"] = 0.001; }, "does not give an even number of rotary dimensions"},
-        {[](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; }, "only plain RoPE"},
+        {[](json& j) { j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4}}; }, "default, linear and yarn"},
         {[](json& j) { j["full_attention_interval"] = 0; }, "field 'full_attention_interval' must be positive"},
     };
     for (const auto& [edit, want] : bad) {
@@ -568,5 +573,83 @@ TEST_CASE("config: Qwen3.5's image-text config and Qwen3-Next's hybrid layers", 
         INFO(m);
         CHECK(m.find(want) != std::string::npos);
         check_one_line(m);
+    }
+}
+
+// Hugging Face's _compute_yarn_parameters, transcribed step by step in
+// double (its own names), for the engine's rope_inv_freq to meet.
+std::vector<double> hf_yarn_inv_freq(double base, int dim, double factor, double original, double beta_fast,
+                                     double beta_slow, bool truncate) {
+    const double pi = 3.14159265358979323846;
+    auto find_correction_dim = [&](double num_rotations) {
+        return (dim * std::log(original / (num_rotations * 2 * pi))) / (2 * std::log(base));
+    };
+    double low = find_correction_dim(beta_fast), high = find_correction_dim(beta_slow);
+    if (truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, double(dim - 1));
+    if (low == high) high += 0.001;
+    std::vector<double> inv_freq;
+    for (int i = 0; i < dim / 2; i++) {
+        const double pos_freq = std::pow(base, double(2 * i) / dim);
+        const double extrapolation = 1.0 / pos_freq, interpolation = 1.0 / (factor * pos_freq);
+        const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+        const double extrapolation_factor = 1 - ramp;
+        inv_freq.push_back(interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor);
+    }
+    return inv_freq;
+}
+
+TEST_CASE("config: YaRN and linear RoPE scaling, frequencies as Hugging Face computes them", "[config]") {
+    // gpt-oss's rope_scaling (truncate false) on a Qwen3-MoE config, and Qwen3's documented long-context one.
+    json j = qwen3_moe_json();
+    j["head_dim"] = 64;
+    j["rope_theta"] = 150000;
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+                         {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"truncate", false}};
+    ModelConfig c = model_config_parse(j, "gpt-oss rope");
+    CHECK(c.rope_scaling.type == RopeScaling::Type::YARN);
+    CHECK(c.rope_scaling.factor == 32.0f);
+    CHECK(c.rope_scaling.original_context == 4096);
+    CHECK_FALSE(c.rope_scaling.truncate);
+    CHECK(rope_attention_factor(c) == Approx(0.1 * std::log(32.0) + 1.0));
+    std::vector<double> got = rope_inv_freq(c), want = hf_yarn_inv_freq(150000, 64, 32, 4096, 32, 1, false);
+    REQUIRE(got.size() == 32);
+    for (size_t i = 0; i < got.size(); i++) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+    // The blend's ends (dims 8.09 and 17.40 here): the original frequency
+    // below, a 32nd of it above, in between between.
+    CHECK(got[0] == 1.0);
+    CHECK(got[8] == Approx(std::pow(150000.0, -16.0 / 64)).epsilon(0.02));
+    CHECK(got[31] == Approx(std::pow(150000.0, -62.0 / 64) / 32).epsilon(1e-12));
+    CHECK(got[12] < std::pow(150000.0, -24.0 / 64));
+    CHECK(got[12] > std::pow(150000.0, -24.0 / 64) / 32);
+
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+    j["head_dim"] = 128;
+    j["rope_theta"] = 1000000;
+    c = model_config_parse(j, "qwen3 yarn");
+    CHECK(c.rope_scaling.truncate);  // the default
+    CHECK(c.rope_scaling.beta_fast == 32.0f);
+    want = hf_yarn_inv_freq(1e6, 128, 4, 32768, 32, 1, true);
+    got = rope_inv_freq(c);
+    for (size_t i = 0; i < got.size(); i++) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    c = model_config_parse(j, "linear");
+    CHECK(c.rope_scaling.type == RopeScaling::Type::LINEAR);
+    CHECK(rope_attention_factor(c) == 1.0f);
+    got = rope_inv_freq(c);
+    for (int i = 0; i < 64; i++) CHECK(got[size_t(i)] == Approx(std::pow(1e6, -2.0 * i / 128) / 2).epsilon(1e-12));
+
+    // Plain RoPE, however it is said.
+    for (json plain : {json(nullptr), json{{"rope_type", "default"}}}) {
+        j["rope_scaling"] = plain;
+        c = model_config_parse(j, "plain");
+        CHECK(c.rope_scaling.type == RopeScaling::Type::NONE);
+        got = rope_inv_freq(c);
+        for (int i = 0; i < 64; i++) CHECK(got[size_t(i)] == Approx(std::pow(1e6, -2.0 * i / 128)).epsilon(1e-12));
     }
 }

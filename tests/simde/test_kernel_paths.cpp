@@ -289,18 +289,24 @@ TEST_CASE("softmax, rmsnorm, silu_mul, rope and top_k under every native path", 
             silu_mul(c.data(), b.data(), n);
             for (int i = 0; i < n; i++) REQUIRE(c[i] == Approx(a[i] / (1 + std::exp(-double(a[i]))) * b[i]).epsilon(1e-5).margin(1e-6));
         }
-        // RoPE at a long-context position: angles from double frequencies.
+        // RoPE at a long-context position: angles from double frequencies;
+        // cos and sin scaled (YaRN's attention factor).
         int head_dim = 128, n_heads = 2, pos = 100000;
-        float theta = 1e6f;
-        auto x = rand_f32(rng, size_t(n_heads) * head_dim), y = x;
-        rope_rotate_half(y.data(), n_heads, head_dim, pos, theta);
-        for (int h = 0; h < n_heads; h++)
-            for (int i = 0; i < head_dim / 2; i++) {
-                double ang = pos * std::pow(double(theta), -2.0 * i / head_dim);
-                double a = x[h * head_dim + i], b = x[h * head_dim + i + head_dim / 2];
-                REQUIRE(y[h * head_dim + i] == Approx(a * std::cos(ang) - b * std::sin(ang)).margin(1e-5));
-                REQUIRE(y[h * head_dim + i + head_dim / 2] == Approx(b * std::cos(ang) + a * std::sin(ang)).margin(1e-5));
-            }
+        double theta = 1e6;
+        std::vector<double> freq(static_cast<size_t>(head_dim / 2));
+        for (int i = 0; i < head_dim / 2; i++) freq[size_t(i)] = std::pow(theta, -2.0 * i / head_dim);
+        for (float mscale : {1.0f, 1.25f}) {
+            auto x = rand_f32(rng, size_t(n_heads) * head_dim), y = x;
+            rope_rotate_half(y.data(), n_heads, head_dim, pos, freq.data(), mscale);
+            for (int h = 0; h < n_heads; h++)
+                for (int i = 0; i < head_dim / 2; i++) {
+                    double ang = pos * std::pow(theta, -2.0 * i / head_dim);
+                    double a = x[h * head_dim + i], b = x[h * head_dim + i + head_dim / 2];
+                    REQUIRE(y[h * head_dim + i] == Approx(mscale * (a * std::cos(ang) - b * std::sin(ang))).margin(1e-5));
+                    REQUIRE(y[h * head_dim + i + head_dim / 2] ==
+                            Approx(mscale * (b * std::cos(ang) + a * std::sin(ang))).margin(1e-5));
+                }
+        }
 
         std::vector<float> logits = {0.1f, 3.0f, -1.0f, 3.0f, 2.5f, 0.0f, 7.0f, 3.0f};
         int idx[3];

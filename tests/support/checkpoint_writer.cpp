@@ -274,6 +274,12 @@ std::vector<std::pair<std::string, json>> small_arch_configs() {
     q2["num_hidden_layers"] = 3;
     q2["decoder_sparse_step"] = 2;
     out.emplace_back("qwen2-moe-mini, layers 0 and 2 dense", q2);
+    // YaRN over an original context shorter than the test prompts (gpt-oss's
+    // rope_scaling but for the context): its blend and attention factor in play.
+    json yarn = small_arch_config("qwen3-moe-mini");
+    yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}, {"original_max_position_embeddings", 16},
+                            {"beta_fast", 4.0}, {"beta_slow", 1.0}};
+    out.emplace_back("qwen3-moe-mini, YaRN", yarn);
     return out;
 }
 

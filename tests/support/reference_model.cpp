@@ -178,6 +178,16 @@ ReferenceConfig parse_config(const fs::path& file) {
 
     c.rope_theta = get_double("rope_theta", mixtral ? 1e6 : 1e4);
     c.rotary_dim = c.head_dim;
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+        const json& r = j["rope_scaling"];
+        c.rope_type = r.value("rope_type", r.value("type", std::string("default")));
+        c.rope_factor = r.value("factor", 1.0);
+        c.rope_original_context = r.value("original_max_position_embeddings", int(get_double("max_position_embeddings", 0)));
+        c.rope_beta_fast = r.value("beta_fast", 32.0);
+        c.rope_beta_slow = r.value("beta_slow", 1.0);
+        c.rope_truncate = r.value("truncate", true);
+        if (c.rope_type == "yarn") c.rope_attention_factor = r.value("attention_factor", 0.1 * std::log(c.rope_factor) + 1.0);
+    }
     if (hybrid) {
         double factor = get_double("partial_rotary_factor", 0.25);
         if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
@@ -322,6 +332,43 @@ std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path
         }
     }
     return tensors;
+}
+
+std::vector<double> reference_rope_freq(const ReferenceConfig& c) {
+    const int d = c.rotary_dim;
+    std::vector<double> freq;
+    for (int i = 0; i < d / 2; ++i) {
+        const double plain = 1.0 / std::pow(c.rope_theta, double(2 * i) / d);
+        freq.push_back(c.rope_type == "linear" ? plain / c.rope_factor : plain);
+    }
+    if (c.rope_type != "yarn") return freq;
+    // The pair index whose wave turns r times over the original context.
+    auto pair_of = [&](double r) {
+        return d * std::log(c.rope_original_context / (r * 2.0 * M_PI)) / (2.0 * std::log(c.rope_theta));
+    };
+    double lo = pair_of(c.rope_beta_fast), hi = pair_of(c.rope_beta_slow);
+    if (c.rope_truncate) {
+        lo = std::floor(lo);
+        hi = std::ceil(hi);
+    }
+    lo = std::max(0.0, lo);
+    hi = std::min(double(d - 1), hi);
+    if (hi == lo) hi += 0.001;
+    for (int i = 0; i < d / 2; ++i) {
+        const double t = std::min(1.0, std::max(0.0, (i - lo) / (hi - lo)));  // 0: keep, 1: interpolate
+        freq[size_t(i)] = freq[size_t(i)] * (1.0 - t) + freq[size_t(i)] / c.rope_factor * t;
+    }
+    return freq;
+}
+
+void reference_rope(double* v, int head_dim, int pos, const std::vector<double>& freq, double mscale) {
+    int half = head_dim / 2;
+    for (int i = 0; i < half; ++i) {
+        double angle = pos * freq[size_t(i)];
+        double a = v[i], b = v[i + half];
+        v[i] = mscale * (a * std::cos(angle) - b * std::sin(angle));
+        v[i + half] = mscale * (b * std::cos(angle) + a * std::sin(angle));
+    }
 }
 
 void reference_rope(double* v, int head_dim, int pos, double theta) {
@@ -505,6 +552,7 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
     const int n = int(tokens.size());
     const int dim = c.dim, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
     const int group = c.n_heads / c.n_kv_heads;
+    const std::vector<double> rope_freq = reference_rope_freq(c);
     if (n == 0) fail("forward of an empty sequence");
     if (routing) routing->assign(c.n_experts > 0 ? c.n_layers : 0, std::vector<ReferenceRoute>(n));
 
@@ -561,7 +609,7 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
                 for (int head = 0; head < heads; ++head) {
                     std::vector<double> one(u.begin() + head * hd, u.begin() + (head + 1) * hd);
                     if (c.qk_norm == ReferenceQkNorm::PER_HEAD) one = rmsnorm(one, w, c.rms_norm_eps);
-                    reference_rope(one.data(), c.rotary_dim, t, c.rope_theta);  // the first rotary_dim dims
+                    reference_rope(one.data(), c.rotary_dim, t, rope_freq, c.rope_attention_factor);  // the first rotary_dim dims
                     std::copy(one.begin(), one.end(), u.begin() + head * hd);
                 }
             };

@@ -54,6 +54,12 @@ struct ReferenceConfig {
     bool fused_qkvz = false;          // Qwen3-Next: in_proj_qkvz and in_proj_ba, per key head
     int conv_kernel = 0, n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;  // linear_*
     int rotary_dim = 0;               // head_dim * partial_rotary_factor (else head_dim)
+    // rope_scaling (rope_type linear or yarn): the frequencies of each pair
+    // (reference_rope_freq) and yarn's factor on cos and sin.
+    std::string rope_type = "default";
+    double rope_factor = 1.0, rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 1.0;
+    int rope_original_context = 0;
+    bool rope_truncate = true;
     bool attn_gate = false;           // q_proj gives [q_h | gate_h]; attention output times sigmoid(gate)
     bool zero_centered = false;       // RMSNorm scale 1 + w (but the delta net's gated norm)
 };
@@ -72,6 +78,11 @@ std::map<std::string, ReferenceTensor> reference_read_safetensors(const std::fil
 // place: for i < head_dim/2, angle = pos * theta^(-2i/head_dim),
 // (v[i], v[i+half]) -> (v[i] cos - v[i+half] sin, v[i+half] cos + v[i] sin).
 void reference_rope(double* v, int head_dim, int pos, double theta);
+// The frequency of each of rotary_dim / 2 pairs under the config's rope
+// scaling (Hugging Face's _compute_default / linear / yarn parameters), and
+// RoPE with them: cos and sin times mscale.
+std::vector<double> reference_rope_freq(const ReferenceConfig& c);
+void reference_rope(double* v, int head_dim, int pos, const std::vector<double>& freq, double mscale);
 
 // Routing of one token in one MoE layer: the chosen experts, highest
 // probability first (ties to the lower id), their weights (renormalised to
