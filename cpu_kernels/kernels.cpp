@@ -235,8 +235,39 @@ void weight_row_f32(float* out, const WeightView& w, int64_t r) {
     dequantize_row(dtype_plain(w.type), quant_row_plain(w.type, w.data, w.row_bytes, r, scratch.data()), out, w.cols);
 }
 
+namespace {
+
+// An FFN's gate on columns [r0, r1) of m rows of h1 and h3 (rows `hidden`
+// apart): the biases, then the activation, into h1.
+void ffn_gate(const KernelTable& t, const FfnSpec& f, float* h1, float* h3, int m, long hidden, long r0, long r1) {
+    const int n = int(r1 - r0);
+    for (int i = 0; i < m; i++) {
+        float* a = h1 + long(i) * hidden + r0;
+        float* b = h3 + long(i) * hidden + r0;
+        if (f.b1)
+            for (int j = 0; j < n; j++) a[j] += f.b1[r0 + j];
+        if (f.b3)
+            for (int j = 0; j < n; j++) b[j] += f.b3[r0 + j];
+        if (f.act.kind == FfnActivation::Kind::SILU) {
+            t.silu_mul(a, b, n);
+            continue;
+        }
+        for (int j = 0; j < n; j++) a[j] = ffn_clamped_swiglu(a[j], b[j], f.act.alpha, f.act.limit);
+    }
+}
+
+// The output bias on columns [r0, r1) of m rows of y (rows dim apart).
+void ffn_out_bias(const FfnSpec& f, float* y, int m, long dim, long r0, long r1) {
+    if (!f.b2) return;
+    for (int i = 0; i < m; i++)
+        for (long j = r0; j < r1; j++) y[long(i) * dim + j] += f.b2[j];
+}
+
+}  // namespace
+
 void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
-                     const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool) {
+                     const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool,
+                     const FfnSpec& spec) {
     assert(m > 0 && dim > 0 && hidden > 0);
     float* h1 = scratch;
     float* h3 = scratch + long(m) * hidden;
@@ -256,24 +287,27 @@ void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16*
             kernel(h1, xa, w1, m, hidden, dim, int(r), re);
             kernel(h3, xa, w3, m, hidden, dim, int(r), re);
         }
-        for (int i = 0; i < m; i++) t.silu_mul(h1 + long(i) * hidden + r0, h3 + long(i) * hidden + r0, int(r1 - r0));
+        ffn_gate(t, spec, h1, h3, m, hidden, r0, r1);
         if (prepare_h) t.prepare_x(hp, h1, m, hidden, int(r0), int(r1));
     });
-    pool.parallel_for(dim, SPLIT_ALIGN, [&](long r0, long r1) { kernel(y, hp, w2, m, dim, hidden, int(r0), int(r1)); });
+    pool.parallel_for(dim, SPLIT_ALIGN, [&](long r0, long r1) {
+        kernel(y, hp, w2, m, dim, hidden, int(r0), int(r1));
+        ffn_out_bias(spec, y, m, dim, r0, r1);
+    });
 }
 
 void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
-                     int hidden, float* scratch, ThreadPool& pool) {
-    expert_ffn_bf16(active_table(), y, x, w1, w3, w2, m, dim, hidden, scratch, pool);
+                     int hidden, float* scratch, ThreadPool& pool, const FfnSpec& spec) {
+    expert_ffn_bf16(active_table(), y, x, w1, w3, w2, m, dim, hidden, scratch, pool, spec);
 }
 
 void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView& w1, const WeightView& w3,
-                const WeightView& w2, int m, float* scratch, ThreadPool& pool) {
+                const WeightView& w2, int m, float* scratch, ThreadPool& pool, const FfnSpec& spec) {
     int hidden = int(w1.rows), dim = int(w1.cols);
     assert(m > 0 && w3.rows == hidden && w3.cols == dim && w2.rows == dim && w2.cols == hidden);
     if (w1.type == DType::BF16 && w3.type == DType::BF16 && w2.type == DType::BF16)
         return expert_ffn_bf16(t, y, x, static_cast<const bf16*>(w1.data), static_cast<const bf16*>(w3.data),
-                               static_cast<const bf16*>(w2.data), m, dim, hidden, scratch, pool);
+                               static_cast<const bf16*>(w2.data), m, dim, hidden, scratch, pool, spec);
     float* h1 = scratch;
     float* h3 = scratch + long(m) * hidden;
     bool p1 = packed_for(t, w1, m, true), p3 = packed_for(t, w3, m, true), p2 = packed_for(t, w2, m, true);
@@ -288,15 +322,18 @@ void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView
             view_rows(t, h1, x1, w1, m, p1, int(r), re);
             view_rows(t, h3, x3, w3, m, p3, int(r), re);
         }
-        for (int i = 0; i < m; i++) t.silu_mul(h1 + long(i) * hidden + r0, h3 + long(i) * hidden + r0, int(r1 - r0));
+        ffn_gate(t, spec, h1, h3, m, hidden, r0, r1);
     });
     const void* h = prepare_for(t, w2, p2, WS_H, h1, m);
-    pool.parallel_for(dim, split_align(p2), [&](long r0, long r1) { view_rows(t, y, h, w2, m, p2, int(r0), int(r1)); });
+    pool.parallel_for(dim, split_align(p2), [&](long r0, long r1) {
+        view_rows(t, y, h, w2, m, p2, int(r0), int(r1));
+        ffn_out_bias(spec, y, m, dim, r0, r1);
+    });
 }
 
 void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,
-                float* scratch, ThreadPool& pool) {
-    expert_ffn(active_table(), y, x, w1, w3, w2, m, scratch, pool);
+                float* scratch, ThreadPool& pool, const FfnSpec& spec) {
+    expert_ffn(active_table(), y, x, w1, w3, w2, m, scratch, pool, spec);
 }
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {

@@ -7,6 +7,7 @@
 #pragma once
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/dtype.h"
+#include "cpu_kernels/ffn.h"
 #include "cpu_kernels/isa.h"
 #include "cpu_kernels/thread_pool.h"
 
@@ -22,15 +23,16 @@ void matmul(float* y, const float* x, const WeightView& w, int m, ThreadPool& po
 
 // One SwiGLU expert of any weight types (they may differ, e.g. Q4_K w1/w3
 // with a Q6_K w2): y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T with W1, W3
-// (hidden, dim), W2 (dim, hidden). scratch: 2 * m * hidden floats. All BF16:
-// expert_ffn_bf16.
+// (hidden, dim), W2 (dim, hidden); with an FfnSpec (ffn.h), biases added to
+// x W1^T, x W3^T and the output, and gpt-oss's clamped gate in place of
+// silu(.) * (.). scratch: 2 * m * hidden floats. All BF16: expert_ffn_bf16.
 void expert_ffn(float* y, const float* x, const WeightView& w1, const WeightView& w3, const WeightView& w2, int m,
-                float* scratch, ThreadPool& pool);
+                float* scratch, ThreadPool& pool, const FfnSpec& spec = {});
 
 // The same on a given path's table (tests, benchmarks).
 void matmul(const KernelTable& t, float* y, const float* x, const WeightView& w, int m, ThreadPool& pool);
 void expert_ffn(const KernelTable& t, float* y, const float* x, const WeightView& w1, const WeightView& w3,
-                const WeightView& w2, int m, float* scratch, ThreadPool& pool);
+                const WeightView& w2, int m, float* scratch, ThreadPool& pool, const FfnSpec& spec = {});
 
 // out (w.cols) = row r of W as fp32 (an embedding lookup).
 void weight_row_f32(float* out, const WeightView& w, int64_t r);
@@ -140,15 +142,17 @@ void top_k(int* idx, const float* x, int n, int k);
 // One SwiGLU expert over m tokens: y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T
 // with x (m, dim), W1/W3 (hidden, dim), W2 (dim, hidden), all weights bf16
 // read in place (from the memory map). scratch: 2 * m * hidden floats.
+// spec: as expert_ffn's.
 void expert_ffn_bf16(float* y, const float* x, const bf16* w1, const bf16* w3, const bf16* w2, int m, int dim,
-                     int hidden, float* scratch, ThreadPool& pool);
+                     int hidden, float* scratch, ThreadPool& pool, const FfnSpec& spec = {});
 
 // The same two entry points on a given path's table instead of the active
 // one (tests compare paths, benchmarks time each path).
 void matmul_bf16(const KernelTable& t, float* y, const float* x, const bf16* w, int m, int n, int k,
                  ThreadPool& pool);
 void expert_ffn_bf16(const KernelTable& t, float* y, const float* x, const bf16* w1, const bf16* w3,
-                     const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool);
+                     const bf16* w2, int m, int dim, int hidden, float* scratch, ThreadPool& pool,
+                     const FfnSpec& spec = {});
 
 // Whether large-m matmuls on the AVX512_BF16 path may use oneDNN's bf16
 // brgemm (default: yes, where this oneDNN has a native one for the CPU).

@@ -70,13 +70,14 @@ void gpu_matmul(GpuBlas& blas, float* y, const float* x, const WeightView& w, in
 }
 
 void gpu_expert_ffn(GpuBlas& blas, float* y, const float* x, const WeightView& w1, const WeightView& w3,
-                    const WeightView& w2, int m, float* scratch_f32, const GpuGemmScratch& s) {
+                    const WeightView& w2, int m, float* scratch_f32, const GpuGemmScratch& s, const FfnSpec& spec) {
     if (m <= 0) return;
     const long hidden = w1.rows;
-    float* h1 = scratch_f32;              // (m, hidden) x W1^T, then silu(.) * h3
+    float* h1 = scratch_f32;              // (m, hidden) x W1^T, then the gate's activation
     float* h3 = scratch_f32 + m * hidden;  // (m, hidden) x W3^T
     gpu_matmul(blas, h1, x, w1, m, s);
     gpu_matmul(blas, h3, x, w3, m, s);
-    gpu_silu_mul(h1, h3, m * hidden, blas.stream());
+    gpu_ffn_gate(h1, h3, spec.b1, spec.b3, m, int(hidden), spec.act, blas.stream());
     gpu_matmul(blas, y, h1, w2, m, s);
+    if (spec.b2) gpu_add_bias(y, spec.b2, m, int(w2.rows), blas.stream());
 }

@@ -96,6 +96,19 @@ __global__ void silu_mul_kernel(float* a, const float* b, long n) {
         a[i] = gm_silu_mul(a[i], b[i]);
 }
 
+// An FFN's gate, one element of h1 (rows, hidden): the biases, then the
+// activation (cpu_kernels' ffn_gate).
+__global__ void ffn_gate_kernel(float* h1, const float* h3, const float* b1, const float* b3, long n, int hidden,
+                                FfnActivation act) {
+    for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+        float g = h1[i], u = h3[i];
+        if (b1) g += b1[i % hidden];
+        if (b3) u += b3[i % hidden];
+        h1[i] = act.kind == FfnActivation::Kind::SILU ? gm_silu_mul(g, u)
+                                                      : ffn_clamped_swiglu(g, u, act.alpha, act.limit);
+    }
+}
+
 __global__ void gather_rows_kernel(float* out, const float* x, const int* src_row, int rows, int dim) {
     const long total = long(rows) * dim;
     for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total; i += long(gridDim.x) * blockDim.x)
@@ -185,6 +198,14 @@ void gpu_add(float* x, const float* y, long n, GpuStream stream) {
 void gpu_add_bias(float* x, const float* bias, int rows, int width, GpuStream stream) {
     if (rows <= 0 || width <= 0) return;
     add_bias_kernel<<<blocks_for(long(rows) * width), THREADS, 0, stream>>>(x, bias, rows, width);
+    CUDA_LAUNCH_CHECK();
+}
+
+void gpu_ffn_gate(float* h1, const float* h3, const float* b1, const float* b3, int rows, int hidden,
+                  const FfnActivation& act, GpuStream stream) {
+    const long n = long(rows) * hidden;
+    if (n <= 0) return;
+    ffn_gate_kernel<<<blocks_for(n), THREADS, 0, stream>>>(h1, h3, b1, b3, n, hidden, act);
     CUDA_LAUNCH_CHECK();
 }
 

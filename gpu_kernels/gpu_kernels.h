@@ -16,6 +16,7 @@
 
 #include "cpu_kernels/bf16.h"
 #include "cpu_kernels/dtype.h"
+#include "cpu_kernels/ffn.h"
 #include "gpu_kernels/gpu_limits.h"
 
 // cudaStream_t and cublasHandle_t without the CUDA headers.
@@ -140,6 +141,12 @@ void gpu_sigmoid_scale(float* y, const float* gate, int rows, int dim, GpuStream
 // a (n,) <- silu(a) * b.
 void gpu_silu_mul(float* a, const float* b, long n, GpuStream stream);
 
+// An FFN's gate over h1, h3 (rows, hidden): the biases b1, b3 (hidden,, on
+// the device; null: none) added, then h1 <- the activation of (h1, h3)
+// (silu(h1) * h3, or gpt-oss's ffn_clamped_swiglu), as cpu_kernels does.
+void gpu_ffn_gate(float* h1, const float* h3, const float* b1, const float* b3, int rows, int hidden,
+                  const FfnActivation& act, GpuStream stream);
+
 // Routing of rows tokens: per row of logits (rows, n_experts), softmax over
 // all experts, the k largest (ties to the lower index, largest first) into
 // experts (rows, k) and their probabilities into weights (rows, k),
@@ -182,8 +189,10 @@ void gpu_attention_paged(float* out, const float* q, const float* const* blocks,
 // One SwiGLU expert over m tokens on the device:
 // y (m, dim) = (silu(x W1^T) * (x W3^T)) W2^T, x (m, dim) fp32, W1/W3
 // (hidden, dim), W2 (dim, hidden) of any type gpu_matmul reads, in device
-// memory. Scratch: scratch_f32 2 * m * hidden floats; s.x m * max(dim,
+// memory; spec as cpu_kernels' expert_ffn (its biases in device memory).
+// Scratch: scratch_f32 2 * m * hidden floats; s.x m * max(dim,
 // hidden) bf16 (and s.w for quantized weights, see gpu_matmul). Three
-// gpu_matmul calls and one small kernel on blas.stream().
+// gpu_matmul calls and one or two small kernels on blas.stream().
 void gpu_expert_ffn(GpuBlas& blas, float* y, const float* x, const WeightView& w1, const WeightView& w3,
-                    const WeightView& w2, int m, float* scratch_f32, const GpuGemmScratch& s);
+                    const WeightView& w2, int m, float* scratch_f32, const GpuGemmScratch& s,
+                    const FfnSpec& spec = {});

@@ -305,22 +305,32 @@ TEST_CASE("cuBLAS GEMMs and the expert FFN match the CPU", "[gpu]") {
             stream.synchronize();
             require_close(download<float>(dy, want.size()), want, REL_GEMM);
         }
-    for (int m : {1, 5, 33}) {
-        const int dim = 200, hidden = 344;
-        std::vector<float> x = random_floats(size_t(m) * dim);
-        std::vector<bf16> w1 = random_bf16(size_t(hidden) * dim), w3 = random_bf16(size_t(hidden) * dim),
-                          w2 = random_bf16(size_t(dim) * hidden);
-        std::vector<float> want(size_t(m) * dim), scratch(size_t(2) * m * hidden);
-        expert_ffn_bf16(want.data(), x.data(), w1.data(), w3.data(), w2.data(), m, dim, hidden, scratch.data(), pool);
-        GpuBuffer dx = upload(x), d1 = upload(w1), d3 = upload(w3), d2 = upload(w2), dy(want.size() * sizeof(float)),
-                  sf(size_t(2) * m * hidden * sizeof(float)), sb(size_t(m) * hidden * sizeof(bf16));
-        gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::BF16, d1.data(), hidden, dim),
-                       weight_view(DType::BF16, d3.data(), hidden, dim),
-                       weight_view(DType::BF16, d2.data(), dim, hidden), m, sf.as<float>(),
-                       {sb.as<bf16>(), nullptr, 0});
-        stream.synchronize();
-        require_close(download<float>(dy, want.size()), want, REL_FFN);
-    }
+    // SwiGLU, and gpt-oss's clamped gate with biases (a limit of 0.5, so the clamps act).
+    for (bool oss : {false, true})
+        for (int m : {1, 5, 33}) {
+            INFO("m " << m << (oss ? ", gpt-oss's gate and biases" : ""));
+            const int dim = 200, hidden = 344;
+            std::vector<float> x = random_floats(size_t(m) * dim);
+            std::vector<bf16> w1 = random_bf16(size_t(hidden) * dim), w3 = random_bf16(size_t(hidden) * dim),
+                              w2 = random_bf16(size_t(dim) * hidden);
+            const std::vector<float> b1 = random_floats(hidden), b3 = random_floats(hidden), b2 = random_floats(dim);
+            GpuBuffer db1 = upload(b1), db3 = upload(b3), db2 = upload(b2);
+            const FfnActivation act{FfnActivation::Kind::CLAMPED_SWIGLU, 1.702f, 0.5f};
+            const FfnSpec host = oss ? FfnSpec{act, b1.data(), b3.data(), b2.data()} : FfnSpec{};
+            const FfnSpec dev = oss ? FfnSpec{act, db1.as<float>(), db3.as<float>(), db2.as<float>()} : FfnSpec{};
+            std::vector<float> want(size_t(m) * dim), scratch(size_t(2) * m * hidden);
+            expert_ffn_bf16(want.data(), x.data(), w1.data(), w3.data(), w2.data(), m, dim, hidden, scratch.data(),
+                            pool, host);
+            GpuBuffer dx = upload(x), d1 = upload(w1), d3 = upload(w3), d2 = upload(w2),
+                      dy(want.size() * sizeof(float)), sf(size_t(2) * m * hidden * sizeof(float)),
+                      sb(size_t(m) * hidden * sizeof(bf16));
+            gpu_expert_ffn(blas, dy.as<float>(), dx.as<float>(), weight_view(DType::BF16, d1.data(), hidden, dim),
+                           weight_view(DType::BF16, d3.data(), hidden, dim),
+                           weight_view(DType::BF16, d2.data(), dim, hidden), m, sf.as<float>(),
+                           {sb.as<bf16>(), nullptr, 0}, dev);
+            stream.synchronize();
+            require_close(download<float>(dy, want.size()), want, REL_FFN);
+        }
 }
 
 namespace {
