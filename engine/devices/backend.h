@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 
+#include "cpu_kernels/kernels.h"
 #include "engine/devices/expert_executor.h"
 #include "engine/state/kv_cache.h"
 #include "engine/state/sequence_state.h"
@@ -69,8 +70,10 @@ public:
     // kv_layer (the attention layers' index among themselves) into the cache.
     virtual void kv_store(int kv_layer, const float* k, const float* v) = 0;
     // out (n, n_heads * head_dim): each entry's query attends to positions
-    // [0, position] of its sequence in KV-cache layer kv_layer (GQA, causal).
-    virtual void attention(int kv_layer, float* out, const float* q) = 0;
+    // [0, position] of its sequence in KV-cache layer kv_layer (GQA, causal),
+    // or the last mask.window of them; mask.sinks (n_heads, this backend's
+    // memory) or null (cpu_kernels' AttnMask).
+    virtual void attention(int kv_layer, float* out, const float* q, const AttnMask& mask) = 0;
     // x (n,) += y (n,).
     virtual void add(float* x, const float* y, size_t n) = 0;
     // x (rows, width): each row += bias (width,) (q/k/v projection biases).

@@ -166,7 +166,7 @@ public:
     // A run of consecutive positions of one sequence (a prompt, a turn)
     // goes through attention_run's blocks; single entries (decode steps,
     // beams) one by one, threads over (entry, kv head).
-    void attention(int layer, float* out, const float* q) override {
+    void attention(int layer, float* out, const float* q, const AttnMask& mask) override {
         const Batch& batch = *batch_;
         const KvCache& cache = *cache_;
         const int n = batch.size();
@@ -182,7 +182,7 @@ public:
             }
             attention_run(out + size_t(i0) * q_dim_, q_dim_, q + size_t(i0) * q_dim_, q_dim_, cache.blocks(seq),
                           cache.k_offset(layer), cache.v_offset(layer), KV_BLOCK, batch.positions[i0], i1 - i0,
-                          c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_, pool_);
+                          c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_, pool_, mask);
         }
         if (singles_.empty()) return;
         const long items = long(singles_.size()) * c_.n_kv_heads;
@@ -197,7 +197,8 @@ public:
                 long kv_col = long(g) * c_.head_dim;
                 attention_paged(out + size_t(i) * q_dim_ + head0, q + size_t(i) * q_dim_ + head0, cache.blocks(seq),
                                 cache.k_offset(layer) + kv_col, cache.v_offset(layer) + kv_col, KV_BLOCK, pos + 1,
-                                group, 1, c_.head_dim, kv_dim_, scratch);
+                                group, 1, c_.head_dim, kv_dim_, scratch,
+                                AttnMask{mask.window, mask.sinks ? mask.sinks + head0 / c_.head_dim : nullptr});
             }
         });
     }

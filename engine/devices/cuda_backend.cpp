@@ -336,10 +336,10 @@ void CudaBackend::kv_store(int kv_layer, const float* k, const float* v) {
     gpu_kv_store(k, v, d_row_base_, cache_->k_offset(kv_layer), cache_->v_offset(kv_layer), n_, kv_dim_, stream_.get());
 }
 
-void CudaBackend::attention(int kv_layer, float* out, const float* q) {
+void CudaBackend::attention(int kv_layer, float* out, const float* q, const AttnMask& mask) {
     gpu_attention_paged(out, q, d_blocks_, d_block_start_, d_n_pos_, cache_->k_offset(kv_layer),
                         cache_->v_offset(kv_layer), KV_BLOCK, n_, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_dim_,
-                        0, nullptr, stream_.get());
+                        mask.window, mask.sinks, stream_.get());
 }
 
 void CudaBackend::add(float* x, const float* y, size_t n) {

@@ -44,7 +44,7 @@ public:
     void delta_net(int layer, float* o, float* qkv, const float* z, const float* b, const float* a,
                    const LinearAttentionWeights& w) override;
     void kv_store(int kv_layer, const float* k, const float* v) override;
-    void attention(int kv_layer, float* out, const float* q) override;
+    void attention(int kv_layer, float* out, const float* q, const AttnMask& mask) override;
     void add(float* x, const float* y, size_t n) override;
     void add_bias(float* x, const float* bias, int rows, int width) override;
     void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override;

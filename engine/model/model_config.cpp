@@ -280,7 +280,7 @@ bool ModelConfig::layer_is_moe(int l) const {
 
 int ModelConfig::n_attention_layers() const {
     int n = 0;
-    for (int l = 0; l < n_layers; l++) n += layer_mixer(l) == MixerKind::ATTENTION;
+    for (int l = 0; l < n_layers; l++) n += is_attention(layer_mixer(l));
     return n;
 }
 
@@ -491,13 +491,15 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
     if (mistral_family) {
         // Mixtral-8x7B's config says null (no window). A window no shorter
         // than max_position_embeddings, which caps the context, never slides:
-        // the same as none. A shorter one would need sliding-window attention.
+        // the same as none. A shorter one (Mistral-7B v0.1's 4096) makes
+        // every layer sliding-window attention, as Hugging Face's Mistral
+        // runs it.
         const int window = optional_int(j, source, "sliding_window", 0);
-        if (window != 0 && window < c.max_position_embeddings)
-            config_fail(source, "field 'sliding_window' = " + std::to_string(window) +
-                                    ": sliding-window attention is not supported (only null, or a window of at least "
-                                    "max_position_embeddings " +
-                                    std::to_string(c.max_position_embeddings) + ")");
+        if (window < 0) config_fail(source, "field 'sliding_window' must be positive or null");
+        if (window != 0 && window < c.max_position_embeddings) {
+            c.sliding_window = window;
+            c.layer_mixers.assign(size_t(c.n_layers), MixerKind::SLIDING_ATTENTION);
+        }
     }
     c.bos_token_id = optional_int(j, source, "bos_token_id", mistral_family ? 1 : c.eos_token_ids[0]);
 

@@ -21,6 +21,10 @@ enum class QkNorm {
 // half of a layer is its FFN.
 enum class MixerKind {
     ATTENTION,  // causal GQA self-attention over the KV cache, RoPE, the q/k norm, bias and output-gate variants
+    // ATTENTION over the last sliding_window positions only (Mistral-7B
+    // v0.1; gpt-oss's sliding layers). Its keys and values are in the KV
+    // cache beside the other attention layers' (all positions kept).
+    SLIDING_ATTENTION,
     // Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next): a causal
     // depthwise conv over q/k/v, the gated delta rule on a fixed-size state
     // per head, a gated RMSNorm; it keeps a recurrent state, not a KV cache.
@@ -115,6 +119,7 @@ struct ModelConfig {
     // full_attention_interval-th layer attention and the rest GATED_DELTANET.
     std::vector<MixerKind> layer_mixers;
     LinearAttentionShape linear;  // the GATED_DELTANET layers' shapes
+    int sliding_window = 0;       // SLIDING_ATTENTION layers: the positions a query sees, its own included
     // Multi-token-prediction layers in the checkpoint (mtp.*): read past,
     // never run.
     int n_mtp_layers = 0;
@@ -141,7 +146,11 @@ struct ModelConfig {
     MixerKind layer_mixer(int l) const {
         return layer_mixers.empty() ? MixerKind::ATTENTION : layer_mixers[size_t(l)];
     }
-    // Layers whose mixer is attention (the KV cache holds theirs), and those of the delta net.
+    // The positions a query of layer l sees back from its own (its own
+    // included); 0: all of them.
+    int layer_window(int l) const { return layer_mixer(l) == MixerKind::SLIDING_ATTENTION ? sliding_window : 0; }
+    static bool is_attention(MixerKind k) { return k == MixerKind::ATTENTION || k == MixerKind::SLIDING_ATTENTION; }
+    // Layers whose mixer is attention of either kind (the KV cache holds theirs), and those of the delta net.
     int n_attention_layers() const;
     int n_linear_layers() const { return n_layers - n_attention_layers(); }
 };

@@ -15,7 +15,8 @@ namespace {
 // positions [0, position], output projection; with attn_output_gate the q
 // projection also gives a gate per head, and the attention output is
 // multiplied by sigmoid(gate) before the output projection (Qwen3.5,
-// Qwen3-Next). The KvCache's layer of model layer l is kv_layer_[l].
+// Qwen3-Next). A SLIDING_ATTENTION layer reads only its window of
+// positions. The KvCache's layer of model layer l is kv_layer_[l].
 class AttentionMixer final : public TokenMixer {
 public:
     AttentionMixer(const ModelConfig& config, Backend& backend, int max_batch)
@@ -34,7 +35,7 @@ public:
         int kv = 0;
         kv_layer_.assign(size_t(c_.n_layers), -1);
         for (int l = 0; l < c_.n_layers; l++)
-            if (c_.layer_mixer(l) == MixerKind::ATTENTION) kv_layer_[size_t(l)] = kv++;
+            if (ModelConfig::is_attention(c_.layer_mixer(l))) kv_layer_[size_t(l)] = kv++;
     }
 
     const char* name() const override { return "attention"; }
@@ -70,7 +71,7 @@ public:
         b.rope(q_, c_.n_heads);
         b.rope(k_, c_.n_kv_heads);
         b.kv_store(kv, k_, v_);
-        b.attention(kv, att_, q_);
+        b.attention(kv, att_, q_, AttnMask{c_.layer_window(layer), nullptr});
         if (c_.attn_output_gate) b.sigmoid_mul(att_, gate_, size_t(n) * q_dim_);
         // out (n, dim) = att (n, q_dim) @ Wo^T
         b.matmul(out, att_, lw.wo, n);
@@ -150,6 +151,7 @@ LayerMixers make_layer_mixers(const ModelConfig& config, Backend& backend, int m
     for (int l = 0; l < config.n_layers; l++) {
         switch (config.layer_mixer(l)) {
         case MixerKind::ATTENTION:
+        case MixerKind::SLIDING_ATTENTION:  // the same mixer; the layer's window limits what it reads
             if (!attention) attention = std::make_shared<AttentionMixer>(config, backend, max_batch);
             mixers[size_t(l)] = attention;
             break;

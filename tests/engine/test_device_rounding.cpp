@@ -98,7 +98,9 @@ public:
         b_->delta_net(layer, o, qkv, z, b, a, w);
     }
     void kv_store(int layer, const float* k, const float* v) override { b_->kv_store(layer, k, v); }
-    void attention(int layer, float* out, const float* q) override { b_->attention(layer, out, q); }
+    void attention(int layer, float* out, const float* q, const AttnMask& mask) override {
+        b_->attention(layer, out, q, mask);
+    }
     void add(float* x, const float* y, size_t n) override { b_->add(x, y, n); }
     void add_bias(float* x, const float* bias, int rows, int width) override { b_->add_bias(x, bias, rows, width); }
     // gpu_expert_ffn's steps: three GEMMs (inputs rounded as above) and the SiLU-mul.

@@ -17,8 +17,10 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "base/errors.h"
+#include "base/files.h"
 #include "checkpoint_writer.h"
 #include "cpu_kernels/kernels.h"
 #include "engine/devices/expert_executor.h"
@@ -686,4 +688,52 @@ TEST_CASE("hybrid architectures: experts stored fused (transformers 5) load as t
     const float* pb = b.forward.run(batch);
     REQUIRE(std::memcmp(want.data(), pb, n * sizeof(float)) == 0);
     std::filesystem::remove_all(fused);
+}
+
+TEST_CASE("a sliding window (Mistral's sliding_window) matches the reference, whole, token by token and in pieces",
+          "[forward]") {
+    // The tiny model with a window of 5 positions over 12-token prompts:
+    // its weights linked, its config.json given the window.
+    const std::filesystem::path src = test_model_dir("tiny"), dir = test_temp_dir("sliding-window");
+    for (const auto& e : std::filesystem::directory_iterator(src)) {
+        const std::filesystem::path to = dir / e.path().filename();
+        std::filesystem::remove(to);
+        if (e.path().filename() == "config.json") continue;
+        std::filesystem::create_symlink(std::filesystem::absolute(e.path()), to);
+    }
+    nlohmann::json config = nlohmann::json::parse(read_file(src / "config.json"));
+    config["sliding_window"] = 5;
+    file_write_atomic(dir / "config.json", config.dump(2));
+
+    Loaded m(dir);
+    REQUIRE(m.config.layer_window(0) == 5);
+    const ReferenceModel ref = ReferenceModel::load(dir);
+    const std::vector<int> tokens = prompt_tokens(12, 5);
+    const auto want = ref.forward(tokens);
+    const int vocab = m.config.vocab_size;
+    for_each_isa([&] {
+        // Whole (attention_run), then the same prompt token by token (the
+        // single-query path) and in pieces of 7 and 5 in the other slot.
+        Batch batch;
+        for (int i = 0; i < 12; i++) batch.add(tokens[size_t(i)], i, 0, true);
+        const float* logits = m.forward.run(batch);
+        for (int i = 0; i < 12; i++) check_close(logits + size_t(i) * vocab, want[size_t(i)], vocab);
+        for (int i = 0; i < 12; i++) {
+            batch.clear();
+            batch.add(tokens[size_t(i)], i, 1, true);
+            check_close(m.forward.run(batch), want[size_t(i)], vocab);
+        }
+        for (auto [from, to] : {std::pair{0, 7}, std::pair{7, 12}}) {
+            batch.clear();
+            for (int i = from; i < to; i++) batch.add(tokens[size_t(i)], i, 0, true);
+            logits = m.forward.run(batch);
+            for (int i = from; i < to; i++) check_close(logits + size_t(i - from) * vocab, want[size_t(i)], vocab);
+        }
+    });
+    // The window matters: past it, the full-attention model's logits differ.
+    const auto full = ReferenceModel::load(src).forward(tokens);
+    double diff = 0;
+    for (int v = 0; v < vocab; v++) diff = std::max(diff, std::fabs(full.back()[size_t(v)] - want.back()[size_t(v)]));
+    CHECK(diff > 0.1);
+    for (int v = 0; v < vocab; v++) CHECK(full[4][size_t(v)] == Approx(want[4][size_t(v)]).margin(1e-9));
 }

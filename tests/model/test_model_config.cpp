@@ -204,7 +204,7 @@ TEST_CASE("config: bad values and types are refused", "[config]") {
     }
 }
 
-TEST_CASE("config: a sliding window shorter than max_position_embeddings is refused naming the field", "[config]") {
+TEST_CASE("config: a sliding window shorter than max_position_embeddings makes every layer slide", "[config]") {
     // Mixtral-8x7B's own config says null; a window reaching the longest
     // context never slides, so it loads as none.
     for (const json& none : {json(nullptr), json(32768), json(65536)}) {
@@ -212,23 +212,34 @@ TEST_CASE("config: a sliding window shorter than max_position_embeddings is refu
         j["sliding_window"] = none;
         INFO(none.dump());
         CHECK(parse_error(j).empty());
+        const ModelConfig c = model_config_parse(j, "dir/config.json");
+        CHECK(c.sliding_window == 0);
+        CHECK(c.layer_mixer(0) == MixerKind::ATTENTION);
+        CHECK(c.layer_window(0) == 0);
     }
     json absent = mixtral_json();
     absent.erase("sliding_window");
     CHECK(parse_error(absent).empty());
-    // Mistral-7B v0.1's 4096 (below its 32768 positions) and a window of 1.
+    // Mistral-7B v0.1's 4096 (below its 32768 positions) and a window of 1:
+    // every layer sliding-window attention, as Hugging Face's Mistral runs it.
     for (const char* arch : {"MixtralForCausalLM", "MistralForCausalLM"}) {
         for (int window : {1, 4096}) {
             json j = mixtral_json();
             j["architectures"] = {arch};
             j["sliding_window"] = window;
-            const std::string m = parse_error(j);
-            INFO(arch << " " << window << ": " << m);
-            check_one_line(m);
-            CHECK(m.rfind("dir/config.json: field 'sliding_window' = " + std::to_string(window), 0) == 0);
-            CHECK(m.find("sliding-window attention is not supported") != std::string::npos);
+            INFO(arch << " " << window);
+            const ModelConfig c = model_config_parse(j, "dir/config.json");
+            CHECK(c.sliding_window == window);
+            CHECK(c.n_attention_layers() == c.n_layers);
+            for (int l = 0; l < c.n_layers; l++) {
+                CHECK(c.layer_mixer(l) == MixerKind::SLIDING_ATTENTION);
+                CHECK(c.layer_window(l) == window);
+            }
         }
     }
+    json negative = mixtral_json();
+    negative["sliding_window"] = -4;
+    CHECK(parse_error(negative).find("field 'sliding_window' must be positive or null") != std::string::npos);
     json text = mixtral_json();
     text["sliding_window"] = "4096";
     CHECK(parse_error(text).find("field 'sliding_window' must be an integer") != std::string::npos);

@@ -215,6 +215,9 @@ ReferenceConfig parse_config(const fs::path& file) {
         }
     }
     c.rms_norm_eps = get_double("rms_norm_eps", mixtral || olmoe ? 1e-5 : 1e-6);
+    // Hugging Face's Mistral and Mixtral mask keys more than sliding_window
+    // back (null: none).
+    if ((mixtral || mistral) && has("sliding_window")) c.sliding_window = int(get_double("sliding_window", 0));
     c.tie_embeddings = get_bool("tie_word_embeddings", false);
     return c;
 }
@@ -620,15 +623,17 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
             std::vector<double> attn(q_dim, 0.0);
             for (int head = 0; head < c.n_heads; ++head) {
                 const int kv_head = head / group;
-                std::vector<double> scores(t + 1);
-                for (int s = 0; s <= t; ++s) {
+                // Mistral's sliding window: keys s with t - s < window only.
+                const int first = c.sliding_window > 0 ? std::max(0, t - c.sliding_window + 1) : 0;
+                std::vector<double> scores(size_t(t + 1 - first));
+                for (int s = first; s <= t; ++s) {
                     double dot = 0.0;
                     for (int i = 0; i < hd; ++i) dot += q[t][head * hd + i] * k[s][kv_head * hd + i];
-                    scores[s] = dot / std::sqrt(double(hd));
+                    scores[size_t(s - first)] = dot / std::sqrt(double(hd));
                 }
                 softmax(scores);
-                for (int s = 0; s <= t; ++s) {
-                    for (int i = 0; i < hd; ++i) attn[head * hd + i] += scores[s] * v[s][kv_head * hd + i];
+                for (int s = first; s <= t; ++s) {
+                    for (int i = 0; i < hd; ++i) attn[head * hd + i] += scores[size_t(s - first)] * v[s][kv_head * hd + i];
                 }
             }
             if (c.attn_gate)

@@ -47,6 +47,7 @@ struct ReferenceConfig {
     double rope_theta = 0.0;      // default 1e6 (Mixtral) or 1e4 (the others)
     double rms_norm_eps = 0.0;    // default 1e-5 (Mixtral, OLMoE) or 1e-6 (the others)
     bool tie_embeddings = false;  // tie_word_embeddings
+    int sliding_window = 0;       // Mistral / Mixtral: a query sees its last sliding_window positions; 0: all
     // Qwen3.5 (text_config of Qwen3_5MoeForConditionalGeneration) and
     // Qwen3-Next: Gated DeltaNet layers beside gated attention ones.
     std::string prefix = "model.";   // "model.language_model." for Qwen3.5's image-text checkpoints
