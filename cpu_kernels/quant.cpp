@@ -324,6 +324,19 @@ void quant_repack_r8(DType type, const void* src, void* dst, int64_t rows, size_
         }
 }
 
+void mxfp4_from_hf(BlockMXFP4* dst, const uint8_t* blocks, const uint8_t* scales, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        const uint8_t* src = blocks + b * 16;
+        uint8_t nib[32];
+        for (int j = 0; j < 16; j++) {
+            nib[2 * j] = src[j] & 15;
+            nib[2 * j + 1] = src[j] >> 4;
+        }
+        dst[b].e = scales[b];
+        for (int j = 0; j < 16; j++) dst[b].qs[j] = uint8_t(nib[j] | nib[j + 16] << 4);
+    }
+}
+
 void quantize_row(DType type, const float* src, void* dst, int64_t n, QuantSearch search) {
     assert(n % dtype_info(type).block == 0);
     char* d = static_cast<char*>(dst);

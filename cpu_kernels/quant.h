@@ -421,6 +421,15 @@ enum class QuantSearch { LEAST_SQUARES, RANGE };
 void quantize_row(DType type, const float* src, void* dst, int64_t n,
                   QuantSearch search = QuantSearch::LEAST_SQUARES);
 
+// n_blocks MXFP4 blocks from a Hugging Face checkpoint's pair (gpt-oss's
+// `*_blocks` / `*_scales`, as transformers' convert_moe_packed_tensors
+// reads them): blocks (n_blocks, 16) bytes whose byte j holds element 2j in
+// its low nibble and 2j + 1 in its high one; scales (n_blocks) e8m0 bytes,
+// 2^(s - 127) times the e2m1 value. Into BlockMXFP4 (elements 0-15 in the
+// low nibbles, 16-31 in the high ones; the same scale byte, the table
+// doubled under a halved scale): the same values, no rounding.
+void mxfp4_from_hf(BlockMXFP4* dst, const uint8_t* blocks, const uint8_t* scales, size_t n_blocks);
+
 // ---------------------------------------------------------------------------
 // Activations for the quantized kernels: rows of int8 blocks with an fp32
 // scale, quantized once per call (q = round(x / d), d = amax / 127).

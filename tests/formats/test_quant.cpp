@@ -240,6 +240,28 @@ TEST_CASE("quant: hand-built blocks decode per the documented layouts", "[quant]
         dequantize_row(DType::MXFP4, &q, y, 32);
         for (int i = 0; i < 32; i++) CHECK(y[i] == x[size_t(i)]);
     }
+    SECTION("MXFP4 from a Hugging Face checkpoint's blocks and scales: transformers' values, unrounded") {
+        // convert_moe_packed_tensors: byte j of a block holds elements 2j
+        // (low nibble) and 2j + 1 (high); FP4_VALUES[nibble] * 2^(scale - 127).
+        const float fp4[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+        std::mt19937 rng(7);
+        const size_t n = 9;
+        std::vector<uint8_t> blocks(n * 16), scales(n);
+        for (uint8_t& v : blocks) v = uint8_t(rng());
+        for (size_t b = 0; b < n; b++) scales[b] = uint8_t(100 + 7 * b);
+        std::vector<BlockMXFP4> got(n);
+        mxfp4_from_hf(got.data(), blocks.data(), scales.data(), n);
+        std::vector<float> values(n * 32);
+        dequantize_row(DType::MXFP4, got.data(), values.data(), int64_t(n * 32));
+        for (size_t b = 0; b < n; b++)
+            for (int j = 0; j < 32; j++) {
+                const uint8_t byte = blocks[b * 16 + size_t(j / 2)];
+                const float want = std::ldexp(fp4[j % 2 ? byte >> 4 : byte & 15], int(scales[b]) - 127);
+                INFO("block " << b << " element " << j);
+                CHECK(values[b * 32 + size_t(j)] == want);
+            }
+    }
     // Sub-block j of a K block: scale 1 + j, min 40 + j; both >= 16 for j
     // = 7 exercise the high bits of the 12 scale bytes.
     uint8_t sc[8], mn[8], packed[12] = {};
