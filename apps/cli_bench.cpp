@@ -794,7 +794,12 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
 struct KernelShapes {
     std::vector<BenchExpertShape> experts;
     std::vector<BenchDeltaShape> delta;
+    std::vector<BenchAttentionShape> attention;
 };
+
+BenchAttentionShape attention_shape(const std::string& label, const ModelConfig& c) {
+    return {label, c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
+}
 
 BenchDeltaShape delta_shape(const std::string& label, const ModelConfig& c) {
     const LinearAttentionShape& s = c.linear;
@@ -807,6 +812,7 @@ KernelShapes bench_kernel_shapes(Args& args) {
         ModelConfig c = model_source_config(*source);
         shapes.experts = {{source->text, c.dim, c.hidden_dim}};
         if (c.n_linear_layers() > 0) shapes.delta = {delta_shape(source->text, c)};
+        if (c.n_attention_layers() > 0) shapes.attention = {attention_shape(source->text, c)};
         return shapes;
     }
     for (SynthPreset preset : {SynthPreset::MIXTRAL_8X7B, SynthPreset::MIXTRAL_MINI}) {
@@ -815,6 +821,8 @@ KernelShapes bench_kernel_shapes(Args& args) {
     }
     for (SynthPreset preset : {SynthPreset::QWEN36_35B_A3B, SynthPreset::QWEN35_MOE_MINI})
         shapes.delta.push_back(delta_shape(synth_preset_name(preset), synth_preset(preset)));
+    for (SynthPreset preset : {SynthPreset::MIXTRAL_8X7B, SynthPreset::QWEN36_35B_A3B, SynthPreset::QWEN35_MOE_MINI})
+        shapes.attention.push_back(attention_shape(synth_preset_name(preset), synth_preset(preset)));
     return shapes;
 }
 
@@ -942,15 +950,16 @@ int cli_bench(const std::vector<std::string>& words) {
     KernelShapes shapes = bench_kernel_shapes(args);
     const std::string only = args.get("--kernel").value_or("all");
     args.finish();
-    if (only != "all" && only != "expert" && only != "delta_rule")
-        throw MoeError("bench kernels: --kernel: '" + only + "' is not one of all, expert, delta_rule");
+    if (only != "all" && only != "expert" && only != "delta_rule" && only != "attention")
+        throw MoeError("bench kernels: --kernel: '" + only + "' is not one of all, expert, delta_rule, attention");
     std::vector<Isa> isas = bench_supported_isas();
     if (isa) {
         isas = {parse_isa("--cpu-isa", *isa)};
     }
     ThreadPool pool(threads);
     Ceiling ceiling = bench_ceiling(pool, true);
-    if (what == "kernels" && only != "delta_rule") bench_kernels(pool, ceiling, isas, shapes.experts);
-    if (what == "kernels" && only != "expert") bench_delta_rule(pool, ceiling, isas, shapes.delta);
+    if (what == "kernels" && (only == "all" || only == "expert")) bench_kernels(pool, ceiling, isas, shapes.experts);
+    if (what == "kernels" && (only == "all" || only == "delta_rule")) bench_delta_rule(pool, ceiling, isas, shapes.delta);
+    if (what == "kernels" && (only == "all" || only == "attention")) bench_attention(pool, ceiling, isas, shapes.attention);
     return 0;
 }

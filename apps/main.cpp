@@ -70,7 +70,7 @@ const Subcommand SUBCOMMANDS[] = {
      "               latency model, caches it under $XDG_CACHE_HOME/moe-server/calibration\n",
      false},
     {"bench", cli_bench,
-     "  bench        ceiling | kernels [--cpu-isa ISA] [--model DIR] [--kernel all|expert|delta_rule] |\n"
+     "  bench        ceiling | kernels [--cpu-isa ISA] [--model DIR] [--kernel all|expert|delta_rule|attention] |\n"
      "               decode|prefill --model DIR [--tokens N] [--predict-next-layer] | server --model DIR |\n"
      "               beam --model DIR [--widths 1,4,8,16] [--tokens N] [--prompt TEXT] [--repeat N] |\n"
      "               latency --model DIR [--threads N] [--cpu-isa ISA] [--reps N] |\n"

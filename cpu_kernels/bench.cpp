@@ -357,6 +357,71 @@ void bench_kernels(ThreadPool& pool, const Ceiling& ceiling, const std::vector<I
     }
 }
 
+void bench_attention(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
+                     const std::vector<BenchAttentionShape>& shapes) {
+    std::mt19937 rng(12);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    constexpr int BLOCK = 16;  // the engine's KV_BLOCK
+    const Isa saved = isa_active();
+    for (const BenchAttentionShape& sh : shapes) {
+        const int hd = sh.head_dim, group = sh.n_heads / sh.n_kv_heads;
+        const long q_dim = long(sh.n_heads) * hd, kv_dim = long(sh.n_kv_heads) * hd;
+        for (int n : {512, 2048}) {
+            // Pages of BLOCK positions, K rows then V rows, in order (one run).
+            const int n_blocks = (n + BLOCK - 1) / BLOCK;
+            std::vector<float> cache(size_t(n_blocks) * 2 * BLOCK * kv_dim), q(size_t(n) * q_dim),
+                out(size_t(n) * q_dim);
+            for (auto& e : cache) e = d(rng);
+            for (auto& e : q) e = d(rng);
+            std::vector<const float*> blocks(static_cast<size_t>(n_blocks));
+            for (int b = 0; b < n_blocks; b++) blocks[size_t(b)] = cache.data() + size_t(b) * 2 * BLOCK * kv_dim;
+            const long v_offset = long(BLOCK) * kv_dim;
+            std::vector<float> scratch(size_t(pool.size()) * group * n);
+            const AttnMask mask{sh.window, nullptr};
+            double seen = 0;  // positions summed over the queries
+            for (int t = 0; t < n; t++) seen += sh.window > 0 ? std::min(t + 1, sh.window) : t + 1;
+            const double flops = 4.0 * hd * sh.n_heads * seen;
+            for (Isa isa : isas) {
+                if (isa == Isa::SCALAR && n > 512) continue;
+                isa_select(isa);
+                for (bool run : {true, false}) {
+                    const double sec = best_time(
+                        [&](int) {
+                            if (run) {
+                                attention_run(out.data(), q_dim, q.data(), q_dim, blocks.data(), 0, v_offset, BLOCK, 0,
+                                              n, sh.n_heads, sh.n_kv_heads, hd, int(kv_dim), pool, mask);
+                                return;
+                            }
+                            const long items = long(n) * sh.n_kv_heads;
+                            pool.run([&](int thread) {
+                                float* s = scratch.data() + size_t(thread) * group * n;
+                                for (long it = thread; it < items; it += pool.size()) {
+                                    const int i = int(it / sh.n_kv_heads), j = int(it % sh.n_kv_heads);
+                                    const long head0 = long(j) * group * hd;
+                                    attention_paged(out.data() + i * q_dim + head0, q.data() + i * q_dim + head0,
+                                                    blocks.data(), long(j) * hd, v_offset + long(j) * hd, BLOCK, i + 1,
+                                                    group, 1, hd, int(kv_dim), s, mask);
+                                }
+                            });
+                        },
+                        3, 0.3);
+                    const double gflops = flops / sec / 1e9;
+                    std::printf(
+                        "{\"bench\":\"kernels\",\"kernel\":\"attention\",\"model\":\"%s\",\"heads\":%d,"
+                        "\"kv_heads\":%d,\"head_dim\":%d,\"window\":%d,\"isa\":\"%s\",\"tokens\":%d,\"path\":\"%s\","
+                        "\"threads\":%d,\"ms\":%.3f,\"tok_s\":%.1f,\"gflops\":%.1f,\"fma_gflops_ceiling\":%.1f,"
+                        "\"flop_ratio\":%.3f}\n",
+                        sh.label.c_str(), sh.n_heads, sh.n_kv_heads, hd, sh.window, isa_name(isa), n,
+                        run ? "run" : "query", ceiling.threads, sec * 1e3, n / sec, gflops, ceiling.fma_gflops,
+                        gflops / ceiling.fma_gflops);
+                    std::fflush(stdout);
+                }
+            }
+        }
+    }
+    isa_select(saved);
+}
+
 void bench_delta_rule(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
                       const std::vector<BenchDeltaShape>& shapes) {
     std::mt19937 rng(11);

@@ -72,6 +72,22 @@ struct BenchDeltaShape {
 void bench_delta_rule(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
                       const std::vector<BenchDeltaShape>& shapes);
 
+// One attention layer's shape: query heads sharing n_kv_heads kv heads of
+// head_dim; window > 0: a sliding layer's window.
+struct BenchAttentionShape {
+    std::string label;
+    int n_heads, n_kv_heads, head_dim, window = 0;
+};
+
+// Causal attention of a prompt (512 and 2048 tokens from position 0) over a
+// paged cache of KV_BLOCK-row pages, each ISA of isas: "run" (attention_run,
+// what the engine runs for a prompt) and "query" (attention_paged query by
+// query, threads over (token, kv head): the path it replaced, and the one
+// decode steps take): time, tokens/s, GFLOP/s (QK^T and PV over the
+// positions each query sees) and the ratio to the FMA ceiling.
+void bench_attention(ThreadPool& pool, const Ceiling& ceiling, const std::vector<Isa>& isas,
+                     const std::vector<BenchAttentionShape>& shapes);
+
 // Every path this CPU runs, scalar first.
 std::vector<Isa> bench_supported_isas();
 

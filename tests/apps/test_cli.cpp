@@ -459,8 +459,8 @@ TEST_CASE("every numeric flag refuses non-finite negative or overflowing values"
 
 TEST_CASE("bench kernels --kernel names the kernel families it knows", "[cli]") {
     // Refused before the ceilings are measured: one line naming the choices.
-    require_clean_error(moe({"bench", "kernels", "--kernel", "attention"}),
-                        "--kernel: 'attention' is not one of all, expert, delta_rule");
+    require_clean_error(moe({"bench", "kernels", "--kernel", "mla"}),
+                        "--kernel: 'mla' is not one of all, expert, delta_rule, attention");
 }
 
 TEST_CASE("serve refuses an empty --api-key or --host, and prints an IPv6 address in brackets", "[cli]") {
