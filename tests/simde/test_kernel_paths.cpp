@@ -221,7 +221,7 @@ TEST_CASE("attention_run is causal attention of each token, the same bits howeve
                                           std::pair{70, 3}, std::pair{150, 60}})
                 for (auto [order, window, sinked] : {std::tuple{"shuffled", 0, false}, std::tuple{"in order", 0, false},
                                                       std::tuple{"shuffled", 7, true}, std::tuple{"in order", 100, false},
-                                                      std::tuple{"in order", 0, true}}) {
+                                                      std::tuple{"in order", 0, true}, std::tuple{"shuffled", 1, true}}) {
                     INFO("heads " << n_heads << "/" << n_kv_heads << " head_dim " << head_dim << " tokens " << n_tokens
                                   << " from " << pos0 << " blocks " << order << " window " << window
                                   << (sinked ? " with sinks" : ""));
