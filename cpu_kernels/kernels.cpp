@@ -341,16 +341,20 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) 
     active_table().rmsnorm(out, x, weight, n, eps);
 }
 
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const double* inv_freq, float mscale) {
-    assert(head_dim % 2 == 0 && head_dim <= 1024);
-    const int half = head_dim / 2;
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const double* inv_freq, float mscale,
+                      int rot_dim) {
+    if (rot_dim == 0) rot_dim = head_dim;
+    assert(rot_dim % 2 == 0 && rot_dim <= head_dim && rot_dim <= 1024);
+    const int half = rot_dim / 2;
     float cs[512], sn[512];
     for (int i = 0; i < half; i++) {
         const double angle = double(pos) * inv_freq[i];
         cs[i] = float(std::cos(angle) * mscale);
         sn[i] = float(std::sin(angle) * mscale);
     }
-    active_table().rope(x, n_heads, head_dim, cs, sn);
+    const KernelTable& t = active_table();
+    if (rot_dim == head_dim) return t.rope(x, n_heads, head_dim, cs, sn);
+    for (int h = 0; h < n_heads; h++) t.rope(x + long(h) * head_dim, 1, rot_dim, cs, sn);
 }
 
 void softmax(float* x, int n) {

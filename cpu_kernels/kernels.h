@@ -54,8 +54,12 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 // pos * inv_freq[i] (head_dim / 2 frequencies, the model's: plain
 // theta^(-2i/head_dim) or scaled, engine's rope_inv_freq), the angle and its
 // cos and sin in double, cos and sin multiplied by mscale (YaRN's attention
-// factor; 1 otherwise) before rounding to float.
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const double* inv_freq, float mscale = 1.0f);
+// factor; 1 otherwise) before rounding to float. rot_dim < head_dim
+// (partial rotary, Qwen3.5): only each head's first rot_dim dims rotate, as
+// heads of rot_dim of their own (inv_freq then has rot_dim / 2 entries);
+// cos and sin are computed once for all heads. 0: head_dim.
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const double* inv_freq, float mscale = 1.0f,
+                      int rot_dim = 0);
 
 // x (n,) <- softmax(x), numerically stable.
 void softmax(float* x, int n);

@@ -80,7 +80,7 @@ void gpu_rmsnorm(float* out, const float* x, const float* weight, int rows, int 
 
 // Rotate-half RoPE on the first rot_dim dims of each head of x (rows,
 // n_heads * head_dim), row i at positions[i] (device array): as
-// rope_rotate_half(head, 1, rot_dim, ...) on each head (rot_dim = head_dim:
+// rope_rotate_half(row, n_heads, head_dim, ..., rot_dim) (rot_dim = head_dim:
 // the whole head; less: Qwen3.5's partial rotary), with the frequencies
 // inv_freq (rot_dim / 2 doubles, device memory) and mscale.
 void gpu_rope_rotate_half(float* x, const int* positions, int rows, int n_heads, int head_dim, int rot_dim,

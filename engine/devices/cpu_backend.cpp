@@ -67,18 +67,10 @@ public:
     void matmul(float* y, const float* x, const WeightView& w, int m) override { ::matmul(y, x, w, m, pool_); }
 
     void rope(float* x, int n_heads) override {
-        const int width = n_heads * c_.head_dim, rot = c_.rope_dim();
-        for (int i = 0; i < batch_->size(); i++) {
-            float* row = x + size_t(i) * width;
-            if (rot == c_.head_dim) {
-                rope_rotate_half(row, n_heads, c_.head_dim, batch_->positions[i], rope_freq_.data(), rope_mscale_);
-                continue;
-            }
-            // Partial rotary: each head's first rot dims as a head of their own.
-            for (int h = 0; h < n_heads; h++)
-                rope_rotate_half(row + size_t(h) * c_.head_dim, 1, rot, batch_->positions[i], rope_freq_.data(),
-                                 rope_mscale_);
-        }
+        const int width = n_heads * c_.head_dim;
+        for (int i = 0; i < batch_->size(); i++)
+            rope_rotate_half(x + size_t(i) * width, n_heads, c_.head_dim, batch_->positions[i], rope_freq_.data(),
+                             rope_mscale_, c_.rope_dim());
     }
 
     void split_heads(float* a, float* b, const float* x, int rows, int n_heads, int head_dim) override {

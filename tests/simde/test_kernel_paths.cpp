@@ -298,6 +298,14 @@ TEST_CASE("softmax, rmsnorm, silu_mul, rope and top_k under every native path", 
         for (float mscale : {1.0f, 1.25f}) {
             auto x = rand_f32(rng, size_t(n_heads) * head_dim), y = x;
             rope_rotate_half(y.data(), n_heads, head_dim, pos, freq.data(), mscale);
+            // Partial rotary: the first 32 dims of each head, as heads of 32 of their own; the rest kept.
+            auto partial = x, alone = x;
+            rope_rotate_half(partial.data(), n_heads, head_dim, pos, freq.data(), mscale, 32);
+            for (int h = 0; h < n_heads; h++)
+                rope_rotate_half(alone.data() + h * head_dim, 1, 32, pos, freq.data(), mscale);
+            REQUIRE(partial == alone);
+            for (int h = 0; h < n_heads; h++)
+                for (int i = 32; i < head_dim; i++) REQUIRE(partial[size_t(h * head_dim + i)] == x[size_t(h * head_dim + i)]);
             for (int h = 0; h < n_heads; h++)
                 for (int i = 0; i < head_dim / 2; i++) {
                     double ang = pos * std::pow(theta, -2.0 * i / head_dim);
