@@ -239,10 +239,12 @@ TEST_CASE("attention_run is causal attention of each token, the same bits howeve
                             const_cast<float*>(paged.blocks[size_t(p / block_size)])[paged.k_offset + (p % block_size) * kv_stride + c] = NAN;
                             const_cast<float*>(paged.blocks[size_t(p / block_size)])[paged.v_offset + (p % block_size) * kv_stride + c] = NAN;
                         }
+                    // Copies: clang-14 does not let a lambda capture structured bindings.
+                    const int nh = n_heads, nkv = n_kv_heads, hd = head_dim, p0 = pos0;
                     auto run = [&](std::vector<float>& out, int t0, int nt, ThreadPool& p) {
                         attention_run(out.data() + t0 * os, os, q.data() + t0 * qs, qs, paged.blocks.data(),
-                                      paged.k_offset, paged.v_offset, block_size, pos0 + t0, nt, n_heads, n_kv_heads,
-                                      head_dim, kv_stride, p, mask);
+                                      paged.k_offset, paged.v_offset, block_size, p0 + t0, nt, nh, nkv, hd,
+                                      kv_stride, p, mask);
                     };
                     std::vector<float> out(size_t(n_tokens) * os, -7.0f);
                     run(out, 0, n_tokens, pool);
