@@ -723,7 +723,7 @@ int bench_gpu(Args& args, std::shared_ptr<const ModelWeights> loaded = nullptr) 
         }
         expert = {weight_view(DType::BF16, random.data(), hidden, dim),
                   weight_view(DType::BF16, random.data() + mat, hidden, dim),
-                  weight_view(DType::BF16, random.data() + 2 * mat, dim, hidden)};
+                  weight_view(DType::BF16, random.data() + 2 * mat, dim, hidden), {}};
     }
     std::vector<std::vector<uint8_t>> quantized;
     if (type != "bf16") {

@@ -31,7 +31,8 @@ std::optional<DType> dtype_interleaved(DType dtype) {
 
 std::optional<DType> dtype_from_ggml(uint32_t ggml_id) {
     for (size_t i = 0; i < std::size(DTYPE_INFO); ++i)
-        if (DTYPE_INFO[i].in_files && DTYPE_INFO[i].ggml_id == ggml_id) return static_cast<DType>(i);
+        if (DTYPE_INFO[i].in_files && DTYPE_INFO[i].ggml_id != DTYPE_NO_GGML && DTYPE_INFO[i].ggml_id == ggml_id)
+            return static_cast<DType>(i);
     return std::nullopt;
 }
 

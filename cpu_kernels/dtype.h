@@ -17,7 +17,10 @@
 #include <cstdint>
 #include <optional>
 
-enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8, Q8_0_R8, MXFP4 };
+enum class DType : uint8_t { F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_K_R8, Q6_K_R8, Q8_0_R8, MXFP4, U8 };
+
+// The ggml id of a type no GGUF file holds (U8).
+inline constexpr uint32_t DTYPE_NO_GGML = 0xFFFFFFFFu;
 
 struct DTypeInfo {
     const char* name;     // "BF16", "Q4_K", ...: safetensors' spelling for the float types, ggml's for the rest
@@ -45,6 +48,9 @@ inline constexpr DTypeInfo DTYPE_INFO[] = {
     {"Q6_K_R8", 14, 256, 210, 8, DType::Q6_K, false},  // Q6_K, 8 rows interleaved (memory only)
     {"Q8_0_R8", 8, 32, 34, 8, DType::Q8_0, false},     // Q8_0, 8 rows interleaved (memory only)
     {"MXFP4", 39, 32, 17, 1, DType::MXFP4, true},      // e8m0 scale + 32 FP4 (e2m1) nibbles (gpt-oss's experts)
+    // Raw bytes of a safetensors file (gpt-oss's MXFP4 *_blocks / *_scales,
+    // converted to MXFP4 at load); never a weight the kernels read.
+    {"U8", DTYPE_NO_GGML, 1, 1, 1, DType::U8, true},
 };
 
 inline const DTypeInfo& dtype_info(DType dtype) { return DTYPE_INFO[static_cast<size_t>(dtype)]; }

@@ -399,6 +399,8 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n, QuantSearc
         case DType::Q6_K_R8:
         case DType::Q8_0_R8:
             std::abort();  // rows in groups: quantize to the plain type, then quant_repack_r8
+        case DType::U8:
+            std::abort();  // raw bytes, never a weight's type
         }
     }
 }

@@ -207,7 +207,7 @@ public:
     }
 
     void mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) override {
-        expert_ffn(y, x, w.w1, w.w3, w.w2, m, scratch, pool_);
+        expert_ffn(y, x, w.w1, w.w3, w.w2, m, scratch, pool_, w.spec);
     }
 
     void sigmoid_scale(float* y, const float* gate, int rows, int dim) override {
@@ -315,7 +315,7 @@ void CpuExpertExecutor::run_layer(int layer, const ExpertRows& rows, std::span<c
     auto run = [&](const ExpertTask& t, float* scratch, ThreadPool& pool) {
         assert(t.n_tokens > 0 && t.n_tokens <= max_tokens_);
         const ExpertWeights& e = lw.experts[t.expert];
-        expert_ffn(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, scratch, pool);
+        expert_ffn(rows.y + t.row * dim, rows.x + t.row * dim, e.w1, e.w3, e.w2, t.n_tokens, scratch, pool, e.spec);
     };
     small_.clear();
     if (!solo_.empty())

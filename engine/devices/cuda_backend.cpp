@@ -87,9 +87,15 @@ void for_each_dense(const ModelConfig& c, ModelWeights& w, Fn&& fn) {
         vector(lw.v_bias, kv_dim);
         vector(lw.q_norm, q_norm);
         vector(lw.k_norm, k_norm);
+        vector(lw.o_bias, size_t(c.dim));
+        vector(lw.sinks, size_t(c.n_heads));
         vector(lw.ffn_norm, size_t(c.dim));
         matrix(lw.router);
+        vector(lw.router_bias, size_t(c.n_experts));
         for (WeightView* m : {&lw.mlp.w1, &lw.mlp.w3, &lw.mlp.w2, &lw.shared_gate}) matrix(*m);
+        vector(lw.mlp.spec.b1, size_t(lw.mlp.w1.rows));
+        vector(lw.mlp.spec.b3, size_t(lw.mlp.w3.rows));
+        vector(lw.mlp.spec.b2, size_t(lw.mlp.w2.rows));
     }
 }
 
@@ -353,7 +359,7 @@ void CudaBackend::add_bias(float* x, const float* bias, int rows, int width) {
 void CudaBackend::mlp(float* y, const float* x, const ExpertWeights& w, int m, float* scratch) {
     assert(size_t(m) * std::max(w.w1.cols, w.w2.cols) * sizeof(bf16) <= x_bf16_.bytes());
     gpu_expert_ffn(*blas_, y, x, w.w1, w.w3, w.w2, m, scratch,
-                   {x_bf16_.as<bf16>(), dequant_.as<bf16>(), dequant_.bytes() / sizeof(bf16)});
+                   {x_bf16_.as<bf16>(), dequant_.as<bf16>(), dequant_.bytes() / sizeof(bf16)}, w.spec);
 }
 
 void CudaBackend::sigmoid_scale(float* y, const float* gate, int rows, int dim) {

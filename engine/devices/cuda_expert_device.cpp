@@ -21,13 +21,6 @@ constexpr double GIB = double(1u << 30);
 constexpr int PROBE_EXPERTS = 4;  // experts copied per round when measuring a copy source
 constexpr int PROBE_ROUNDS = 3;   // timed rounds after one warm-up; the best counts
 
-// The largest layer's expert (every expert of a layer has its types).
-size_t expert_slot_bytes(const ModelWeights& w) {
-    size_t most = 0;
-    for (const LayerWeights& L : w.layers) most = std::max(most, L.experts.at(0).bytes());
-    return most;
-}
-
 bool quantized(const ExpertWeights& e) {
     return dtype_quantized(e.w1.type) || dtype_quantized(e.w3.type) || dtype_quantized(e.w2.type);
 }
@@ -126,28 +119,21 @@ unsigned char* CudaExpertDevice::slot_memory(WeightSlot w) const {
 }
 
 ExpertWeights CudaExpertDevice::slot_views(int layer, unsigned char* base) const {
-    ExpertWeights e = weights_.layers[size_t(layer)].experts.at(0);
-    e.w1.data = base;
-    e.w3.data = base + e.w1.bytes();
-    e.w2.data = base + e.w1.bytes() + e.w3.bytes();
-    return e;
+    return expert_in_slot(weights_.layers[size_t(layer)].experts.at(0), base);
 }
 
 void CudaExpertDevice::run_stage_job(void* arg) {
     const StageJob& job = *static_cast<const StageJob*>(arg);
     char* dst = static_cast<char*>(job.dst);
-    for (int i = 0; i < 3; i++) {
-        std::memcpy(dst, job.src[i], job.bytes[i]);
-        dst += job.bytes[i];
-    }
+    for (int i = 0; i < job.parts.n; i++)
+        std::memcpy(dst + job.parts.part[i].offset, job.parts.part[i].data, job.parts.part[i].bytes);
 }
 
 void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, unsigned char* dst) {
+    const ExpertParts parts = expert_parts(w);
     if (choice_.source == CopySource::REGISTERED) {
-        for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
-            gpu_copy_h2d(dst, m->data, m->bytes(), copy_.get());
-            dst += m->bytes();
-        }
+        for (int i = 0; i < parts.n; i++)
+            gpu_copy_h2d(dst + parts.part[i].offset, parts.part[i].data, parts.part[i].bytes, copy_.get());
         return;
     }
     // A job's memory must stay put until its host function has run.
@@ -155,7 +141,7 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, unsigned char* dst) 
     const int k = next_pinned_;
     next_pinned_ = (k + 1) % PINNED_BUFFERS;
     StageJob& job = jobs_[n_jobs_++];
-    job = {pinned_[size_t(k)].data(), {w.w1.data, w.w3.data, w.w2.data}, {w.w1.bytes(), w.w3.bytes(), w.w2.bytes()}};
+    job = {pinned_[size_t(k)].data(), parts};
     // The memcpy into buffer k waits for the DMA out of it (the copy before
     // last); the DMA waits for the memcpy. Each wait is enqueued after its
     // record, so it waits for that record.
@@ -163,7 +149,7 @@ void CudaExpertDevice::enqueue_copy(const ExpertWeights& w, unsigned char* dst) 
     gpu_launch_host_func(stage_.get(), run_stage_job, &job);
     staged_[size_t(k)]->record(stage_.get());
     gpu_stream_wait(copy_.get(), *staged_[size_t(k)]);
-    gpu_copy_h2d(dst, pinned_[size_t(k)].data(), w.bytes(), copy_.get());
+    gpu_copy_h2d(dst, pinned_[size_t(k)].data(), parts.slot_bytes, copy_.get());
     dma_done_[size_t(k)]->record(copy_.get());
     pinned_used_[k] = true;
 }
@@ -181,10 +167,10 @@ void CudaExpertDevice::register_experts(const std::vector<SlotExpert>& experts) 
     // Whole pages: two registrations must not share one.
     std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
     for (const SlotExpert& e : experts) {
-        const ExpertWeights& w = weights_.layers[size_t(e.layer)].experts[size_t(e.expert)];
-        for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
-            const uintptr_t begin = reinterpret_cast<uintptr_t>(m->data);
-            ranges.push_back({begin / page * page, (begin + m->bytes() + page - 1) / page * page});
+        const ExpertParts parts = expert_parts(weights_.layers[size_t(e.layer)].experts[size_t(e.expert)]);
+        for (int i = 0; i < parts.n; i++) {
+            const uintptr_t begin = reinterpret_cast<uintptr_t>(parts.part[i].data);
+            ranges.push_back({begin / page * page, (begin + parts.part[i].bytes + page - 1) / page * page});
         }
     }
     std::sort(ranges.begin(), ranges.end());
@@ -303,7 +289,7 @@ void CudaExpertDevice::Queue::compute(int layer, const ExpertRows& rows, const E
     const GpuGemmScratch scratch{d_.scratch_bf16_.as<bf16>(), d_.scratch_dequant_.as<bf16>(),
                                  d_.scratch_dequant_.bytes() / sizeof(bf16)};
     gpu_expert_ffn(d_.blas_, rows.y + row, rows.x + row, e.w1, e.w3, e.w2, task.n_tokens, d_.scratch_f32_.as<float>(),
-                   scratch);
+                   scratch, e.spec);
 }
 
 void CudaExpertDevice::Queue::record(int event, QueueStream stream) {

@@ -97,11 +97,10 @@ private:
     // a host function on the stage stream; lives until that has run.
     struct StageJob {
         void* dst = nullptr;
-        const void* src[3] = {nullptr, nullptr, nullptr};
-        size_t bytes[3] = {0, 0, 0};
+        ExpertParts parts;  // each to dst + its offset
     };
     static constexpr int PINNED_BUFFERS = 2;  // one fills while the other's DMA runs
-    static void run_stage_job(void* job);     // the host function: the three memcpys
+    static void run_stage_job(void* job);     // the host function: a memcpy a part
 
     unsigned char* slot_memory(WeightSlot w) const;
     // Layer `layer`'s expert views (types and shapes are the same for all

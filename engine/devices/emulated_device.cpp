@@ -37,7 +37,7 @@ EmulatedDevice::EmulatedDevice(const ModelConfig& config, const ModelWeights& we
                                std::span<const SlotExpert> slots, double budget_bytes, int max_tokens, int threads,
                                Isa isa, int staging_slots)
     : ExpertDevice(config.n_layers, std::max(1, config.n_experts), slots, staging_slots,
-                   size_t(cost_expert(config, 0, weight_format(weights)).bytes), budget_bytes),
+                   expert_slot_bytes(weights), budget_bytes),
       config_(config),
       weights_(weights),
       max_tokens_(max_tokens),
@@ -73,20 +73,12 @@ EmulatedDevice::~EmulatedDevice() {
 }
 
 ExpertWeights EmulatedDevice::slot_weights(std::byte* slot, int layer) const {
-    ExpertWeights in_slot = weights_.layers[size_t(layer)].experts[0];
-    for (WeightView* m : {&in_slot.w1, &in_slot.w3, &in_slot.w2}) {
-        m->data = slot;
-        slot += m->bytes();
-    }
-    return in_slot;
+    return expert_in_slot(weights_.layers[size_t(layer)].experts[0], slot);
 }
 
 void EmulatedDevice::copy_expert(std::byte* dst, int layer, int expert) const {
-    const ExpertWeights& w = weights_.layers[size_t(layer)].experts[size_t(expert)];
-    for (const WeightView* m : {&w.w1, &w.w3, &w.w2}) {
-        std::memcpy(dst, m->data, m->bytes());
-        dst += m->bytes();
-    }
+    const ExpertParts p = expert_parts(weights_.layers[size_t(layer)].experts[size_t(expert)]);
+    for (int i = 0; i < p.n; i++) std::memcpy(dst + p.part[i].offset, p.part[i].data, p.part[i].bytes);
 }
 
 void EmulatedDevice::OpQueue::copy(int layer, int expert, WeightSlot to) {
@@ -135,7 +127,8 @@ void EmulatedDevice::run(const Op& op) {
     if (t.n_tokens == 0) return;
     const ExpertWeights w = slot_weights(slot_memory(op.weights), op.layer);
     const size_t row = size_t(t.row) * config_.dim;
-    expert_ffn(kernels_, op.rows.y + row, op.rows.x + row, w.w1, w.w3, w.w2, t.n_tokens, scratch_.data(), pool_);
+    expert_ffn(kernels_, op.rows.y + row, op.rows.x + row, w.w1, w.w3, w.w2, t.n_tokens, scratch_.data(), pool_,
+               w.spec);
 }
 
 // The device thread: runs the ops in the order they were enqueued, which

@@ -38,7 +38,7 @@ std::vector<std::vector<TimingPoint>> measure_expert_ffn(const ModelConfig& c,
     auto run = [&](size_t cycle, int n) {
         const std::vector<ExpertWeights>& experts = cycles[cycle];
         const ExpertWeights& e = experts[next[cycle]++ % experts.size()];
-        expert_ffn(y.data(), x.data(), e.w1, e.w3, e.w2, n, scratch.data(), pool);
+        expert_ffn(y.data(), x.data(), e.w1, e.w3, e.w2, n, scratch.data(), pool, e.spec);
     };
     for (size_t k = 0; k < cycles.size(); k++) {
         for (size_t i = 0; i < cycles[k].size(); i++) run(k, 1);

@@ -32,7 +32,7 @@ std::string offsets_string(uint64_t begin, uint64_t end) {
 }
 
 bool dtype_from_name(const std::string& name, DType* dtype) {
-    for (DType d : {DType::BF16, DType::F16, DType::F32}) {
+    for (DType d : {DType::BF16, DType::F16, DType::F32, DType::U8}) {
         if (name == dtype_name(d)) {
             *dtype = d;
             return true;
@@ -64,7 +64,7 @@ TensorView parse_entry(const std::string& file, const std::string& name, const j
     if (!dtype_it->is_string()) throw MoeError(where + "dtype is not a string");
     if (!dtype_from_name(dtype_it->get<std::string>(), &view.dtype))
         throw MoeError(where + "unsupported dtype '" + printable(dtype_it->get<std::string>()) +
-                       "' (supported: BF16, F16, F32)");
+                       "' (supported: BF16, F16, F32, U8)");
 
     if (!shape_it->is_array()) throw MoeError(where + "shape is not a list of non-negative integers");
     for (const json& d : *shape_it) {

@@ -36,10 +36,16 @@ constexpr GgufArch ARCHS[] = {{"llama", "MixtralForCausalLM"},
                               {"olmoe", "OlmoeForCausalLM"},
                               {"qwen35moe", "Qwen3_5MoeForCausalLM"},
                               {"qwen35moe", "Qwen3_5MoeForConditionalGeneration"},
-                              {"qwen3next", "Qwen3NextForCausalLM"}};
+                              {"qwen3next", "Qwen3NextForCausalLM"},
+                              {"gpt-oss", "GptOssForCausalLM"}};
 
 bool hybrid_arch(const char* arch) {
     return arch && (std::string_view(arch) == "qwen35moe" || std::string_view(arch) == "qwen3next");
+}
+
+// The architectures whose FFN norm llama.cpp names post_attention_norm.
+bool post_attention_norm_arch(const char* arch) {
+    return hybrid_arch(arch) || (arch && std::string_view(arch) == "gpt-oss");
 }
 
 const char* gguf_arch_of(const ModelConfig& c) {
@@ -55,7 +61,7 @@ bool permuted_qk(const ModelConfig& c) {
 // The GGUF tensor name of a role without "blk.N." and ".weight" / ".bias".
 // The always-run MLP is the shared expert's ffn_*_shexp on a MoE layer, a
 // dense layer's ffn_* otherwise.
-const char* gguf_role_name(TensorRole role, bool shared, bool hybrid) {
+const char* gguf_role_name(TensorRole role, bool shared, bool post_attention_norm) {
     switch (role) {
     case TensorRole::EMBED:
         return "token_embd";
@@ -71,20 +77,27 @@ const char* gguf_role_name(TensorRole role, bool shared, bool hybrid) {
     case TensorRole::V_BIAS:
         return "attn_v";
     case TensorRole::WO:
+    case TensorRole::O_BIAS:
         return "attn_output";
+    case TensorRole::SINKS:
+        return "attn_sinks";
     case TensorRole::Q_NORM:
         return "attn_q_norm";
     case TensorRole::K_NORM:
         return "attn_k_norm";
     case TensorRole::FFN_NORM:
-        return hybrid ? "post_attention_norm" : "ffn_norm";
+        return post_attention_norm ? "post_attention_norm" : "ffn_norm";
     case TensorRole::ROUTER:
+    case TensorRole::ROUTER_BIAS:
         return "ffn_gate_inp";
     case TensorRole::EXPERT_W1:
+    case TensorRole::EXPERT_B1:
         return "ffn_gate";
     case TensorRole::EXPERT_W3:
+    case TensorRole::EXPERT_B3:
         return "ffn_up";
     case TensorRole::EXPERT_W2:
+    case TensorRole::EXPERT_B2:
         return "ffn_down";
     case TensorRole::MLP_W1:
         return shared ? "ffn_gate_shexp" : "ffn_gate";
@@ -126,7 +139,20 @@ const char* gguf_role_name(TensorRole role, bool shared, bool hybrid) {
 }
 
 bool bias_role(TensorRole role) {
-    return role == TensorRole::Q_BIAS || role == TensorRole::K_BIAS || role == TensorRole::V_BIAS;
+    switch (role) {
+    case TensorRole::Q_BIAS:
+    case TensorRole::K_BIAS:
+    case TensorRole::V_BIAS:
+    case TensorRole::O_BIAS:
+    case TensorRole::ROUTER_BIAS:
+    case TensorRole::EXPERT_B1:
+    case TensorRole::EXPERT_B3:
+    case TensorRole::EXPERT_B2:
+    case TensorRole::LIN_DT_BIAS:
+        return true;
+    default:
+        return false;
+    }
 }
 
 // The GGUF name of a table entry's tensor; a MoE expert's is its layer's
@@ -136,7 +162,8 @@ std::string gguf_name(const TensorEntry& e, const ModelConfig& c, bool per_exper
     // Appended piece by piece (GCC 12's -Wrestrict misfires on "." + std::string).
     std::string name;
     if (e.layer >= 0) name.append("blk.").append(std::to_string(e.layer)).append(".");
-    name.append(gguf_role_name(e.role, e.layer >= 0 && c.layer_is_moe(e.layer), hybrid_arch(gguf_arch_of(c))));
+    name.append(
+        gguf_role_name(e.role, e.layer >= 0 && c.layer_is_moe(e.layer), post_attention_norm_arch(gguf_arch_of(c))));
     if (c.is_moe() && e.expert >= 0) {
         if (per_expert)
             name.append(".").append(std::to_string(e.expert));
@@ -144,11 +171,12 @@ std::string gguf_name(const TensorEntry& e, const ModelConfig& c, bool per_exper
             name.append("_exps");
     }
     if (e.role == TensorRole::LIN_A_LOG) return name;  // llama.cpp's ssm_a has no suffix
-    return name.append(bias_role(e.role) || e.role == TensorRole::LIN_DT_BIAS ? ".bias" : ".weight");
+    return name.append(bias_role(e.role) ? ".bias" : ".weight");
 }
 
 // The tensor that holds one entry of the table: a whole GGUF tensor, or
-// (experts merged into one 3-D tensor) expert e's (rows, cols) slice of it.
+// (experts merged into one 3-D tensor, their biases into one 2-D one)
+// expert e's slice of it.
 // The shared expert's gate is a vector (dim) in GGUF, a (1, dim) matrix here.
 TensorView find_tensor(const GgufFile& f, const TensorEntry& t, const ModelConfig& c) {
     if (t.role == TensorRole::SHARED_GATE) {
@@ -164,14 +192,16 @@ TensorView find_tensor(const GgufFile& f, const TensorEntry& t, const ModelConfi
         if (f.find(single)) return f.tensor(single);
         throw MoeError(f.path().string() + ": " + merged + ": tensor missing (nor " + single + ")");
     }
-    if (all->shape.size() != 3 || all->shape[1] != t.shape[0] || all->shape[2] != t.shape[1] ||
-        all->shape[0] <= t.expert)
-        throw MoeError(all->file + ": " + merged + ": expected shape [n_experts, " + std::to_string(t.shape[0]) + ", " +
-                       std::to_string(t.shape[1]) + "] with expert " + std::to_string(t.expert) + ", found " +
-                       tensor_shape_string(all->shape));
+    if (all->shape.size() != t.shape.size() + 1 || !std::equal(t.shape.begin(), t.shape.end(), all->shape.begin() + 1) ||
+        all->shape[0] <= t.expert) {
+        std::string want = "[n_experts";
+        for (int64_t d : t.shape) want += ", " + std::to_string(d);
+        throw MoeError(all->file + ": " + merged + ": expected shape " + want + "] with expert " +
+                       std::to_string(t.expert) + ", found " + tensor_shape_string(all->shape));
+    }
     TensorView slice = *all;
     slice.name = merged + " [expert " + std::to_string(t.expert) + "]";
-    slice.shape = {t.shape[0], t.shape[1]};
+    slice.shape = t.shape;
     slice.nbytes = all->nbytes / size_t(all->shape[0]);
     slice.data = static_cast<const char*>(all->data) + size_t(t.expert) * slice.nbytes;
     return slice;
@@ -219,10 +249,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     const std::string file = f.path().string();
     const std::string arch(m.get_string("general.architecture"));
     const bool hybrid = hybrid_arch(arch.c_str());
-    if (arch != "llama" && arch != "qwen3moe" && arch != "qwen2moe" && arch != "olmoe" && !hybrid)
+    const bool gpt_oss = arch == "gpt-oss";
+    if (arch != "llama" && arch != "qwen3moe" && arch != "qwen2moe" && arch != "olmoe" && !hybrid && !gpt_oss)
         throw MoeError(file + ": general.architecture: '" + arch +
                        "' is not supported (supported: llama, the architecture of Mixtral and Mistral GGUFs; "
-                       "qwen3moe, qwen2moe, olmoe, qwen35moe, qwen3next)");
+                       "qwen3moe, qwen2moe, olmoe, qwen35moe, qwen3next, gpt-oss)");
     const std::string p = arch + ".";
     auto get = [&](const std::string& key) { return m.get_int<int>(key); };
     auto find = [&](const std::string& key) { return m.find_int<int>(key); };
@@ -242,7 +273,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                 break;
             }
         j["num_experts"] = get(p + "expert_count");
-        if (arch == "olmoe") {
+        if (gpt_oss) {
+            j["num_local_experts"] = get(p + "expert_count");
+            j["intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
+        } else if (arch == "olmoe") {
             j["intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
         } else {
             j["moe_intermediate_size"] = expert_ff ? *expert_ff : get(p + "feed_forward_length");
@@ -282,6 +316,42 @@ ModelConfig gguf_model_config(const GgufFile& f) {
         if (std::optional<int> rot = find(p + "rope.dimension_count"))
             j["partial_rotary_factor"] = double(*rot) / double(find(p + "attention.key_length").value_or(256));
         if (arch == "qwen3next") j["norm_topk_prob"] = true;  // llama.cpp renormalises both
+    }
+    if (gpt_oss) {
+        // llama.cpp's SWA layers: attention.sliding_window_pattern, a bool a
+        // layer or a period n (layer l slides when l % n < n - 1), 2 when absent.
+        j["sliding_window"] = get(p + "attention.sliding_window");
+        const int n_layers = j["num_hidden_layers"].get<int>();
+        std::vector<bool> swa(static_cast<size_t>(n_layers));
+        const std::optional<GgufValue> pattern = m.find_value(p + "attention.sliding_window_pattern");
+        if (pattern && pattern->type() == GgufType::ARRAY) {
+            if (pattern->items().size() < size_t(n_layers))
+                throw MoeError(file + ": " + p + "attention.sliding_window_pattern: expected an array of " +
+                               std::to_string(n_layers) + " or more bools");
+            for (int l = 0; l < n_layers; l++) swa[size_t(l)] = pattern->items()[size_t(l)].as_unsigned() != 0;
+        } else {
+            const int n = pattern ? get(p + "attention.sliding_window_pattern") : 2;
+            for (int l = 0; l < n_layers; l++) swa[size_t(l)] = n == 0 || l % n < n - 1;
+        }
+        json types = json::array();
+        for (bool s : swa) types.push_back(s ? "sliding_attention" : "full_attention");
+        j["layer_types"] = types;
+        j["attention_bias"] = true;
+        // llama.cpp's gpt-oss clamps at 7 always; a file may say otherwise
+        // in llama.cpp's key for other architectures' expert clamp, a float
+        // or one a layer (all the same here).
+        if (std::optional<GgufValue> clamp = m.find_value(p + "swiglu_clamp_exp")) {
+            std::vector<double> limits;
+            if (clamp->type() == GgufType::ARRAY) {
+                for (const GgufValue& v : clamp->items())
+                    if (v.type() == GgufType::FLOAT32 || v.type() == GgufType::FLOAT64) limits.push_back(v.as_float());
+            } else if (clamp->type() == GgufType::FLOAT32 || clamp->type() == GgufType::FLOAT64) {
+                limits.push_back(clamp->as_float());
+            }
+            if (limits.empty() || std::any_of(limits.begin(), limits.end(), [&](double x) { return x != limits[0]; }))
+                throw MoeError(file + ": " + p + "swiglu_clamp_exp: expected one float, or the same float a layer");
+            j["swiglu_limit"] = limits[0];
+        }
     }
     j["num_attention_heads"] = get(p + "attention.head_count");
     j["num_key_value_heads"] = find(p + "attention.head_count_kv").value_or(j["num_attention_heads"].get<int>());
@@ -377,7 +447,9 @@ uint32_t file_type(QuantMix mix) {
 struct OutTensor {
     TensorView view;                  // name, dtype, shape, nbytes (no data)
     std::vector<WeightView> sources;  // matrices, rows in order
-    const float* vector = nullptr;    // or a norm vector of shape[0] floats
+    // Or vectors (a norm, a bias; every expert's bias of a merged tensor),
+    // the tensor's floats split evenly among them, in order.
+    std::vector<const float*> vectors;
     bool permute = false;             // attn_q / attn_k: rows in llama.cpp's order
 };
 
@@ -482,6 +554,16 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
     }
     if (c.shared_hidden_dim > 0)
         meta.push_back({p + "expert_shared_feed_forward_length", uint32_t(c.shared_hidden_dim)});
+    if (std::string_view(arch) == "gpt-oss") {
+        meta.push_back({p + "attention.sliding_window", uint32_t(c.sliding_window)});
+        std::vector<bool> swa;
+        for (int l = 0; l < c.n_layers; l++) swa.push_back(c.layer_mixer(l) == MixerKind::SLIDING_ATTENTION);
+        meta.push_back({p + "attention.sliding_window_pattern", GgufValue(swa)});
+        // llama.cpp's gpt-oss always clamps at 7; another limit goes in its
+        // key for other architectures' expert clamp (which it does not read here).
+        if (c.ffn_act.limit != 7.0f)
+            meta.push_back({p + "swiglu_clamp_exp", GgufValue(std::vector<float>(size_t(c.n_layers), c.ffn_act.limit))});
+    }
     if (hybrid) {
         const LinearAttentionShape& s = c.linear;
         meta.push_back({p + "ssm.conv_kernel", uint32_t(s.conv_kernel)});
@@ -557,16 +639,27 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
         t.view.dtype = quant_mix_type(o.mix, o.experts_only, e, c.n_layers);
         t.permute = llama && (e.role == TensorRole::WQ || e.role == TensorRole::WK);
         switch (e.role) {
-        case TensorRole::ATTN_NORM: t.vector = L->attn_norm; break;
-        case TensorRole::FFN_NORM: t.vector = L->ffn_norm; break;
-        case TensorRole::FINAL_NORM: t.vector = w.final_norm; break;
+        case TensorRole::ATTN_NORM: t.vectors = {L->attn_norm}; break;
+        case TensorRole::FFN_NORM: t.vectors = {L->ffn_norm}; break;
+        case TensorRole::FINAL_NORM: t.vectors = {w.final_norm}; break;
         case TensorRole::EMBED: t.sources = {w.embed}; break;
         case TensorRole::LM_HEAD: t.sources = {w.lm_head}; break;
         case TensorRole::WQ: t.sources = {L->wq}; break;
         case TensorRole::WK: t.sources = {L->wk}; break;
         case TensorRole::WV: t.sources = {L->wv}; break;
         case TensorRole::WO: t.sources = {L->wo}; break;
+        case TensorRole::O_BIAS: t.vectors = {L->o_bias}; break;
+        case TensorRole::SINKS: t.vectors = {L->sinks}; break;
         case TensorRole::ROUTER: t.sources = {L->router}; break;
+        case TensorRole::ROUTER_BIAS: t.vectors = {L->router_bias}; break;
+        case TensorRole::EXPERT_B1:
+        case TensorRole::EXPERT_B3:
+        case TensorRole::EXPERT_B2:
+            for (const ExpertWeights& x : L->experts)
+                t.vectors.push_back(e.role == TensorRole::EXPERT_B1   ? x.spec.b1
+                                    : e.role == TensorRole::EXPERT_B3 ? x.spec.b3
+                                                                      : x.spec.b2);
+            break;
         case TensorRole::EXPERT_W1:
         case TensorRole::EXPERT_W3:
         case TensorRole::EXPERT_W2:
@@ -574,19 +667,19 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
                 t.sources.push_back(e.role == TensorRole::EXPERT_W1 ? x.w1 : e.role == TensorRole::EXPERT_W3 ? x.w3 : x.w2);
             break;
         case TensorRole::Q_BIAS:
-            t.vector = L->q_bias;
+            t.vectors = {L->q_bias};
             break;
         case TensorRole::K_BIAS:
-            t.vector = L->k_bias;
+            t.vectors = {L->k_bias};
             break;
         case TensorRole::V_BIAS:
-            t.vector = L->v_bias;
+            t.vectors = {L->v_bias};
             break;
         case TensorRole::Q_NORM:
-            t.vector = L->q_norm;
+            t.vectors = {L->q_norm};
             break;
         case TensorRole::K_NORM:
-            t.vector = L->k_norm;
+            t.vectors = {L->k_norm};
             break;
         case TensorRole::MLP_W1:
             t.sources = {L->mlp.w1};
@@ -620,16 +713,18 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
             }
             break;
         case TensorRole::LIN_CONV:
-            t.vector = head_vector(L->linear.conv, size_t(2 * ls.key_dim()) * ls.conv_kernel,
-                                   size_t(dv) * ls.conv_kernel);
+            t.vectors = {head_vector(L->linear.conv, size_t(2 * ls.key_dim()) * ls.conv_kernel,
+                                   size_t(dv) * ls.conv_kernel)};
             break;
-        case TensorRole::LIN_DT_BIAS: t.vector = head_vector(L->linear.dt_bias, 0, 1); break;
-        case TensorRole::LIN_A_LOG: t.vector = head_vector(L->linear.a, 0, 1); break;  // -exp(A_log), as llama.cpp stores it
-        case TensorRole::LIN_NORM: t.vector = L->linear.norm; break;
+        case TensorRole::LIN_DT_BIAS: t.vectors = {head_vector(L->linear.dt_bias, 0, 1)}; break;
+        case TensorRole::LIN_A_LOG: t.vectors = {head_vector(L->linear.a, 0, 1)}; break;  // -exp(A_log), as llama.cpp stores it
+        case TensorRole::LIN_NORM: t.vectors = {L->linear.norm}; break;
         case TensorRole::LIN_OUT: t.sources = {head_columns(L->linear.wout)}; break;
         case TensorRole::LIN_QKVZ:
             throw MoeError("quantize: in_proj_qkvz is split before writing");
         }
+        // MXFP4 experts (gpt-oss's) stay MXFP4 whatever the mix.
+        if (!t.sources.empty() && t.sources[0].type == DType::MXFP4 && e.expert >= 0) t.view.dtype = DType::MXFP4;
         t.view.shape = e.shape;
         if (e.role == TensorRole::SHARED_GATE) t.view.shape = {int64_t(c.dim)};  // a vector in GGUF
         if (e.role == TensorRole::LIN_CONV) t.view.shape = {e.shape[0], e.shape[2]};  // (channels, taps)
@@ -647,10 +742,12 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
     std::vector<char> packed;  // one source matrix converted
     gguf_write(out, meta, views, [&](size_t i, std::ostream& os) {
         const OutTensor& t = outs[i];
-        if (t.vector) {
+        if (!t.vectors.empty()) {
             int64_t n = 1;
             for (int64_t d : t.view.shape) n *= d;
-            os.write(reinterpret_cast<const char*>(t.vector), std::streamsize(size_t(n) * sizeof(float)));
+            const size_t each = size_t(n) / t.vectors.size();
+            for (const float* v : t.vectors)
+                os.write(reinterpret_cast<const char*>(v), std::streamsize(each * sizeof(float)));
             return;
         }
         const int64_t cols = t.view.shape.back();

@@ -23,9 +23,9 @@ namespace {
 
 const char* const SUPPORTED_ARCHITECTURES =
     "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM, "
-    "Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM";
+    "Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, GptOssForCausalLM";
 
-enum class Arch { MIXTRAL, MISTRAL, QWEN3_MOE, QWEN2_MOE, OLMOE, QWEN35_MOE, QWEN3_NEXT };
+enum class Arch { MIXTRAL, MISTRAL, QWEN3_MOE, QWEN2_MOE, OLMOE, QWEN35_MOE, QWEN3_NEXT, GPT_OSS };
 
 [[noreturn]] void config_fail(std::string_view source, const std::string& what) {
     throw MoeError(std::string(source) + ": " + what);
@@ -211,6 +211,29 @@ std::vector<MixerKind> hybrid_layer_mixers(const json& j, std::string_view sourc
     return mixers;
 }
 
+// gpt-oss's layers: layer_types ("sliding_attention" or "full_attention",
+// one a layer), else GptOssConfig's default: sliding from layer 0, every
+// other layer.
+std::vector<MixerKind> gpt_oss_layer_mixers(const json& j, std::string_view source, int n_layers) {
+    std::vector<MixerKind> mixers(size_t(n_layers), MixerKind::ATTENTION);
+    if (const json* types = field(j, "layer_types")) {
+        if (!types->is_array() || int(types->size()) != n_layers)
+            config_fail(source, "field 'layer_types' must be a list of num_hidden_layers = " +
+                                    std::to_string(n_layers) + " strings");
+        for (int l = 0; l < n_layers; l++) {
+            const json& t = (*types)[size_t(l)];
+            if (t == "sliding_attention")
+                mixers[size_t(l)] = MixerKind::SLIDING_ATTENTION;
+            else if (t != "full_attention")
+                config_fail(source, "field 'layer_types' holds " + t.dump() + " at " + std::to_string(l) +
+                                        " (expected \"sliding_attention\" or \"full_attention\")");
+        }
+        return mixers;
+    }
+    for (int l = 0; l < n_layers; l += 2) mixers[size_t(l)] = MixerKind::SLIDING_ATTENTION;
+    return mixers;
+}
+
 // RoPE: rope_scaling / rope_parameters (either; Hugging Face moved from the
 // first to the second) may be plain (rope_type "default"; Qwen3.5's
 // text-only M-RoPE sections reduce to plain RoPE, as every position id of
@@ -359,6 +382,8 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
         arch = Arch::QWEN35_MOE;
     else if (c.architecture == "Qwen3NextForCausalLM")
         arch = Arch::QWEN3_NEXT;
+    else if (c.architecture == "GptOssForCausalLM")
+        arch = Arch::GPT_OSS;
     else
         config_fail(source, "architecture '" + c.architecture +
                                 "' is not supported (supported: " + SUPPORTED_ARCHITECTURES + ")");
@@ -373,7 +398,7 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
     require_positive(source, "hidden_size", c.dim);
     require_positive(source, "num_attention_heads", c.n_heads);
     require_positive(source, "num_hidden_layers", c.n_layers);
-    c.head_dim = optional_int(j, source, "head_dim", hybrid ? 256 : c.dim / c.n_heads);
+    c.head_dim = optional_int(j, source, "head_dim", hybrid ? 256 : arch == Arch::GPT_OSS ? 64 : c.dim / c.n_heads);
     switch (arch) {
     case Arch::MISTRAL:
         c.hidden_dim = required_int(j, source, "intermediate_size");
@@ -445,6 +470,26 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
         }
         break;
     }
+    case Arch::GPT_OSS: {
+        // GptOssConfig defaults. The router's softmax is taken over the
+        // chosen k logits: the softmax over all of them, renormalised.
+        c.hidden_dim = optional_int(j, source, "intermediate_size", 2880);
+        c.n_experts = optional_int(j, source, "num_local_experts", 128);
+        c.n_experts_active =
+            optional_int(j, source, "num_experts_per_tok", optional_int(j, source, "experts_per_token", 4));
+        require_positive(source, "num_local_experts", c.n_experts);
+        c.norm_topk_prob = true;
+        c.qkv_bias = c.o_bias = optional_bool(j, source, "attention_bias", true);
+        c.attn_sinks = c.router_bias = c.expert_bias = true;
+        c.ffn_act.kind = FfnActivation::Kind::CLAMPED_SWIGLU;
+        c.ffn_act.limit = optional_float(j, source, "swiglu_limit", 7.0f);
+        if (!(c.ffn_act.limit > 0.0f))
+            config_fail(source, "field 'swiglu_limit' must be positive, found " + std::to_string(c.ffn_act.limit));
+        c.sliding_window = optional_int(j, source, "sliding_window", 128);
+        require_positive(source, "sliding_window", c.sliding_window);
+        c.layer_mixers = gpt_oss_layer_mixers(j, source, c.n_layers);
+        break;
+    }
     case Arch::OLMOE:
         // OlmoeConfig defaults.
         c.hidden_dim = optional_int(j, source, "intermediate_size", 2048);
@@ -461,9 +506,12 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
     if (!qwen) c.dense_hidden_dim = c.hidden_dim;  // only Qwen gives dense layers their own width
     const std::optional<float> rope_parameters_theta = parse_rope(j, source, arch == Arch::QWEN35_MOE, c);
     // Hugging Face defaults of each config class.
-    const float theta = arch == Arch::MIXTRAL ? 1e6f : 10000.0f;
-    const float eps = arch == Arch::MIXTRAL || arch == Arch::OLMOE ? 1e-5f : 1e-6f;
-    const int max_pos = arch == Arch::OLMOE ? 4096 : arch == Arch::QWEN35_MOE ? 262144 : qwen ? 32768 : 4096 * 32;
+    const float theta = arch == Arch::MIXTRAL ? 1e6f : arch == Arch::GPT_OSS ? 150000.0f : 10000.0f;
+    const float eps = arch == Arch::MIXTRAL || arch == Arch::OLMOE || arch == Arch::GPT_OSS ? 1e-5f : 1e-6f;
+    const int max_pos = arch == Arch::OLMOE        ? 4096
+                        : arch == Arch::QWEN35_MOE ? 262144
+                        : qwen                     ? 32768
+                                                   : 4096 * 32;  // Mixtral, Mistral, gpt-oss
     c.rope_theta = optional_float(j, source, "rope_theta", rope_parameters_theta.value_or(theta));
     if (hybrid) {
         float factor = 0.25f;
@@ -483,6 +531,7 @@ ModelConfig model_config_parse(const json& top, std::string_view source) {
     // may give no BOS (OLMoE's is null): the first EOS id stands in.
     const std::vector<int> default_eos = arch == Arch::OLMOE        ? std::vector<int>{50279}
                                          : arch == Arch::QWEN35_MOE ? std::vector<int>{248044}
+                                         : arch == Arch::GPT_OSS    ? std::vector<int>{200002}  // <|return|>
                                          : qwen                     ? std::vector<int>{151643}
                                                                     : std::vector<int>{2};
     const json* eos = field(j, "eos_token_id");

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "cpu_kernels/ffn.h"
+
 // How q and k are normalised after their projections (before RoPE).
 enum class QkNorm {
     NONE,
@@ -22,7 +24,7 @@ enum class QkNorm {
 enum class MixerKind {
     ATTENTION,  // causal GQA self-attention over the KV cache, RoPE, the q/k norm, bias and output-gate variants
     // ATTENTION over the last sliding_window positions only (Mistral-7B
-    // v0.1; gpt-oss's sliding layers). Its keys and values are in the KV
+    // v0.1; gpt-oss's sliding layers, every other one from layer 0). Its keys and values are in the KV
     // cache beside the other attention layers' (all positions kept).
     SLIDING_ATTENTION,
     // Gated DeltaNet linear attention (Qwen3.5, Qwen3-Next): a causal
@@ -89,7 +91,14 @@ struct ModelConfig {
     int n_experts_active = 0;       // num_experts_per_tok (top-k); 0 for dense
     bool norm_topk_prob = true;     // renormalise the k routing weights to sum 1 (Mixtral, Qwen3)
     QkNorm qk_norm = QkNorm::NONE;  // q/k RMSNorm (Qwen3 per head, OLMoE full width)
-    bool qkv_bias = false;          // q/k/v projections have biases (Qwen2-MoE)
+    bool qkv_bias = false;          // q/k/v projections have biases (Qwen2-MoE, gpt-oss)
+    bool o_bias = false;            // o_proj has a bias (gpt-oss)
+    // A learned logit per query head joins its softmax's denominator and
+    // adds no value (gpt-oss's attention sinks).
+    bool attn_sinks = false;
+    bool router_bias = false;       // the router's logits have a bias (gpt-oss)
+    bool expert_bias = false;       // each routed expert's gate, up and down projections have biases (gpt-oss)
+    FfnActivation ffn_act;          // the routed experts' gate activation (gpt-oss: the clamped SwiGLU)
     // The MLP every token runs beside the routed experts (Qwen2-MoE's shared
     // expert, gated by sigmoid(x . shared_expert_gate)); 0 = none.
     int shared_hidden_dim = 0;  // shared_expert_intermediate_size

@@ -31,6 +31,7 @@
 
 #include "base/errors.h"
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/quant.h"
 #include "cpu_kernels/thread_pool.h"
 #include "embedded_files.h"
 #include "engine/formats/gguf.h"
@@ -99,6 +100,9 @@ enum class Init {
     EMBED,     // uniform plus the shared direction every token has in common
     CENTERED,  // uniform around `center` (an RMSNorm weight: 1 +- a little; zero-centred: 0 +- a little)
     ROUTER,    // per-expert scale and bias, so experts differ in popularity
+    // gpt-oss's MXFP4 experts in their Hugging Face form (U8 tensors):
+    MXFP4_CODES,   // *_blocks: uniform random bytes (two e2m1 codes each)
+    MXFP4_SCALES,  // *_scales: every byte `center`, the power of two that gives unit-RMS outputs
 };
 
 // RMS of the direction all embeddings share (the noise has RMS 1). It gives
@@ -122,6 +126,7 @@ struct SynthTensor {
     float center = 0.0f;                        // CENTERED
     TensorValues values = TensorValues::AS_IS;  // the in-memory weights hold what the loader would make of them
     int shard = 0;
+    bool fused_experts = false;  // one of gpt-oss's fused expert tensors (no table entry of its own)
 };
 
 struct SynthInit {
@@ -160,7 +165,16 @@ SynthInit synth_init(const TensorEntry& t) {
     case TensorRole::Q_BIAS:
     case TensorRole::K_BIAS:
     case TensorRole::V_BIAS:
+    case TensorRole::O_BIAS:
+    case TensorRole::ROUTER_BIAS:
+    case TensorRole::EXPERT_B1:
+    case TensorRole::EXPERT_B3:
+    case TensorRole::EXPERT_B2:
         return {Init::UNIFORM, 0.1f};
+    // Sink logits of the order of the scores (a sink takes a share of each
+    // softmax without swamping it).
+    case TensorRole::SINKS:
+        return {Init::UNIFORM, 1.0f};
     case TensorRole::ROUTER:
         return {Init::ROUTER, fan_in};
     case TensorRole::LM_HEAD:
@@ -213,14 +227,63 @@ std::tuple<int, int, int, int> synth_file_order(const TensorEntry& t, int n_laye
     return {block, part, t.expert, matrix};
 }
 
-// Every tensor of the table, in file order, with its initialisation.
+// gpt-oss's checkpoints keep a layer's experts fused, gate and up
+// interleaved, in MXFP4 (engine/model/weights.cpp reads them so).
+bool gpt_oss_layout(const ModelConfig& c) {
+    return c.architecture == "GptOssForCausalLM";
+}
+
+// The e8m0 byte of an MXFP4 scale that gives a matrix of `fan_in` columns of
+// uniform random e2m1 codes (RMS 2.93) outputs of about unit RMS.
+uint8_t mxfp4_unit_scale(int64_t fan_in) {
+    return uint8_t(127 + std::lround(std::log2(1.0 / (2.93 * std::sqrt(double(fan_in))))));
+}
+
+// The six fused tensors of layer l's experts as gpt-oss's Hugging Face files
+// hold them: gate_up_proj (gate row i at 2i, up row i at 2i + 1) and
+// down_proj as MXFP4 blocks and scales, and their biases.
+std::vector<SynthTensor> gpt_oss_expert_tensors(const ModelConfig& c, int l) {
+    const int64_t n = c.n_experts, hidden = c.hidden_dim, dim = c.dim;
+    const std::string q = c.tensor_prefix + "layers." + std::to_string(l) + ".mlp.experts.";
+    std::vector<SynthTensor> out;
+    auto add = [&](const std::string& name, DType dtype, std::vector<int64_t> shape, Init init, float scale,
+                   float center) {
+        SynthTensor t;
+        t.view.name = q + name;
+        t.view.dtype = dtype;
+        t.view.shape = std::move(shape);
+        t.view.nbytes = tensor_nbytes(dtype, t.view.shape, t.view.name);
+        t.init = init;
+        t.scale = scale;
+        t.center = center;
+        t.fused_experts = true;
+        out.push_back(std::move(t));
+    };
+    for (const auto& [stem, rows, cols] : {std::tuple{"gate_up_proj", 2 * hidden, dim}, std::tuple{"down_proj", dim, hidden}}) {
+        add(std::string(stem) + "_blocks", DType::U8, {n, rows, cols / 32, 16}, Init::MXFP4_CODES, 0, 0);
+        add(std::string(stem) + "_scales", DType::U8, {n, rows, cols / 32}, Init::MXFP4_SCALES, 0,
+            float(mxfp4_unit_scale(cols)));
+        add(std::string(stem) + "_bias", DType::BF16, {n, rows}, Init::UNIFORM, 0.1f, 0);
+    }
+    return out;
+}
+
+// Every tensor of the table, in file order, with its initialisation
+// (gpt-oss's experts as its six fused tensors a layer).
 std::vector<SynthTensor> synth_tensors(const ModelConfig& c) {
     std::vector<TensorEntry> table = tensor_table(c);
     std::stable_sort(table.begin(), table.end(), [&](const TensorEntry& a, const TensorEntry& b) {
         return synth_file_order(a, c.n_layers) < synth_file_order(b, c.n_layers);
     });
     std::vector<SynthTensor> ts;
-    for (const TensorEntry& t : table) ts.push_back(synth_tensor(t));
+    for (const TensorEntry& t : table) {
+        if (gpt_oss_layout(c) && t.expert >= 0) {
+            if (t.expert == 0 && t.role == TensorRole::EXPERT_W1)
+                for (SynthTensor& f : gpt_oss_expert_tensors(c, t.layer)) ts.push_back(std::move(f));
+            continue;
+        }
+        ts.push_back(synth_tensor(t));
+    }
     return ts;
 }
 
@@ -328,9 +391,36 @@ void synth_fill(const SynthTensor& t, uint64_t seed, const std::vector<float>& c
     fill_uniform(rng, SQRT3 * t.scale, offset, cols, start, out, n);
 }
 
+// Bytes [start, start + n) of a U8 tensor (MXFP4 blocks or scales), the
+// same whichever chunks they are asked in; start a multiple of 8 (a draw
+// gives 8 bytes).
+void synth_fill_bytes(const SynthTensor& t, uint64_t seed, size_t start, uint8_t* out, size_t n) {
+    if (t.init == Init::MXFP4_SCALES) {
+        std::fill_n(out, n, uint8_t(t.center));
+        return;
+    }
+    if (start % 8 != 0) throw MoeError("synth-model: " + t.view.name + ": chunk start not a multiple of 8");
+    Rng rng = tensor_rng(seed, t.view.name);
+    rng.skip(start / 8);
+    for (size_t i = 0; i < n; i += 8) {
+        const uint64_t r = rng.next();
+        for (size_t j = 0; j < 8 && i + j < n; j++) out[i + j] = uint8_t(r >> (8 * j));
+    }
+}
+
 // Streams one tensor's random values to the file.
 void write_tensor(OutFile& out, const SynthTensor& t, uint64_t seed, const std::vector<float>& common,
                   std::vector<bf16>& buf) {
+    if (t.view.dtype == DType::U8) {
+        std::vector<uint8_t> bytes(std::min(t.view.nbytes, CHUNK_ELEMENTS));
+        for (size_t done = 0; done < t.view.nbytes;) {
+            const size_t m = std::min(t.view.nbytes - done, bytes.size());
+            synth_fill_bytes(t, seed, done, bytes.data(), m);
+            out.write(bytes.data(), m);
+            done += m;
+        }
+        return;
+    }
     size_t n = t.view.nbytes / sizeof(bf16);
     size_t chunk = t.init == Init::ROUTER ? n : CHUNK_ELEMENTS;
     buf.resize(std::min(n, chunk));
@@ -895,7 +985,10 @@ uint64_t synth_memory_bytes(const ModelConfig& config) {
     for (const TensorEntry& t : tensor_table(config)) {
         uint64_t n = 1;
         for (int64_t d : t.shape) n *= uint64_t(d);
-        total += n * (t.shape.size() != 2 ? sizeof(float) : sizeof(bf16));
+        if (gpt_oss_layout(config) && t.expert >= 0 && t.shape.size() == 2)
+            total += n / 32 * sizeof(BlockMXFP4);  // gpt-oss's experts stay MXFP4
+        else
+            total += n * (t.shape.size() != 2 ? sizeof(float) : sizeof(bf16));
     }
     return total;
 }
@@ -917,6 +1010,10 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
     };
     std::vector<Item> items;
     for (size_t i = 0; i < ts.size(); i++) {
+        if (ts[i].fused_experts) {  // made expert by expert below
+            by_name[ts[i].view.name] = &ts[i];
+            continue;
+        }
         const size_t n = ts[i].view.nbytes / sizeof(bf16);
         const bool vector = ts[i].view.shape.size() != 2;  // norms, biases, a conv's taps: fp32
         out[i] = w.arena.alloc(n * (vector ? sizeof(float) : sizeof(bf16)));
@@ -924,14 +1021,94 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
         const size_t chunk = ts[i].init == Init::ROUTER || vector ? n : CHUNK_ELEMENTS;
         for (size_t start = 0; start < n; start += chunk) items.push_back({i, start, std::min(chunk, n - start)});
     }
+    // gpt-oss: each expert's matrices in the layout the loader gives its
+    // Hugging Face files (MXFP4, gate and up rows apart), converted row by
+    // row from the bytes synth_fill_bytes writes, and its biases from the
+    // fused bias rows: no fused copy is held. Work items after the others.
+    struct GptOssExpert {
+        int layer, expert;
+        BlockMXFP4 *w1, *w3, *w2;
+        float *b1, *b3, *b2;
+    };
+    std::vector<GptOssExpert> gpt_oss;
+    std::unordered_map<std::string, WeightView> expert_views;  // table name -> view
+    if (gpt_oss_layout(c)) {
+        const int64_t hidden = c.hidden_dim, dim = c.dim;
+        for (const TensorEntry& t : tensor_table(c)) {
+            if (t.expert < 0 || t.role != TensorRole::EXPERT_W1) continue;
+            GptOssExpert x{t.layer, t.expert, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+            auto matrix = [&](int64_t rows, int64_t cols) {
+                return reinterpret_cast<BlockMXFP4*>(w.arena.alloc(size_t(rows * cols / 32) * sizeof(BlockMXFP4)));
+            };
+            x.w1 = matrix(hidden, dim);
+            x.w3 = matrix(hidden, dim);
+            x.w2 = matrix(dim, hidden);
+            x.b1 = reinterpret_cast<float*>(w.arena.alloc(size_t(2 * hidden + dim) * sizeof(float)));
+            x.b3 = x.b1 + hidden;
+            x.b2 = x.b3 + hidden;
+            gpt_oss.push_back(x);
+        }
+        for (const TensorEntry& t : tensor_table(c)) {
+            if (t.expert < 0) continue;
+            const GptOssExpert& x = gpt_oss[size_t(t.layer * c.n_experts + t.expert) -
+                                            size_t(gpt_oss.front().layer * c.n_experts)];
+            switch (t.role) {
+            case TensorRole::EXPERT_W1: expert_views[t.name] = weight_view(DType::MXFP4, x.w1, hidden, dim); break;
+            case TensorRole::EXPERT_W3: expert_views[t.name] = weight_view(DType::MXFP4, x.w3, hidden, dim); break;
+            case TensorRole::EXPERT_W2: expert_views[t.name] = weight_view(DType::MXFP4, x.w2, dim, hidden); break;
+            case TensorRole::EXPERT_B1: expert_views[t.name] = weight_view(DType::F32, x.b1, 1, hidden); break;
+            case TensorRole::EXPERT_B3: expert_views[t.name] = weight_view(DType::F32, x.b3, 1, hidden); break;
+            case TensorRole::EXPERT_B2: expert_views[t.name] = weight_view(DType::F32, x.b2, 1, dim); break;
+            default: break;
+            }
+        }
+    }
+    auto fused = [&](int layer, const char* name) -> const SynthTensor& {
+        return *static_cast<const SynthTensor*>(
+            by_name.at(c.tensor_prefix + "layers." + std::to_string(layer) + ".mlp.experts." + name));
+    };
+    auto make_gpt_oss_expert = [&](const GptOssExpert& x, std::vector<uint8_t>& qs, std::vector<uint8_t>& es,
+                                   std::vector<bf16>& bias) {
+        const int64_t hidden = c.hidden_dim, dim = c.dim, e = x.expert;
+        // Row r of a matrix from row `src` of the fused blocks / scales (nb blocks a row).
+        auto row = [&](const char* stem, int64_t src, int64_t nb, BlockMXFP4* dst) {
+            qs.resize(size_t(nb) * 16);
+            es.resize(size_t(nb));
+            synth_fill_bytes(fused(x.layer, (std::string(stem) + "_blocks").c_str()), seed, size_t(src * nb * 16),
+                             qs.data(), qs.size());
+            synth_fill_bytes(fused(x.layer, (std::string(stem) + "_scales").c_str()), seed, size_t(src * nb),
+                             es.data(), es.size());
+            mxfp4_from_hf(dst, qs.data(), es.data(), size_t(nb));
+        };
+        for (int64_t r = 0; r < hidden; r++) {
+            row("gate_up_proj", e * 2 * hidden + 2 * r, dim / 32, x.w1 + r * (dim / 32));
+            row("gate_up_proj", e * 2 * hidden + 2 * r + 1, dim / 32, x.w3 + r * (dim / 32));
+        }
+        for (int64_t r = 0; r < dim; r++) row("down_proj", e * dim + r, hidden / 32, x.w2 + r * (hidden / 32));
+        bias.resize(size_t(2 * hidden));
+        synth_fill(fused(x.layer, "gate_up_proj_bias"), seed, common, size_t(e * 2 * hidden), bias.data(), bias.size());
+        for (int64_t i = 0; i < hidden; i++) {
+            x.b1[i] = bf16_to_f32(bias[size_t(2 * i)]);
+            x.b3[i] = bf16_to_f32(bias[size_t(2 * i + 1)]);
+        }
+        bias.resize(size_t(dim));
+        synth_fill(fused(x.layer, "down_proj_bias"), seed, common, size_t(e * dim), bias.data(), bias.size());
+        for (int64_t i = 0; i < dim; i++) x.b2[i] = bf16_to_f32(bias[size_t(i)]);
+    };
     std::atomic<size_t> next{0};
     std::mutex error_mutex;
     std::exception_ptr error;
     ThreadPool pool(std::max(1, threads));
+    const size_t n_work = items.size() + gpt_oss.size();
     pool.run([&](int) {
         std::vector<bf16> vector_buf;  // a norm vector before its fp32 conversion
+        std::vector<uint8_t> qs, es;
         try {
-            for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+            for (size_t k; (k = next.fetch_add(1)) < n_work;) {
+                if (k >= items.size()) {
+                    make_gpt_oss_expert(gpt_oss[k - items.size()], qs, es, vector_buf);
+                    continue;
+                }
                 const Item& it = items[k];
                 const SynthTensor& t = ts[it.tensor];
                 if (t.view.shape.size() != 2) {
@@ -946,12 +1123,13 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
         } catch (...) {
             std::lock_guard lock(error_mutex);
             if (!error) error = std::current_exception();
-            next.store(items.size());
+            next.store(n_work);
         }
     });
     if (error) std::rethrow_exception(error);
     // After the values are there: a fused projection is split by copying rows.
     weights_assign(w, c, [&](const TensorEntry& t) {
+        if (auto it = expert_views.find(t.name); it != expert_views.end()) return it->second;
         const void* p = by_name.at(t.name);
         if (t.shape.size() == 2) return weight_view(DType::BF16, p, t.shape[0], t.shape[1]);
         const int64_t rows = t.shape.size() == 1 ? 1 : t.shape[0];

@@ -52,6 +52,8 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
             t.push_back({a + "v_proj.weight", {kv_dim, dim}, TensorRole::WV, l});
             if (c.qkv_bias) t.push_back({a + "v_proj.bias", {kv_dim}, TensorRole::V_BIAS, l});
             t.push_back({a + "o_proj.weight", {dim, q_dim}, TensorRole::WO, l});
+            if (c.o_bias) t.push_back({a + "o_proj.bias", {dim}, TensorRole::O_BIAS, l});
+            if (c.attn_sinks) t.push_back({a + "sinks", {int64_t(c.n_heads)}, TensorRole::SINKS, l});
             if (c.qk_norm != QkNorm::NONE) {
                 const bool full = c.qk_norm == QkNorm::FULL;
                 t.push_back(
@@ -68,12 +70,20 @@ std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
             continue;
         }
         if (c.layer_is_moe(l)) {
-            t.push_back({p + moe_block + "gate.weight", {int64_t(c.n_experts), dim}, TensorRole::ROUTER, l});
+            // gpt-oss calls its router mlp.router.
+            const std::string router = p + moe_block + (c.router_bias ? "router." : "gate.");
+            t.push_back({router + "weight", {int64_t(c.n_experts), dim}, TensorRole::ROUTER, l});
+            if (c.router_bias) t.push_back({router + "bias", {int64_t(c.n_experts)}, TensorRole::ROUTER_BIAS, l});
             for (int e = 0; e < c.n_experts; e++) {
                 const std::string q = p + moe_block + "experts." + std::to_string(e) + ".";
                 t.push_back({q + w1, {hidden, dim}, TensorRole::EXPERT_W1, l, e});
                 t.push_back({q + w3, {hidden, dim}, TensorRole::EXPERT_W3, l, e});
                 t.push_back({q + w2, {dim, hidden}, TensorRole::EXPERT_W2, l, e});
+                if (c.expert_bias) {
+                    t.push_back({q + "gate_proj.bias", {hidden}, TensorRole::EXPERT_B1, l, e});
+                    t.push_back({q + "up_proj.bias", {hidden}, TensorRole::EXPERT_B3, l, e});
+                    t.push_back({q + "down_proj.bias", {dim}, TensorRole::EXPERT_B2, l, e});
+                }
             }
         }
         const int64_t mlp = c.layer_mlp_hidden(l);

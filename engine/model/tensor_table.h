@@ -22,13 +22,19 @@ enum class TensorRole {
     WV,           // (n_kv_heads * head_dim, dim)
     V_BIAS,       // (n_kv_heads * head_dim,); qkv_bias only
     WO,           // (dim, n_heads * head_dim)
+    O_BIAS,       // (dim,); o_bias only
+    SINKS,        // (n_heads,) the sink logit of each query head; attn_sinks only
     Q_NORM,       // (head_dim,) per head, or (n_heads * head_dim,) full width; qk_norm only
     K_NORM,       // (head_dim,) per head, or (n_kv_heads * head_dim,) full width; qk_norm only
     FFN_NORM,     // (dim,)
     ROUTER,       // (n_experts, dim); MoE layers only
+    ROUTER_BIAS,  // (n_experts,); router_bias only
     EXPERT_W1,    // (hidden_dim, dim) gate; the dense Mistral MLP's gate_proj as expert 0
     EXPERT_W3,    // (hidden_dim, dim) up; the dense Mistral MLP's up_proj as expert 0
     EXPERT_W2,    // (dim, hidden_dim) down; the dense Mistral MLP's down_proj as expert 0
+    EXPERT_B1,    // (hidden_dim,) gate bias; expert_bias only
+    EXPERT_B3,    // (hidden_dim,) up bias
+    EXPERT_B2,    // (dim,) down bias
     MLP_W1,       // (layer_mlp_hidden, dim) gate of the MLP every token runs: a dense layer's, or the shared expert
     MLP_W3,       // (layer_mlp_hidden, dim) up
     MLP_W2,       // (dim, layer_mlp_hidden) down
@@ -79,7 +85,13 @@ struct TensorEntry {
 // norm, q (and its bias), k, v, o, the q/k norms, the post-attention norm,
 // then on a MoE layer the router and each expert's w1, w3, w2, then the MLP
 // every token runs (a dense layer's gate, up, down, or the shared expert's
-// and its gate); the final norm; lm_head unless tied. Mixtral and Mistral
+// and its gate); the final norm; lm_head unless tied. Biases follow their
+// matrices (gpt-oss: o_proj's, the sinks after the attention's, the
+// router's, each expert's three after its matrices). gpt-oss's Hugging Face
+// files hold a layer's experts in fused tensors (MXFP4 blocks and scales,
+// or transposed bf16, gate and up interleaved): the table names each
+// expert's tensors on their own (mlp.experts.E.gate_proj.weight, ...) and
+// the loader finds them in the fused ones. Mixtral and Mistral
 // tables are those of before the Qwen and OLMoE roles existed (their
 // fingerprints are unchanged).
 std::vector<TensorEntry> tensor_table(const ModelConfig& config);

@@ -6,11 +6,13 @@
 // half-loaded model. Does no math beyond these conversions.
 #include "engine/model/weights.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <iterator>
 #include <string>
 
 #include "base/errors.h"
@@ -127,10 +129,12 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
                     const std::function<WeightView(const TensorEntry&)>& data) {
     w.layers.assign(size_t(config.n_layers), LayerWeights{});
     // A dense Mistral MLP is the single "expert" 0: gate = w1, up = w3, down = w2.
-    for (int l = 0; l < config.n_layers; l++)
+    for (int l = 0; l < config.n_layers; l++) {
         w.layers[size_t(l)].experts.resize(!config.is_moe()         ? 1
                                            : config.layer_is_moe(l) ? size_t(config.n_experts)
                                                                     : 0);
+        for (ExpertWeights& e : w.layers[size_t(l)].experts) e.spec.act = config.ffn_act;
+    }
     for (const TensorEntry& t : tensor_table(config)) {
         LayerWeights* L = t.layer >= 0 ? &w.layers[size_t(t.layer)] : nullptr;
         ExpertWeights* E = t.expert >= 0 ? &L->experts[size_t(t.expert)] : nullptr;
@@ -143,6 +147,8 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
         case TensorRole::WK: L->wk = m; break;
         case TensorRole::WV: L->wv = m; break;
         case TensorRole::WO: L->wo = m; break;
+        case TensorRole::O_BIAS: L->o_bias = v; break;
+        case TensorRole::SINKS: L->sinks = v; break;
         case TensorRole::Q_BIAS:
             L->q_bias = v;
             break;
@@ -160,9 +166,13 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
             break;
         case TensorRole::FFN_NORM: L->ffn_norm = v; break;
         case TensorRole::ROUTER: L->router = m; break;
+        case TensorRole::ROUTER_BIAS: L->router_bias = v; break;
         case TensorRole::EXPERT_W1: E->w1 = m; break;
         case TensorRole::EXPERT_W3: E->w3 = m; break;
         case TensorRole::EXPERT_W2: E->w2 = m; break;
+        case TensorRole::EXPERT_B1: E->spec.b1 = v; break;
+        case TensorRole::EXPERT_B3: E->spec.b3 = v; break;
+        case TensorRole::EXPERT_B2: E->spec.b2 = v; break;
         case TensorRole::MLP_W1:
             L->mlp.w1 = m;
             break;
@@ -195,8 +205,50 @@ void weights_assign(ModelWeights& w, const ModelConfig& config,
     if (config.tie_embeddings) w.lm_head = w.embed;
 }
 
+namespace {
+
+size_t slot_align(size_t n) {
+    return (n + EXPERT_SLOT_ALIGN - 1) / EXPERT_SLOT_ALIGN * EXPERT_SLOT_ALIGN;
+}
+
+}  // namespace
+
+ExpertParts expert_parts(const ExpertWeights& e) {
+    ExpertParts p;
+    auto add = [&](const void* data, size_t bytes) {
+        p.part[p.n++] = {data, bytes, p.slot_bytes};
+        p.slot_bytes += slot_align(bytes);
+    };
+    for (const WeightView* m : {&e.w1, &e.w3, &e.w2}) add(m->data, m->bytes());
+    const size_t floats[3] = {size_t(e.w1.rows), size_t(e.w3.rows), size_t(e.w2.rows)};
+    const float* const biases[3] = {e.spec.b1, e.spec.b3, e.spec.b2};
+    for (int i = 0; i < 3; i++)
+        if (biases[i]) add(biases[i], floats[i] * sizeof(float));
+    return p;
+}
+
+ExpertWeights expert_in_slot(const ExpertWeights& like, void* base) {
+    ExpertWeights e = like;
+    const ExpertParts p = expert_parts(like);
+    auto at = [&](int i) { return static_cast<std::byte*>(base) + p.part[i].offset; };
+    e.w1.data = at(0);
+    e.w3.data = at(1);
+    e.w2.data = at(2);
+    int i = 3;
+    for (const float** b : {&e.spec.b1, &e.spec.b3, &e.spec.b2})
+        if (*b) *b = reinterpret_cast<const float*>(at(i++));
+    return e;
+}
+
+size_t expert_slot_bytes(const ModelWeights& w) {
+    size_t most = 0;
+    for (const LayerWeights& L : w.layers)
+        if (!L.experts.empty()) most = std::max(most, expert_parts(L.experts[0]).slot_bytes);
+    return most;
+}
+
 std::string weights_expert_dtypes(const ModelWeights& w) {
-    std::vector<bool> seen(size_t(DType::Q6_K) + 1, false);
+    std::vector<bool> seen(std::size(DTYPE_INFO), false);
     for (const LayerWeights& L : w.layers)
         for (const ExpertWeights& e : L.experts)
             for (const WeightView* m : {&e.w1, &e.w3, &e.w2}) seen[size_t(m->type)] = true;
@@ -212,43 +264,129 @@ std::string weights_expert_dtypes(const ModelWeights& w) {
 
 namespace {
 
-// transformers 5 stores a layer's experts fused (Qwen3.5's checkpoints):
-// mlp.experts.gate_up_proj (n_experts, 2 hidden, dim), expert e's gate rows
-// then its up rows, and mlp.experts.down_proj (n_experts, dim, hidden).
-// Expert e's w1, w3 or w2 as a view into them; nullopt when the layer has
-// no such tensor.
-std::optional<TensorView> fused_expert(const SafetensorsSet& files, const TensorEntry& e, const ModelConfig& c) {
-    const size_t at = e.name.rfind("experts.");
-    if (at == std::string::npos) return std::nullopt;
-    const bool down = e.role == TensorRole::EXPERT_W2;
-    const std::string name = e.name.substr(0, at) + (down ? "experts.down_proj" : "experts.gate_up_proj");
-    const TensorView* all = files.find(name);
-    if (!all) return std::nullopt;
-    const int64_t hidden = c.hidden_dim, dim = c.dim, n = c.n_experts;
-    const std::vector<int64_t> want = down ? std::vector<int64_t>{n, dim, hidden} : std::vector<int64_t>{n, 2 * hidden, dim};
-    if (all->shape != want)
-        throw MoeError(all->file + ": " + name + ": expected shape " + tensor_shape_string(want) + ", found " +
-                       tensor_shape_string(all->shape));
-    const int64_t rows = down ? dim : hidden, cols = down ? hidden : dim;
-    const int64_t first = down ? int64_t(e.expert) * dim : int64_t(e.expert) * 2 * hidden + (e.role == TensorRole::EXPERT_W3 ? hidden : 0);
-    TensorView t = *all;
-    t.name = name + "[" + std::to_string(e.expert) + "]";
-    t.shape = {rows, cols};
-    t.nbytes = size_t(rows * cols) * size_t(dtype_info(all->dtype).block_bytes);
-    t.data = static_cast<const char*>(all->data) + size_t(first * cols) * size_t(dtype_info(all->dtype).block_bytes);
-    return t;
-}
+// Hugging Face files that keep a layer's experts fused, expert e's tensor
+// out of them (nullopt when the layer has no such tensors):
+// * transformers 5 (Qwen3.5): mlp.experts.gate_up_proj (n_experts,
+//   2 hidden, dim), expert e's gate rows then its up rows, and
+//   mlp.experts.down_proj (n_experts, dim, hidden): views into them.
+// * gpt-oss: gate and up interleaved (row 2i is gate row i, 2i + 1 up row
+//   i), as MXFP4 (gate_up_proj_blocks (n_experts, 2 hidden, dim / 32, 16)
+//   with gate_up_proj_scales (n_experts, 2 hidden, dim / 32); down_proj_
+//   blocks / _scales (n_experts, dim, hidden / 32[, 16])) or as transposed
+//   floats (gate_up_proj (n_experts, dim, 2 hidden), down_proj (n_experts,
+//   hidden, dim)); biases gate_up_proj_bias (n_experts, 2 hidden),
+//   interleaved, and down_proj_bias (n_experts, dim). Copied into w's
+//   memory: MXFP4 in ggml's block layout (the same values), floats as bf16
+//   rows, biases as fp32.
+class FusedExperts {
+public:
+    FusedExperts(ModelWeights& w, const SafetensorsSet& files, const ModelConfig& c)
+        : w_(w), files_(files), c_(c), gpt_oss_(c.architecture == "GptOssForCausalLM") {}
+
+    std::optional<WeightView> find(const TensorEntry& e) {
+        const size_t at = e.name.rfind("experts.");
+        if (at == std::string::npos) return std::nullopt;
+        const bool down = e.role == TensorRole::EXPERT_W2 || e.role == TensorRole::EXPERT_B2;
+        const std::string stem = e.name.substr(0, at) + (down ? "experts.down_proj" : "experts.gate_up_proj");
+        return gpt_oss_ ? gpt_oss(e, stem, down) : transformers5(e, stem, down);
+    }
+
+private:
+    // The tensor `name`, checked to have `shape` and raw bytes (U8) or floats.
+    const TensorView* fused(const std::string& name, const std::vector<int64_t>& shape, bool bytes) const {
+        const TensorView* t = files_.find(name);
+        if (!t) return nullptr;
+        if (t->shape != shape)
+            throw MoeError(t->file + ": " + name + ": expected shape " + tensor_shape_string(shape) + ", found " +
+                           tensor_shape_string(t->shape));
+        const bool is_bytes = t->dtype == DType::U8;
+        if (is_bytes != bytes)
+            throw MoeError(t->file + ": " + name + ": expected " + (bytes ? "U8" : "a float type") + ", found " +
+                           dtype_name(t->dtype));
+        return t;
+    }
+
+    std::optional<WeightView> transformers5(const TensorEntry& e, const std::string& stem, bool down) {
+        if (e.role != TensorRole::EXPERT_W1 && e.role != TensorRole::EXPERT_W3 && e.role != TensorRole::EXPERT_W2)
+            return std::nullopt;
+        const int64_t hidden = c_.hidden_dim, dim = c_.dim, n = c_.n_experts;
+        const TensorView* all = fused(stem, down ? std::vector<int64_t>{n, dim, hidden} : std::vector<int64_t>{n, 2 * hidden, dim}, false);
+        if (!all) return std::nullopt;
+        const int64_t rows = down ? dim : hidden, cols = down ? hidden : dim;
+        const int64_t first = down ? int64_t(e.expert) * dim
+                                   : int64_t(e.expert) * 2 * hidden + (e.role == TensorRole::EXPERT_W3 ? hidden : 0);
+        TensorView t = *all;
+        t.name = stem + "[" + std::to_string(e.expert) + "]";
+        t.shape = {rows, cols};
+        t.nbytes = size_t(rows * cols) * size_t(dtype_info(all->dtype).block_bytes);
+        t.data = static_cast<const char*>(all->data) + size_t(first * cols) * size_t(dtype_info(all->dtype).block_bytes);
+        return weights_matrix(w_, t);
+    }
+
+    std::optional<WeightView> gpt_oss(const TensorEntry& e, const std::string& stem, bool down) {
+        const int64_t n = c_.n_experts, x = e.expert;
+        const int64_t fused_rows = down ? c_.dim : 2 * int64_t(c_.hidden_dim), cols = down ? c_.hidden_dim : c_.dim;
+        const int64_t rows = down ? fused_rows : fused_rows / 2;
+        const int up = e.role == TensorRole::EXPERT_W3 || e.role == TensorRole::EXPERT_B3;
+        // Row r of this expert's matrix (or element r of its bias) in the fused tensor's rows.
+        auto source_row = [&](int64_t r) { return x * fused_rows + (down ? r : 2 * r + up); };
+        if (e.role == TensorRole::EXPERT_B1 || e.role == TensorRole::EXPERT_B3 || e.role == TensorRole::EXPERT_B2) {
+            const TensorView* b = fused(stem + "_bias", {n, fused_rows}, false);
+            if (!b) return std::nullopt;
+            auto out = std::make_unique_for_overwrite<float[]>(size_t(rows));
+            for (int64_t r = 0; r < rows; r++) out[size_t(r)] = element_f32(*b, size_t(source_row(r)));
+            w_.owned_f32.push_back(std::move(out));
+            return weight_view(DType::F32, w_.owned_f32.back().get(), 1, rows);
+        }
+        if (files_.find(stem + "_blocks")) {
+            if (cols % 32 != 0)
+                throw MoeError(files_.source() + ": " + stem + "_blocks: rows of " + std::to_string(cols) +
+                               " are not whole MXFP4 blocks of 32");
+            const int64_t nb = cols / 32;
+            const TensorView* blocks = fused(stem + "_blocks", {n, fused_rows, nb, 16}, true);
+            const TensorView* scales = fused(stem + "_scales", {n, fused_rows, nb}, true);
+            if (!scales) throw MoeError(files_.source() + ": " + stem + "_scales: tensor missing (beside " + stem + "_blocks)");
+            auto* dst = reinterpret_cast<BlockMXFP4*>(w_.arena.alloc(size_t(rows * nb) * sizeof(BlockMXFP4)));
+            const auto* qs = static_cast<const uint8_t*>(blocks->data);
+            const auto* es = static_cast<const uint8_t*>(scales->data);
+            for (int64_t r = 0; r < rows; r++) {
+                const size_t first = size_t(source_row(r) * nb);
+                mxfp4_from_hf(dst + r * nb, qs + first * 16, es + first, size_t(nb));
+            }
+            return weight_view(DType::MXFP4, dst, rows, cols);
+        }
+        // Floats, transposed: element (r, col) of the matrix is [x][col][source row of r].
+        const TensorView* t = fused(stem, {n, cols, fused_rows}, false);
+        if (!t) return std::nullopt;
+        auto out = std::make_unique_for_overwrite<bf16[]>(size_t(rows * cols));
+        for (int64_t col = 0; col < cols; col++) {
+            const size_t base = size_t((x * cols + col) * fused_rows);
+            for (int64_t r = 0; r < rows; r++)
+                out[size_t(r * cols + col)] = f32_to_bf16(element_f32(*t, base + size_t(down ? r : 2 * r + up)));
+        }
+        w_.owned_bf16.push_back(std::move(out));
+        return weight_view(DType::BF16, w_.owned_bf16.back().get(), rows, cols);
+    }
+
+    ModelWeights& w_;
+    const SafetensorsSet& files_;
+    const ModelConfig& c_;
+    const bool gpt_oss_;
+};
 
 }  // namespace
 
 ModelWeights weights_load(const ModelConfig& config, const fs::path& dir) {
     ModelWeights w;
     w.files = std::make_unique<SafetensorsSet>(dir);
+    FusedExperts fused(w, *w.files, config);
     weights_assign(w, config, [&](const TensorEntry& entry) {
         const TensorView* t = w.files->find(entry.name);
-        std::optional<TensorView> slice;
-        if (!t && entry.expert >= 0 && (slice = fused_expert(*w.files, entry, config))) t = &*slice;
-        if (!t) throw MoeError(w.files->source() + ": " + entry.name + ": tensor missing");
+        if (!t && entry.expert >= 0)
+            if (std::optional<WeightView> m = fused.find(entry)) return *m;
+        if (!t)
+            throw MoeError(w.files->source() + ": " + entry.name + ": tensor missing" +
+                           (entry.expert >= 0 ? " (nor the layer's fused experts tensors)" : ""));
         // BF16, F16 and F32 are all accepted (the reader refuses anything else).
         weights_check_shape(*t, entry);
         return entry.shape.size() == 2 ? weights_matrix(w, *t) : weights_vector(w, *t, entry.values);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu_kernels/bf16.h"
+#include "cpu_kernels/ffn.h"
 #include "engine/formats/gguf.h"
 #include "engine/formats/safetensors.h"
 #include "engine/model/host_memory.h"
@@ -22,10 +23,36 @@ struct ExpertWeights {
     WeightView w1;  // (hidden_dim, dim) gate
     WeightView w3;  // (hidden_dim, dim) up
     WeightView w2;  // (dim, hidden_dim) down
+    // The activation (ModelConfig::ffn_act) and the biases of the three
+    // (gpt-oss's experts; fp32, null without), in the memory of whoever
+    // holds these weights.
+    FfnSpec spec;
 
-    size_t bytes() const { return w1.bytes() + w3.bytes() + w2.bytes(); }
+    size_t bias_bytes() const {
+        return spec.b1 ? sizeof(float) * size_t(2 * w1.rows + w2.rows) : 0;
+    }
+    size_t bytes() const { return w1.bytes() + w3.bytes() + w2.bytes() + bias_bytes(); }
     bool empty() const { return w1.empty(); }
 };
+
+// How a device slot (the emulated GPU's, CUDA's) holds an expert: its parts,
+// w1, w3, w2 and then the biases it has, one after another, each from a
+// multiple of EXPERT_SLOT_ALIGN bytes (a bias after an MXFP4 matrix of odd
+// size stays aligned). One layout for every device and copy path.
+inline constexpr size_t EXPERT_SLOT_ALIGN = 64;
+struct ExpertPart {
+    const void* data = nullptr;  // where the part is now
+    size_t bytes = 0;
+    size_t offset = 0;  // where it goes in a slot
+};
+struct ExpertParts {
+    ExpertPart part[6];
+    int n = 0;
+    size_t slot_bytes = 0;  // the slot room they take, padding included
+};
+ExpertParts expert_parts(const ExpertWeights& e);
+// `like`'s views (its types, shapes, activation) pointing into a slot at base.
+ExpertWeights expert_in_slot(const ExpertWeights& like, void* base);
 
 // A Gated DeltaNet layer's weights (ModelConfig::linear's shapes).
 struct LinearAttentionWeights {
@@ -47,6 +74,8 @@ struct LayerWeights {
     WeightView wk;                     // (n_kv_heads * head_dim, dim)
     WeightView wv;                     // (n_kv_heads * head_dim, dim)
     WeightView wo;                     // (dim, n_heads * head_dim)
+    const float* o_bias = nullptr;     // (dim,); null without o_bias
+    const float* sinks = nullptr;      // (n_heads,); null without attn_sinks
     const float* q_bias = nullptr;     // (n_heads * head_dim,); null without qkv_bias
     const float* k_bias = nullptr;     // (n_kv_heads * head_dim,)
     const float* v_bias = nullptr;     // (n_kv_heads * head_dim,)
@@ -55,6 +84,7 @@ struct LayerWeights {
     LinearAttentionWeights linear;     // a GATED_DELTANET layer's mixer
     const float* ffn_norm = nullptr;   // (dim,)
     WeightView router;                 // (n_experts, dim); empty for a dense model or layer
+    const float* router_bias = nullptr;  // (n_experts,); null without router_bias
     std::vector<ExpertWeights> experts;  // n_experts entries; one (the MLP) for a dense Mistral model;
                                          // none on a dense layer of a MoE model
     // The MLP every token runs (ModelConfig::layer_mlp_hidden): a dense
@@ -79,6 +109,10 @@ struct ModelWeights {
     HostArena arena;  // matrices held in a layout of their own (GGUF q/k rows reordered, Q4_K / Q6_K interleaved),
                       // and synthetic weights generated in memory
 };
+
+// The slot room of the largest expert of any layer (every expert of a layer
+// has the same types).
+size_t expert_slot_bytes(const ModelWeights& w);
 
 // Loads and checks all tensors of the model in dir. Throws MoeError with
 // "<file>: <tensor>: <what is wrong>" (missing tensor, dtype, shape, ...).

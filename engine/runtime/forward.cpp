@@ -107,6 +107,7 @@ void ForwardPass::predict(int layer, int n) {
     Backend& b = backend_;
     b.rmsnorm(out_, x_, lw.ffn_norm, n, c.dim, c.rms_norm_eps);
     b.matmul(router_, out_, lw.router, n);
+    if (lw.router_bias) b.add_bias(router_, lw.router_bias, n, c.n_experts);
     b.route(predicted_expert_.data(), predicted_weight_.data(), router_, n, c.n_experts, n_route_, c.norm_topk_prob);
     predicted_layer_ = layer;
     std::fill(expert_count_.begin(), expert_count_.end(), 0);
@@ -145,6 +146,7 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
     // weights; the choices come to the host for the placement planner.
     if (c.is_moe()) {
         b.matmul(router_, xb_, lw.router, n);
+        if (lw.router_bias) b.add_bias(router_, lw.router_bias, n, n_experts);
         b.route(route_expert_.data(), route_weight_.data(), router_, n, n_experts, n_route_, c.norm_topk_prob);
         if (observer_) observer_->on_route(layer, n, n_route_, route_expert_.data(), route_weight_.data());
         if (stats && predicted_layer_ == layer) {

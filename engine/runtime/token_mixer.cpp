@@ -16,7 +16,8 @@ namespace {
 // projection also gives a gate per head, and the attention output is
 // multiplied by sigmoid(gate) before the output projection (Qwen3.5,
 // Qwen3-Next). A SLIDING_ATTENTION layer reads only its window of
-// positions. The KvCache's layer of model layer l is kv_layer_[l].
+// positions; a layer with sinks (gpt-oss) adds each head's sink logit to its
+// softmax's denominator; o_proj may have a bias. The KvCache's layer of model layer l is kv_layer_[l].
 class AttentionMixer final : public TokenMixer {
 public:
     AttentionMixer(const ModelConfig& config, Backend& backend, int max_batch)
@@ -71,10 +72,11 @@ public:
         b.rope(q_, c_.n_heads);
         b.rope(k_, c_.n_kv_heads);
         b.kv_store(kv, k_, v_);
-        b.attention(kv, att_, q_, AttnMask{c_.layer_window(layer), nullptr});
+        b.attention(kv, att_, q_, AttnMask{c_.layer_window(layer), lw.sinks});
         if (c_.attn_output_gate) b.sigmoid_mul(att_, gate_, size_t(n) * q_dim_);
-        // out (n, dim) = att (n, q_dim) @ Wo^T
+        // out (n, dim) = att (n, q_dim) @ Wo^T (+ o_bias)
         b.matmul(out, att_, lw.wo, n);
+        if (lw.o_bias) b.add_bias(out, lw.o_bias, n, c_.dim);
     }
 
 private:

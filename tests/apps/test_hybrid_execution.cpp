@@ -81,10 +81,23 @@ struct KernelPaths {
     Isa device;
 };
 
-KernelPaths kernel_paths() {
+// Block-quantized experts (gpt-oss's MXFP4) take the kernel table's own
+// crossover between int8 activations and dequantized bf16 weights, which
+// differs between paths by design: there both sides run the CPU's path, and
+// the placement is what the comparison sees.
+KernelPaths kernel_paths(bool quantized_experts = false) {
     const Isa cpu = isa_active() == Isa::AVX512BF16 ? Isa::AVX512 : isa_active();
-    const Isa device = cpu != Isa::SCALAR ? Isa::SCALAR : isa_supported(Isa::AVX2) ? Isa::AVX2 : Isa::SCALAR;
+    const Isa device = quantized_experts  ? cpu
+                       : cpu != Isa::SCALAR ? Isa::SCALAR
+                       : isa_supported(Isa::AVX2) ? Isa::AVX2
+                                                  : Isa::SCALAR;
     return {cpu, device};
+}
+
+bool quantized_experts(const ModelWeights& w) {
+    for (const LayerWeights& L : w.layers)
+        if (!L.experts.empty() && dtype_quantized(L.experts[0].w1.type)) return true;
+    return false;
 }
 
 // The CPU side's kernel path while it lives (isa_select is process-wide).
@@ -155,13 +168,13 @@ struct CacheSetup {
 // CPU side runs on kernel_paths().cpu, the device on .device.
 Run run_model(const std::filesystem::path& dir, const Residency* residency, const LatencyModel& model, int n_prompt,
               int n_decode, const CacheSetup& setup = {}) {
-    const KernelPaths paths = kernel_paths();
-    const CpuPath cpu_path(paths.cpu);
     ModelConfig c = model_config_load(dir);
     ModelWeights w = weights_load(c, dir);
+    const KernelPaths paths = kernel_paths(quantized_experts(w));
+    const CpuPath cpu_path(paths.cpu);
     ThreadPool pool(2);
     const int max_batch = 512;
-    const double eb = cost_expert(c, 0).bytes;
+    const double eb = cost_expert(c, 0, weight_format(w)).bytes;
     auto state = make_sequence_state(c, 1, n_prompt + n_decode + 1, host_state_memory());
     SequenceState& cache = *state;
     CpuExpertExecutor cpu(c, w, pool, max_batch);
@@ -171,7 +184,9 @@ Run run_model(const std::filesystem::path& dir, const Residency* residency, cons
     std::unique_ptr<EmulatedDevice> device;
     if (residency)
         device = std::make_unique<EmulatedDevice>(c, w, device_slots(c, *placement),
-                                                  double(placement->n_slots() + DEFAULT_STAGING_SLOTS) * eb, max_batch,
+                                                  double(placement->n_slots() + DEFAULT_STAGING_SLOTS) *
+                                                      double(expert_slot_bytes(w)),
+                                                  max_batch,
                                                   DEVICE_THREADS, paths.device);
     std::unique_ptr<Backend> backend = make_cpu_backend(c, w, pool, cache.ctx(), max_batch * c.n_experts_active);
     HybridExpertExecutor hybrid(c, *backend, cpu, device.get(), std::move(placement));

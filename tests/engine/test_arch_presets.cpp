@@ -516,3 +516,58 @@ TEST_CASE("hybrid architectures: GGUF qwen35moe and qwen3next as llama.cpp lays 
         }
     }
 }
+
+TEST_CASE("gpt-oss: GGUF as llama.cpp lays it out, read back", "[arch][gguf]") {
+    // llama.cpp's gpt-oss names: post_attention_norm, attn_sinks, biases on
+    // attn_output and ffn_gate_inp, the experts' biases merged like their
+    // matrices; MXFP4 experts stay MXFP4 whatever the mix. Read back, the
+    // model gives the folder's logits bitwise, once the folder's YaRN blend
+    // is rounded outward as llama.cpp always does (the GGUF's reading).
+    for (const auto& [name, config] : gpt_oss_arch_configs()) {
+        SECTION(name) {
+            const fs::path dir = test_checkpoint_dir("arch", config);
+            ModelConfig c = model_config_load(dir);
+            const ModelWeights w = weights_load(c, dir);
+            const bool mxfp4 = w.layers[0].experts[0].w1.type == DType::MXFP4;
+            CHECK(mxfp4 == config.contains("quantization_config"));
+            const fs::path out = test_temp_dir("gpt-oss-gguf") / "model.gguf";
+            const RemovedAtEnd remove_out(out);
+            GgufWriteOptions o;
+            o.name = name;
+            o.threads = 2;
+            o.mix = QuantMix::BF16;
+            gguf_model_write(out, c, w, o);
+
+            const GgufFile file(out);
+            const GgufMetadata& m = file.metadata();
+            CHECK(m.get_string("general.architecture") == "gpt-oss");
+            CHECK(m.get_int<int>("gpt-oss.attention.sliding_window") == 4);
+            CHECK(m.get_int<int>("gpt-oss.expert_feed_forward_length") == 64);
+            CHECK(m.get_string("gpt-oss.rope.scaling.type") == "yarn");
+            for (const char* t : {"blk.0.attn_sinks.weight", "blk.0.attn_output.bias", "blk.0.attn_q.bias",
+                                  "blk.0.post_attention_norm.weight", "blk.0.ffn_gate_inp.bias",
+                                  "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias", "blk.0.ffn_down_exps.bias"}) {
+                INFO(t);
+                CHECK(file.find(t) != nullptr);
+            }
+            CHECK(file.tensor("blk.1.ffn_up_exps.bias").shape == std::vector<int64_t>{16, 64});
+            CHECK(file.tensor("blk.1.ffn_down_exps.weight").dtype == (mxfp4 ? DType::MXFP4 : DType::BF16));
+
+            const ModelConfig g = gguf_model_config(file);
+            CHECK(g.architecture == "GptOssForCausalLM");
+            CHECK(g.layer_mixers == c.layer_mixers);
+            CHECK(g.sliding_window == c.sliding_window);
+            CHECK((g.attn_sinks && g.o_bias && g.router_bias && g.expert_bias));
+            CHECK(g.rope_scaling.truncate);
+            CHECK(g.ffn_act.limit == c.ffn_act.limit);  // 1 for the MXFP4 one: llama.cpp's swiglu_clamp_exp
+            CHECK(m.contains("gpt-oss.swiglu_clamp_exp") == (c.ffn_act.limit != 7.0f));
+            const ModelWeights gw = gguf_model_weights(g, out);
+            c.rope_scaling.truncate = true;
+            const std::vector<int> prompt = {1, 100, 17, 200, 33, 5, 250, 64};
+            const std::vector<float> want = cpu_prefill_logits(c, w, prompt);
+            const std::vector<float> got = cpu_prefill_logits(g, gw, prompt);
+            REQUIRE(got.size() == want.size());
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        }
+    }
+}

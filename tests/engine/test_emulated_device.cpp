@@ -47,7 +47,7 @@ struct RandomExperts {
             lw.experts.resize(size_t(n_experts));
             for (ExpertWeights& e : lw.experts) {
                 e = {weight_view(DType::BF16, p, hidden, dim), weight_view(DType::BF16, p + mat, hidden, dim),
-                     weight_view(DType::BF16, p + 2 * mat, dim, hidden)};
+                     weight_view(DType::BF16, p + 2 * mat, dim, hidden), {}};
                 p += 3 * mat;
             }
         }

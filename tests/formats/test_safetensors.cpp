@@ -175,7 +175,7 @@ TEST_CASE("safetensors: malformed tensor entries", "[safetensors]") {
     };
     const Case cases[] = {
         {R"({"w": {"dtype": "I8", "shape": [4], "data_offsets": [0, 4]}})",
-         "w: unsupported dtype 'I8' (supported: BF16, F16, F32)"},
+         "w: unsupported dtype 'I8' (supported: BF16, F16, F32, U8)"},
         {R"({"w": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", "w: unsupported dtype 'F64'"},
         {R"({"w": {"dtype": 3, "shape": [1], "data_offsets": [0, 2]}})", "w: dtype is not a string"},
         {R"({"w": {"dtype": "BF16", "shape": 4, "data_offsets": [0, 8]}})", "w: shape is not a list"},

@@ -253,7 +253,7 @@ TEST_CASE("config: an unknown architecture lists the supported ones", "[config]"
     CHECK(m ==
           "dir/config.json: architecture 'LlamaForCausalLM' is not supported (supported: "
           "MixtralForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM, "
-          "Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM)");
+          "Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, GptOssForCausalLM)");
     CHECK(parse_error(json::array()).find("expected a JSON object") != std::string::npos);
 }
 

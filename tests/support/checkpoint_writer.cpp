@@ -102,6 +102,89 @@ TestTensor random_tensor(const TensorEntry& t, std::mt19937_64& rng) {
     return out;
 }
 
+// One row of values as MXFP4 in Hugging Face's layout: per block of 32 a
+// scale byte s (2^(s - 127)) and 16 bytes, element 2j in byte j's low
+// nibble, 2j + 1 in its high one; the scale is the smallest power of two
+// that puts the block's largest magnitude within e2m1's 6, each value the
+// nearest e2m1 (ties to the lower code). `row` is replaced by the values
+// written.
+void mxfp4_row(std::vector<float>& row, size_t from, size_t n, std::vector<uint8_t>& blocks,
+               std::vector<uint8_t>& scales) {
+    static const float E2M1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    REQUIRE(n % 32 == 0);
+    for (size_t b = 0; b < n / 32; ++b) {
+        float* x = row.data() + from + 32 * b;
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        int e = amax > 0 ? int(std::ceil(std::log2(amax / 6.0))) : 0;
+        const float scale = std::ldexp(1.0f, e);
+        scales.push_back(uint8_t(e + 127));
+        uint8_t codes[32];
+        for (int i = 0; i < 32; ++i) {
+            int best = 0;
+            for (int q = 1; q < 16; ++q)
+                if (std::fabs(E2M1[q] * scale - x[i]) < std::fabs(E2M1[best] * scale - x[i])) best = q;
+            codes[i] = uint8_t(best);
+            x[i] = E2M1[best] * scale;
+        }
+        for (int j = 0; j < 16; ++j) blocks.push_back(uint8_t(codes[2 * j] | (codes[2 * j + 1] << 4)));
+    }
+}
+
+// gpt-oss's Hugging Face layout: each layer's per-expert tensors (the
+// table's mlp.experts.E.{gate,up,down}_proj.{weight,bias}) replaced by the
+// fused gate_up_proj (gate row i at 2i, up row i at 2i + 1) and down_proj,
+// as MXFP4 _blocks / _scales or transposed floats, and their fused biases.
+void gpt_oss_fuse(TensorMap& tensors, BytesMap& bytes, const ModelConfig& c, bool mxfp4) {
+    const int64_t n = c.n_experts, hidden = c.hidden_dim, dim = c.dim;
+    for (int l = 0; l < c.n_layers; ++l) {
+        const std::string q = c.tensor_prefix + "layers." + std::to_string(l) + ".mlp.experts.";
+        // (n, rows, cols) in (out, in) rows: gate_up's rows interleaved.
+        std::vector<float> gate_up, down, gate_up_bias, down_bias;
+        for (int64_t e = 0; e < n; ++e) {
+            const std::string x = q + std::to_string(e) + ".";
+            auto take = [&](const std::string& name) {
+                auto it = tensors.find(x + name);
+                REQUIRE(it != tensors.end());
+                std::vector<float> v = std::move(it->second.data);
+                tensors.erase(it);
+                return v;
+            };
+            const std::vector<float> w1 = take("gate_proj.weight"), w3 = take("up_proj.weight"),
+                                     w2 = take("down_proj.weight"), b1 = take("gate_proj.bias"),
+                                     b3 = take("up_proj.bias"), b2 = take("down_proj.bias");
+            for (int64_t r = 0; r < hidden; ++r) {
+                gate_up.insert(gate_up.end(), w1.begin() + r * dim, w1.begin() + (r + 1) * dim);
+                gate_up.insert(gate_up.end(), w3.begin() + r * dim, w3.begin() + (r + 1) * dim);
+                gate_up_bias.push_back(b1[size_t(r)]);
+                gate_up_bias.push_back(b3[size_t(r)]);
+            }
+            down.insert(down.end(), w2.begin(), w2.end());
+            down_bias.insert(down_bias.end(), b2.begin(), b2.end());
+        }
+        tensors[q + "gate_up_proj_bias"] = {{n, 2 * hidden}, gate_up_bias};
+        tensors[q + "down_proj_bias"] = {{n, dim}, down_bias};
+        auto put = [&](const std::string& name, std::vector<float>& w, int64_t rows, int64_t cols) {
+            if (mxfp4) {
+                TestBytes blocks{{n, rows, cols / 32, 16}, {}}, scales{{n, rows, cols / 32}, {}};
+                for (int64_t r = 0; r < n * rows; ++r)
+                    mxfp4_row(w, size_t(r * cols), size_t(cols), blocks.data, scales.data);
+                bytes[name + "_blocks"] = std::move(blocks);
+                bytes[name + "_scales"] = std::move(scales);
+                return;
+            }
+            TestTensor t{{n, cols, rows}, std::vector<float>(w.size())};  // x @ W: (n, in, out)
+            for (int64_t e = 0; e < n; ++e)
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t col = 0; col < cols; ++col)
+                        t.data[size_t((e * cols + col) * rows + r)] = w[size_t((e * rows + r) * cols + col)];
+            tensors[name] = std::move(t);
+        };
+        put(q + "gate_up_proj", gate_up, 2 * hidden, dim);
+        put(q + "down_proj", down, dim, hidden);
+    }
+}
+
 void write_text(const fs::path& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
     out << text;
@@ -114,12 +197,20 @@ const char* const CHATML_TEMPLATE =
 
 }  // namespace
 
-void write_safetensors(const fs::path& path, const TensorMap& tensors, WriteType type) {
+void write_safetensors(const fs::path& path, const TensorMap& tensors, WriteType type, const BytesMap& bytes) {
     const char* dtype = type == WriteType::F32 ? "F32" : type == WriteType::BF16 ? "BF16" : "F16";
     const size_t elem = type == WriteType::F32 ? 4 : 2;
     json header = json::object();
     header["__metadata__"] = {{"format", "pt"}};
     std::string data;
+    for (const auto& [name, t] : bytes) {
+        size_t n = 1;
+        for (int64_t d : t.shape) n *= size_t(d);
+        REQUIRE(n == t.data.size());
+        const size_t begin = data.size();
+        data.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+        header[name] = {{"dtype", "U8"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+    }
     for (const auto& [name, t] : tensors) {
         size_t begin = data.size();
         for (float v : t.data) {
@@ -153,8 +244,15 @@ fs::path test_checkpoint_dir(const std::string& name, const json& config, unsign
     fs::create_directories(tmp);
     TensorMap tensors;
     std::mt19937_64 rng(seed);
-    for (const TensorEntry& t : tensor_table(model_config_parse(config, name))) tensors[t.name] = random_tensor(t, rng);
-    write_safetensors(tmp / "model.safetensors", tensors, WriteType::BF16);
+    const ModelConfig parsed = model_config_parse(config, name);
+    for (const TensorEntry& t : tensor_table(parsed)) tensors[t.name] = random_tensor(t, rng);
+    BytesMap bytes;
+    if (parsed.architecture == "GptOssForCausalLM") {
+        const bool mxfp4 = config.contains("quantization_config") &&
+                           config["quantization_config"].value("quant_method", "") == "mxfp4";
+        gpt_oss_fuse(tensors, bytes, parsed, mxfp4);
+    }
+    write_safetensors(tmp / "model.safetensors", tensors, WriteType::BF16, bytes);
     write_text(tmp / "tokenizer.json", byte_level_tokenizer_json_text());
     const json tc = {{"chat_template", CHATML_TEMPLATE},
                      {"eos_token", "<|im_end|>"},
@@ -256,9 +354,50 @@ std::vector<std::pair<std::string, json>> hybrid_arch_configs() {
             {"qwen3-next-mini's features", small_hybrid_config(true)}};
 }
 
+std::vector<std::pair<std::string, json>> gpt_oss_arch_configs() {
+    json c = {{"architectures", {"GptOssForCausalLM"}},
+              {"model_type", "gpt_oss"},
+              {"hidden_size", 64},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"head_dim", 32},
+              {"intermediate_size", 64},
+              {"num_local_experts", 16},
+              {"num_experts_per_tok", 4},
+              {"experts_per_token", 4},
+              {"layer_types", {"sliding_attention", "full_attention"}},
+              {"sliding_window", 4},
+              {"attention_bias", true},
+              {"swiglu_limit", 7.0},
+              {"rope_theta", 150000.0},
+              {"rope_scaling",
+               {{"rope_type", "yarn"},
+                {"factor", 8.0},
+                {"original_max_position_embeddings", 16},
+                {"beta_fast", 4.0},
+                {"beta_slow", 1.0},
+                {"truncate", false}}},
+              {"rms_norm_eps", 1e-5},
+              {"vocab_size", 264},
+              {"max_position_embeddings", 4096},
+              {"bos_token_id", 259},
+              {"eos_token_id", 261},
+              {"tie_word_embeddings", false},
+              {"hidden_act", "silu"}};
+    json mxfp4 = c;
+    mxfp4["swiglu_limit"] = 1.0;
+    mxfp4["quantization_config"] = {
+        {"quant_method", "mxfp4"},
+        {"modules_to_not_convert",
+         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
+    return {{"gpt-oss's features, MXFP4 experts", mxfp4}, {"gpt-oss's features, bf16 experts", c}};
+}
+
 std::vector<std::pair<std::string, json>> all_arch_configs() {
     std::vector<std::pair<std::string, json>> out = small_arch_configs();
     for (auto& c : hybrid_arch_configs()) out.push_back(std::move(c));
+    for (auto& c : gpt_oss_arch_configs()) out.push_back(std::move(c));
     return out;
 }
 

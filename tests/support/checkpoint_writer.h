@@ -20,9 +20,17 @@ using TensorMap = std::map<std::string, TestTensor>;
 
 enum class WriteType { F32, BF16, F16 };
 
+// Raw bytes (safetensors' U8: gpt-oss's MXFP4 blocks and scales).
+struct TestBytes {
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> data;
+};
+using BytesMap = std::map<std::string, TestBytes>;
+
 // Writes one safetensors file. Every value must be exact in `type` (a
-// Catch failure otherwise).
-void write_safetensors(const std::filesystem::path& path, const TensorMap& tensors, WriteType type);
+// Catch failure otherwise); `bytes` are written as U8.
+void write_safetensors(const std::filesystem::path& path, const TensorMap& tensors, WriteType type,
+                       const BytesMap& bytes = {});
 
 // A model folder in <build>/test-models/ (written once, then reused; safe
 // when several test processes ask at once): `config` as config.json, every
@@ -31,7 +39,11 @@ void write_safetensors(const std::filesystem::path& path, const TensorMap& tenso
 // projections, norms near 1, q/k/v biases near 0, logits of standard
 // deviation about 2.5), and the byte-level BPE tokenizer.json of
 // tokenizer_json_model_dir with a ChatML chat template. `name` and a hash of
-// `config` name the folder.
+// `config` name the folder. A gpt-oss config's experts are written as its
+// Hugging Face checkpoints hold them: fused, gate and up interleaved, as
+// MXFP4 blocks and scales when config.json's quantization_config says mxfp4
+// (the values quantized here, by this writer's own rounding), else as
+// transposed bf16.
 std::filesystem::path test_checkpoint_dir(const std::string& name, const nlohmann::json& config, unsigned seed = 1);
 
 // A small config.json of a synth preset's architecture with the preset's
@@ -53,6 +65,12 @@ std::vector<std::pair<std::string, nlohmann::json>> small_arch_configs();
 // Gated DeltaNet layers, then gated attention; 16 experts of top-4 and a
 // shared expert. all_arch_configs(): small_arch_configs() and these.
 std::vector<std::pair<std::string, nlohmann::json>> hybrid_arch_configs();
+// gpt-oss's layers at hidden size 64: a sliding-window layer (window 4)
+// then a full one, sinks, biases, YaRN without truncation, 16 experts of
+// top-4; one with MXFP4 experts (swiglu_limit 1, so the clamp bites), one
+// with bf16 ones. all_arch_configs(): small_arch_configs(), the hybrid ones
+// and these.
+std::vector<std::pair<std::string, nlohmann::json>> gpt_oss_arch_configs();
 std::vector<std::pair<std::string, nlohmann::json>> all_arch_configs();
 
 // A session on the test_checkpoint_dir("arch", config) checkpoint of one of

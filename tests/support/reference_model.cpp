@@ -117,8 +117,8 @@ ReferenceConfig parse_config(const fs::path& file) {
                qwen3 = arch == "Qwen3MoeForCausalLM", qwen2 = arch == "Qwen2MoeForCausalLM",
                olmoe = arch == "OlmoeForCausalLM",
                qwen35 = arch == "Qwen3_5MoeForConditionalGeneration" || arch == "Qwen3_5MoeForCausalLM",
-               next = arch == "Qwen3NextForCausalLM", hybrid = qwen35 || next;
-    if (!mixtral && !mistral && !qwen3 && !qwen2 && !olmoe && !hybrid)
+               next = arch == "Qwen3NextForCausalLM", hybrid = qwen35 || next, gpt_oss = arch == "GptOssForCausalLM";
+    if (!mixtral && !mistral && !qwen3 && !qwen2 && !olmoe && !hybrid && !gpt_oss)
         fail(file.string() + ": unsupported architecture " + arch);
 
     c.dim = config_int(j, "hidden_size", file);
@@ -139,8 +139,8 @@ ReferenceConfig parse_config(const fs::path& file) {
     // Experts: Mixtral's num_local_experts (sized intermediate_size); the
     // others' num_experts (Qwen's sized moe_intermediate_size, OLMoE's
     // intermediate_size). These sizes are required, not defaulted.
-    if (mixtral || qwen3 || qwen2 || olmoe || hybrid) {
-        c.n_experts = config_int(j, mixtral ? "num_local_experts" : "num_experts", file);
+    if (mixtral || qwen3 || qwen2 || olmoe || hybrid || gpt_oss) {
+        c.n_experts = config_int(j, mixtral || gpt_oss ? "num_local_experts" : "num_experts", file);
         c.n_experts_active = config_int(j, "num_experts_per_tok", file);
         if (c.n_experts < 1 || c.n_experts_active < 1 || c.n_experts_active > c.n_experts)
             fail(file.string() + ": num_experts_per_tok must be in [1, number of experts]");
@@ -148,7 +148,8 @@ ReferenceConfig parse_config(const fs::path& file) {
         if (c.moe_hidden_dim <= 0) fail(file.string() + ": moe_intermediate_size must be positive");
     }
     // Qwen3.5's router always renormalises (transformers' Qwen3_5MoeTopKRouter).
-    c.norm_topk_prob = mixtral || qwen35 || get_bool("norm_topk_prob", next);
+    // gpt-oss's router takes the softmax of the chosen k logits (the same).
+    c.norm_topk_prob = mixtral || qwen35 || gpt_oss || get_bool("norm_topk_prob", next);
     if (qwen2 || hybrid) {
         c.shared_hidden_dim = config_int(j, "shared_expert_intermediate_size", file);
         if (c.shared_hidden_dim <= 0) fail(file.string() + ": shared_expert_intermediate_size must be positive");
@@ -173,10 +174,19 @@ ReferenceConfig parse_config(const fs::path& file) {
     c.qk_norm = qwen3 || hybrid ? ReferenceQkNorm::PER_HEAD : olmoe ? ReferenceQkNorm::FULL : ReferenceQkNorm::NONE;
     if (qwen2) c.qkv_bias = get_bool("qkv_bias", true);
     if (qwen3 || olmoe) c.qkv_bias = c.o_bias = get_bool("attention_bias", false);
+    if (gpt_oss) {
+        c.gpt_oss = c.sinks = true;
+        c.qkv_bias = c.o_bias = get_bool("attention_bias", true);
+        c.swiglu_limit = get_double("swiglu_limit", 7.0);
+        c.sliding_window = int(get_double("sliding_window", 128));
+        c.sliding_layers.assign(size_t(c.n_layers), false);
+        for (int l = 0; l < c.n_layers; ++l)
+            c.sliding_layers[size_t(l)] = has("layer_types") ? j["layer_types"][size_t(l)] == "sliding_attention" : l % 2 == 0;
+    }
     if (olmoe) c.clip_qkv = get_double("clip_qkv", 0.0);
     if (c.clip_qkv < 0) fail(file.string() + ": clip_qkv must not be negative");
 
-    c.rope_theta = get_double("rope_theta", mixtral ? 1e6 : 1e4);
+    c.rope_theta = get_double("rope_theta", mixtral ? 1e6 : gpt_oss ? 150000.0 : 1e4);
     c.rotary_dim = c.head_dim;
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
         const json& r = j["rope_scaling"];
@@ -214,7 +224,7 @@ ReferenceConfig parse_config(const fs::path& file) {
             for (int l = 0; l < c.n_layers; ++l) c.linear_layers[size_t(l)] = (l + 1) % interval != 0;
         }
     }
-    c.rms_norm_eps = get_double("rms_norm_eps", mixtral || olmoe ? 1e-5 : 1e-6);
+    c.rms_norm_eps = get_double("rms_norm_eps", mixtral || olmoe || gpt_oss ? 1e-5 : 1e-6);
     // Hugging Face's Mistral and Mixtral mask keys more than sliding_window
     // back (null: none).
     if ((mixtral || mistral) && has("sliding_window")) c.sliding_window = int(get_double("sliding_window", 0));
@@ -270,8 +280,19 @@ void add_bias(std::vector<double>& y, const std::vector<double>& b) {
 std::vector<double> ReferenceModel::swiglu(const Expert& e, const std::vector<double>& h, int dim) {
     std::vector<double> g = matvec(e.w1, h, e.hidden_dim, dim);
     std::vector<double> u = matvec(e.w3, h, e.hidden_dim, dim);
-    for (int i = 0; i < e.hidden_dim; ++i) g[i] = silu(g[i]) * u[i];
-    return matvec(e.w2, g, dim, e.hidden_dim);
+    add_bias(g, e.b1);
+    add_bias(u, e.b3);
+    for (int i = 0; i < e.hidden_dim; ++i) {
+        if (e.limit > 0) {  // GptOssExperts: gate clamped above, up both ways, (up + 1) * gate * sigmoid(1.702 gate)
+            const double gc = std::min(g[i], e.limit), uc = std::clamp(u[i], -e.limit, e.limit);
+            g[i] = (uc + 1.0) * gc * sigmoid(1.702 * gc);
+        } else {
+            g[i] = silu(g[i]) * u[i];
+        }
+    }
+    std::vector<double> y = matvec(e.w2, g, dim, e.hidden_dim);
+    add_bias(y, e.b2);
+    return y;
 }
 
 std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path& file) {
@@ -304,7 +325,7 @@ std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path
         const std::string where = file.string() + ": tensor " + name;
         try {
             std::string dtype = info.at("dtype").get<std::string>();
-            size_t elem = dtype == "F32" ? 4 : (dtype == "BF16" || dtype == "F16") ? 2 : 0;
+            size_t elem = dtype == "F32" ? 4 : (dtype == "BF16" || dtype == "F16") ? 2 : dtype == "U8" ? 1 : 0;
             if (!elem) fail(where + ": unsupported dtype " + dtype);
             ReferenceTensor t;
             uint64_t numel = 1;
@@ -328,6 +349,7 @@ std::map<std::string, ReferenceTensor> reference_read_safetensors(const fs::path
                 if (dtype == "F32") t.data[i] = f32_to_double(uint32_t(load_le(p, 4)));
                 if (dtype == "BF16") t.data[i] = bf16_to_double(uint16_t(load_le(p, 2)));
                 if (dtype == "F16") t.data[i] = f16_to_double(uint16_t(load_le(p, 2)));
+                if (dtype == "U8") t.data[i] = double(p[0]);
             }
             tensors[name] = std::move(t);
         } catch (const json::exception& e) {
@@ -444,6 +466,56 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
             for (double& x : w) x += 1.0;
         return w;
     };
+    // gpt-oss's experts, all of a layer in fused tensors: gate_up (gate row
+    // i at 2i, up row i at 2i + 1) and down, either MXFP4 (_blocks: 16
+    // bytes a block of 32, element 2j in byte j's low nibble and 2j + 1 in
+    // its high one; _scales: one byte s a block, the value is e2m1 times
+    // 2^(s - 127)) or floats stored transposed (x @ W, so (n, in, out)).
+    auto gpt_oss_experts = [&](const std::string& q) {
+        const int64_t n = c.n_experts, hidden = c.moe_hidden_dim;
+        // The (n, rows, cols) weights of one fused tensor, as (out, in) rows.
+        auto fused = [&](const std::string& name, int64_t rows, int64_t cols) {
+            std::vector<double> w(static_cast<size_t>(n * rows * cols));
+            if (tensors.count(name + "_blocks")) {
+                static const double E2M1[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+                const std::vector<double> blocks = take(name + "_blocks", {n, rows, cols / 32, 16});
+                const std::vector<double> scales = take(name + "_scales", {n, rows, cols / 32});
+                for (size_t b = 0; b < scales.size(); ++b) {
+                    const double scale = std::ldexp(1.0, int(scales[b]) - 127);
+                    for (int j = 0; j < 16; ++j) {
+                        const int byte = int(blocks[b * 16 + size_t(j)]);
+                        w[b * 32 + size_t(2 * j)] = E2M1[byte & 15] * scale;
+                        w[b * 32 + size_t(2 * j + 1)] = E2M1[byte >> 4] * scale;
+                    }
+                }
+                return w;
+            }
+            const std::vector<double> t = take(name, {n, cols, rows});
+            for (int64_t e = 0; e < n; ++e)
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t col = 0; col < cols; ++col)
+                        w[size_t((e * rows + r) * cols + col)] = t[size_t((e * cols + col) * rows + r)];
+            return w;
+        };
+        const std::vector<double> gate_up = fused(q + "gate_up_proj", 2 * hidden, dim);
+        const std::vector<double> down = fused(q + "down_proj", dim, hidden);
+        const std::vector<double> gate_up_bias = take(q + "gate_up_proj_bias", {n, 2 * hidden});
+        const std::vector<double> down_bias = take(q + "down_proj_bias", {n, dim});
+        std::vector<Expert> experts(static_cast<size_t>(n));
+        for (int64_t e = 0; e < n; ++e) {
+            Expert& x = experts[size_t(e)];
+            x.hidden_dim = int(hidden);
+            x.limit = c.swiglu_limit;
+            for (int64_t r = 0; r < 2 * hidden; ++r) {
+                const auto row = gate_up.begin() + (e * 2 * hidden + r) * dim;
+                (r % 2 ? x.w3 : x.w1).insert((r % 2 ? x.w3 : x.w1).end(), row, row + dim);
+                (r % 2 ? x.b3 : x.b1).push_back(gate_up_bias[size_t(e * 2 * hidden + r)]);
+            }
+            x.w2.assign(down.begin() + e * dim * hidden, down.begin() + (e + 1) * dim * hidden);
+            x.b2.assign(down_bias.begin() + e * dim, down_bias.begin() + (e + 1) * dim);
+        }
+        return experts;
+    };
     const std::string& pre = c.prefix;
     m.embed_ = take(pre + "embed_tokens.weight", {c.vocab_size, dim});
     for (int l = 0; l < c.n_layers; ++l) {
@@ -508,12 +580,20 @@ ReferenceModel ReferenceModel::load(const fs::path& dir) {
             layer.bv = take(p + "self_attn.v_proj.bias", {kv_dim});
         }
         if (c.o_bias) layer.bo = take(p + "self_attn.o_proj.bias", {dim});
+        if (c.sinks) layer.sinks = take(p + "self_attn.sinks", {c.n_heads});
         if (c.qk_norm != ReferenceQkNorm::NONE) {
             const bool per_head = c.qk_norm == ReferenceQkNorm::PER_HEAD;
             layer.q_norm = norm(p + "self_attn.q_norm.weight", per_head ? c.head_dim : q_dim);
             layer.k_norm = norm(p + "self_attn.k_norm.weight", per_head ? c.head_dim : kv_dim);
         }
         layer.ffn_norm = norm(p + "post_attention_layernorm.weight", dim);
+        if (c.gpt_oss) {
+            layer.gate = take(p + "mlp.router.weight", {c.n_experts, dim});
+            layer.gate_bias = take(p + "mlp.router.bias", {c.n_experts});
+            layer.experts = gpt_oss_experts(p + "mlp.experts.");
+            m.layers_.push_back(std::move(layer));
+            continue;
+        }
         if (c.moe_layers[size_t(l)]) {
             const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
             layer.gate = take(moe + "gate.weight", {c.n_experts, dim});
@@ -623,14 +703,18 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
             std::vector<double> attn(q_dim, 0.0);
             for (int head = 0; head < c.n_heads; ++head) {
                 const int kv_head = head / group;
-                // Mistral's sliding window: keys s with t - s < window only.
-                const int first = c.sliding_window > 0 ? std::max(0, t - c.sliding_window + 1) : 0;
+                // A sliding window: keys s with t - s < window only (every
+                // layer of Mistral's, gpt-oss's sliding layers).
+                const bool slides = c.sliding_window > 0 && (c.sliding_layers.empty() || c.sliding_layers[size_t(l)]);
+                const int first = slides ? std::max(0, t - c.sliding_window + 1) : 0;
                 std::vector<double> scores(size_t(t + 1 - first));
                 for (int s = first; s <= t; ++s) {
                     double dot = 0.0;
                     for (int i = 0; i < hd; ++i) dot += q[t][head * hd + i] * k[s][kv_head * hd + i];
                     scores[size_t(s - first)] = dot / std::sqrt(double(hd));
                 }
+                // A sink: one more logit in the softmax whose probability is dropped.
+                if (!L.sinks.empty()) scores.push_back(L.sinks[size_t(head)]);
                 softmax(scores);
                 for (int s = first; s <= t; ++s) {
                     for (int i = 0; i < hd; ++i) attn[head * hd + i] += scores[size_t(s - first)] * v[s][kv_head * hd + i];
@@ -653,6 +737,7 @@ std::vector<std::vector<double>> ReferenceModel::final_hidden(const std::vector<
                 ffn = swiglu(L.experts[0], h, dim);
             } else {
                 std::vector<double> probs = matvec(L.gate, h, c.n_experts, dim);
+                add_bias(probs, L.gate_bias);
                 softmax(probs);
                 ReferenceRoute route;
                 std::vector<bool> taken(c.n_experts, false);

@@ -62,6 +62,16 @@ struct ReferenceConfig {
     int rope_original_context = 0;
     bool rope_truncate = true;
     bool attn_gate = false;           // q_proj gives [q_h | gate_h]; attention output times sigmoid(gate)
+    // gpt-oss: sliding_window on the layers layer_types calls
+    // "sliding_attention" (sliding_layers; empty: every layer when
+    // sliding_window is set), a sink logit per head in each softmax, a
+    // router bias, experts with biases, gate and up interleaved in fused
+    // tensors (MXFP4 blocks and scales or transposed floats), and the clamped
+    // SwiGLU (swiglu_limit).
+    std::vector<bool> sliding_layers;
+    bool sinks = false;
+    bool gpt_oss = false;
+    double swiglu_limit = 0.0;  // > 0: the clamped SwiGLU of gpt-oss
     bool zero_centered = false;       // RMSNorm scale 1 + w (but the delta net's gated norm)
 };
 
@@ -123,7 +133,9 @@ private:
         std::vector<double> w1;  // (hidden_dim, dim) gate
         std::vector<double> w3;  // (hidden_dim, dim) up
         std::vector<double> w2;  // (dim, hidden_dim) down
+        std::vector<double> b1, b3, b2;  // biases (gpt-oss); empty without
         int hidden_dim = 0;
+        double limit = 0.0;  // > 0: gpt-oss's clamped SwiGLU
     };
     struct Layer {
         std::vector<double> attn_norm;  // (dim,)
@@ -137,6 +149,8 @@ private:
         std::vector<double> k_norm;       // (head_dim,) or (n_kv_heads * head_dim,); empty without
         std::vector<double> ffn_norm;     // (dim,)
         std::vector<double> gate;         // (n_experts, dim); empty when the layer is dense
+        std::vector<double> gate_bias;    // (n_experts,); empty without (gpt-oss's router bias)
+        std::vector<double> sinks;        // (n_heads,); empty without
         std::vector<Expert> experts;      // n_experts, or the one dense MLP
         std::vector<Expert> shared;       // the shared expert, when there is one
         std::vector<double> shared_gate;  // (dim,) shared_expert_gate; empty without
@@ -154,7 +168,8 @@ private:
     // A Gated DeltaNet layer's output for every position, (n_tokens, dim), from its normed inputs h.
     std::vector<std::vector<double>> delta_net(const Layer& L, const std::vector<std::vector<double>>& h) const;
 
-    // down (silu(gate h) * (up h)) of one expert or dense MLP.
+    // down (silu(gate h) * (up h)) of one expert or dense MLP; with biases
+    // and gpt-oss's clamp when the expert has them.
     static std::vector<double> swiglu(const Expert& e, const std::vector<double>& h, int dim);
     // Hidden states after the final norm, (n_tokens, dim).
     std::vector<std::vector<double>> final_hidden(const std::vector<int>& tokens, ReferenceRouting* routing) const;
