@@ -723,8 +723,10 @@ void gguf_model_write(const fs::path& out, const ModelConfig& source, const Mode
         case TensorRole::LIN_QKVZ:
             throw MoeError("quantize: in_proj_qkvz is split before writing");
         }
-        // MXFP4 experts (gpt-oss's) stay MXFP4 whatever the mix.
-        if (!t.sources.empty() && t.sources[0].type == DType::MXFP4 && e.expert >= 0) t.view.dtype = DType::MXFP4;
+        // MXFP4 experts (gpt-oss's) stay MXFP4 in every mix but f32 (which
+        // holds their values exactly, for checks in full precision).
+        if (!t.sources.empty() && t.sources[0].type == DType::MXFP4 && e.expert >= 0 && o.mix != QuantMix::F32)
+            t.view.dtype = DType::MXFP4;
         t.view.shape = e.shape;
         if (e.role == TensorRole::SHARED_GATE) t.view.shape = {int64_t(c.dim)};  // a vector in GGUF
         if (e.role == TensorRole::LIN_CONV) t.view.shape = {e.shape[0], e.shape[2]};  // (channels, taps)

@@ -466,6 +466,7 @@ const char* model_type(const ModelConfig& c) {
     if (c.architecture == "OlmoeForCausalLM") return "olmoe";
     if (c.architecture == "Qwen3_5MoeForConditionalGeneration") return "qwen3_5_moe";
     if (c.architecture == "Qwen3NextForCausalLM") return "qwen3_next";
+    if (c.architecture == "GptOssForCausalLM") return "gpt_oss";
     return "mixtral";
 }
 
@@ -474,8 +475,10 @@ bool mixtral_family(const ModelConfig& c) {
 }
 
 json hybrid_config_json(const ModelConfig& c);
+json gpt_oss_config_json(const ModelConfig& c);
 
 json config_json(const ModelConfig& c) {
+    if (gpt_oss_layout(c)) return gpt_oss_config_json(c);
     if (!c.layer_mixers.empty()) return hybrid_config_json(c);
     json j;
     j["architectures"] = {c.architecture};
@@ -604,6 +607,52 @@ json hybrid_config_json(const ModelConfig& c) {
     j["text_config"] = t;
     j["tie_word_embeddings"] = c.tie_embeddings;
     j["transformers_version"] = "5.2.0";
+    return j;
+}
+
+// gpt-oss-20b's config.json fields (its MXFP4 quantization_config included).
+json gpt_oss_config_json(const ModelConfig& c) {
+    json j;
+    j["architectures"] = {c.architecture};
+    j["attention_bias"] = c.o_bias;
+    j["attention_dropout"] = 0.0;
+    j["bos_token_id"] = c.bos_token_id;
+    j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+    j["experts_per_token"] = c.n_experts_active;
+    j["head_dim"] = c.head_dim;
+    j["hidden_act"] = "silu";
+    j["hidden_size"] = c.dim;
+    j["initial_context_length"] = c.rope_scaling.original_context;
+    j["initializer_range"] = 0.02;
+    j["intermediate_size"] = c.hidden_dim;
+    json types = json::array();
+    for (int l = 0; l < c.n_layers; l++)
+        types.push_back(c.layer_mixer(l) == MixerKind::SLIDING_ATTENTION ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["model_type"] = "gpt_oss";
+    j["num_attention_heads"] = c.n_heads;
+    j["num_experts_per_tok"] = c.n_experts_active;
+    j["num_hidden_layers"] = c.n_layers;
+    j["num_key_value_heads"] = c.n_kv_heads;
+    j["num_local_experts"] = c.n_experts;
+    j["output_router_logits"] = false;
+    j["quantization_config"] = {
+        {"modules_to_not_convert",
+         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+        {"quant_method", "mxfp4"}};
+    j["rms_norm_eps"] = json_float(c.rms_norm_eps);
+    json rope = rope_scaling_json(c.rope_scaling);
+    rope.erase("attention_factor");  // gpt-oss's config leaves it to the default 0.1 ln(factor) + 1
+    j["rope_scaling"] = rope;
+    j["rope_theta"] = json_float(c.rope_theta);
+    j["router_aux_loss_coef"] = 0.9;
+    j["sliding_window"] = c.sliding_window;
+    j["swiglu_limit"] = json_float(c.ffn_act.limit);
+    j["tie_word_embeddings"] = c.tie_embeddings;
+    j["transformers_version"] = "4.55.0.dev0";
+    j["use_cache"] = true;
+    j["vocab_size"] = c.vocab_size;
     return j;
 }
 
@@ -740,6 +789,46 @@ ModelConfig qwen_preset(const char* arch, int dim, int moe_hidden, int layers, i
     return c;
 }
 
+// gpt-oss's layout: dim-wide experts of top-4 in MXFP4, 64-wide heads,
+// sliding (window 128, even layers) and full attention, sinks, every bias,
+// YaRN x32 over 4096 positions (not truncated), the clamped SwiGLU at 7;
+// the stand-in tokenizer's ids.
+ModelConfig gpt_oss_preset(int dim, int layers, int heads, int kv_heads, int experts) {
+    ModelConfig c;
+    c.architecture = "GptOssForCausalLM";
+    c.dim = dim;
+    c.hidden_dim = dim;
+    c.dense_hidden_dim = dim;
+    c.n_layers = layers;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = 64;
+    c.vocab_size = STANDIN_VOCAB;
+    c.n_experts = experts;
+    c.n_experts_active = 4;
+    c.norm_topk_prob = true;
+    c.qkv_bias = c.o_bias = c.attn_sinks = c.router_bias = c.expert_bias = true;
+    c.ffn_act.kind = FfnActivation::Kind::CLAMPED_SWIGLU;
+    c.ffn_act.limit = 7.0f;
+    c.rope_theta = 150000.0f;
+    c.rms_norm_eps = 1e-5f;
+    c.rope_scaling.type = RopeScaling::Type::YARN;
+    c.rope_scaling.factor = 32.0f;
+    c.rope_scaling.original_context = 4096;
+    c.rope_scaling.beta_fast = 32.0f;
+    c.rope_scaling.beta_slow = 1.0f;
+    c.rope_scaling.attention_factor = 0.1f * std::log(32.0f) + 1.0f;
+    c.rope_scaling.truncate = false;
+    c.max_position_embeddings = 131072;
+    c.sliding_window = 128;
+    c.layer_mixers.assign(size_t(layers), MixerKind::ATTENTION);
+    for (int l = 0; l < layers; l += 2) c.layer_mixers[size_t(l)] = MixerKind::SLIDING_ATTENTION;
+    c.tie_embeddings = false;
+    c.bos_token_id = STANDIN_ENDOFTEXT;
+    c.eos_token_ids = {STANDIN_IM_END, STANDIN_ENDOFTEXT};
+    return c;
+}
+
 // A Qwen3.5 / Qwen3-Next layout on a qwen_preset: every fourth layer gated
 // attention (rotary on a quarter of each head, q/k norms), the others Gated
 // DeltaNet with these heads; a shared expert as wide as a routed one;
@@ -834,6 +923,12 @@ const char* synth_preset_name(SynthPreset preset) {
         return "qwen3-next-mini";
     case SynthPreset::QWEN3_NEXT_80B_A3B:
         return "qwen3-next-80b-a3b";
+    case SynthPreset::GPT_OSS_MINI:
+        return "gpt-oss-mini";
+    case SynthPreset::GPT_OSS_20B:
+        return "gpt-oss-20b";
+    case SynthPreset::GPT_OSS_120B:
+        return "gpt-oss-120b";
     }
     return "?";
 }
@@ -925,6 +1020,20 @@ ModelConfig synth_preset(SynthPreset preset) {
         c.dense_hidden_dim = 5120;
         return c;
     }
+    // gpt-oss-20b scaled down: 8 layers (4 sliding), 32 experts of 512, 8 heads over 2 kv heads.
+    case SynthPreset::GPT_OSS_MINI:
+        return gpt_oss_preset(512, 8, 8, 2, 32);
+    // gpt-oss-20b's and gpt-oss-120b's shapes (their config.json), the vocabulary of o200k_harmony's size.
+    case SynthPreset::GPT_OSS_20B: {
+        ModelConfig c = gpt_oss_preset(2880, 24, 64, 8, 32);
+        c.vocab_size = 201088;
+        return c;
+    }
+    case SynthPreset::GPT_OSS_120B: {
+        ModelConfig c = gpt_oss_preset(2880, 36, 64, 8, 128);
+        c.vocab_size = 201088;
+        return c;
+    }
     }
     std::abort();
 }
@@ -935,7 +1044,9 @@ std::string synth_chat_template(const ModelConfig& c) {
     if (c.architecture == "Qwen3MoeForCausalLM" || c.architecture == "Qwen3NextForCausalLM")
         return embedded_text("qwen3-chat-template.jinja");
     if (c.architecture == "Qwen2MoeForCausalLM") return embedded_text("qwen2.5-chat-template.jinja");
-    if (c.architecture == "OlmoeForCausalLM") return OLMOE_STANDIN_CHAT_TEMPLATE;
+    // The gpt-oss presets carry the stand-in tokenizer, which has no harmony tokens: ChatML.
+    if (c.architecture == "OlmoeForCausalLM" || c.architecture == "GptOssForCausalLM")
+        return OLMOE_STANDIN_CHAT_TEMPLATE;
     return SYNTH_MIXTRAL_CHAT_TEMPLATE;
 }
 

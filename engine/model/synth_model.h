@@ -24,17 +24,21 @@
 // four, gated attention in the fourth, a shared expert): qwen35-moe-mini and
 // qwen3.6-35b-a3b (Qwen3.5 / 3.6, the image-text checkpoint's text weights),
 // qwen3-next-mini and qwen3-next-80b-a3b (Qwen3-Next, its fused
-// projections). A name is parsed once where it comes in (the CLI's
+// projections); gpt-oss-mini, gpt-oss-20b and gpt-oss-120b (gpt-oss:
+// sliding and full attention alternating, sinks, biases, YaRN, MXFP4
+// experts of top-4, written as its Hugging Face files hold them). A name is
+// parsed once where it comes in (the CLI's
 // --preset, a synth:PRESET source, a test's model).
 enum class SynthPreset : uint8_t {
     TINY, SMALL, MIXTRAL_MINI, MIXTRAL_8X7B, QWEN3_MOE_MINI, QWEN3_30B_A3B, OLMOE_MINI, QWEN2_MOE_MINI,
-    QWEN35_MOE_MINI, QWEN36_35B_A3B, QWEN3_NEXT_MINI, QWEN3_NEXT_80B_A3B,
+    QWEN35_MOE_MINI, QWEN36_35B_A3B, QWEN3_NEXT_MINI, QWEN3_NEXT_80B_A3B, GPT_OSS_MINI, GPT_OSS_20B, GPT_OSS_120B,
 };
 inline constexpr SynthPreset SYNTH_PRESETS[] = {
     SynthPreset::TINY,            SynthPreset::SMALL,          SynthPreset::MIXTRAL_MINI,
     SynthPreset::MIXTRAL_8X7B,    SynthPreset::QWEN3_MOE_MINI, SynthPreset::QWEN3_30B_A3B,
     SynthPreset::OLMOE_MINI,      SynthPreset::QWEN2_MOE_MINI, SynthPreset::QWEN35_MOE_MINI,
     SynthPreset::QWEN36_35B_A3B,  SynthPreset::QWEN3_NEXT_MINI, SynthPreset::QWEN3_NEXT_80B_A3B,
+    SynthPreset::GPT_OSS_MINI,    SynthPreset::GPT_OSS_20B,     SynthPreset::GPT_OSS_120B,
 };
 const char* synth_preset_name(SynthPreset preset);  // "tiny", "mixtral-mini", ...
 // "tiny, small, ...": every name, for usage lines and errors.

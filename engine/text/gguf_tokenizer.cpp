@@ -110,6 +110,15 @@ std::optional<Regexes> bpe_pre_regexes(std::string_view pre) {
             "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
             "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    // o200k (gpt-oss, GPT-4o; Llama 4's is the same): cased words split at
+    // their case changes, contractions kept on the word, digits by three.
+    if (pre == "gpt-4o" || pre == "llama4")
+        return Regexes{
+            "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+            "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+            "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     if (pre == "deepseek-llm")
         return Regexes{
             "[\\r\\n]",
@@ -172,7 +181,7 @@ nlohmann::json gguf_bpe_tokenizer_json(const GgufMetadata& md, std::string_view 
     if (!regexes)
         fail(source, KEY_PRE,
              "unknown pre-tokenizer '" + printable(pre) +
-                 "' (known: gpt-2, default, llama3, llama-bpe, qwen2, qwen35, deepseek-llm, deepseek-v3)");
+                 "' (known: gpt-2, default, llama3, llama-bpe, qwen2, qwen35, gpt-4o, llama4, deepseek-llm, deepseek-v3)");
 
     // BOS and EOS are special whatever their type, so text never encodes to them.
     const std::optional<int> bos = special_id(md, source, KEY_BOS, n, false);
@@ -494,7 +503,7 @@ std::vector<GgufKeyValue> gguf_bpe_tokenizer_metadata(const nlohmann::json& doc,
             throw bad("pre_tokenizer", "step '" + type + "' has no llama.cpp pre-tokenizer name");
     }
     std::string pre_name;
-    for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek-v3"})
+    for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "gpt-4o", "deepseek-llm", "deepseek-v3"})
         if (*bpe_pre_regexes(name) == splits && byte_level_regex == splits.empty()) pre_name = name;
     if (pre_name.empty()) throw bad("pre_tokenizer", "its regexes are not those of a pre-tokenizer llama.cpp names");
     std::vector<GgufKeyValue> kv = {

@@ -48,7 +48,7 @@ namespace {
 const char* const PRESETS[] = {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"};
 // And the hybrid ones (Gated DeltaNet beside gated attention): no GGUF of them yet.
 const char* const ALL_PRESETS[] = {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini", "qwen35-moe-mini",
-                                   "qwen3-next-mini"};
+                                   "qwen3-next-mini", "gpt-oss-mini"};
 
 // Catch2 checks that every field the new architectures add or read agrees.
 void check_same_config(const ModelConfig& got, const ModelConfig& want) {
@@ -88,6 +88,14 @@ void check_same_config(const ModelConfig& got, const ModelConfig& want) {
     CHECK(got.linear.head_k_dim == want.linear.head_k_dim);
     CHECK(got.linear.head_v_dim == want.linear.head_v_dim);
     CHECK(got.tensor_prefix == want.tensor_prefix);
+    CHECK(got.o_bias == want.o_bias);
+    CHECK(got.attn_sinks == want.attn_sinks);
+    CHECK(got.router_bias == want.router_bias);
+    CHECK(got.expert_bias == want.expert_bias);
+    CHECK(got.ffn_act.kind == want.ffn_act.kind);
+    CHECK(got.ffn_act.limit == want.ffn_act.limit);
+    CHECK(got.sliding_window == want.sliding_window);
+    CHECK(got.max_position_embeddings == want.max_position_embeddings);
 }
 
 // Removes a file when it goes out of scope.

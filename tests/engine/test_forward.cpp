@@ -469,13 +469,15 @@ TEST_CASE("new architectures: greedy generation equals the reference's for 16 to
 
 // Not run by default (hidden tag: each preset is 0.5-0.9 GB of bf16 and some
 // 4 GB as the reference's doubles): the presets themselves, 128 or 64 or 60
-// experts, against the reference. Run with "[.forward_presets]".
+// experts (gpt-oss-mini: 32 in MXFP4), against the reference. Run with
+// "[.forward_presets]".
 TEST_CASE("new architecture presets match the reference", "[.forward_presets]") {
-    for (const char* preset : {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"}) {
+    for (const char* preset : {"qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini", "gpt-oss-mini"}) {
         SECTION(preset) {
             const std::filesystem::path dir = test_model_dir(preset, 3);
             Loaded m(dir);
             const int vocab = m.config.vocab_size;
+            const bool quantized = dtype_quantized(m.weights.layers[0].experts.at(0).w1.type);  // gpt-oss's MXFP4
             std::vector<float> want;
             {
                 ReferenceModel ref = ReferenceModel::load(dir);
@@ -487,14 +489,33 @@ TEST_CASE("new architecture presets match the reference", "[.forward_presets]") 
                 for (int i = 0; i < int(tokens.size()); i++) batch.add(tokens[i], i, 0, true);
                 const float* logits = m.forward.run(batch);
                 const std::vector<float> got(logits, logits + tokens.size() * size_t(vocab));
-                if (isa_active() == Isa::AVX512BF16) {
+                if (quantized) {
+                    // MXFP4 experts multiply int8 activations (as llama.cpp's
+                    // do): about 1 % of the logits at this size, and a routing
+                    // choice flips at some positions. The measure is the
+                    // issue's: the mean NLL of the prompt within 2e-3.
+                    auto mean_nll = [&](auto&& row) {
+                        double sum = 0;
+                        for (size_t i = 0; i + 1 < tokens.size(); i++) {
+                            double mx = -1e300, z = 0;
+                            for (int v = 0; v < vocab; v++) mx = std::max(mx, double(row(i, v)));
+                            for (int v = 0; v < vocab; v++) z += std::exp(double(row(i, v)) - mx);
+                            sum += mx + std::log(z) - double(row(i, tokens[i + 1]));
+                        }
+                        return sum / double(tokens.size() - 1);
+                    };
+                    const double ours = mean_nll([&](size_t i, int v) { return got[i * size_t(vocab) + size_t(v)]; });
+                    const double ref = mean_nll([&](size_t i, int v) { return want[i * size_t(vocab) + size_t(v)]; });
+                    INFO("mean NLL " << ours << " against the reference's " << ref);
+                    CHECK(std::fabs(ours - ref) <= 2e-3 * ref);
+                } else if (isa_active() == Isa::AVX512BF16) {
                     require_logits_close(got, want, vocab);
                 } else {
                     for (size_t i = 0; i < tokens.size(); i++) {
                         INFO("position " << i);
                         check_close(got.data() + i * vocab,
                                     std::vector<double>(want.begin() + i * vocab, want.begin() + (i + 1) * vocab),
-                                    vocab);
+                                    vocab, quantized ? quantized_logit_tolerance() : 0.0);
                     }
                 }
             });

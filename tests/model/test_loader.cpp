@@ -596,7 +596,7 @@ TEST_CASE("synth: refusals", "[synth]") {
         CHECK(std::string(e.what()) ==
               "synth-model: unknown preset 'huge' (presets: tiny, small, mixtral-mini, mixtral-8x7b, qwen3-moe-mini, "
               "qwen3-30b-a3b, olmoe-mini, qwen2-moe-mini, qwen35-moe-mini, qwen3.6-35b-a3b, qwen3-next-mini, "
-              "qwen3-next-80b-a3b)");
+              "qwen3-next-80b-a3b, gpt-oss-mini, gpt-oss-20b, gpt-oss-120b)");
     }
     o.preset = SynthPreset::TINY;
     o.tokenizer = root / "absent.model";
@@ -682,7 +682,7 @@ TEST_CASE("synth: presets", "[synth]") {
     CHECK(small.n_heads == 8);
     CHECK(small.n_kv_heads == 2);
     CHECK(small.n_experts == 8);
-    CHECK(std::size(SYNTH_PRESETS) == 12);
+    CHECK(std::size(SYNTH_PRESETS) == 15);
     for (SynthPreset p : SYNTH_PRESETS) CHECK(synth_preset_parse(synth_preset_name(p)) == p);
     // Qwen3.6-35B-A3B's and Qwen3-Next-80B-A3B's shapes: 3 Gated DeltaNet layers in 4.
     const ModelConfig q36 = synth_preset(SynthPreset::QWEN36_35B_A3B);

@@ -18,6 +18,10 @@ Flat flatten(const ModelConfig& c, const ModelWeights& w) {
              {std::pair{L.q_bias, q}, std::pair{L.k_bias, kv}, std::pair{L.v_bias, kv},
               std::pair{L.q_norm, full ? q : size_t(c.head_dim)}, std::pair{L.k_norm, full ? kv : size_t(c.head_dim)}})
             if (v) f.vectors.push_back({v, n});
+        // gpt-oss's.
+        for (const auto& [v, n] : {std::pair{L.o_bias, d}, std::pair{L.sinks, size_t(c.n_heads)},
+                                   std::pair{L.router_bias, size_t(c.n_experts)}})
+            if (v) f.vectors.push_back({v, n});
         for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo})
             if (!m->empty()) f.matrices.push_back(*m);
         // A Gated DeltaNet layer's.
@@ -32,8 +36,12 @@ Flat flatten(const ModelConfig& c, const ModelWeights& w) {
             f.vectors.push_back({lin.norm, size_t(s.head_v_dim)});
         }
         if (!L.router.empty()) f.matrices.push_back(L.router);
-        for (const ExpertWeights& E : L.experts)
+        for (const ExpertWeights& E : L.experts) {
             for (const WeightView* m : {&E.w1, &E.w3, &E.w2}) f.matrices.push_back(*m);
+            for (const auto& [v, n] : {std::pair{E.spec.b1, size_t(E.w1.rows)}, std::pair{E.spec.b3, size_t(E.w3.rows)},
+                                       std::pair{E.spec.b2, size_t(E.w2.rows)}})
+                if (v) f.vectors.push_back({v, n});
+        }
         for (const WeightView* m : {&L.mlp.w1, &L.mlp.w3, &L.mlp.w2, &L.shared_gate})
             if (!m->empty()) f.matrices.push_back(*m);
     }

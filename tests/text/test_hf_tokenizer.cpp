@@ -117,7 +117,22 @@ TEST_CASE("hf tokenizer: GGUF gpt2 vocabularies' pre-tokenizer names", "[hf_toke
     CHECK(gpt2.decode(gpt2.encode(digits)) == digits);
     CHECK(llama3.encode(digits) == std::vector<int>{gpt2.piece_to_id("123"), gpt2.piece_to_id("45")});
     CHECK(qwen2.encode(digits).size() == 5);
-    for (const char* pre : {"deepseek-llm", "deepseek-v3", "llama3", "qwen2", "default"}) {
+    // o200k's (gpt-oss): a cased word splits where its case changes, a
+    // contraction stays on its word, digits go by three.
+    const Tokenizer o200k = with_pre("gpt-4o");
+    auto joined = [&](std::initializer_list<const char*> parts) {
+        std::vector<int> ids;
+        for (const char* p : parts) {
+            const std::vector<int> one = o200k.encode(p);
+            ids.insert(ids.end(), one.begin(), one.end());
+        }
+        return ids;
+    };
+    CHECK(o200k.encode("helloWORLD") == joined({"hello", "WORLD"}));
+    CHECK(o200k.encode("JSONParser don'T") == joined({"JSONParser", " don'T"}));
+    CHECK(o200k.encode(digits) == llama3.encode(digits));
+    CHECK(o200k.encode("a/\n") == joined({"a", "/\n"}));
+    for (const char* pre : {"deepseek-llm", "deepseek-v3", "llama3", "qwen2", "gpt-4o", "default"}) {
         const Tokenizer t = with_pre(pre);
         const std::string text = "Hello, world 123 ünïcödé\n\n  x";
         CHECK(t.decode(t.encode(text)) == text);
