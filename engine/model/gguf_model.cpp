@@ -138,23 +138,6 @@ const char* gguf_role_name(TensorRole role, bool shared, bool post_attention_nor
     return "";
 }
 
-bool bias_role(TensorRole role) {
-    switch (role) {
-    case TensorRole::Q_BIAS:
-    case TensorRole::K_BIAS:
-    case TensorRole::V_BIAS:
-    case TensorRole::O_BIAS:
-    case TensorRole::ROUTER_BIAS:
-    case TensorRole::EXPERT_B1:
-    case TensorRole::EXPERT_B3:
-    case TensorRole::EXPERT_B2:
-    case TensorRole::LIN_DT_BIAS:
-        return true;
-    default:
-        return false;
-    }
-}
-
 // The GGUF name of a table entry's tensor; a MoE expert's is its layer's
 // merged tensor ("blk.N.ffn_gate_exps.weight"), or with per_expert its own
 // ("blk.N.ffn_gate.E.weight", older files).
@@ -171,7 +154,7 @@ std::string gguf_name(const TensorEntry& e, const ModelConfig& c, bool per_exper
             name.append("_exps");
     }
     if (e.role == TensorRole::LIN_A_LOG) return name;  // llama.cpp's ssm_a has no suffix
-    return name.append(bias_role(e.role) ? ".bias" : ".weight");
+    return name.append(tensor_role_is_bias(e.role) ? ".bias" : ".weight");
 }
 
 // The tensor that holds one entry of the table: a whole GGUF tensor, or

@@ -185,25 +185,39 @@ std::vector<int> qwen_dense_layers(const json& j, std::string_view source, int n
     return dense;
 }
 
-// The hybrid layers of Qwen3.5 / Qwen3-Next: layer_types ("linear_attention"
-// or "full_attention", one a layer), else every full_attention_interval-th
-// layer attention and the others the delta net.
-std::vector<MixerKind> hybrid_layer_mixers(const json& j, std::string_view source, int n_layers) {
-    std::vector<MixerKind> mixers(size_t(n_layers), MixerKind::GATED_DELTANET);
-    if (const json* types = field(j, "layer_types")) {
-        if (!types->is_array() || int(types->size()) != n_layers)
-            config_fail(source, "field 'layer_types' must be a list of num_hidden_layers = " +
-                                    std::to_string(n_layers) + " strings");
-        for (int l = 0; l < n_layers; l++) {
-            const json& t = (*types)[size_t(l)];
-            if (t == "full_attention")
-                mixers[size_t(l)] = MixerKind::ATTENTION;
-            else if (t != "linear_attention")
-                config_fail(source, "field 'layer_types' holds " + t.dump() + " at " + std::to_string(l) +
-                                        " (expected \"linear_attention\" or \"full_attention\")");
-        }
-        return mixers;
+// config.json's layer_types (one string a layer), each one of the two
+// names `a` and `b` an architecture knows, as their mixers; nullopt when the
+// field is absent.
+std::optional<std::vector<MixerKind>> layer_types(const json& j, std::string_view source, int n_layers,
+                                                  std::pair<const char*, MixerKind> a,
+                                                  std::pair<const char*, MixerKind> b) {
+    const json* types = field(j, "layer_types");
+    if (!types) return std::nullopt;
+    if (!types->is_array() || int(types->size()) != n_layers)
+        config_fail(source, "field 'layer_types' must be a list of num_hidden_layers = " + std::to_string(n_layers) +
+                                " strings");
+    std::vector<MixerKind> mixers(static_cast<size_t>(n_layers));
+    for (int l = 0; l < n_layers; l++) {
+        const json& t = (*types)[size_t(l)];
+        if (t == a.first)
+            mixers[size_t(l)] = a.second;
+        else if (t == b.first)
+            mixers[size_t(l)] = b.second;
+        else
+            config_fail(source, "field 'layer_types' holds " + t.dump() + " at " + std::to_string(l) +
+                                    " (expected \"" + a.first + "\" or \"" + b.first + "\")");
     }
+    return mixers;
+}
+
+// The hybrid layers of Qwen3.5 / Qwen3-Next: layer_types ("linear_attention"
+// or "full_attention"), else every full_attention_interval-th layer
+// attention and the others the delta net.
+std::vector<MixerKind> hybrid_layer_mixers(const json& j, std::string_view source, int n_layers) {
+    if (auto mixers = layer_types(j, source, n_layers, {"linear_attention", MixerKind::GATED_DELTANET},
+                                  {"full_attention", MixerKind::ATTENTION}))
+        return *mixers;
+    std::vector<MixerKind> mixers(size_t(n_layers), MixerKind::GATED_DELTANET);
     const int interval = optional_int(j, source, "full_attention_interval", 4);
     require_positive(source, "full_attention_interval", interval);
     for (int l = 0; l < n_layers; l++)
@@ -211,25 +225,13 @@ std::vector<MixerKind> hybrid_layer_mixers(const json& j, std::string_view sourc
     return mixers;
 }
 
-// gpt-oss's layers: layer_types ("sliding_attention" or "full_attention",
-// one a layer), else GptOssConfig's default: sliding from layer 0, every
-// other layer.
+// gpt-oss's layers: layer_types ("sliding_attention" or "full_attention"),
+// else GptOssConfig's default: sliding from layer 0, every other layer.
 std::vector<MixerKind> gpt_oss_layer_mixers(const json& j, std::string_view source, int n_layers) {
+    if (auto mixers = layer_types(j, source, n_layers, {"sliding_attention", MixerKind::SLIDING_ATTENTION},
+                                  {"full_attention", MixerKind::ATTENTION}))
+        return *mixers;
     std::vector<MixerKind> mixers(size_t(n_layers), MixerKind::ATTENTION);
-    if (const json* types = field(j, "layer_types")) {
-        if (!types->is_array() || int(types->size()) != n_layers)
-            config_fail(source, "field 'layer_types' must be a list of num_hidden_layers = " +
-                                    std::to_string(n_layers) + " strings");
-        for (int l = 0; l < n_layers; l++) {
-            const json& t = (*types)[size_t(l)];
-            if (t == "sliding_attention")
-                mixers[size_t(l)] = MixerKind::SLIDING_ATTENTION;
-            else if (t != "full_attention")
-                config_fail(source, "field 'layer_types' holds " + t.dump() + " at " + std::to_string(l) +
-                                        " (expected \"sliding_attention\" or \"full_attention\")");
-        }
-        return mixers;
-    }
     for (int l = 0; l < n_layers; l += 2) mixers[size_t(l)] = MixerKind::SLIDING_ATTENTION;
     return mixers;
 }

@@ -141,6 +141,8 @@ struct SynthInit {
 // (peaked but not one-hot).
 SynthInit synth_init(const TensorEntry& t) {
     const float fan_in = t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 0.0f;
+    // Biases near 0, but the delta net's dt_bias (below).
+    if (tensor_role_is_bias(t.role) && t.role != TensorRole::LIN_DT_BIAS) return {Init::UNIFORM, 0.1f};
     switch (t.role) {
     case TensorRole::EMBED:
         return {Init::EMBED, 1.0f};
@@ -162,15 +164,6 @@ SynthInit synth_init(const TensorEntry& t) {
         return {Init::CENTERED, 0.3f, 1.0f};
     case TensorRole::LIN_DT_BIAS:
         return {Init::CENTERED, 0.5f, -3.0f};
-    case TensorRole::Q_BIAS:
-    case TensorRole::K_BIAS:
-    case TensorRole::V_BIAS:
-    case TensorRole::O_BIAS:
-    case TensorRole::ROUTER_BIAS:
-    case TensorRole::EXPERT_B1:
-    case TensorRole::EXPERT_B3:
-    case TensorRole::EXPERT_B2:
-        return {Init::UNIFORM, 0.1f};
     // Sink logits of the order of the scores (a sink takes a share of each
     // softmax without swamping it).
     case TensorRole::SINKS:
@@ -179,24 +172,7 @@ SynthInit synth_init(const TensorEntry& t) {
         return {Init::ROUTER, fan_in};
     case TensorRole::LM_HEAD:
         return {Init::UNIFORM, 2.5f * fan_in};
-    case TensorRole::WQ:
-    case TensorRole::WK:
-    case TensorRole::WV:
-    case TensorRole::WO:
-    case TensorRole::EXPERT_W1:
-    case TensorRole::EXPERT_W3:
-    case TensorRole::EXPERT_W2:
-    case TensorRole::MLP_W1:
-    case TensorRole::MLP_W3:
-    case TensorRole::MLP_W2:
-    case TensorRole::SHARED_GATE:
-    case TensorRole::LIN_QKV:
-    case TensorRole::LIN_Z:
-    case TensorRole::LIN_B:
-    case TensorRole::LIN_A:
-    case TensorRole::LIN_QKVZ:
-    case TensorRole::LIN_BA:
-    case TensorRole::LIN_OUT:
+    default:  // every other matrix (the biases: above)
         break;
     }
     return {Init::UNIFORM, fan_in};

@@ -5,6 +5,23 @@
 
 #include <cstdint>
 
+bool tensor_role_is_bias(TensorRole role) {
+    switch (role) {
+    case TensorRole::Q_BIAS:
+    case TensorRole::K_BIAS:
+    case TensorRole::V_BIAS:
+    case TensorRole::O_BIAS:
+    case TensorRole::ROUTER_BIAS:
+    case TensorRole::EXPERT_B1:
+    case TensorRole::EXPERT_B3:
+    case TensorRole::EXPERT_B2:
+    case TensorRole::LIN_DT_BIAS:
+        return true;
+    default:
+        return false;
+    }
+}
+
 std::vector<TensorEntry> tensor_table(const ModelConfig& c) {
     const int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
     const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;

@@ -55,6 +55,10 @@ enum class TensorRole {
     LIN_OUT,      // (dim, value_dim) out_proj
 };
 
+// A bias vector's role: q/k/v/o's, the router's, an expert's, the delta
+// net's dt_bias (GGUF names them ".bias").
+bool tensor_role_is_bias(TensorRole role);
+
 // How the engine holds a tensor's values from a Hugging Face checkpoint.
 enum class TensorValues : uint8_t {
     AS_IS,
