@@ -538,6 +538,11 @@ TEST_CASE("gpt-oss: GGUF as llama.cpp lays it out, read back", "[arch][gguf]") {
             const ModelWeights w = weights_load(c, dir);
             const bool mxfp4 = w.layers[0].experts[0].w1.type == DType::MXFP4;
             CHECK(mxfp4 == config.contains("quantization_config"));
+            // Costs, the planner and the device slots count MXFP4's real bytes
+            // (17 a block of 32) and the biases (2 hidden + dim floats an expert).
+            const double per_weight = (mxfp4 ? 17.0 / 32.0 : 2.0) + 4.0 * (2 * 64 + 64) / (3.0 * 64 * 64);
+            CHECK(weight_format(w).expert == Approx(per_weight));
+            CHECK(expert_slot_bytes(w) == (mxfp4 ? 3 * 2176 : 3 * 8192) + 3 * 256);
             const fs::path out = test_temp_dir("gpt-oss-gguf") / "model.gguf";
             const RemovedAtEnd remove_out(out);
             GgufWriteOptions o;
