@@ -630,6 +630,17 @@ ChatInput chat_input_parse(const json& body) {
         in.extras = *v;  // a copy, not one insertion (a search of the keys so far) per key
     }
     if (thinking && !in.extras.contains("enable_thinking")) in.extras["enable_thinking"] = *thinking;
+    // OpenAI's reasoning_effort, a variable of gpt-oss's (harmony) template
+    // ("Reasoning: low" in its system message); chat_template_kwargs wins.
+    if (const json* v = field(body, "reasoning_effort")) {
+        if (!v->is_string()) type_error("reasoning_effort", "a string", *v);
+        const std::string effort = v->get<std::string>();
+        if (effort != "low" && effort != "medium" && effort != "high")
+            throw ApiError(400,
+                           "Invalid value: '" + effort + "'. Supported values are: 'low', 'medium' and 'high'.",
+                           "reasoning_effort", "invalid_value");
+        if (!in.extras.contains("reasoning_effort")) in.extras["reasoning_effort"] = effort;
+    }
     in.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
     return in;
 }

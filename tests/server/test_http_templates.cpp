@@ -184,6 +184,35 @@ TEST_CASE("enable_thinking reaches the Jinja template", "[server]") {
     CHECK(tok.body["tokens"] == json::array({THINK}));
 }
 
+TEST_CASE("reasoning_effort reaches gpt-oss's template", "[server]") {
+    // The real template (harmony): "Reasoning: EFFORT" in its system message,
+    // medium unless the request says; chat_template_kwargs wins.
+    ServerProcess server(
+        jinja_model("jinja-gpt-oss", read_file(shared_data_dir() / "chat_templates" / "openai-gpt-oss-120b.jinja")));
+    httplib::Client client = server.client();
+    const json user = {{{"role", "user"}, {"content", "2+2?"}}};
+    auto apply = [&](json extra) {
+        json body = {{"messages", user}};
+        body.update(extra);
+        return post_json(client, "/apply-template", body);
+    };
+    auto prompt = [&](json extra) {
+        const JsonReply r = apply(std::move(extra));
+        INFO(r.raw);
+        REQUIRE(r.status == 200);
+        return r.body["prompt"].get<std::string>();
+    };
+    CHECK(prompt(json::object()).find("Reasoning: medium") != std::string::npos);
+    CHECK(prompt({{"reasoning_effort", "high"}}).find("Reasoning: high") != std::string::npos);
+    CHECK(prompt({{"reasoning_effort", "high"}, {"chat_template_kwargs", {{"reasoning_effort", "low"}}}})
+              .find("Reasoning: low") != std::string::npos);
+    CHECK(prompt({{"reasoning_effort", "low"}}).ends_with("<|start|>assistant"));
+    const JsonReply bad = apply({{"reasoning_effort", "extreme"}});
+    CHECK(bad.status == 400);
+    CHECK(bad.body["error"]["param"] == "reasoning_effort");
+    CHECK(apply({{"reasoning_effort", 3}}).status == 400);
+}
+
 TEST_CASE("a Jinja template error answers 400 naming it, and the server keeps serving", "[server]") {
     const std::string tmpl =
         "{%- for m in messages %}"
