@@ -1,7 +1,8 @@
 // The whole model on a CUDA device against the CPU (label gpu): logits of
 // prefill, decode and forked beams on tiny, small and mixtral-mini (and the
 // Qwen3-MoE, OLMoE and Qwen2-MoE presets: q/k norms, biases, the shared
-// expert on the device's dense path), under
+// expert on the device's dense path; gpt-oss-mini: MXFP4 experts with their
+// biases in the device slots, sinks, sliding windows, YaRN), under
 // three placements (nothing resident with every expert copied; half
 // resident with the rest on the CPU; the planner's own plan), and Q8_0 and
 // Q4_K_M GGUFs of small written by `quantize` (quantized weights on the
@@ -151,7 +152,8 @@ Trace run(Stack& s, const std::vector<int>& prompt, int n_decode, const std::vec
 
 TEST_CASE("whole-model logits match the CPU under every placement", "[gpu]") {
     GPU_TEST_OR_SKIP();
-    for (const char* preset : {"tiny", "small", "mixtral-mini", "qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini"}) {
+    for (const char* preset :
+         {"tiny", "small", "mixtral-mini", "qwen3-moe-mini", "olmoe-mini", "qwen2-moe-mini", "gpt-oss-mini"}) {
         std::filesystem::path dir = test_model_dir(preset);
         Stack cpu(dir, nullptr, {});
         const ModelConfig& c = cpu.config;
