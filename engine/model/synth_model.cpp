@@ -1096,9 +1096,11 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
         size_t tensor, start, n;
     };
     std::vector<Item> items;
+    // gpt-oss's fused expert tensors by name; they are made expert by expert below.
+    std::unordered_map<std::string, const SynthTensor*> fused;
     for (size_t i = 0; i < ts.size(); i++) {
-        if (ts[i].fused_experts) {  // made expert by expert below
-            by_name[ts[i].view.name] = &ts[i];
+        if (ts[i].fused_experts) {
+            fused[ts[i].view.name] = &ts[i];
             continue;
         }
         const size_t n = ts[i].view.nbytes / sizeof(bf16);
@@ -1111,75 +1113,67 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
     // gpt-oss: each expert's matrices in the layout the loader gives its
     // Hugging Face files (MXFP4, gate and up rows apart), converted row by
     // row from the bytes synth_fill_bytes writes, and its biases from the
-    // fused bias rows: no fused copy is held. Work items after the others.
+    // fused bias rows: no fused copy is held. Work items after the others;
+    // expert e of layer l is gpt_oss[l * n_experts + e] (every layer is MoE).
     struct GptOssExpert {
-        int layer, expert;
+        int expert;
+        const SynthTensor *gate_up_blocks, *gate_up_scales, *gate_up_bias, *down_blocks, *down_scales, *down_bias;
         BlockMXFP4 *w1, *w3, *w2;
         float *b1, *b3, *b2;
     };
     std::vector<GptOssExpert> gpt_oss;
-    std::unordered_map<std::string, WeightView> expert_views;  // table name -> view
+    const int64_t hidden = c.hidden_dim, dim = c.dim;
     if (gpt_oss_layout(c)) {
-        const int64_t hidden = c.hidden_dim, dim = c.dim;
-        for (const TensorEntry& t : tensor_table(c)) {
-            if (t.expert < 0 || t.role != TensorRole::EXPERT_W1) continue;
-            GptOssExpert x{t.layer, t.expert, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-            auto matrix = [&](int64_t rows, int64_t cols) {
-                return reinterpret_cast<BlockMXFP4*>(w.arena.alloc(size_t(rows * cols / 32) * sizeof(BlockMXFP4)));
-            };
-            x.w1 = matrix(hidden, dim);
-            x.w3 = matrix(hidden, dim);
-            x.w2 = matrix(dim, hidden);
-            x.b1 = reinterpret_cast<float*>(w.arena.alloc(size_t(2 * hidden + dim) * sizeof(float)));
-            x.b3 = x.b1 + hidden;
-            x.b2 = x.b3 + hidden;
-            gpt_oss.push_back(x);
-        }
-        for (const TensorEntry& t : tensor_table(c)) {
-            if (t.expert < 0) continue;
-            const GptOssExpert& x = gpt_oss[size_t(t.layer * c.n_experts + t.expert) -
-                                            size_t(gpt_oss.front().layer * c.n_experts)];
-            switch (t.role) {
-            case TensorRole::EXPERT_W1: expert_views[t.name] = weight_view(DType::MXFP4, x.w1, hidden, dim); break;
-            case TensorRole::EXPERT_W3: expert_views[t.name] = weight_view(DType::MXFP4, x.w3, hidden, dim); break;
-            case TensorRole::EXPERT_W2: expert_views[t.name] = weight_view(DType::MXFP4, x.w2, dim, hidden); break;
-            case TensorRole::EXPERT_B1: expert_views[t.name] = weight_view(DType::F32, x.b1, 1, hidden); break;
-            case TensorRole::EXPERT_B3: expert_views[t.name] = weight_view(DType::F32, x.b3, 1, hidden); break;
-            case TensorRole::EXPERT_B2: expert_views[t.name] = weight_view(DType::F32, x.b2, 1, dim); break;
-            default: break;
+        auto matrix = [&](int64_t rows, int64_t cols) {
+            return reinterpret_cast<BlockMXFP4*>(w.arena.alloc(size_t(rows * cols / 32) * sizeof(BlockMXFP4)));
+        };
+        for (int l = 0; l < c.n_layers; l++) {
+            const std::string q = c.tensor_prefix + "layers." + std::to_string(l) + ".mlp.experts.";
+            for (int e = 0; e < c.n_experts; e++) {
+                GptOssExpert x{e,
+                               fused.at(q + "gate_up_proj_blocks"),
+                               fused.at(q + "gate_up_proj_scales"),
+                               fused.at(q + "gate_up_proj_bias"),
+                               fused.at(q + "down_proj_blocks"),
+                               fused.at(q + "down_proj_scales"),
+                               fused.at(q + "down_proj_bias"),
+                               matrix(hidden, dim),
+                               matrix(hidden, dim),
+                               matrix(dim, hidden),
+                               reinterpret_cast<float*>(w.arena.alloc(size_t(2 * hidden + dim) * sizeof(float))),
+                               nullptr,
+                               nullptr};
+                x.b3 = x.b1 + hidden;
+                x.b2 = x.b3 + hidden;
+                gpt_oss.push_back(x);
             }
         }
     }
-    auto fused = [&](int layer, const char* name) -> const SynthTensor& {
-        return *static_cast<const SynthTensor*>(
-            by_name.at(c.tensor_prefix + "layers." + std::to_string(layer) + ".mlp.experts." + name));
-    };
     auto make_gpt_oss_expert = [&](const GptOssExpert& x, std::vector<uint8_t>& qs, std::vector<uint8_t>& es,
                                    std::vector<bf16>& bias) {
-        const int64_t hidden = c.hidden_dim, dim = c.dim, e = x.expert;
+        const int64_t e = x.expert;
         // Row r of a matrix from row `src` of the fused blocks / scales (nb blocks a row).
-        auto row = [&](const char* stem, int64_t src, int64_t nb, BlockMXFP4* dst) {
+        auto row = [&](const SynthTensor* blocks, const SynthTensor* scales, int64_t src, int64_t nb, BlockMXFP4* dst) {
             qs.resize(size_t(nb) * 16);
             es.resize(size_t(nb));
-            synth_fill_bytes(fused(x.layer, (std::string(stem) + "_blocks").c_str()), seed, size_t(src * nb * 16),
-                             qs.data(), qs.size());
-            synth_fill_bytes(fused(x.layer, (std::string(stem) + "_scales").c_str()), seed, size_t(src * nb),
-                             es.data(), es.size());
+            synth_fill_bytes(*blocks, seed, size_t(src * nb * 16), qs.data(), qs.size());
+            synth_fill_bytes(*scales, seed, size_t(src * nb), es.data(), es.size());
             mxfp4_from_hf(dst, qs.data(), es.data(), size_t(nb));
         };
         for (int64_t r = 0; r < hidden; r++) {
-            row("gate_up_proj", e * 2 * hidden + 2 * r, dim / 32, x.w1 + r * (dim / 32));
-            row("gate_up_proj", e * 2 * hidden + 2 * r + 1, dim / 32, x.w3 + r * (dim / 32));
+            row(x.gate_up_blocks, x.gate_up_scales, e * 2 * hidden + 2 * r, dim / 32, x.w1 + r * (dim / 32));
+            row(x.gate_up_blocks, x.gate_up_scales, e * 2 * hidden + 2 * r + 1, dim / 32, x.w3 + r * (dim / 32));
         }
-        for (int64_t r = 0; r < dim; r++) row("down_proj", e * dim + r, hidden / 32, x.w2 + r * (hidden / 32));
+        for (int64_t r = 0; r < dim; r++)
+            row(x.down_blocks, x.down_scales, e * dim + r, hidden / 32, x.w2 + r * (hidden / 32));
         bias.resize(size_t(2 * hidden));
-        synth_fill(fused(x.layer, "gate_up_proj_bias"), seed, common, size_t(e * 2 * hidden), bias.data(), bias.size());
+        synth_fill(*x.gate_up_bias, seed, common, size_t(e * 2 * hidden), bias.data(), bias.size());
         for (int64_t i = 0; i < hidden; i++) {
             x.b1[i] = bf16_to_f32(bias[size_t(2 * i)]);
             x.b3[i] = bf16_to_f32(bias[size_t(2 * i + 1)]);
         }
         bias.resize(size_t(dim));
-        synth_fill(fused(x.layer, "down_proj_bias"), seed, common, size_t(e * dim), bias.data(), bias.size());
+        synth_fill(*x.down_bias, seed, common, size_t(e * dim), bias.data(), bias.size());
         for (int64_t i = 0; i < dim; i++) x.b2[i] = bf16_to_f32(bias[size_t(i)]);
     };
     std::atomic<size_t> next{0};
@@ -1216,7 +1210,18 @@ ModelWeights synth_weights(const ModelConfig& c, uint64_t seed, int threads) {
     if (error) std::rethrow_exception(error);
     // After the values are there: a fused projection is split by copying rows.
     weights_assign(w, c, [&](const TensorEntry& t) {
-        if (auto it = expert_views.find(t.name); it != expert_views.end()) return it->second;
+        if (!gpt_oss.empty() && t.expert >= 0) {
+            const GptOssExpert& x = gpt_oss[size_t(t.layer) * size_t(c.n_experts) + size_t(t.expert)];
+            switch (t.role) {
+            case TensorRole::EXPERT_W1: return weight_view(DType::MXFP4, x.w1, hidden, dim);
+            case TensorRole::EXPERT_W3: return weight_view(DType::MXFP4, x.w3, hidden, dim);
+            case TensorRole::EXPERT_W2: return weight_view(DType::MXFP4, x.w2, dim, hidden);
+            case TensorRole::EXPERT_B1: return weight_view(DType::F32, x.b1, 1, hidden);
+            case TensorRole::EXPERT_B3: return weight_view(DType::F32, x.b3, 1, hidden);
+            case TensorRole::EXPERT_B2: return weight_view(DType::F32, x.b2, 1, dim);
+            default: break;
+            }
+        }
         const void* p = by_name.at(t.name);
         if (t.shape.size() == 2) return weight_view(DType::BF16, p, t.shape[0], t.shape[1]);
         const int64_t rows = t.shape.size() == 1 ? 1 : t.shape[0];

@@ -29,7 +29,7 @@ struct ExpertWeights {
     FfnSpec spec;
 
     size_t bias_bytes() const {
-        return spec.b1 ? sizeof(float) * size_t(2 * w1.rows + w2.rows) : 0;
+        return sizeof(float) * size_t((spec.b1 ? w1.rows : 0) + (spec.b3 ? w3.rows : 0) + (spec.b2 ? w2.rows : 0));
     }
     size_t bytes() const { return w1.bytes() + w3.bytes() + w2.bytes() + bias_bytes(); }
     bool empty() const { return w1.empty(); }

@@ -93,6 +93,15 @@ const float* ForwardPass::run(const Batch& batch, RoutingStats* stats) {
     return b.to_host(logits_, size_t(n_logits) * c.vocab_size);
 }
 
+// The router of a layer on n normed rows h: its logits (and bias) into
+// router_, then each row's top-k experts and weights.
+void ForwardPass::route(const LayerWeights& lw, const float* h, int n, int* experts, float* weights) {
+    const ModelConfig& c = config_;
+    backend_.matmul(router_, h, lw.router, n);
+    if (lw.router_bias) backend_.add_bias(router_, lw.router_bias, n, c.n_experts);
+    backend_.route(experts, weights, router_, n, c.n_experts, n_route_, c.norm_topk_prob);
+}
+
 // Layer `layer`'s router applied to the residual stream as the previous
 // MoE layer receives it (after that layer's attention, before its experts;
 // normed with this layer's FFN norm): the experts each token would pick if
@@ -106,9 +115,7 @@ void ForwardPass::predict(int layer, int n) {
     const LayerWeights& lw = weights_.layers[layer];
     Backend& b = backend_;
     b.rmsnorm(out_, x_, lw.ffn_norm, n, c.dim, c.rms_norm_eps);
-    b.matmul(router_, out_, lw.router, n);
-    if (lw.router_bias) b.add_bias(router_, lw.router_bias, n, c.n_experts);
-    b.route(predicted_expert_.data(), predicted_weight_.data(), router_, n, c.n_experts, n_route_, c.norm_topk_prob);
+    route(lw, out_, n, predicted_expert_.data(), predicted_weight_.data());
     predicted_layer_ = layer;
     std::fill(expert_count_.begin(), expert_count_.end(), 0);
     for (int j = 0; j < n * n_route_; j++) expert_count_[predicted_expert_[j]]++;
@@ -145,9 +152,7 @@ void ForwardPass::moe(int layer, int n, RoutingStats* stats) {
     // Routing: softmax over all experts, keep top-k, renormalise the k
     // weights; the choices come to the host for the placement planner.
     if (c.is_moe()) {
-        b.matmul(router_, xb_, lw.router, n);
-        if (lw.router_bias) b.add_bias(router_, lw.router_bias, n, n_experts);
-        b.route(route_expert_.data(), route_weight_.data(), router_, n, n_experts, n_route_, c.norm_topk_prob);
+        route(lw, xb_, n, route_expert_.data(), route_weight_.data());
         if (observer_) observer_->on_route(layer, n, n_route_, route_expert_.data(), route_weight_.data());
         if (stats && predicted_layer_ == layer) {
             uint64_t right = 0;

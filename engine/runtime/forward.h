@@ -64,6 +64,7 @@ private:
     void moe(int layer, int n, RoutingStats* stats);
     void always_mlp(int layer, int n);
     void predict(int layer, int n);
+    void route(const LayerWeights& lw, const float* h, int n, int* experts, float* weights);
 
     const ModelConfig& config_;
     Backend& backend_;
